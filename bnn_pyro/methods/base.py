@@ -1,0 +1,100 @@
+"""The one prediction contract that every method in bnn_pyro answers.
+
+``mean, variance = method.predict(x)`` and
+``mean, variance, samples = method.predict(x, return_samples=True)`` with ``samples`` of shape
+``(S, N, ...)``. The variance is the *epistemic* part: the spread of the S predictive samples.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Union
+
+import torch
+import torch.nn as nn
+
+__all__ = ["BaseBayesianMethod", "PredictOutput", "summarize_samples", "to_probabilities"]
+
+PredictOutput = Union[
+    tuple[torch.Tensor, torch.Tensor],
+    tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+]
+
+
+def to_probabilities(outputs: torch.Tensor, normalize_output: bool = True) -> torch.Tensor:
+    """Apply a softmax to multi-column logits, as the seed methods library does.
+
+    Args:
+        outputs: ``(S, N, C)`` per-sample network outputs, or ``(S, N)`` / ``(S, N, 1)``.
+        normalize_output: when True and the per-sample output is 2-D with more than one column
+            (``outputs.dim() == 3 and C > 1``), the columns are treated as logits and turned into
+            probabilities with a softmax over the last dimension. Otherwise returned unchanged.
+
+    Returns:
+        Tensor of the same shape as ``outputs``.
+
+    Example:
+        >>> p = to_probabilities(torch.zeros(2, 3, 4))
+        >>> bool(torch.allclose(p, torch.full((2, 3, 4), 0.25)))
+        True
+    """
+    if not isinstance(outputs, torch.Tensor):
+        raise TypeError(f"outputs must be a torch.Tensor, got {type(outputs).__name__}")
+    if normalize_output and outputs.dim() == 3 and outputs.size(-1) > 1:
+        return torch.softmax(outputs, dim=-1)
+    return outputs
+
+
+def summarize_samples(samples: torch.Tensor, return_samples: bool = False) -> PredictOutput:
+    """Reduce predictive samples to ``(mean, variance[, samples])``.
+
+    The variance is the population variance over the sample dimension (``correction=0``): it is
+    the variance of the equally weighted mixture of the samples, it is 0 (not NaN) for S = 1, and
+    it is never negative.
+
+    Args:
+        samples: ``(S, N, ...)`` predictive samples.
+        return_samples: also return ``samples`` as the third element.
+
+    Returns:
+        ``mean`` ``(N, ...)``, ``variance`` ``(N, ...)`` and, if asked, ``samples`` ``(S, N, ...)``.
+
+    Example:
+        >>> m, v = summarize_samples(torch.tensor([[1.0], [3.0]]))
+        >>> m.tolist(), v.tolist()
+        ([2.0], [1.0])
+    """
+    if not isinstance(samples, torch.Tensor):
+        raise TypeError(f"samples must be a torch.Tensor, got {type(samples).__name__}")
+    if samples.dim() < 2:
+        raise ValueError(f"samples must have shape (S, N, ...), got shape {tuple(samples.shape)}")
+    mean = samples.mean(dim=0)
+    variance = samples.var(dim=0, correction=0)
+    if return_samples:
+        return mean, variance, samples
+    return mean, variance
+
+
+class BaseBayesianMethod(nn.Module, ABC):
+    """Abstract base class of every uncertainty method in bnn_pyro.
+
+    Subclasses implement :meth:`predict`, returning ``(mean, variance)`` or, with
+    ``return_samples=True``, ``(mean, variance, samples)`` where ``samples`` has shape
+    ``(S, N, ...)``. For a net whose per-sample output is ``(N, C)`` with ``C > 1``, the samples
+    are softmax probabilities unless ``normalize_output=False``. The variance is epistemic: the
+    disagreement between the S samples (see :func:`summarize_samples`).
+    """
+
+    @abstractmethod
+    def predict(
+        self, x: torch.Tensor, return_samples: bool = False, **kwargs: object
+    ) -> PredictOutput:
+        """Predict with uncertainty.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return the ``(S, N, ...)`` samples.
+
+        Returns:
+            ``(mean, variance)`` or ``(mean, variance, samples)``.
+        """
