@@ -15,6 +15,11 @@ import torch.nn as nn
 
 __all__ = ["BaseBayesianMethod", "PredictOutput", "summarize_samples", "to_probabilities"]
 
+_NO_NOISE = (
+    "{cls} has no observation noise: set `noise_scale` (the Gaussian noise standard deviation, "
+    "a float or a tensor broadcastable to (S, N, O)) or use a Gaussian-likelihood regression model"
+)
+
 PredictOutput = Union[
     tuple[torch.Tensor, torch.Tensor],
     tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -98,3 +103,32 @@ class BaseBayesianMethod(nn.Module, ABC):
         Returns:
             ``(mean, variance)`` or ``(mean, variance, samples)``.
         """
+
+    def predictive_gaussian(
+        self, x: torch.Tensor, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian predictive of a regression model as a mixture over samples.
+
+        The predictive density of ``y`` at ``x`` is ``1/S sum_s Normal(y; locs[s], scales[s])``.
+        ``locs`` are samples of the mean function (epistemic), ``scales`` the observation noise
+        standard deviation of each sample (aleatoric). This is what the Gaussian test
+        log-likelihood and CRPS in :mod:`bnn_pyro.metrics` consume.
+
+        The default uses ``self.noise_scale`` (homoscedastic noise); heteroscedastic models
+        override it.
+
+        Args:
+            x: ``(N, D)`` inputs.
+            **kwargs: passed to :meth:`predict`.
+
+        Returns:
+            ``locs`` ``(S, N, O)`` and ``scales`` broadcastable to ``(S, N, O)``.
+        """
+        noise_scale = getattr(self, "noise_scale", None)
+        if noise_scale is None:
+            raise NotImplementedError(_NO_NOISE.format(cls=type(self).__name__))
+        _, _, locs = self.predict(x, return_samples=True, normalize_output=False, **kwargs)
+        scales = torch.as_tensor(noise_scale, dtype=locs.dtype, device=locs.device)
+        if bool((scales <= 0).any()):
+            raise ValueError(f"noise_scale must be positive, got {noise_scale}")
+        return locs, scales
