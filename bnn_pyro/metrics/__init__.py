@@ -1,0 +1,62 @@
+"""Metrics computed from ``predict`` output or predictive samples (torch tensors in).
+
+Regression (the Gaussian predictive is the mixture ``1/S sum_s Normal(locs[s], scales[s])`` of
+:meth:`~bnn_pyro.methods.base.BaseBayesianMethod.predictive_gaussian`):
+:func:`rmse`, :func:`gaussian_log_likelihood`, :func:`gaussian_nll`,
+:func:`crps_gaussian_mixture`, :func:`crps_from_samples`, :func:`gaussian_mixture_cdf`,
+:func:`regression_calibration`.
+
+Classification (``probs`` ``(N, C)``, integer ``labels`` ``(N,)``): :func:`nll`,
+:func:`accuracy`, :func:`brier_score`, :func:`expected_calibration_error`,
+:func:`reliability_curve`.
+
+Uncertainty from ``(S, N, C)`` probability samples: :func:`predictive_entropy`,
+:func:`expected_entropy`, :func:`mutual_information`, :func:`entropy_decomposition`.
+
+Scalar scores come back as Python floats; per-point and per-bin results as tensors.
+"""
+
+from bnn_pyro.metrics.calibration import (
+    RegressionCalibration,
+    gaussian_mixture_cdf,
+    regression_calibration,
+)
+from bnn_pyro.metrics.classification import (
+    ReliabilityCurve,
+    accuracy,
+    brier_score,
+    expected_calibration_error,
+    nll,
+    reliability_curve,
+)
+from bnn_pyro.metrics.crps import crps_from_samples, crps_gaussian_mixture
+from bnn_pyro.metrics.regression import gaussian_log_likelihood, gaussian_nll, rmse
+from bnn_pyro.metrics.uncertainty import (
+    EntropyDecomposition,
+    entropy_decomposition,
+    expected_entropy,
+    mutual_information,
+    predictive_entropy,
+)
+
+__all__ = [
+    "EntropyDecomposition",
+    "RegressionCalibration",
+    "ReliabilityCurve",
+    "accuracy",
+    "brier_score",
+    "crps_from_samples",
+    "crps_gaussian_mixture",
+    "entropy_decomposition",
+    "expected_calibration_error",
+    "expected_entropy",
+    "gaussian_log_likelihood",
+    "gaussian_mixture_cdf",
+    "gaussian_nll",
+    "mutual_information",
+    "nll",
+    "predictive_entropy",
+    "regression_calibration",
+    "reliability_curve",
+    "rmse",
+]
