@@ -1,0 +1,186 @@
+"""The functional BNN builder of seed 003: ``bayesian_dense`` and ``build``.
+
+``build(...)`` returns a :class:`BayesianMLP`: a stack of
+:class:`~bnn_pyro.nn.gaussian_linear.GaussianLinear` layers (``W = mu + softplus(rho) * eps``)
+with an activation between them. ``forward(x, sample=False)`` is the deterministic inference
+of the seed: the mean weights, i.e. epsilon set to zero. ``kl_cost()`` is the summed KL to the
+prior, ready for :func:`bnn_pyro.losses.elbo_loss`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bnn_pyro.nn.gaussian_linear import GaussianLinear
+
+__all__ = ["ACTIVATIONS", "BayesianMLP", "bayesian_dense", "build"]
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "gelu": F.gelu,
+    "elu": F.elu,
+    "silu": F.silu,
+    "softplus": F.softplus,
+}
+
+
+def _check_int(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_sigma(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite float > 0, got {value}")
+
+
+def bayesian_dense(
+    in_features: int, units: int, prior_sigma: float = 1.0, name: str = "bayesian_dense"
+) -> GaussianLinear:
+    """A Bayesian dense layer ``[batch, in_features] -> [batch, units]`` (seed 003).
+
+    Args:
+        in_features: input size.
+        units: number of output units.
+        prior_sigma: standard deviation of the zero-mean Gaussian weight prior (> 0).
+        name: a label kept on the module as ``.name`` (Axon's parameter prefix).
+
+    Returns:
+        A :class:`GaussianLinear`; call it as ``layer(x, sample=True|False)``.
+
+    Example:
+        >>> layer = bayesian_dense(8, 4, name="hidden_0")
+        >>> layer(torch.randn(2, 8)).shape, layer.name
+        (torch.Size([2, 4]), 'hidden_0')
+    """
+    _check_int(in_features, "in_features")
+    _check_int(units, "units")
+    _check_sigma(prior_sigma, "prior_sigma")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    layer = GaussianLinear(in_features, units, prior_std=prior_sigma)
+    layer.name = name
+    return layer
+
+
+class BayesianMLP(nn.Module):
+    """A multilayer perceptron of :class:`GaussianLinear` layers.
+
+    Args:
+        input_size: input size ``D``.
+        hidden_sizes: sizes of the hidden layers (may be empty).
+        output_size: output size ``O``.
+        activation: a name in :data:`ACTIVATIONS` or a callable on tensors.
+        prior_sigma: standard deviation of the weight prior (> 0).
+
+    Shapes:
+        ``x: (N, D)`` -> ``(N, O)``; with ``num_samples=S`` -> ``(S, N, O)``.
+
+    Example:
+        >>> net = BayesianMLP(3, [8], 2)
+        >>> net(torch.randn(5, 3), num_samples=4).shape
+        torch.Size([4, 5, 2])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_sizes: Sequence[int],
+        output_size: int,
+        activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
+        prior_sigma: float = 1.0,
+    ) -> None:
+        super().__init__()
+        _check_int(input_size, "input_size")
+        _check_int(output_size, "output_size")
+        if isinstance(hidden_sizes, (str, bytes)) or not isinstance(hidden_sizes, Sequence):
+            raise TypeError(
+                f"hidden_sizes must be a sequence of ints, got {type(hidden_sizes).__name__}"
+            )
+        for i, size in enumerate(hidden_sizes):
+            _check_int(size, f"hidden_sizes[{i}]")
+        if isinstance(activation, str):
+            if activation not in ACTIVATIONS:
+                raise ValueError(
+                    f"activation must be one of {sorted(ACTIVATIONS)} or a callable, "
+                    f"got {activation!r}"
+                )
+            self.activation = ACTIVATIONS[activation]
+        elif callable(activation):
+            self.activation = activation
+        else:
+            raise TypeError(
+                f"activation must be a str or a callable, got {type(activation).__name__}"
+            )
+        _check_sigma(prior_sigma, "prior_sigma")
+        sizes = [input_size, *hidden_sizes, output_size]
+        self.layers = nn.ModuleList(
+            bayesian_dense(i, o, prior_sigma, name=f"bayesian_dense_{k}")
+            for k, (i, o) in enumerate(zip(sizes[:-1], sizes[1:], strict=True))
+        )
+
+    def forward(
+        self, x: torch.Tensor, sample: bool = True, num_samples: int | None = None
+    ) -> torch.Tensor:
+        """Forward pass with sampled weights (``sample=True``) or the mean weights (False).
+
+        Args:
+            x: ``(N, D)`` inputs.
+            sample: draw weights; False is deterministic inference with epsilon = 0.
+            num_samples: if given, ``S`` weight draws at once, output ``(S, N, O)``.
+
+        Returns:
+            ``(N, O)`` or ``(S, N, O)``.
+        """
+        for i, layer in enumerate(self.layers):
+            x = layer(x, sample=sample, num_samples=num_samples)
+            if i < len(self.layers) - 1:
+                x = self.activation(x)
+        return x
+
+    def kl_cost(self) -> torch.Tensor:
+        """Summed KL between the weight posterior and the prior over all layers (scalar)."""
+        return torch.stack([layer.kl_divergence() for layer in self.layers]).sum()
+
+
+def build(
+    input_size: int,
+    hidden_sizes: Sequence[int] = (256, 128),
+    *,
+    output_size: int,
+    activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
+    prior_sigma: float = 1.0,
+) -> BayesianMLP:
+    """Build a Bayesian neural network ``[batch, input_size] -> [batch, output_size]`` (seed 003).
+
+    Args:
+        input_size: input feature dimension.
+        hidden_sizes: hidden layer sizes (default ``(256, 128)``).
+        output_size: output dimension (keyword-only, required).
+        activation: activation between layers (default ``"relu"``).
+        prior_sigma: standard deviation of the weight prior (default 1.0).
+
+    Returns:
+        A :class:`BayesianMLP`; ``model(x)`` samples weights, ``model(x, sample=False)`` uses
+        the means, ``model.kl_cost()`` is the KL term of the ELBO.
+
+    Example:
+        >>> from bnn_pyro.losses import elbo_loss
+        >>> model = build(4, (16,), output_size=3)
+        >>> x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+        >>> loss = elbo_loss(model(x), y, model.kl_cost(), beta=1 / 8, loss_fn="cross_entropy")
+        >>> loss.dim(), model(x, sample=False).shape
+        (0, torch.Size([8, 3]))
+    """
+    return BayesianMLP(input_size, hidden_sizes, output_size, activation, prior_sigma)
