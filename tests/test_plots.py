@@ -1,0 +1,232 @@
+"""The figures carry the right data (line data, band polygons, bar heights), not pixels."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from bnn_pyro.datasets import PUBLISHED_UCI  # noqa: E402
+from bnn_pyro.plots import (  # noqa: E402
+    plot_predictive_1d,
+    plot_regression_calibration,
+    plot_reliability_diagram,
+    plot_uci_results,
+)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _by_gid(ax, gid):
+    found = [a for a in ax.get_children() if a.get_gid() == gid]
+    assert len(found) == 1, f"expected one artist with gid {gid!r}, found {len(found)}"
+    return found[0]
+
+
+def _band_limits(band, xs):
+    """Lowest and highest polygon vertex at each x: the band's lower and upper curves."""
+    vertices = np.concatenate([p.vertices for p in band.get_paths()])
+    lower = np.array([vertices[vertices[:, 0] == x, 1].min() for x in xs])
+    upper = np.array([vertices[vertices[:, 0] == x, 1].max() for x in xs])
+    return lower, upper
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(30, 1, generator=g) * 6 - 3  # unsorted on purpose
+    mean = torch.sin(x)
+    std = 0.1 + torch.rand(30, 1, generator=g)
+    return x, mean, std
+
+
+def test_predictive_1d_mean_bands_and_training_points():
+    x, mean, std = _data()
+    x_train, y_train = torch.tensor([-1.0, 0.5, 2.0]), torch.tensor([0.3, -0.2, 1.0])
+    ax = plot_predictive_1d(x, mean, std, x_train=x_train, y_train=y_train, title="demo")
+    order = np.argsort(x.squeeze(1).numpy())
+    xs, mu, sd = (t.squeeze(1).double().numpy()[order] for t in (x, mean, std))
+    line = _by_gid(ax, "predictive_mean")
+    np.testing.assert_allclose(line.get_xdata(), xs)
+    np.testing.assert_allclose(line.get_ydata(), mu)
+    for k in (1, 2):
+        lower, upper = _band_limits(_by_gid(ax, f"band_{k}sigma"), xs)
+        np.testing.assert_allclose(lower, mu - k * sd, rtol=1e-12)
+        np.testing.assert_allclose(upper, mu + k * sd, rtol=1e-12)
+    np.testing.assert_allclose(_by_gid(ax, "train").get_offsets(), np.c_[x_train, y_train])
+    assert ax.get_title() == "demo"
+    assert {"predictive mean", "±1σ", "±2σ", "training data"} <= {
+        t.get_text() for t in ax.get_legend().get_texts()
+    }
+
+
+def test_predictive_1d_with_noise_shows_total_bands_and_epistemic_lines():
+    x, mean, std = _data()
+    fig, ax = plt.subplots()
+    out = plot_predictive_1d(x.squeeze(1), mean.squeeze(1), std.squeeze(1), ax=ax, noise_std=0.5)
+    assert out is ax and out.figure is fig
+    order = np.argsort(x.squeeze(1).numpy())
+    xs, mu, sd = (t.squeeze(1).double().numpy()[order] for t in (x, mean, std))
+    total = np.sqrt(sd**2 + 0.25)
+    lower, upper = _band_limits(_by_gid(ax, "band_2sigma"), xs)
+    np.testing.assert_allclose(lower, mu - 2 * total, rtol=1e-12)
+    np.testing.assert_allclose(upper, mu + 2 * total, rtol=1e-12)
+    np.testing.assert_allclose(_by_gid(ax, "epistemic_2sigma_upper").get_ydata(), mu + 2 * sd)
+    np.testing.assert_allclose(_by_gid(ax, "epistemic_2sigma_lower").get_ydata(), mu - 2 * sd)
+
+
+def test_reliability_diagram_bars_are_the_bin_accuracies():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(2 * torch.randn(300, 3, generator=g), dim=1)
+    labels = torch.randint(0, 3, (300,), generator=g)
+    ax = plot_reliability_diagram(probs, labels, n_bins=10)
+    # Independent recomputation of the bins (right-closed, as documented).
+    conf, pred = probs.max(1).values.numpy(), probs.argmax(1).numpy()
+    bins = np.clip(np.ceil(conf * 10).astype(int) - 1, 0, 9)
+    (bars,) = [c for c in ax.containers if c.get_label() == "accuracy"]
+    filled = sorted(set(bins.tolist()))
+    assert len(bars.patches) == len(filled)
+    for rect, b in zip(bars.patches, filled, strict=True):
+        assert rect.get_x() == pytest.approx(b / 10) and rect.get_width() == pytest.approx(0.1)
+        assert rect.get_height() == pytest.approx((pred == labels.numpy())[bins == b].mean())
+    dots = _by_gid(ax, "confidence")
+    np.testing.assert_allclose(dots.get_ydata(), [conf[bins == b].mean() for b in filled], 1e-6)
+    ece = sum((bins == b).mean() * abs(bars.patches[i].get_height() - dots.get_ydata()[i])
+              for i, b in enumerate(filled))  # fmt: skip
+    assert ax.get_title() == f"Reliability diagram (ECE = {ece:.4f})"
+
+
+def test_regression_calibration_curve_carries_the_coverage():
+    g = torch.Generator().manual_seed(2)
+    y = torch.randn(500, generator=g, dtype=torch.float64)
+    levels = torch.tensor([0.2, 0.5, 0.9], dtype=torch.float64)
+    ax = plot_regression_calibration(
+        torch.zeros(1, 500, dtype=torch.float64), 0.5, y, levels=levels
+    )
+    line = _by_gid(ax, "coverage")
+    np.testing.assert_allclose(line.get_xdata(), levels.numpy())
+    # Coverage of +-0.5 z intervals for N(0, 1) data, counted directly.
+    z = np.array([0.2533471, 0.6744898, 1.6448536])  # Phi^-1((1 + p) / 2), 7 digits
+    expected = [(np.abs(y.numpy()) <= 0.5 * zi).mean() for zi in z]
+    np.testing.assert_allclose(line.get_ydata(), expected)
+
+
+def _results():
+    rows = []
+    for i, dataset in enumerate(["yacht", "bostonHousing"]):
+        rows.append({"dataset": dataset, "method": "MFVI", "metric": "test_ll",
+                     "mean": -1.5 - i, "stderr": 0.1 * (i + 1)})  # fmt: skip
+        rows.append({"dataset": dataset, "method": "MFVI", "metric": "rmse",
+                     "mean": 1.0 + i, "stderr": None})  # fmt: skip
+    rows.append({"dataset": "yacht", "method": "SWAG", "metric": "test_ll", "mean": -1.2})
+    return rows
+
+
+def _bars(ax):
+    return {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
+
+
+def test_uci_chart_bars_are_our_means_and_the_published_values():
+    ax = plot_uci_results(_results())
+    bars = _bars(ax)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["yacht", "bostonHousing"]
+    assert [p.get_height() for p in bars["MFVI"].patches] == [-1.5, -2.5]
+    assert [p.get_height() for p in bars["SWAG"].patches] == [-1.2]
+    # Error bars span mean +- stderr.
+    segments = bars["MFVI"].errorbar.lines[2][0].get_segments()
+    np.testing.assert_allclose([s[:, 1] for s in segments], [[-1.6, -1.4], [-2.7, -2.3]])
+    # Published bars: the reference values for these two data sets, nothing else.
+    expected = {}
+    for row in PUBLISHED_UCI:
+        if row["metric"] == "test_ll" and row["dataset"] in ("yacht", "bostonHousing"):
+            expected.setdefault(f"{row['method']} (published)", []).append(row["mean"])
+    assert set(bars) == {"MFVI", "SWAG"} | set(expected)
+    for label, means in expected.items():
+        assert sorted(p.get_height() for p in bars[label].patches) == sorted(means)
+    # Bars sit in their data set's group (tick 0: yacht, 1: boston), in series order.
+    for group in (0, 1):
+        centres = [c.patches[group].get_x() + c.patches[group].get_width() / 2
+                   for label, c in bars.items() if label != "SWAG"]  # fmt: skip
+        assert all(group - 0.5 < c < group + 0.5 for c in centres)
+        assert centres == sorted(centres)
+    # ... and each series lists yacht first, then boston, as the ticks.
+    for row in PUBLISHED_UCI:
+        if row["metric"] == "test_ll" and row["dataset"] in ("yacht", "bostonHousing"):
+            group = 0 if row["dataset"] == "yacht" else 1
+            patch = bars[f"{row['method']} (published)"].patches[group]
+            assert patch.get_height() == row["mean"]
+
+
+def test_uci_chart_other_metric_and_no_reference():
+    ax = plot_uci_results(_results(), reference=[], metric="rmse")
+    bars = _bars(ax)
+    assert list(bars) == ["MFVI"]
+    assert [p.get_height() for p in bars["MFVI"].patches] == [1.0, 2.0]
+    assert bars["MFVI"].errorbar is None  # no stderr given
+    assert "RMSE" in ax.get_ylabel()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"results": {"dataset": "yacht"}}, TypeError, "results must be a list of dicts"),
+        ({"results": ["yacht"]}, TypeError, r"results\[0\] must be a dict"),
+        ({"results": [{"dataset": "y", "method": "m", "mean": 1.0}]}, ValueError, "'metric'"),
+        (
+            {"results": [{"dataset": "y", "method": "m", "metric": "rmse", "mean": float("nan")}]},
+            ValueError,
+            "finite number 'mean'",
+        ),  # fmt: skip
+        (
+            {
+                "results": [
+                    {"dataset": "y", "method": "m", "metric": "rmse", "mean": 1, "stderr": -1}
+                ]
+            },
+            ValueError,
+            "stderr",
+        ),  # fmt: skip
+        ({"results": _results(), "metric": "crps"}, ValueError, "no rows for metric 'crps'"),
+        ({"results": _results() + _results()[:1]}, ValueError, "appears twice"),
+        ({"results": _results(), "metric": 3}, TypeError, "metric must be a str"),
+        ({"results": _results(), "ax": "axes"}, TypeError, "ax must be a matplotlib Axes"),
+    ],
+)
+def test_uci_chart_bad_results_raise(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        plot_uci_results(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"x": [0.0, 1.0]}, TypeError, "x must be a torch.Tensor or numpy array"),
+        ({"x": torch.zeros(4, 2)}, ValueError, r"x must have shape \(N,\) or \(N, 1\)"),
+        ({"mean": torch.zeros(3)}, ValueError, "mean must have 4 entries"),
+        ({"std": -torch.ones(4)}, ValueError, "std must be >= 0"),
+        ({"x_train": torch.zeros(2)}, ValueError, "both x_train and y_train"),
+        ({"x_train": torch.zeros(2), "y_train": torch.zeros(3)}, ValueError, "y_train must have"),
+        ({"noise_std": -0.1}, ValueError, "noise_std"),
+    ],
+)
+def test_predictive_1d_bad_arguments_raise(kwargs, error, match):
+    args = {"x": torch.arange(4.0), "mean": torch.zeros(4), "std": torch.ones(4)} | kwargs
+    with pytest.raises(error, match=match):
+        plot_predictive_1d(**args)
+    assert not plt.get_fignums()  # raised before a figure was made
+
+
+def test_metric_plots_validate_through_the_metrics():
+    with pytest.raises(ValueError, match="labels must lie"):
+        plot_reliability_diagram(torch.tensor([[0.5, 0.5]]), torch.tensor([2]))
+    with pytest.raises(ValueError, match="scales must be positive"):
+        plot_regression_calibration(torch.zeros(2, 3), 0.0, torch.zeros(3))
+    assert not plt.get_fignums()
