@@ -181,8 +181,9 @@ def plot_reliability_diagram(
         'Reliability diagram (ECE = 0.3333)'
         >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
     """
-    curve = reliability_curve(probs, labels, n_bins=n_bins)
-    ece = expected_calibration_error(probs, labels, n_bins=n_bins)
+    with torch.no_grad():  # probabilities that require grad are fine to plot
+        curve = reliability_curve(probs, labels, n_bins=n_bins)
+        ece = expected_calibration_error(probs, labels, n_bins=n_bins)
     ax = _axes(ax)
     filled = (curve.counts > 0).numpy()
     lefts = np.arange(n_bins)[filled] / n_bins
@@ -237,7 +238,8 @@ def plot_regression_calibration(
         19
         >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
     """
-    result = regression_calibration(locs, scales, y, levels)
+    with torch.no_grad():
+        result = regression_calibration(locs, scales, y, levels)
     ax = _axes(ax)
     (line,) = ax.plot(
         result.levels.double().numpy(), result.coverage.double().numpy(), "o-", label="model"

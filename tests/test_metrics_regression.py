@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import integrate, optimize, special, stats
 
+from bnn_pyro.methods.base import BaseBayesianMethod, summarize_samples
 from bnn_pyro.metrics import (
     crps_from_samples,
     crps_gaussian_mixture,
@@ -104,6 +105,27 @@ def test_log_likelihood_y_scale_equals_computing_in_original_units(o):
     # ... which is the normalised log-likelihood minus sum_o log(y_std[o]).
     shift = float(torch.log(y_std).sum())
     assert gaussian_log_likelihood(locs, scales, y) - shift == pytest.approx(expected, rel=RTOL)
+
+
+class _FixedSamples(BaseBayesianMethod):
+    """A method whose predictive samples are given: exercises the predict contract end to end."""
+
+    def __init__(self, samples: torch.Tensor, noise_scale: float) -> None:
+        super().__init__()
+        self.samples, self.noise_scale = samples, noise_scale
+
+    def predict(self, x, return_samples=False, **kwargs):
+        return summarize_samples(self.samples, return_samples=return_samples)
+
+
+def test_metrics_consume_predictive_gaussian_of_a_method():
+    locs, _, y = _mixture(11, o=1)
+    method = _FixedSamples(locs, noise_scale=0.4)
+    got_locs, got_scales = method.predictive_gaussian(torch.zeros(11, 1))
+    expected = _scipy_ll(locs, torch.tensor(0.4, dtype=torch.float64), y).mean()
+    assert gaussian_log_likelihood(got_locs, got_scales, y) == pytest.approx(expected, rel=RTOL)
+    mean, _ = method.predict(torch.zeros(11, 1))
+    assert rmse(mean, y) == pytest.approx(np.sqrt(((locs.mean(0) - y) ** 2).mean().item()))
 
 
 # ------------------------------------------------------------------------------------- CRPS

@@ -224,6 +224,14 @@ def test_predictive_1d_bad_arguments_raise(kwargs, error, match):
     assert not plt.get_fignums()  # raised before a figure was made
 
 
+def test_metric_plots_accept_tensors_that_require_grad():
+    logits = torch.randn(20, 3, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    labels = torch.arange(20) % 3
+    plot_reliability_diagram(torch.softmax(logits, dim=1), labels, n_bins=4)
+    locs = logits[None, :, :1]  # (1, 20, 1)
+    plot_regression_calibration(locs, 1.0, torch.zeros(20, 1))
+
+
 def test_metric_plots_validate_through_the_metrics():
     with pytest.raises(ValueError, match="labels must lie"):
         plot_reliability_diagram(torch.tensor([[0.5, 0.5]]), torch.tensor([2]))
