@@ -110,6 +110,7 @@ def regression_calibration(
         raise ValueError("levels must lie in [0, 1] (nominal coverage probabilities)")
     pit = gaussian_mixture_cdf(locs, scales, y).double().reshape(-1)
     distance = (2.0 * pit - 1.0).abs()  # y is inside the level-p interval iff distance <= p
-    coverage = (distance[None, :] <= levels.double()[:, None]).double().mean(dim=1)
-    error = (coverage - levels.double()).abs().mean().item()
-    return RegressionCalibration(levels, coverage.to(levels.dtype), error)
+    nominal = levels.to(device=distance.device, dtype=torch.float64)
+    coverage = (distance[None, :] <= nominal[:, None]).double().mean(dim=1)
+    error = (coverage - nominal).abs().mean().item()
+    return RegressionCalibration(levels, coverage.to(levels), error)

@@ -146,11 +146,12 @@ def reliability_curve(
     probs, labels = _checked(probs, labels)
     confidence, predicted = probs.double().max(dim=1)
     correct = (predicted == labels).double()
-    inner_edges = torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64)[1:-1]
+    f64 = {"dtype": torch.float64, "device": probs.device}
+    inner_edges = torch.linspace(0.0, 1.0, n_bins + 1, **f64)[1:-1]
     bins = torch.bucketize(confidence, inner_edges)  # bin b holds (edge_b, edge_{b+1}]
     counts = torch.bincount(bins, minlength=n_bins)
-    conf_sum = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, bins, confidence)
-    correct_sum = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, bins, correct)
+    conf_sum = torch.zeros(n_bins, **f64).index_add_(0, bins, confidence)
+    correct_sum = torch.zeros(n_bins, **f64).index_add_(0, bins, correct)
     denom = counts.double()
     nan = torch.full_like(denom, math.nan)
     conf = torch.where(counts > 0, conf_sum / denom.clamp_min(1), nan)
