@@ -1,0 +1,147 @@
+"""Argument checks shared by the methods: clear errors, raised before any work starts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+
+_LIKELIHOODS = {
+    "classification": "classification",
+    "categorical": "classification",
+    "regression": "regression",
+    "gaussian": "regression",
+}
+
+
+def check_int(value: object, name: str, minimum: int = 1) -> int:
+    """Return ``value`` if it is an int (not a bool) ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return value
+
+
+def check_float(value: object, name: str, minimum: float = 0.0, strict: bool = True) -> float:
+    """Return ``float(value)`` if it is a finite real ``> minimum`` (``>=`` if not strict)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    ok = value > minimum if strict else value >= minimum
+    if not (math.isfinite(value) and ok):
+        op = ">" if strict else ">="
+        raise ValueError(f"{name} must be a finite float {op} {minimum}, got {value}")
+    return float(value)
+
+
+def check_bool(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_choice(value: object, name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_seed(seed: object) -> int | None:
+    if seed is None:
+        return None
+    return check_int(seed, "seed", minimum=0)
+
+
+def check_likelihood(value: object) -> str:
+    """Normalise a likelihood name to ``"classification"`` or ``"regression"``.
+
+    ``"categorical"`` is an alias of ``"classification"`` and ``"gaussian"`` of ``"regression"``.
+    """
+    if not isinstance(value, str) or value not in _LIKELIHOODS:
+        raise ValueError(f"likelihood must be one of {tuple(_LIKELIHOODS)}, got {value!r}")
+    return _LIKELIHOODS[value]
+
+
+def check_module(value: object, name: str = "model") -> nn.Module:
+    if not isinstance(value, nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
+    return value
+
+
+def check_noise_scale(value: object) -> float | torch.Tensor | None:
+    """``None``, a float > 0, or a tensor of positive finite values."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        if not bool(torch.isfinite(value).all()) or not bool((value > 0).all()):
+            raise ValueError(f"noise_scale must be finite and > 0, got {value}")
+        return value
+    return check_float(value, "noise_scale")
+
+
+def check_inputs(x: object, name: str = "x") -> torch.Tensor:
+    """``x`` must be a floating tensor ``(N, D, ...)`` with N >= 1 and finite values."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(x).__name__}; convert with torch.as_tensor"
+        )
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    if x.dim() < 2 or len(x) == 0:
+        raise ValueError(
+            f"{name} must have shape (N, D, ...) with N >= 1, got {tuple(x.shape)}"
+            + ("; for 1-D features use x.unsqueeze(-1)" if x.dim() == 1 else "")
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite, got {int((~torch.isfinite(x)).sum())} NaN/inf")
+    return x
+
+
+def check_targets(x: torch.Tensor, y: object, likelihood: str) -> torch.Tensor:
+    """Check ``y`` against ``x`` and the likelihood; return regression targets as ``(N, O)``.
+
+    Classification: integer class indices ``(N,)``. Regression: floating ``(N,)`` or ``(N, O)``.
+    """
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(
+            f"y must be a torch.Tensor, got {type(y).__name__}; convert with torch.as_tensor"
+        )
+    if y.dim() == 0 or len(y) != len(x):
+        raise ValueError(f"y must have {len(x)} rows (len(x)), got shape {tuple(y.shape)}")
+    if likelihood == "classification":
+        if y.dim() != 1 or y.is_floating_point() or y.dtype == torch.bool:
+            raise TypeError(
+                f"y must be integer class indices of shape ({len(x)},) for classification, "
+                f"got dtype {y.dtype} and shape {tuple(y.shape)}"
+            )
+        if bool((y < 0).any()):
+            raise ValueError(f"y must hold class indices >= 0, got min {int(y.min())}")
+        return y
+    if not y.is_floating_point():
+        raise TypeError(f"y must have a floating dtype for regression, got {y.dtype}")
+    if y.dim() not in (1, 2):
+        raise ValueError(f"y must have shape (N,) or (N, O) for regression, got {tuple(y.shape)}")
+    if not bool(torch.isfinite(y).all()):
+        raise ValueError(f"y must be finite, got {int((~torch.isfinite(y)).sum())} NaN/inf")
+    return y if y.dim() == 2 else y.unsqueeze(-1)
+
+
+def check_outputs(out: torch.Tensor, y: torch.Tensor, likelihood: str, what: str = "model") -> None:
+    """Check one probe output ``(B, ...)`` against the (prepared) targets."""
+    if likelihood == "classification":
+        if out.dim() != 2 or out.shape[1] < 2:
+            raise ValueError(
+                f"{what} output must be logits of shape (N, C) with C >= 2 for classification, "
+                f"got {tuple(out.shape)}"
+            )
+        if int(y.max()) >= out.shape[1]:
+            raise ValueError(
+                f"y must hold class indices < C = {out.shape[1]} (the {what} output width), "
+                f"got max {int(y.max())}"
+            )
+    elif out.dim() != 2 or out.shape[1] != y.shape[1]:
+        raise ValueError(
+            f"{what} output must have shape (N, {y.shape[1]}) to match y, got {tuple(out.shape)}"
+        )

@@ -1,0 +1,297 @@
+"""Deep ensembles (Lakshminarayanan et al. 2017), predicted all members at once with vmap."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import stack_module_state
+from torch.utils.data import DataLoader
+
+from bnn_pyro.methods._checks import (
+    check_bool,
+    check_inputs,
+    check_int,
+    check_likelihood,
+    check_outputs,
+    check_targets,
+)
+from bnn_pyro.methods._params import batched_call
+from bnn_pyro.methods._training import (
+    NoiseScaleMixin,
+    check_fit_args,
+    modes,
+    module_device,
+    probe,
+    residual_noise_scale,
+    seeded,
+    task_loss,
+    train_epochs,
+)
+from bnn_pyro.methods.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
+
+__all__ = ["DeepEnsemble"]
+
+_VAR_FLOOR = 1e-6
+
+
+class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
+    """An ensemble of independently trained nets; the spread of their outputs is the uncertainty.
+
+    :meth:`predict` runs all members in one vectorized call (``torch.func.stack_module_state``
+    + ``vmap`` + ``functional_call``), with the same numbers as a loop over members; members of
+    different architectures fall back to the loop.
+
+    With ``gaussian_nll=True`` (regression), each member outputs ``(N, 2 O)``: a mean head and a
+    variance head, ``variance = softplus(raw) + 1e-6``, trained with the Gaussian NLL
+    (Lakshminarayanan et al. 2017). :meth:`predict` then returns the member means as samples,
+    and :meth:`predictive_gaussian` the per-member ``(loc, scale)``: a Gaussian mixture.
+
+    Args:
+        model_fn: called ``num_models`` times to build the members.
+        num_models: M, the ensemble size.
+        likelihood: ``"classification"`` or ``"regression"`` (used by :meth:`fit`).
+        gaussian_nll: members have mean and variance heads (regression only).
+        noise_scale: homoscedastic noise std for regression without variance heads; None lets
+            :meth:`fit` estimate it.
+
+    Example:
+        >>> ens = DeepEnsemble(lambda: nn.Linear(3, 2), num_models=4)
+        >>> mean, var, samples = ens.predict(torch.randn(6, 3), return_samples=True)
+        >>> samples.shape
+        torch.Size([4, 6, 2])
+    """
+
+    def __init__(
+        self,
+        model_fn: Callable[[], nn.Module],
+        num_models: int = 5,
+        *,
+        likelihood: str = "classification",
+        gaussian_nll: bool = False,
+        noise_scale: float | torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        if not callable(model_fn):
+            raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
+        check_int(num_models, "num_models")
+        self.likelihood = check_likelihood(likelihood)
+        check_bool(gaussian_nll, "gaussian_nll")
+        if gaussian_nll and self.likelihood != "regression":
+            raise ValueError(
+                f"gaussian_nll=True needs likelihood='regression', got {self.likelihood!r}"
+            )
+        models = [model_fn() for _ in range(num_models)]
+        for i, m in enumerate(models):
+            if not isinstance(m, nn.Module):
+                raise TypeError(
+                    f"model_fn must return a torch.nn.Module, got {type(m).__name__} (member {i})"
+                )
+        self.num_models = num_models
+        self.gaussian_nll = gaussian_nll
+        self.models = nn.ModuleList(models)
+        self.noise_scale = noise_scale
+
+    def forward(self, x: torch.Tensor, model_idx: int | None = None) -> torch.Tensor:
+        """Raw output of member ``model_idx``, or the average of all members' raw outputs."""
+        if model_idx is not None:
+            return self.models[model_idx](x)
+        return self._member_outputs(x).mean(dim=0)
+
+    def _member_outputs(self, x: torch.Tensor, vectorize: bool = True) -> torch.Tensor:
+        """Raw member outputs ``(M, N, ...)`` in eval mode (modes restored afterwards)."""
+        with modes(self, lambda m: False):
+            if vectorize:
+                try:
+                    params, buffers = stack_module_state(list(self.models))
+                except RuntimeError as err:
+                    warnings.warn(
+                        f"ensemble members cannot be stacked ({err}); predicting in a loop",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                else:
+                    return batched_call(self.models[0], {**params, **buffers}, x)
+            return torch.stack([m(x) for m in self.models])
+
+    def _split_heads(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        o = out.shape[-1] // 2
+        return out[..., :o], F.softplus(out[..., o:]) + _VAR_FLOOR
+
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool = False,
+        return_all: bool = False,
+        normalize_output: bool = True,
+        *,
+        vectorize: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> PredictOutput:
+        """Ensemble prediction; the samples are the M members' outputs.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return the ``(M, N, O)`` member outputs.
+            return_all: deprecated alias of ``return_samples`` (seed API).
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
+            vectorize: run members with vmap (True) or in a Python loop (False).
+            generator: accepted for a uniform ``predict`` signature; unused (deterministic).
+
+        Returns:
+            ``mean (N, O)``, ``variance (N, O)`` (epistemic: the members' disagreement) and, if
+            asked, ``samples (M, N, O)``; for ``gaussian_nll`` members the samples are the means.
+        """
+        check_inputs(x)
+        if return_all:
+            warnings.warn(
+                "return_all is deprecated; use return_samples", DeprecationWarning, stacklevel=2
+            )
+        out = self._member_outputs(x, vectorize=check_bool(vectorize, "vectorize"))
+        samples = self._split_heads(out)[0] if self.gaussian_nll else out
+        samples = to_probabilities(samples, normalize_output)
+        return summarize_samples(samples, return_samples or return_all)
+
+    @torch.no_grad()
+    def predictive_gaussian(
+        self, x: torch.Tensor, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-member ``(loc, scale)``, each ``(M, N, O)``, for ``gaussian_nll`` members.
+
+        Without variance heads this is the base class's mixture with ``noise_scale``.
+        """
+        if not self.gaussian_nll:
+            return super().predictive_gaussian(x, **kwargs)
+        check_inputs(x)
+        loc, var = self._split_heads(self._member_outputs(x))
+        return loc, var.sqrt()
+
+    def diversity(self, x: torch.Tensor) -> torch.Tensor:
+        """Disagreement between members: the predictive variance averaged over outputs, ``(N,)``."""
+        _, variance = self.predict(x)
+        return variance.mean(dim=-1)
+
+    def train_member(
+        self,
+        model_idx: int,
+        train_loader: DataLoader,
+        optimizer: torch.optim.Optimizer,
+        criterion: nn.Module,
+        num_epochs: int = 10,
+        device: str | torch.device | None = None,
+    ) -> list[float]:
+        """Train one member with the caller's loader, optimizer and loss (seed API).
+
+        Args:
+            model_idx: index of the member, ``0 <= model_idx < num_models``.
+            train_loader: yields ``(x, y)`` batches.
+            optimizer: an optimizer over that member's parameters.
+            criterion: ``loss = criterion(member(x), y)``.
+            num_epochs: epochs to train.
+            device: moves the member (and batches) there; None keeps the member's device.
+
+        Returns:
+            The mean batch loss of each epoch.
+        """
+        check_int(model_idx, "model_idx", minimum=0)
+        if model_idx >= self.num_models:
+            raise ValueError(f"model_idx must be < num_models = {self.num_models}, got {model_idx}")
+        check_int(num_epochs, "num_epochs")
+        model = self.models[model_idx]
+        device = torch.device(device) if device is not None else module_device(model)
+        model.to(device)
+        history = []
+        with modes(model, lambda m: True):
+            for _ in range(num_epochs):
+                total, count = 0.0, 0
+                for batch_x, batch_y in train_loader:
+                    batch_x, batch_y = batch_x.to(device), batch_y.to(device)
+                    optimizer.zero_grad()
+                    loss = criterion(model(batch_x), batch_y)
+                    loss.backward()
+                    optimizer.step()
+                    total, count = total + loss.item(), count + 1
+                history.append(total / max(count, 1))
+        return history
+
+    def _loss(self, member: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        if not self.gaussian_nll:
+            return lambda xb, yb: task_loss(member(xb), yb, self.likelihood)
+
+        def nll(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            mean, var = self._split_heads(member(xb))
+            return F.gaussian_nll_loss(mean, yb, var, eps=_VAR_FLOOR)
+
+        return nll
+
+    def fit(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        epochs: int = 100,
+        batch_size: int = 32,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        optimizer: str = "adam",
+        progress: bool = True,
+        seed: int | None = None,
+    ) -> DeepEnsemble:
+        """Train every member independently (own shuffling; seed ``seed + i`` for member i).
+
+        Loss: cross-entropy, squared error, or the Gaussian NLL for ``gaussian_nll`` members.
+        For regression without variance heads, ``noise_scale`` (unless set by the user) becomes
+        the maximum-likelihood std of the training residuals of the ensemble mean.
+
+        Args:
+            x: ``(N, D)`` inputs.
+            y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
+            epochs, batch_size, lr, weight_decay, optimizer: the training loop per member.
+            progress: show a tqdm bar per member.
+            seed: seeds each member's run; the global RNG is left untouched.
+
+        Returns:
+            self.
+        """
+        check_inputs(x)
+        yt = check_targets(x, y, self.likelihood)
+        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        out = probe(self.models[0], self.models[0], x)
+        if self.gaussian_nll:
+            if out.dim() != 2 or out.shape[1] != 2 * yt.shape[1]:
+                raise ValueError(
+                    f"gaussian_nll members must output (N, {2 * yt.shape[1]}) (mean and variance "
+                    f"heads for y with {yt.shape[1]} columns), got {tuple(out.shape)}"
+                )
+        else:
+            check_outputs(out, yt, self.likelihood, what="member")
+        for i, member in enumerate(self.models):
+            device = module_device(member)
+            xd, yd = x.to(device), yt.to(device)
+            with seeded(None if seed is None else seed + i, device), modes(member, lambda m: True):
+                train_epochs(
+                    member.parameters(),
+                    self._loss(member),
+                    xd,
+                    yd,
+                    epochs=epochs,
+                    batch_size=batch_size,
+                    lr=lr,
+                    weight_decay=weight_decay,
+                    optimizer=optimizer,
+                    progress=progress,
+                    desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
+                )
+        if self.likelihood == "regression" and not self.gaussian_nll:
+            mean, _ = self.predict(x.to(module_device(self.models[0])), normalize_output=False)
+            self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
+        return self

@@ -1,0 +1,246 @@
+"""Monte Carlo dropout (Gal & Ghahramani 2016): dropout kept on at test time."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn as nn
+
+from bnn_pyro.methods._checks import (
+    check_bool,
+    check_inputs,
+    check_int,
+    check_likelihood,
+    check_module,
+    check_outputs,
+    check_targets,
+)
+from bnn_pyro.methods._training import (
+    NoiseScaleMixin,
+    check_fit_args,
+    modes,
+    module_device,
+    probe,
+    residual_noise_scale,
+    seed_from,
+    seeded,
+    task_loss,
+    train_epochs,
+)
+from bnn_pyro.methods.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
+
+__all__ = ["DROPOUT_TYPES", "MCDropout"]
+
+DROPOUT_TYPES = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+_MAX_ROWS = 65536  # rows per batched forward pass: S_chunk * N <= _MAX_ROWS
+
+
+class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
+    """Monte Carlo dropout: S stochastic forward passes with dropout on at test time.
+
+    During :meth:`predict` only the dropout modules are put in train mode; every other module
+    (BatchNorm above all) stays in eval mode, and all modes are restored afterwards.
+
+    Nets that call ``F.dropout(h, p, training=self.training)`` themselves have no dropout
+    module to switch on: pass ``functional_dropout=True`` and every module *except* those with
+    running statistics (BatchNorm, InstanceNorm) is put in train mode during prediction, so the
+    functional dropout fires and normalisation statistics stay frozen. ``dropout_rate`` cannot
+    change the rate of functional dropout.
+
+    The S passes are batched: the input is repeated ``k`` times along the batch dimension and
+    run in one pass (``k * N <= 65536`` rows per pass), which is the same as k independent
+    passes for any net that treats the rows of a batch independently (true for MLPs, CNNs and
+    BatchNorm in eval mode). ``samples_per_pass=1`` gives the seed's one-pass-per-sample loop.
+
+    Args:
+        model: the net, ``(N, ...) -> (N, O)``.
+        num_samples: S, the number of stochastic passes in :meth:`predict`.
+        dropout_rate: if not None, set as ``p`` of every dropout module; must be in ``[0, 1)``.
+        functional_dropout: the net calls ``F.dropout`` itself (see above).
+        likelihood: ``"classification"`` (cross-entropy in :meth:`fit`) or ``"regression"``
+            (squared error; Gaussian noise ``noise_scale``).
+        noise_scale: Gaussian observation noise std for regression; None lets :meth:`fit`
+            estimate it.
+        samples_per_pass: samples per batched pass; None chooses automatically.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 3))
+        >>> mc = MCDropout(net, num_samples=8, dropout_rate=0.2)
+        >>> mean, var, samples = mc.predict(torch.randn(5, 2), return_samples=True)
+        >>> mean.shape, samples.shape
+        (torch.Size([5, 3]), torch.Size([8, 5, 3]))
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        num_samples: int = 20,
+        dropout_rate: float | None = 0.1,
+        *,
+        functional_dropout: bool = False,
+        likelihood: str = "classification",
+        noise_scale: float | torch.Tensor | None = None,
+        samples_per_pass: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_module(model)
+        check_int(num_samples, "num_samples")
+        if dropout_rate is not None:
+            if isinstance(dropout_rate, bool) or not isinstance(dropout_rate, (int, float)):
+                raise TypeError(
+                    f"dropout_rate must be a float or None, got {type(dropout_rate).__name__}"
+                )
+            if not 0 <= dropout_rate < 1:
+                raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
+        check_bool(functional_dropout, "functional_dropout")
+        if samples_per_pass is not None:
+            check_int(samples_per_pass, "samples_per_pass")
+        self.likelihood = check_likelihood(likelihood)
+        self.model = model
+        self.num_samples = num_samples
+        self.dropout_rate = dropout_rate
+        self.functional_dropout = functional_dropout
+        self.samples_per_pass = samples_per_pass
+        self.noise_scale = noise_scale
+        dropouts = [m for m in model.modules() if isinstance(m, DROPOUT_TYPES)]
+        for m in dropouts:
+            if dropout_rate is not None:
+                m.p = float(dropout_rate)
+        if not dropouts and not functional_dropout:
+            warnings.warn(
+                "MCDropout: no dropout module (nn.Dropout, ...) found in the model: all samples "
+                "will be identical (zero variance). Add nn.Dropout layers, or pass "
+                "functional_dropout=True if the net calls F.dropout itself.",
+                stacklevel=2,
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One forward pass of the wrapped net (in its current mode)."""
+        return self.model(x)
+
+    def _mc_mode(self, m: nn.Module) -> bool:
+        if self.functional_dropout:
+            return not isinstance(m, nn.modules.batchnorm._NormBase)
+        return isinstance(m, DROPOUT_TYPES)
+
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool = False,
+        normalize_output: bool = True,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> PredictOutput:
+        """Monte Carlo prediction.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return the samples.
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
+            generator: makes the dropout masks reproducible without touching the global RNG.
+
+        Returns:
+            ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
+        """
+        check_inputs(x)
+        seed = seed_from(generator)
+        n, s_total = len(x), self.num_samples
+        per_pass = self.samples_per_pass or max(1, _MAX_ROWS // n)
+        chunks = []
+        with seeded(seed, module_device(self.model)), modes(self.model, self._mc_mode):
+            for start in range(0, s_total, per_pass):
+                k = min(per_pass, s_total - start)
+                out = self.model(x.repeat(k, *([1] * (x.dim() - 1))))
+                chunks.append(out.reshape(k, n, *out.shape[1:]))
+        samples = to_probabilities(torch.cat(chunks), normalize_output)
+        return summarize_samples(samples, return_samples)
+
+    def predict_entropy(
+        self, x: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Entropy of the mean predictive class probabilities (total uncertainty), in nats.
+
+        Args:
+            x: ``(N, ...)`` inputs of a classifier with logits ``(N, C)``, ``C > 1``.
+            generator: optional, for reproducible dropout masks.
+
+        Returns:
+            ``(N,)`` entropies ``-sum_c p_c log p_c``.
+        """
+        mean, _, samples = self.predict(x, return_samples=True, generator=generator)
+        if samples.dim() != 3 or samples.shape[-1] < 2:
+            raise ValueError(
+                "predict_entropy needs class logits of shape (N, C) with C > 1, got per-sample "
+                f"outputs of shape {tuple(samples.shape[1:])}"
+            )
+        return -(mean * torch.log(mean.clamp_min(1e-30))).sum(dim=-1)
+
+    def fit(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        epochs: int = 100,
+        batch_size: int = 32,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        optimizer: str = "adam",
+        progress: bool = True,
+        seed: int | None = None,
+    ) -> MCDropout:
+        """Train the net with dropout on (cross-entropy or squared error), then set the noise.
+
+        For regression, ``noise_scale`` (unless set by the user) becomes the maximum-likelihood
+        homoscedastic std of the training residuals of the MC predictive mean,
+        ``sqrt(mean((y - mean_pred)²))`` per output.
+
+        Args:
+            x: ``(N, D)`` inputs.
+            y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
+            epochs, batch_size, lr, weight_decay, optimizer: the training loop (``weight_decay``
+                is an L2 penalty on the mean loss; ``optimizer`` is ``"adam"`` or ``"sgd"``).
+            progress: show a tqdm bar.
+            seed: seeds shuffling and dropout masks (the global RNG is left untouched).
+
+        Returns:
+            self.
+        """
+        check_inputs(x)
+        yt = check_targets(x, y, self.likelihood)
+        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
+        device = module_device(self.model)
+        x, yt = x.to(device), yt.to(device)
+        with seeded(seed, device), modes(self.model, lambda m: True):
+            train_epochs(
+                self.model.parameters(),
+                lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+                x,
+                yt,
+                epochs=epochs,
+                batch_size=batch_size,
+                lr=lr,
+                weight_decay=weight_decay,
+                optimizer=optimizer,
+                progress=progress,
+                desc="MCDropout",
+            )
+        if self.likelihood == "regression":
+            gen = None if seed is None else torch.Generator().manual_seed(seed)
+            mean, _ = self.predict(x, normalize_output=False, generator=gen)
+            self._estimate_noise(residual_noise_scale(mean, yt))
+        return self

@@ -1,0 +1,271 @@
+"""``VariationalBayesNN``: Bayes by Backprop (Blundell et al. 2015) on GaussianLinear layers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bnn_pyro.methods._checks import (
+    check_float,
+    check_inputs,
+    check_int,
+    check_likelihood,
+    check_noise_scale,
+    check_outputs,
+    check_targets,
+)
+from bnn_pyro.methods._training import (
+    NoiseScaleMixin,
+    check_fit_args,
+    modes,
+    module_device,
+    seed_from,
+    seeded,
+    train_epochs,
+)
+from bnn_pyro.methods.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
+from bnn_pyro.nn.functional import BayesianMLP
+
+__all__ = ["VariationalBayesNN"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
+    """A mean-field Gaussian BNN trained by maximising the ELBO (Bayes by Backprop).
+
+    The net is a :class:`~bnn_pyro.nn.functional.BayesianMLP` of
+    :class:`~bnn_pyro.nn.gaussian_linear.GaussianLinear` layers, with the fan-in-scaled
+    initialisation explained there (the seed's ``mu ~ N(0, prior_std²)`` gives pre-activations
+    of size ``sqrt(width)`` and is not used). Monte Carlo draws are vectorized: S weight sets
+    run in one batched pass, ``(S, N, O)``.
+
+    The loss per datum is ``mean NLL + kl_weight · KL / N`` with N the *data set* size (not the
+    batch), so minibatch training is unbiased for the ELBO / N. Likelihoods: softmax
+    categorical, or Gaussian with homoscedastic noise std ``noise_scale``.
+
+    Args:
+        in_features: input size D.
+        hidden_sizes: hidden layer sizes.
+        out_features: output size O.
+        prior_std: std of the zero-mean Gaussian prior on every weight and bias.
+        num_samples: S, weight draws per :meth:`predict`.
+        likelihood: ``"classification"``/``"categorical"`` or ``"regression"``/``"gaussian"``.
+        activation: activation between layers (name or callable).
+        noise_scale: Gaussian noise std; None lets :meth:`fit` learn it.
+        dataset_size: N for :meth:`variational_loss` when not passed there (fit sets it).
+
+    Example:
+        >>> vb = VariationalBayesNN(4, [16], 3, num_samples=5)
+        >>> x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+        >>> loss = vb.variational_loss(x, y, num_samples=2, dataset_size=100)
+        >>> loss.backward()
+        >>> vb.predict(x)[0].shape
+        torch.Size([8, 3])
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_sizes: Sequence[int],
+        out_features: int,
+        prior_std: float = 1.0,
+        num_samples: int = 20,
+        *,
+        likelihood: str = "classification",
+        activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
+        noise_scale: float | torch.Tensor | None = None,
+        dataset_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_int(num_samples, "num_samples")
+        self.likelihood = check_likelihood(likelihood)
+        if dataset_size is not None:
+            check_int(dataset_size, "dataset_size")
+        self.net = BayesianMLP(in_features, hidden_sizes, out_features, activation, prior_std)
+        self.prior_std = float(prior_std)
+        self.num_samples = num_samples
+        self.dataset_size = dataset_size
+        self.noise_scale = noise_scale
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The :class:`GaussianLinear` layers (seed attribute)."""
+        return self.net.layers
+
+    def forward(
+        self, x: torch.Tensor, sample: bool = True, num_samples: int | None = None
+    ) -> torch.Tensor:
+        """Outputs with sampled weights ``(N, O)``, or ``(S, N, O)`` for ``num_samples=S``."""
+        return self.net(x, sample=sample, num_samples=num_samples)
+
+    def kl_divergence(self) -> torch.Tensor:
+        """KL(q(w) || p(w)) summed over all layers (scalar)."""
+        return self.net.kl_cost()
+
+    def _nll(self, out: torch.Tensor, y: torch.Tensor, likelihood: str, sigma) -> torch.Tensor:
+        """Mean over samples and data of the per-datum NLL; ``out: (S, N, O)``."""
+        if likelihood == "classification":
+            s, n, c = out.shape
+            return F.cross_entropy(out.reshape(s * n, c), y.repeat(s))
+        z = (out - y) / sigma
+        per_datum = (0.5 * z**2 + torch.log(sigma) + _HALF_LOG_2PI).sum(-1)
+        return per_datum.mean()
+
+    def variational_loss(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        num_samples: int = 10,
+        kl_weight: float = 1.0,
+        likelihood: str | None = None,
+        dataset_size: int | None = None,
+        noise_scale: float | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Negative ELBO per datum: ``mean NLL + kl_weight · KL / dataset_size``.
+
+        Args:
+            x: ``(B, D)`` a minibatch.
+            y: ``(B,)`` class indices, or ``(B,)`` / ``(B, O)`` regression targets.
+            num_samples: Monte Carlo weight draws (vectorized).
+            kl_weight: β for KL annealing/tempering (1 = the ELBO).
+            likelihood: ``"categorical"``/``"classification"`` or ``"gaussian"``/
+                ``"regression"``; default the model's.
+            dataset_size: N of the full data set; default ``self.dataset_size`` (set by
+                :meth:`fit`), else ``len(x)``, which is right only for full-batch training.
+            noise_scale: Gaussian noise std (a tensor may require grad); default
+                ``self.noise_scale``.
+
+        Returns:
+            Scalar loss.
+        """
+        check_inputs(x)
+        lik = self.likelihood if likelihood is None else check_likelihood(likelihood)
+        yt = check_targets(x, y, lik)
+        check_int(num_samples, "num_samples")
+        check_float(kl_weight, "kl_weight", strict=False)
+        n = dataset_size if dataset_size is not None else self.dataset_size or len(x)
+        check_int(n, "dataset_size")
+        sigma = None
+        if lik == "regression":
+            sigma = self.noise_scale if noise_scale is None else noise_scale
+            if sigma is None:
+                raise ValueError(
+                    "noise_scale is None: pass noise_scale, set model.noise_scale, or use fit()"
+                )
+            if not (isinstance(sigma, torch.Tensor) and sigma.requires_grad):
+                check_noise_scale(sigma)
+            sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
+        out = self.net(x, num_samples=num_samples)
+        check_outputs(out[0], yt, lik)
+        return self._nll(out, yt, lik, sigma) + kl_weight * self.kl_divergence() / n
+
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool = False,
+        normalize_output: bool = True,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> PredictOutput:
+        """Predictive from S weight draws in one vectorized pass.
+
+        Args:
+            x: ``(N, D)`` inputs.
+            return_samples: also return the samples.
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
+            generator: for reproducible draws.
+
+        Returns:
+            ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
+        """
+        check_inputs(x)
+        with seeded(seed_from(generator), module_device(self)):
+            samples = self.net(x, num_samples=self.num_samples)
+        return summarize_samples(to_probabilities(samples, normalize_output), return_samples)
+
+    def fit(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        epochs: int = 100,
+        batch_size: int = 32,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        optimizer: str = "adam",
+        train_samples: int = 1,
+        kl_weight: float = 1.0,
+        progress: bool = True,
+        seed: int | None = None,
+    ) -> VariationalBayesNN:
+        """Minimise :meth:`variational_loss` over minibatches with ``dataset_size = len(x)``.
+
+        For regression without a user-set ``noise_scale``, ``log σ`` is a free parameter
+        optimised jointly with the ELBO (its maximum-likelihood / type-II estimate), started
+        at ``log std(y)``; ``noise_scale`` is then set to the learned σ (a float for one
+        output, a ``(O,)`` tensor otherwise).
+
+        Args:
+            x: ``(N, D)`` inputs.
+            y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
+            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
+            train_samples: Monte Carlo weight draws per step.
+            kl_weight: β on the KL term.
+            progress: show a tqdm bar.
+            seed: seeds shuffling and weight noise (the global RNG is left untouched).
+
+        Returns:
+            self.
+        """
+        check_inputs(x)
+        yt = check_targets(x, y, self.likelihood)
+        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        check_int(train_samples, "train_samples")
+        check_float(kl_weight, "kl_weight", strict=False)
+        with torch.no_grad():
+            check_outputs(self.net(x[:2], sample=False), yt, self.likelihood)
+        device = module_device(self)
+        x, yt = x.to(device), yt.to(device)
+        params = list(self.parameters())
+        log_sigma = None
+        if self.likelihood == "regression" and not self._noise_from_user:
+            init = yt.std(dim=0).clamp_min(1e-3) if len(yt) > 1 else torch.ones(yt.shape[1])
+            log_sigma = init.log().to(device).requires_grad_(True)
+            params.append(log_sigma)
+        self.dataset_size = len(x)
+
+        def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            sigma = None if log_sigma is None else log_sigma.exp()
+            return self.variational_loss(
+                xb, yb, train_samples, kl_weight, dataset_size=len(x), noise_scale=sigma
+            )
+
+        with seeded(seed, device), modes(self, lambda m: True):
+            train_epochs(
+                params,
+                loss,
+                x,
+                yt,
+                epochs=epochs,
+                batch_size=batch_size,
+                lr=lr,
+                weight_decay=weight_decay,
+                optimizer=optimizer,
+                progress=progress,
+                desc="VariationalBayesNN",
+            )
+        if log_sigma is not None:
+            sigma = log_sigma.detach().exp()
+            self._estimate_noise(float(sigma) if sigma.numel() == 1 else sigma)
+        return self

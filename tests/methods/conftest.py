@@ -1,0 +1,34 @@
+"""Fixtures for the method tests: a 1-D toy regression with a gap, and small nets."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny nets run faster on one thread, and two test workers then share 2 cores fairly."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def gap_data() -> SimpleNamespace:
+    """y = sin(x) + N(0, 0.1²) on x in [-3, -1] U [1, 3] (80 points).
+
+    ``x_gap`` lies in the gap [-0.5, 0.5]; ``x_far`` in [-7, -5] U [5, 7], far outside.
+    """
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(40, generator=g) * 2 - 3, torch.rand(40, generator=g) * 2 + 1])
+    x = x.unsqueeze(-1)
+    y = torch.sin(x) + 0.1 * torch.randn(x.shape, generator=g)
+    return SimpleNamespace(
+        x=x,
+        y=y,
+        x_gap=torch.linspace(-0.5, 0.5, 21).unsqueeze(-1),
+        x_far=torch.cat([torch.linspace(-7, -5, 11), torch.linspace(5, 7, 11)]).unsqueeze(-1),
+        noise=0.1,
+    )

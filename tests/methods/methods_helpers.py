@@ -1,0 +1,14 @@
+"""Small nets shared by the method tests (imported by name: tests/methods is on sys.path)."""
+
+import torch.nn as nn
+
+
+def relu_mlp(d_in: int = 1, d_out: int = 1, hidden: int = 50, dropout: float = 0.0) -> nn.Module:
+    """``d_in -> hidden -> hidden -> d_out`` ReLU MLP, with dropout after each hidden layer."""
+    layers: list[nn.Module] = []
+    for a, b in [(d_in, hidden), (hidden, hidden)]:
+        layers += [nn.Linear(a, b), nn.ReLU()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+    layers.append(nn.Linear(hidden, d_out))
+    return nn.Sequential(*layers)
