@@ -107,3 +107,20 @@ def curvature(
             else:
                 h += torch.einsum("bop,bo,boq->pq", jac, prob, jac) - jp.T @ jp
     return h.detach(), loglik, count
+
+
+@torch.no_grad()
+def residual_sigma(
+    model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device
+) -> float | torch.Tensor:
+    """Maximum-likelihood noise std ``sqrt(mean_n (y_n - f(x_n))²)`` per output (floor 1e-6).
+
+    A float for one output, an ``(O,)`` tensor otherwise.
+    """
+    sse, count = 0.0, 0
+    for xb, yb in batches:
+        out = model(xb.to(device))
+        sse = sse + ((out - yb.to(device).reshape(out.shape)) ** 2).sum(0)
+        count += len(xb)
+    sigma = (sse / count).sqrt().clamp_min(1e-6)
+    return float(sigma) if sigma.numel() == 1 else sigma

@@ -6,7 +6,7 @@ import warnings
 
 import torch
 import torch.nn as nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call, jvp, vmap
 
 
 def flatten(tensors: dict[str, torch.Tensor], batch_dims: int = 0) -> torch.Tensor:
@@ -63,3 +63,44 @@ def batched_call(
         )
     num = next(iter(stacked.values())).shape[0]
     return torch.stack([call({k: v[s] for k, v in stacked.items()}, x) for s in range(num)])
+
+
+def linearized_call(
+    model: nn.Module,
+    mean: dict[str, torch.Tensor],
+    stacked: dict[str, torch.Tensor],
+    x: torch.Tensor,
+) -> torch.Tensor:
+    """The net linearised at ``mean``, ``f(x, θ*) + J(x) (θ_s - θ*)``, for each sample.
+
+    Args:
+        model: the net (parameters not in ``mean`` stay fixed).
+        mean: ``{name: (*shape)}`` the expansion point θ*.
+        stacked: ``{name: (S, *shape)}`` the samples θ_s.
+        x: ``(N, ...)`` inputs.
+
+    Returns:
+        ``(S, N, ...)``: one Jacobian-vector product per sample, under ``vmap``.
+    """
+
+    def f(p: dict[str, torch.Tensor]) -> torch.Tensor:
+        return functional_call(model, p, (x,))
+
+    def one(sample: dict[str, torch.Tensor]) -> torch.Tensor:
+        out, tangent = jvp(f, (mean,), ({k: sample[k] - mean[k] for k in mean},))
+        return out + tangent
+
+    return vmap(one)(stacked)
+
+
+def last_layer_parameters(model: nn.Module) -> dict[str, torch.nn.Parameter]:
+    """``{name: parameter}`` of the last ``nn.Linear`` in ``model.named_modules()`` order."""
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError("subset='last_layer' needs an nn.Linear in model, found none")
+    prefix = f"{linears[-1]}." if linears[-1] else ""
+    return {
+        n: p
+        for n, p in model.named_parameters()
+        if n.startswith(prefix) and "." not in n[len(prefix) :]
+    }

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
-from torch.func import functional_call, jvp, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.methods import _gaussian_posterior as gp
 from bnn_pyro.methods._checks import (
     check_choice,
     check_float,
@@ -21,8 +20,14 @@ from bnn_pyro.methods._checks import (
     check_outputs,
     check_targets,
 )
-from bnn_pyro.methods._curvature import curvature
-from bnn_pyro.methods._params import batched_call, flatten, unflatten
+from bnn_pyro.methods._curvature import curvature, residual_sigma
+from bnn_pyro.methods._params import (
+    batched_call,
+    flatten,
+    last_layer_parameters,
+    linearized_call,
+    unflatten,
+)
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
     check_fit_args,
@@ -116,17 +121,10 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         self.subset = check_choice(subset, "subset", ("all", "last_layer"))
         self.predictive = check_choice(predictive, "predictive", ("nn", "glm"))
         self.noise_scale = noise_scale
-        params = dict(model.named_parameters())
-        if subset == "last_layer":
-            linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-            if not linears:
-                raise ValueError("subset='last_layer' needs an nn.Linear in model, found none")
-            prefix = f"{linears[-1]}." if linears[-1] else ""
-            params = {
-                n: p
-                for n, p in params.items()
-                if n.startswith(prefix) and "." not in n[len(prefix) :]
-            }
+        params = (
+            last_layer_parameters(model) if subset == "last_layer" else model.named_parameters()
+        )
+        params = dict(params)
         self._shapes = {n: p.shape for n, p in params.items()}
         self._mean: torch.Tensor | None = None
         self._hessian: torch.Tensor | None = None
@@ -149,26 +147,16 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         """``H + λ``: ``{name: tensor}`` (diag, the seed's format) or a ``(P, P)`` matrix."""
         if self._hessian is None:
             return None
-        if self.hessian_structure == "diag":
-            return unflatten(self._hessian + self.prior_precision, self._shapes)
-        eye = torch.eye(len(self._hessian), dtype=self._hessian.dtype, device=self._hessian.device)
-        return self._hessian + self.prior_precision * eye
+        prec = gp.precision(self._hessian, self.prior_precision, self.hessian_structure)
+        return unflatten(prec, self._shapes) if self.hessian_structure == "diag" else prec
 
     def posterior_covariance(self) -> torch.Tensor:
         """``(H + λ I)⁻¹`` as a ``(P, P)`` matrix (diagonal for ``hessian_structure="diag"``)."""
         _, h = self._require_fit()
-        if self.hessian_structure == "diag":
-            return torch.diag(1.0 / (h + self.prior_precision))
-        return torch.cholesky_inverse(torch.linalg.cholesky(self.posterior_precision))
-
-    def _eigenvalues(self) -> torch.Tensor:
-        _, h = self._require_fit()
-        if self.hessian_structure == "diag":
-            return h.double().clamp_min(0)
-        return torch.linalg.eigvalsh(h.double()).clamp_min(0)
+        return gp.covariance(h, self.prior_precision, self.hessian_structure)
 
     def log_marginal_likelihood(self, prior_precision: float | None = None) -> torch.Tensor:
-        """Laplace log-evidence ``log p(D | λ)`` at θ* (float64 scalar).
+        """Laplace log-evidence ``log p(D | λ)`` at θ* (float64 scalar tensor).
 
         ``log p(D|θ*) - λ/2 ‖θ*‖² + P/2 log λ - 1/2 log det(H + λ I)``. It is exact for a linear
         model with a Gaussian likelihood when θ* is the MAP under λ.
@@ -176,41 +164,24 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         Args:
             prior_precision: λ to evaluate; default the current one.
         """
-        mean, _ = self._require_fit()
+        mean, h = self._require_fit()
         lam = self.prior_precision if prior_precision is None else prior_precision
         lam = check_float(lam, "prior_precision")
-        theta2 = float((mean.double() ** 2).sum())
-        logdet = torch.log(self._eigenvalues() + lam).sum()
-        p = mean.numel()
-        return self._loglik - 0.5 * lam * theta2 + 0.5 * p * math.log(lam) - 0.5 * logdet
+        return gp.log_evidence(self._loglik, mean, h, lam, self.hessian_structure)
 
     def optimize_prior_precision(self, bounds: tuple[float, float] = (1e-8, 1e8)) -> float:
         """Set λ to the maximiser of :meth:`log_marginal_likelihood` and return it.
 
-        With ``e_i`` the eigenvalues of ``H`` (its diagonal for ``"diag"``), the derivative is
-        ``(Σ_i e_i / (λ (e_i + λ)) - ‖θ*‖²) / 2``, strictly decreasing in λ, so the maximiser
-        is its unique root (MacKay's ``λ = γ / ‖θ*‖²`` with γ the effective number of
-        parameters), found by bisection in ``log λ`` within ``bounds``.
+        The derivative of the log-evidence in λ is strictly decreasing, so the maximiser is
+        found exactly by bisection in ``log λ`` within ``bounds``; it
+        satisfies MacKay's fixed point ``λ = γ / ‖θ*‖²``, ``γ = Σ_i e_i / (e_i + λ)`` over the
+        eigenvalues ``e_i`` of H.
         """
-        mean, _ = self._require_fit()
+        mean, h = self._require_fit()
         lo, hi = (check_float(b, "bounds") for b in bounds)
         if lo >= hi:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
-        e, theta2 = self._eigenvalues(), float((mean.double() ** 2).sum())
-
-        def slope(log_lam: float) -> float:
-            lam = math.exp(log_lam)
-            return float((e / (lam * (e + lam))).sum()) - theta2
-
-        a, b = math.log(lo), math.log(hi)
-        if slope(a) <= 0:
-            b = a
-        elif slope(b) >= 0:
-            a = b
-        for _ in range(200):
-            mid = 0.5 * (a + b)
-            a, b = (mid, b) if slope(mid) > 0 else (a, mid)
-        self.prior_precision = math.exp(0.5 * (a + b))
+        self.prior_precision = gp.optimal_prior_precision(mean, h, self.hessian_structure, (lo, hi))
         return self.prior_precision
 
     # --- fitting ------------------------------------------------------------------------
@@ -218,14 +189,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         params = {n: p.detach() for n, p in self.model.named_parameters() if n in self._shapes}
         with modes(self.model, lambda m: False):
             if self.likelihood == "regression" and not self._noise_from_user:
-                sse, count = 0.0, 0
-                with torch.no_grad():
-                    for xb, yb in batches:
-                        out = self.model(xb.to(device))
-                        yb = yb.to(device).reshape(out.shape)
-                        sse, count = sse + ((out - yb) ** 2).sum(0), count + len(xb)
-                sigma = (sse / count).sqrt().clamp_min(1e-6)
-                self._estimate_noise(float(sigma) if sigma.numel() == 1 else sigma)
+                self._estimate_noise(residual_sigma(self.model, batches, device))
             sigma = None
             if self.likelihood == "regression":
                 if self.noise_scale is None:
@@ -318,13 +282,8 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
     def sample_parameters(self, num_samples: int) -> dict[str, torch.Tensor]:
         """``{name: (S, *shape)}`` draws of the Bayesian parameters from the posterior."""
         mean, h = self._require_fit()
-        z = torch.randn(check_int(num_samples, "num_samples"), mean.numel(), dtype=mean.dtype)
-        z = z.to(mean.device)
-        if self.hessian_structure == "diag":
-            flat = mean + z / (h + self.prior_precision).sqrt()
-        else:
-            chol = torch.linalg.cholesky(self.posterior_precision)  # P = L Lᵀ, Σ = L⁻ᵀ L⁻¹
-            flat = mean + torch.linalg.solve_triangular(chol.T, z.T, upper=True).T
+        check_int(num_samples, "num_samples")
+        flat = gp.sample(mean, h, self.prior_precision, self.hessian_structure, num_samples)
         return unflatten(flat, self._shapes)
 
     @torch.no_grad()
@@ -357,22 +316,8 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
             if self.predictive == "nn":
                 samples = batched_call(self.model, stacked, x)
             else:
-                samples = self._glm_samples(stacked, x)
+                samples = linearized_call(self.model, self.mean, stacked, x)
         return summarize_samples(to_probabilities(samples, normalize_output), return_samples)
-
-    def _glm_samples(self, stacked: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """``f(x, θ*) + J(x) (θ_s - θ*)`` for each sample: ``(S, N, O)`` via vmap(jvp)."""
-        mean = self.mean
-
-        def f(p: dict[str, torch.Tensor]) -> torch.Tensor:
-            return functional_call(self.model, p, (x,))
-
-        def one(sample: dict[str, torch.Tensor]) -> torch.Tensor:
-            delta = {k: sample[k] - mean[k] for k in mean}
-            out, tangent = jvp(f, (mean,), (delta,))
-            return out + tangent
-
-        return vmap(one)(stacked)
 
     # --- state --------------------------------------------------------------------------
     def get_extra_state(self) -> dict[str, object]:
