@@ -109,7 +109,7 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, likelihood: str) -> torch.Tens
 def probe(model: Callable[[torch.Tensor], torch.Tensor], module: nn.Module, x: torch.Tensor):
     """One forward pass on two rows in eval mode without gradients, to check output shapes."""
     with torch.no_grad(), modes(module, lambda m: False):
-        return model(x[:2])
+        return model(x[:2].to(module_device(module)))
 
 
 def train_epochs(

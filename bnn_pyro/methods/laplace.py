@@ -245,20 +245,18 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         Returns:
             self.
         """
-        if device is not None:
-            self.model.to(torch.device(device))
-        dev = module_device(self.model)
-        if not isinstance(data, torch.Tensor):
-            if y is not None:
-                raise TypeError("y must be None when data is a DataLoader (it yields (x, y))")
+        if isinstance(data, DataLoader) and y is not None:
+            raise TypeError("y must be None when data is a DataLoader (it yields (x, y))")
+        if not isinstance(data, torch.Tensor) and y is None:
             if not isinstance(data, Iterable):
                 raise TypeError(f"data must be a DataLoader or a tensor, got {type(data).__name__}")
-            self._fit_posterior(data, dev)
+            self._fit_posterior(data, self._move(device))
             return self
         x = check_inputs(data, "x")
         yt = check_targets(x, y, self.likelihood)
         check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed, 0)
         check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
+        dev = self._move(device)
         x, yt = x.to(dev), yt.to(dev)
         if epochs > 0:
             with seeded(seed, dev), modes(self.model, lambda m: True):
@@ -277,6 +275,11 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
                 )
         self._fit_posterior(DataLoader(TensorDataset(x, yt), batch_size=max(batch_size, 256)), dev)
         return self
+
+    def _move(self, device: str | torch.device | None) -> torch.device:
+        if device is not None:
+            self.model.to(torch.device(device))
+        return module_device(self.model)
 
     # --- prediction ---------------------------------------------------------------------
     def sample_parameters(self, num_samples: int) -> dict[str, torch.Tensor]:

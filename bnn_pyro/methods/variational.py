@@ -88,6 +88,7 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
     ) -> None:
         super().__init__()
         check_int(num_samples, "num_samples")
+        check_float(prior_std, "prior_std")
         self.likelihood = check_likelihood(likelihood)
         if dataset_size is not None:
             check_int(dataset_size, "dataset_size")
