@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.func import functional_call, grad, jacrev, vmap
+from torch.func import functional_call, grad_and_value, jacrev, vmap
 
 from bnn_pyro.methods._params import flatten
 
@@ -70,11 +70,12 @@ def curvature(
         ``params``, and the number of examples.
     """
 
-    def f(p: dict[str, torch.Tensor], xi: torch.Tensor) -> torch.Tensor:
-        return functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
+    def f(p: dict[str, torch.Tensor], xi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
+        return out, out  # (output, aux copy of the output for jacrev(has_aux=True))
 
     def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-        return _nll(f(p, xi), yi, likelihood, sigma)
+        return _nll(f(p, xi)[0], yi, likelihood, sigma)
 
     size = sum(t.numel() for t in params.values())
     ref = next(iter(params.values()))
@@ -82,17 +83,19 @@ def curvature(
     loglik, count = 0.0, 0
     for xb, yb in batches:
         xb, yb = xb.to(device), yb.to(device)
-        with torch.no_grad():
-            out = functional_call(model, params, (xb,))
-        yb = _prepare_y(yb, likelihood, out.shape[-1])
-        with torch.no_grad():
-            loglik -= float(_nll(out, yb, likelihood, sigma))
         count += len(xb)
         if kind == "fisher":
-            g = flatten(vmap(grad(loss), in_dims=(None, 0, 0))(params, xb, yb), batch_dims=1)
-            h += (g**2).sum(0) if structure == "diag" else g.T @ g
+            grads, nll = vmap(grad_and_value(loss), in_dims=(None, 0, 0))(params, xb, yb)
+            loglik -= float(nll.sum())
+            if structure == "diag":  # square per parameter: never materialise (B, P)
+                h += torch.cat([(g**2).sum(0).reshape(-1) for g in grads.values()])
+            else:
+                g = flatten(grads, batch_dims=1)
+                h += g.T @ g
             continue
-        jac = flatten(vmap(jacrev(f), in_dims=(None, 0))(params, xb), batch_dims=2)  # (B, O, P)
+        jac, out = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(params, xb)
+        jac = flatten(jac, batch_dims=2)  # (B, O, P)
+        loglik -= float(_nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma))
         if likelihood == "regression":
             w = (1.0 / sigma**2).to(jac).expand(jac.shape[1])  # (O,)
             if structure == "diag":

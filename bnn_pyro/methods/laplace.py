@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods import _gaussian_posterior as gp
@@ -235,7 +235,8 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         :meth:`optimize_prior_precision` tunes it afterwards.
 
         Args:
-            data: a ``DataLoader`` of ``(x, y)``, or ``x: (N, D)``.
+            data: a ``DataLoader`` (or any re-iterable sequence) of ``(x, y)`` batches, or
+                ``x: (N, D)``.
             y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with ``x`` only).
             epochs, batch_size, lr, weight_decay, optimizer: the training loop.
             progress: show a tqdm bar.
@@ -273,7 +274,10 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
                     progress=progress,
                     desc="Laplace (MAP)",
                 )
-        self._fit_posterior(DataLoader(TensorDataset(x, yt), batch_size=max(batch_size, 256)), dev)
+        step = max(batch_size, 256)  # curvature batches: views, no DataLoader collation
+        self._fit_posterior(
+            [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev
+        )
         return self
 
     def _move(self, device: str | torch.device | None) -> torch.device:
