@@ -176,7 +176,13 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         return loc, var.sqrt()
 
     def diversity(self, x: torch.Tensor) -> torch.Tensor:
-        """Disagreement between members: the predictive variance averaged over outputs, ``(N,)``."""
+        """Disagreement between members: the predictive variance averaged over outputs, ``(N,)``.
+
+        Example:
+            >>> ens = DeepEnsemble(lambda: nn.Linear(2, 3), num_models=3)
+            >>> ens.diversity(torch.randn(4, 2)).shape
+            torch.Size([4])
+        """
         _, variance = self.predict(x)
         return variance.mean(dim=-1)
 
@@ -201,6 +207,14 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             The mean batch loss of each epoch.
+
+        Example:
+            >>> from torch.utils.data import DataLoader, TensorDataset
+            >>> ens = DeepEnsemble(lambda: nn.Linear(2, 2), num_models=2)
+            >>> data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))))
+            >>> opt = torch.optim.SGD(ens.models[0].parameters(), lr=0.1)
+            >>> len(ens.train_member(0, data, opt, nn.CrossEntropyLoss(), num_epochs=2))
+            2
         """
         check_int(model_idx, "model_idx", minimum=0)
         if model_idx >= self.num_models:
@@ -261,6 +275,14 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             self.
+
+        Example:
+            >>> make = lambda: nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 2))
+            >>> ens = DeepEnsemble(make, 3, likelihood="regression", gaussian_nll=True)
+            >>> x = torch.linspace(-1, 1, 16).unsqueeze(-1)
+            >>> loc, scale = ens.fit(x, x, epochs=3, progress=False).predictive_gaussian(x)
+            >>> loc.shape, scale.shape
+            (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)

@@ -121,10 +121,11 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         self.subset = check_choice(subset, "subset", ("all", "last_layer"))
         self.predictive = check_choice(predictive, "predictive", ("nn", "glm"))
         self.noise_scale = noise_scale
-        params = (
-            last_layer_parameters(model) if subset == "last_layer" else model.named_parameters()
-        )
-        params = dict(params)
+        params = dict(model.named_parameters())
+        if subset == "last_layer":
+            params = last_layer_parameters(model)
+        if not params:
+            raise ValueError("model must have parameters for the Laplace approximation, got none")
         self._shapes = {n: p.shape for n, p in params.items()}
         self._mean: torch.Tensor | None = None
         self._hessian: torch.Tensor | None = None
@@ -163,6 +164,12 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
 
         Args:
             prior_precision: λ to evaluate; default the current one.
+
+        Example:
+            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", noise_scale=0.5)
+            >>> la = la.fit(torch.randn(20, 2), torch.randn(20), epochs=0, progress=False)
+            >>> la.log_marginal_likelihood().dtype
+            torch.float64
         """
         mean, h = self._require_fit()
         lam = self.prior_precision if prior_precision is None else prior_precision
@@ -176,6 +183,13 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         found exactly by bisection in ``log λ`` within ``bounds``; it
         satisfies MacKay's fixed point ``λ = γ / ‖θ*‖²``, ``γ = Σ_i e_i / (e_i + λ)`` over the
         eigenvalues ``e_i`` of H.
+
+        Example:
+            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", hessian="ggn")
+            >>> la = la.fit(torch.randn(50, 2), torch.randn(50), epochs=0, progress=False)
+            >>> lam = la.optimize_prior_precision()
+            >>> bool(la.log_marginal_likelihood(lam) >= la.log_marginal_likelihood(2 * lam))
+            True
         """
         mean, h = self._require_fit()
         lo, hi = (check_float(b, "bounds") for b in bounds)
@@ -245,6 +259,14 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             self.
+
+        Example:
+            >>> from torch.utils.data import DataLoader, TensorDataset
+            >>> net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+            >>> data = DataLoader(TensorDataset(torch.randn(30, 2), torch.randn(30, 1)), 10)
+            >>> la = LaplaceApproximation(net, "regression").fit(data)  # seed API: no training
+            >>> la.posterior_covariance().shape
+            torch.Size([33, 33])
         """
         if isinstance(data, DataLoader) and y is not None:
             raise TypeError("y must be None when data is a DataLoader (it yields (x, y))")

@@ -180,6 +180,12 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             ``(N,)`` entropies ``-sum_c p_c log p_c``.
+
+        Example:
+            >>> net = nn.Sequential(nn.Linear(2, 8), nn.Dropout(0.3), nn.Linear(8, 4))
+            >>> MCDropout(net, num_samples=5, dropout_rate=0.3).predict_entropy(
+            ...     torch.randn(3, 2)).shape
+            torch.Size([3])
         """
         mean, _, samples = self.predict(x, return_samples=True, generator=generator)
         if samples.dim() != 3 or samples.shape[-1] < 2:
@@ -218,6 +224,14 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             self.
+
+        Example:
+            >>> net = nn.Sequential(nn.Linear(1, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 1))
+            >>> mc = MCDropout(net, num_samples=10, likelihood="regression")
+            >>> x = torch.linspace(-1, 1, 32).unsqueeze(-1)
+            >>> mc = mc.fit(x, x**2, epochs=5, progress=False, seed=0)
+            >>> mc.noise_scale > 0
+            True
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)

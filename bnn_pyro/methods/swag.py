@@ -107,6 +107,8 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
     ) -> None:
         super().__init__()
         check_module(model)
+        if not any(True for _ in model.parameters()):
+            raise ValueError("model must have parameters for SWAG, got a module without any")
         check_int(num_samples, "num_samples")
         check_float(var_clamp, "var_clamp", strict=False)
         check_int(max_num_models, "max_num_models", minimum=0)
@@ -141,6 +143,13 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         """Fold the current weights of ``model`` (default: the wrapped net) into the moments.
 
         Call it periodically during training, e.g. once per epoch after a warm-up.
+
+        Example:
+            >>> net = nn.Linear(2, 1)
+            >>> swag = SWAG(net)
+            >>> swag.collect_model(net); swag.collect_model(net)
+            >>> swag.n_models
+            2
         """
         model = self.model if model is None else check_module(model)
         shapes = {n: p.shape for n, p in model.named_parameters()}
@@ -203,6 +212,13 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
             num_samples: None for one draw ``{name: (*shape)}`` (seed API), or S for
                 ``{name: (S, *shape)}``.
             generator: for reproducible draws (the global RNG is not touched).
+
+        Example:
+            >>> net = nn.Linear(2, 1)
+            >>> swag = SWAG(net)
+            >>> swag.collect_model(net)
+            >>> swag.sample_parameters(4)["weight"].shape
+            torch.Size([4, 1, 2])
         """
         s = 1 if num_samples is None else check_int(num_samples, "num_samples")
         with seeded(seed_from(generator), self.swag_mean.device):
@@ -288,6 +304,12 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             self.
+
+        Example:
+            >>> swag = SWAG(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3)))
+            >>> x, y = torch.randn(40, 2), torch.randint(0, 3, (40,))
+            >>> swag.fit(x, y, epochs=4, progress=False, seed=0).n_models
+            2
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)

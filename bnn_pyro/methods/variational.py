@@ -228,6 +228,13 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
 
         Returns:
             self.
+
+        Example:
+            >>> vb = VariationalBayesNN(1, [16], 1, likelihood="regression")
+            >>> x = torch.linspace(-1, 1, 32).unsqueeze(-1)
+            >>> vb = vb.fit(x, 2 * x, epochs=3, progress=False, seed=0)
+            >>> vb.dataset_size, vb.noise_scale > 0
+            (32, True)
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)

@@ -1,4 +1,4 @@
-"""Fixtures for the method tests: a 1-D toy regression with a gap, and small nets."""
+"""Fixtures for the method tests: one thread, seed 0, and a 1-D toy regression with a gap."""
 
 from types import SimpleNamespace
 
@@ -13,6 +13,15 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test starts from seed 0 (order-independent); the caller's RNG state is restored."""
+    state = torch.get_rng_state()
+    torch.manual_seed(0)
+    yield
+    torch.set_rng_state(state)
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,10 @@ FACTORIES = {
     ),
 }
 
-X = torch.randn(12, 2)
-Y_CLS = torch.randint(0, 3, (12,))
-Y_REG = torch.randn(12, 1)
+_G = torch.Generator().manual_seed(0)
+X = torch.randn(12, 2, generator=_G)
+Y_CLS = torch.arange(12) % 3  # every class present: Y_CLS - 1 has a -1, Y_CLS + 3 a 5
+Y_REG = torch.randn(12, 1, generator=_G)
 NAN_X = X.clone()
 NAN_X[3, 1] = float("nan")
 INF_Y = Y_REG.clone()

@@ -300,3 +300,8 @@ def test_other_argument_errors():
     la.fit(x, y, epochs=0, progress=False)
     with pytest.raises(ValueError, match="bounds"):
         la.optimize_prior_precision((10.0, 1.0))
+
+
+def test_model_without_parameters_is_rejected():
+    with pytest.raises(ValueError, match="parameters"):
+        LaplaceApproximation(nn.ReLU())

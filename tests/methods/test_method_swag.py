@@ -178,3 +178,8 @@ def test_errors():
     reg = SWAG(relu_mlp(2, 1, 4), likelihood="regression")
     with pytest.raises(ValueError, match="swa_start"):
         reg.fit(x, y, epochs=3, swa_start=3, progress=False)
+
+
+def test_model_without_parameters_is_rejected():
+    with pytest.raises(ValueError, match="parameters"):
+        SWAG(nn.ReLU())
