@@ -101,10 +101,14 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         self.noise_scale = noise_scale
 
     def forward(self, x: torch.Tensor, model_idx: int | None = None) -> torch.Tensor:
-        """Raw output of member ``model_idx``, or the average of all members' raw outputs."""
+        """Raw output of member ``model_idx``, or the average of all members' raw outputs.
+
+        Runs the members in their current modes with autograd (a loop, as the seed); use
+        :meth:`predict` for vectorized, eval-mode inference.
+        """
         if model_idx is not None:
             return self.models[model_idx](x)
-        return self._member_outputs(x).mean(dim=0)
+        return torch.stack([m(x) for m in self.models]).mean(dim=0)
 
     def _member_outputs(self, x: torch.Tensor, vectorize: bool = True) -> torch.Tensor:
         """Raw member outputs ``(M, N, ...)`` in eval mode (modes restored afterwards)."""

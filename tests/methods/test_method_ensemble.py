@@ -26,6 +26,7 @@ def test_vmap_prediction_equals_the_loop():
     torch.testing.assert_close(vm, ref, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(loop, ref, rtol=1e-6, atol=1e-6)
     assert all(m.training for m in ens.models)  # modes restored
+    ens.eval()
     torch.testing.assert_close(ens(x), ref.mean(0), rtol=1e-6, atol=1e-6)
 
 
