@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NotFittedError"]
+__all__ = ["NotFittedError", "TrainingDivergedError"]
 
 
 class NotFittedError(RuntimeError, ValueError):
@@ -15,4 +15,13 @@ class NotFittedError(RuntimeError, ValueError):
         >>> from bnn_pyro.exceptions import NotFittedError
         >>> issubclass(NotFittedError, ValueError)
         True
+    """
+
+
+class TrainingDivergedError(FloatingPointError):
+    """Raised when the loss becomes NaN or infinite during ``fit``.
+
+    Training stops at that step and the model keeps the last parameters that were finite. The
+    message says at which epoch and step, and what usually helps (a lower learning rate, a
+    smaller ``init_scale``, standardised inputs and targets).
     """

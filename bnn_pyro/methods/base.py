@@ -73,8 +73,7 @@ def summarize_samples(samples: torch.Tensor, return_samples: bool = False) -> Pr
         raise TypeError(f"samples must be a torch.Tensor, got {type(samples).__name__}")
     if samples.dim() < 2:
         raise ValueError(f"samples must have shape (S, N, ...), got shape {tuple(samples.shape)}")
-    mean = samples.mean(dim=0)
-    variance = samples.var(dim=0, correction=0)
+    variance, mean = torch.var_mean(samples, dim=0, correction=0)
     if return_samples:
         return mean, variance, samples
     return mean, variance
