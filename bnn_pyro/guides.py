@@ -1,0 +1,381 @@
+"""Guides: the variational families that hold the learnable means and scales.
+
+:class:`MeanFieldNormalGuide` is the library's own guide: one plain ``Normal`` site per latent
+tensor (``LogNormal`` for positive sites such as a learned noise scale), no auxiliary or
+``Delta`` sites. With it ``TraceMeanField_ELBO`` computes the KL term in closed form, and
+``Trace_ELBO`` estimates it by Monte Carlo. Its parameters live in the module (never in Pyro's
+global param store), so two models in one process never share them.
+
+Any Pyro autoguide class (``AutoNormal``, ``AutoLowRankMultivariateNormal``, ``AutoDelta``, ...)
+can be used instead: :func:`build_guide` accepts the class, a factory ``model -> guide``, or a
+name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import pyro.poutine as poutine
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pyro.distributions.transforms import ExpTransform
+from pyro.infer import autoguide
+from pyro.nn import PyroModule
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.util import site_is_subsample
+from torch.distributions import biject_to
+
+from bnn_pyro.nn.pyro_net import param_statement
+
+__all__ = ["MeanFieldNormalGuide", "KLWeight", "AutoGuideWrapper", "build_guide", "GUIDE_NAMES"]
+
+
+def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.log(-torch.expm1(-x))
+
+
+class KLWeight(Messenger):
+    """Multiply the log-density of every *latent* sample site by ``weight`` (beta).
+
+    Like ``poutine.scale`` restricted to unobserved sites, and allowing ``weight = 0`` (the
+    start of a KL warm-up). Applied to both model and guide it turns the ELBO into
+    ``E_q[log p(y | w)] - beta * KL(q || p)``.
+    """
+
+    def __init__(self, weight: float) -> None:
+        super().__init__()
+        if not (isinstance(weight, (int, float)) and weight >= 0):
+            raise ValueError(f"kl_weight must be a float >= 0, got {weight!r}")
+        self.weight = float(weight)
+
+    def _process_message(self, msg: dict) -> None:
+        if msg["type"] == "sample" and not msg["is_observed"]:
+            msg["scale"] = self.weight * msg["scale"]
+
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+_NO_SHAPE = torch.Size()
+
+
+class ReparamNormal(dist.Normal):
+    """``Normal`` that scores its own last ``rsample`` from the noise that made it.
+
+    For ``w = loc + scale * eps``, ``(w - loc) / scale == eps``, so
+    ``log_prob(w) = -eps**2 / 2 - log(scale) - log(2 pi) / 2`` with the same value and the same
+    gradient (with respect to ``loc`` and ``scale``, through ``w`` and directly) as
+    ``Normal.log_prob``, in fewer operations. Any other value is scored by ``Normal.log_prob``.
+    """
+
+    _last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def expand(self, batch_shape: torch.Size, _instance: Any = None) -> ReparamNormal:
+        new = self._get_checked_instance(ReparamNormal, _instance)
+        return super().expand(batch_shape, _instance=new)
+
+    def rsample(self, sample_shape: torch.Size = _NO_SHAPE) -> torch.Tensor:
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        value = self.loc + eps * self.scale
+        self._last = (value, eps)
+        return value
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        last = self._last
+        if last is not None and value is last[0]:
+            return -0.5 * last[1] ** 2 - self.scale.log() - _LOG_SQRT_2PI
+        return super().log_prob(value)
+
+
+class _SiteSpec:
+    """What the guide needs to know about one latent site."""
+
+    def __init__(self, name: str, fn: dist.Distribution) -> None:
+        self.name = name
+        self.event_dim = fn.event_dim
+        self.shape = fn.batch_shape + fn.event_shape
+        support = fn.support
+        while isinstance(support, dist.constraints.independent):
+            support = support.base_constraint  # elementwise: the guide adds its own event dims
+        self.support = support
+        # biject_to(positive) is exp followed by a shift of 0; use exp itself so positive sites
+        # get a LogNormal, whose KL to a LogNormal prior is closed-form.
+        lower = getattr(support, "lower_bound", None)
+        positive = isinstance(support, dist.constraints.greater_than) and lower == 0
+        self.transform = ExpTransform() if positive else biject_to(support)
+        self.exp = positive
+
+
+class MeanFieldNormalGuide(nn.Module):
+    """A fully factorised Gaussian guide: ``q(w) = prod_i Normal(w_i; loc_i, scale_i)``.
+
+    One ``pyro.sample`` site per latent tensor of the model, with the same name and shape. Real
+    sites get ``Normal(loc, scale).to_event(k)``; positive sites ``LogNormal(loc, scale)`` (a
+    Normal on the log); other supports a Normal pushed through ``biject_to(support)``.
+    ``scale = softplus(rho)``.
+
+    The sites are discovered lazily from the first call (a trace of the model), like Pyro's
+    autoguides; the means start at ``init_loc[name]`` when given (:class:`VariationalBNN` passes
+    the net's own initial weights) and otherwise at the prior's median-ish value
+    (``init_to_median``).
+
+    Args:
+        model: the Pyro model (a callable).
+        init_loc: initial means per site name, in constrained space, shapes as the sites.
+        init_scale: initial standard deviation of every site (in unconstrained space).
+        name: prefix of the param statements (``"guide.loc.<site>"``).
+
+    Example:
+        >>> import pyro, pyro.distributions as dist
+        >>> def model():
+        ...     pyro.sample("w", dist.Normal(torch.zeros(3), 1.).to_event(1))
+        >>> guide = MeanFieldNormalGuide(model, init_scale=0.1)
+        >>> guide()["w"].shape
+        torch.Size([3])
+        >>> guide.scales()["w"]
+        tensor([0.1000, 0.1000, 0.1000])
+    """
+
+    def __init__(
+        self,
+        model: Callable[..., Any],
+        init_loc: Mapping[str, torch.Tensor] | None = None,
+        init_scale: float = 0.01,
+        name: str = "guide",
+    ) -> None:
+        super().__init__()
+        if not callable(model):
+            raise TypeError(f"model must be callable, got {type(model).__name__}")
+        if not (isinstance(init_scale, (int, float)) and init_scale > 0):
+            raise ValueError(f"init_scale must be a positive float, got {init_scale!r}")
+        self._model = (model,)  # a tuple: never registered as a submodule
+        self.init_loc = dict(init_loc or {})
+        self.init_scale = float(init_scale)
+        self.name = name
+        self.locs = nn.ParameterDict()
+        self.rhos = nn.ParameterDict()
+        self._sites: list[_SiteSpec] = []
+        #: Announce loc/rho as Pyro param sites on every call, so a plain ``SVI`` with a
+        #: ``pyro.optim`` optimizer finds and trains them. ``VariationalBNN.fit`` optimizes the
+        #: module's parameters directly and switches this off while it trains.
+        self.emit_params = True
+
+    @property
+    def is_setup(self) -> bool:
+        """Whether the sites are known (after the first call or :meth:`setup`)."""
+        return bool(self._sites)
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return name.replace(".", "__")
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Trace the model with these arguments and create one loc/scale pair per latent site."""
+        model = self._model[0]
+        with poutine.block(), torch.no_grad():
+            trace = poutine.trace(model).get_trace(*args, **kwargs)
+        device = None
+        self._sites = []
+        for name, site in trace.iter_stochastic_nodes():
+            if site["is_observed"] or site_is_subsample(site) or site["infer"].get("is_auxiliary"):
+                continue
+            if site["cond_indep_stack"]:
+                raise NotImplementedError(
+                    f"latent site {name!r} sits inside a plate; MeanFieldNormalGuide handles "
+                    "global latents only — use an autoguide (e.g. AutoNormal) for local latents"
+                )
+            spec = _SiteSpec(name, site["fn"])
+            value = self.init_loc.get(name)
+            if value is None:
+                value = autoguide.initialization.init_to_median(site)
+            value = torch.as_tensor(value, dtype=site["value"].dtype).to(site["value"].device)
+            if value.shape != spec.shape:
+                raise ValueError(
+                    f"init_loc[{name!r}] has shape {tuple(value.shape)}, the site has "
+                    f"{tuple(spec.shape)}"
+                )
+            loc = spec.transform.inv(value).detach().clone()
+            rho = _inverse_softplus(torch.full_like(loc, self.init_scale))
+            self.locs[self._key(name)] = nn.Parameter(loc)
+            self.rhos[self._key(name)] = nn.Parameter(rho)
+            self._sites.append(spec)
+            device = loc.device
+        if device is None:
+            raise ValueError("the model has no latent sites: there is nothing to infer")
+
+    def _distribution(self, spec: _SiteSpec, loc: torch.Tensor, scale: torch.Tensor):
+        if spec.exp:
+            d = dist.LogNormal(loc, scale, validate_args=False)
+        elif spec.support is dist.constraints.real:
+            d = ReparamNormal(loc, scale, validate_args=False)
+        else:
+            d = dist.TransformedDistribution(
+                dist.Normal(loc, scale, validate_args=False), [spec.transform]
+            )
+        return d.to_event(spec.event_dim) if spec.event_dim else d
+
+    def forward(self, *args: Any, kl_weight: float = 1.0, **kwargs: Any) -> dict[str, torch.Tensor]:
+        """Sample every latent site once; returns ``{site name: value}``.
+
+        ``args``/``kwargs`` are the model's (used only on the first call, to find the sites);
+        ``kl_weight`` scales the guide's log-density the way the model scales its prior.
+        """
+        if not self.is_setup:
+            self.setup(*args, **kwargs)
+        values = {}
+        with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
+            for spec in self._sites:
+                key = self._key(spec.name)
+                loc, rho = self.locs[key], self.rhos[key]
+                if self.emit_params:
+                    loc = param_statement(f"{self.name}.loc.{spec.name}", loc)
+                    rho = param_statement(f"{self.name}.rho.{spec.name}", rho)
+                d = self._distribution(spec, loc, F.softplus(rho))
+                values[spec.name] = pyro.sample(spec.name, d)
+        return values
+
+    def _check_setup(self) -> None:
+        if not self.is_setup:
+            from bnn_pyro.exceptions import NotFittedError
+
+            raise NotFittedError("the guide has no sites yet: call it (or fit) first")
+
+    def distributions(self) -> dict[str, dist.Distribution]:
+        """The variational distribution of every site, ``{name: Distribution}``."""
+        self._check_setup()
+        return {
+            s.name: self._distribution(
+                s, self.locs[self._key(s.name)], F.softplus(self.rhos[self._key(s.name)])
+            )
+            for s in self._sites
+        }
+
+    @torch.no_grad()
+    def sample_posterior(
+        self, num_samples: int, generator: torch.Generator | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Draw ``num_samples`` joint samples of every site in one vectorized pass.
+
+        Returns:
+            ``{name: (S, *site_shape)}`` in constrained space.
+        """
+        self._check_setup()
+        out = {}
+        for spec in self._sites:
+            key = self._key(spec.name)
+            loc, scale = self.locs[key], F.softplus(self.rhos[key])
+            eps = torch.randn(
+                (num_samples, *loc.shape), generator=generator, device=loc.device, dtype=loc.dtype
+            )
+            out[spec.name] = spec.transform(loc + scale * eps)
+        return out
+
+    @torch.no_grad()
+    def means(self) -> dict[str, torch.Tensor]:
+        """The variational means ``loc`` of every site (unconstrained space)."""
+        self._check_setup()
+        return {s.name: self.locs[self._key(s.name)].detach().clone() for s in self._sites}
+
+    @torch.no_grad()
+    def scales(self) -> dict[str, torch.Tensor]:
+        """The variational standard deviations of every site (unconstrained space)."""
+        self._check_setup()
+        return {s.name: F.softplus(self.rhos[self._key(s.name)]).detach() for s in self._sites}
+
+    def site_names(self) -> list[str]:
+        """Names of the latent sites, in model order."""
+        return [s.name for s in self._sites]
+
+
+class AutoGuideWrapper(nn.Module):
+    """Adapts a Pyro autoguide to the model's keyword arguments.
+
+    The model of :class:`~bnn_pyro.VariationalBNN` takes ``dataset_size`` and ``kl_weight``;
+    this wrapper applies ``kl_weight`` to the autoguide's sites (:class:`KLWeight`) and passes
+    only ``(x, y)`` on. The autoguide itself is ``wrapper.autoguide``.
+    """
+
+    def __init__(self, guide: autoguide.AutoGuide) -> None:
+        super().__init__()
+        self.autoguide = guide
+
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor | None = None, *, kl_weight: float = 1.0, **_: Any
+    ) -> Any:
+        with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
+            return self.autoguide(x, y)
+
+
+_GUIDE_IDS = itertools.count()
+
+
+def _wrap(guide: nn.Module) -> AutoGuideWrapper:
+    if isinstance(guide, PyroModule):
+        # An autoguide keeps its parameters in Pyro's global param store under
+        # "<guide name>.<param>"; a unique name per instance keeps two models from sharing them.
+        guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
+    return AutoGuideWrapper(guide)
+
+
+#: Names accepted by :func:`build_guide`.
+GUIDE_NAMES = {
+    "meanfield": None,
+    "normal": autoguide.AutoNormal,
+    "diagonal": autoguide.AutoDiagonalNormal,
+    "lowrank": autoguide.AutoLowRankMultivariateNormal,
+    "delta": autoguide.AutoDelta,
+}
+
+
+def build_guide(
+    spec: str | type | Callable[[Callable], Any],
+    model: Callable[..., Any],
+    init_loc: Mapping[str, torch.Tensor],
+    init_scale: float,
+) -> nn.Module:
+    """Make the guide for ``model`` from a name, an autoguide class or a factory.
+
+    Args:
+        spec: ``"meanfield"`` (:class:`MeanFieldNormalGuide`), ``"normal"``, ``"diagonal"``,
+            ``"lowrank"``, ``"delta"``, an ``AutoGuide`` subclass, or a callable
+            ``model -> guide``.
+        model: the Pyro model.
+        init_loc: initial values per site (the net's own init), also given to autoguides
+            through ``init_to_value``.
+        init_scale: initial standard deviation (guides that take one).
+
+    Returns:
+        An ``nn.Module`` guide accepting the model's ``(x, y, dataset_size=, kl_weight=)``.
+    """
+    if isinstance(spec, str):
+        if spec not in GUIDE_NAMES:
+            raise ValueError(f"guide must be one of {sorted(GUIDE_NAMES)}, got {spec!r}")
+        spec = GUIDE_NAMES[spec] or MeanFieldNormalGuide
+    if spec is MeanFieldNormalGuide:
+        return MeanFieldNormalGuide(model, init_loc=init_loc, init_scale=init_scale)
+    init_fn = autoguide.initialization.init_to_value(
+        values=dict(init_loc), fallback=autoguide.initialization.init_to_median
+    )
+    if isinstance(spec, type) and issubclass(spec, autoguide.AutoGuide):
+        accepted = inspect.signature(spec.__init__).parameters
+        kwargs: dict[str, Any] = {}
+        if "init_loc_fn" in accepted:
+            kwargs["init_loc_fn"] = init_fn
+        if "init_scale" in accepted:
+            kwargs["init_scale"] = init_scale
+        return _wrap(spec(model, **kwargs))
+    if callable(spec):
+        guide = spec(model)
+        if not isinstance(guide, nn.Module):
+            raise TypeError(
+                f"the guide factory must return an nn.Module, got {type(guide).__name__}"
+            )
+        return guide if isinstance(guide, MeanFieldNormalGuide) else _wrap(guide)
+    raise TypeError(f"guide must be a name, an AutoGuide class or a factory, got {spec!r}")
