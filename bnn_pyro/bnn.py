@@ -220,7 +220,8 @@ class VariationalBNN(BaseBayesianMethod):
             validation_data: ``(X_val, y_val)``; adds ``val_nll`` to the history.
             shuffle: reshuffle the rows every epoch.
             progress: show a progress bar.
-            seed: makes the run reproducible without touching the global RNG.
+            seed: makes the run reproducible (given the net's initial weights) without touching
+                the global RNG.
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.

@@ -98,7 +98,10 @@ def load_bnn(
     with torch.no_grad():  # create the guide's parameters (then overwrite them) from a dummy y
         y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
         bnn.guide(x, y)
-    bnn.guide.load_state_dict(state["guide_state"])
+    try:
+        bnn.guide.load_state_dict(state["guide_state"])
+    except RuntimeError as err:
+        raise ValueError(f"net does not match the saved architecture: {err}") from None
     return bnn
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -368,6 +367,4 @@ def run_svi(
         if any([bool(cb(bnn, epoch, history)) for cb in callbacks]):
             break
     bar.close()
-    if not history:
-        warnings.warn("fit ran for 0 epochs", stacklevel=3)
     return history

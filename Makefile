@@ -1,0 +1,30 @@
+# Two commands: `make demo` (the main job) and `make test`. Both create .venv on first use,
+# installing the CPU build torch==2.13.0 before the project (a bare `torch` would pull CUDA).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bnn-pyro demo --out demo_output
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check bnn_pyro tests benchmarks
+	$(VENV)/bin/ruff format --check bnn_pyro tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/step_time.py
+
+clean:
+	rm -rf $(VENV) demo_output .pytest_cache

@@ -1,0 +1,84 @@
+"""Guides: the mean-field guide's init and isolation, Pyro autoguides, a plain SVI loop."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.optim
+import pytest
+import torch
+from pyro.infer import SVI, Trace_ELBO
+from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal, AutoNormal
+
+import bnn_pyro as bp
+
+
+def _ours_in_param_store() -> list[str]:
+    # (autoguides keep theirs there, under a unique name per instance; see guides.py)
+    return [k for k in pyro.get_param_store().keys() if k.startswith(("guide.", "net."))]
+
+
+def _bnn(guide="meanfield", **kwargs) -> bp.VariationalBNN:
+    torch.manual_seed(0)
+    return bp.VariationalBNN(bp.nn.mlp(3, [6], 1), bp.Gaussian(scale=0.2), guide=guide, **kwargs)
+
+
+def test_mean_field_guide_starts_at_the_nets_own_weights(regression_data):
+    X, y = regression_data
+    torch.manual_seed(4)
+    net = bp.nn.mlp(3, [6], 1)
+    bnn = bp.VariationalBNN(net, bp.Gaussian(scale=0.2), init_scale=0.03)
+    bnn.fit(X, y, epochs=0, progress=False)
+    means, scales = bnn.guide.means(), bnn.guide.scales()
+    assert torch.equal(means["net.0.weight"], net[0].weight.detach())
+    assert torch.equal(means["net.2.bias"], net[2].bias.detach())
+    assert not torch.equal(means["net.0.weight"], torch.zeros(6, 3))
+    for s in scales.values():
+        assert torch.allclose(s, torch.full_like(s, 0.03))
+    assert isinstance(net[0], torch.nn.Linear) and not isinstance(net[0], pyro.nn.PyroModule)
+
+
+def test_two_models_never_share_parameters(regression_data):
+    X, y = regression_data
+    first, second = _bnn(), _bnn()
+    first.fit(X, y, epochs=1, progress=False)
+    second.fit(X, y, epochs=1, progress=False)
+    before = {k: v.clone() for k, v in second.state_dict().items()}
+    first.fit(X, y, epochs=20, progress=False)
+    after = second.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not _ours_in_param_store()  # nothing in Pyro's global store
+
+
+@pytest.mark.parametrize("guide", [AutoNormal, AutoLowRankMultivariateNormal, AutoDelta, "normal"])
+def test_pyro_autoguides_work_and_stay_separate(regression_data, guide):
+    X, y = regression_data
+    first, second = _bnn(guide), _bnn(guide)
+    history = first.fit(X, y, epochs=40, batch_size=32, progress=False, seed=0)
+    assert history["loss"][-1] < history["loss"][0]
+    second.fit(X, y, epochs=1, progress=False, seed=0)
+    before = {k: v.clone() for k, v in second.state_dict().items()}
+    first.fit(X, y, epochs=5, progress=False)
+    assert all(torch.equal(before[k], v) for k, v in second.state_dict().items())
+    mean, var, samples = first.predict(X[:4], num_samples=5, return_samples=True)
+    assert samples.shape == (5, 4, 1) and bool((var >= 0).all())
+    if guide is AutoDelta:
+        assert torch.allclose(var, torch.zeros_like(var))  # a point estimate
+
+
+def test_a_plain_pyro_svi_loop_trains_the_guide(regression_data):
+    X, y = regression_data
+    bnn = _bnn()
+    bnn.fit(X, y, epochs=0, progress=False)
+    start = bnn.guide.means()["net.0.weight"].clone()
+    svi = SVI(bnn.model, bnn.guide, pyro.optim.Adam({"lr": 0.05}), Trace_ELBO())
+    losses = [svi.step(X, y) for _ in range(200)]
+    assert sum(losses[-20:]) < sum(losses[:20])
+    assert not torch.equal(bnn.guide.means()["net.0.weight"], start)
+    assert not _ours_in_param_store()
+
+
+def test_guide_names_are_checked():
+    with pytest.raises(ValueError, match="guide must be one of"):
+        _bnn("nope")
+    with pytest.raises(TypeError, match="guide"):
+        _bnn(3)
