@@ -7,17 +7,31 @@ Example:
 
 import pyro.distributions as dist
 
-from bnn_pyro import guides, likelihoods, methods, nn, priors, training
+from bnn_pyro import datasets, guides, likelihoods, losses, methods, metrics, nn, priors, training
 from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.exceptions import NotFittedError, TrainingDivergedError
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
+from bnn_pyro.methods import (
+    SWAG,
+    BaseBayesianMethod,
+    DeepEnsemble,
+    LaplaceApproximation,
+    MCDropout,
+    VariationalBayesNN,
+)
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "SWAG",
+    "BaseBayesianMethod",
+    "DeepEnsemble",
+    "LaplaceApproximation",
+    "MCDropout",
+    "VariationalBayesNN",
     "Bernoulli",
     "Categorical",
     "EarlyStopping",
@@ -32,12 +46,25 @@ __all__ = [
     "TrainingDivergedError",
     "VariationalBNN",
     "__version__",
+    "datasets",
     "dist",
     "guides",
     "likelihoods",
     "linear_annealing",
+    "losses",
     "methods",
+    "metrics",
     "nn",
+    "plots",
     "priors",
     "training",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # matplotlib is imported only when plots are asked for
+    if name == "plots":
+        import importlib
+
+        return importlib.import_module("bnn_pyro.plots")
+    raise AttributeError(f"module 'bnn_pyro' has no attribute {name!r}")

@@ -1,6 +1,27 @@
-"""Nets and layers: :func:`mlp`, and layers that accept weights with leading sample dims."""
+"""Nets and layers.
 
+* :func:`mlp` and the layers that accept weights with leading sample dims (:class:`Linear`,
+  :class:`Conv2d`), used by :class:`~bnn_pyro.VariationalBNN`.
+* Torch-native Bayesian layers, trained without Pyro: :class:`BayesianLinear` (mean/log_std,
+  ``kl_divergence()``), :class:`GaussianLinear` (mu/rho), and the functional API
+  :func:`bayesian_dense` / :func:`build` (:class:`BayesianMLP`).
+"""
+
+from bnn_pyro.nn.bayesian_linear import BayesianLinear
+from bnn_pyro.nn.functional import BayesianMLP, bayesian_dense, build
+from bnn_pyro.nn.gaussian_linear import GaussianLinear
 from bnn_pyro.nn.layers import Conv2d, Linear, batched_conv2d, batched_linear
 from bnn_pyro.nn.mlp import mlp
 
-__all__ = ["Conv2d", "Linear", "batched_conv2d", "batched_linear", "mlp"]
+__all__ = [
+    "BayesianLinear",
+    "BayesianMLP",
+    "Conv2d",
+    "GaussianLinear",
+    "Linear",
+    "batched_conv2d",
+    "batched_linear",
+    "bayesian_dense",
+    "build",
+    "mlp",
+]
