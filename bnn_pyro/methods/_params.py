@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, jvp, vmap
 
+from bnn_pyro.nn.batched import StackedCall
+
 
 def flatten(tensors: dict[str, torch.Tensor], batch_dims: int = 0) -> torch.Tensor:
     """Concatenate ``{name: (*batch, *shape)}`` into ``(*batch, D)`` in dict order."""
@@ -29,13 +31,18 @@ def unflatten(flat: torch.Tensor, shapes: dict[str, torch.Size]) -> dict[str, to
     return out
 
 
+_STACKED = StackedCall()
+
+
 def batched_call(
     model: nn.Module, stacked: dict[str, torch.Tensor], x: torch.Tensor
 ) -> torch.Tensor:
     """Run ``model(x)`` once per leading index of the stacked tensors: ``(S, N, ...)``.
 
     ``stacked`` maps parameter (or buffer) names to ``(S, *shape)`` tensors; tensors not named
-    keep the module's own values. The S calls run at once under ``torch.func.vmap``. If the net
+    keep the module's own values. The S calls run at once: as one batched pass through
+    sample-dimension-aware twins of the linear/conv layers when that gives the same numbers
+    (:class:`bnn_pyro.nn.batched.StackedCall`), else under ``torch.func.vmap``. If the net
     cannot be vmapped (an in-place update of an unbatched buffer, such as BatchNorm in train
     mode, or data-dependent Python control flow), a :class:`RuntimeWarning` says why and the S
     calls run in a Python loop instead, with the same results.
@@ -53,7 +60,7 @@ def batched_call(
         return functional_call(model, params, (inputs,))
 
     try:
-        return vmap(call, in_dims=(0, None))(stacked, x)
+        return _STACKED(model, stacked, x)
     except RuntimeError as err:
         warnings.warn(
             f"{type(model).__name__} could not be vmapped over parameter samples ({err}); "
