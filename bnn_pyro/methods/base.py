@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Union
 
 import torch
 import torch.nn as nn
@@ -20,10 +19,9 @@ _NO_NOISE = (
     "a float or a tensor broadcastable to (S, N, O)) or use a Gaussian-likelihood regression model"
 )
 
-PredictOutput = Union[
-    tuple[torch.Tensor, torch.Tensor],
-    tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-]
+PredictOutput = (
+    tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+)
 
 
 def to_probabilities(outputs: torch.Tensor, normalize_output: bool = True) -> torch.Tensor:
@@ -73,10 +71,13 @@ def summarize_samples(samples: torch.Tensor, return_samples: bool = False) -> Pr
         raise TypeError(f"samples must be a torch.Tensor, got {type(samples).__name__}")
     if samples.dim() < 2:
         raise ValueError(f"samples must have shape (S, N, ...), got shape {tuple(samples.shape)}")
-    # Two passes (mean, then mean squared deviation): as stable as torch.var, and 15-40x faster
-    # on a CPU, where torch.var over the leading dim runs an unvectorized Welford reduction.
-    mean = samples.mean(dim=0)
-    variance = (samples - mean).square().mean(dim=0)
+    # Two passes over the data shifted by the first sample: as stable as torch.var, exactly 0
+    # for identical samples, and 15-40x faster on a CPU, where torch.var over the leading dim
+    # runs an unvectorized Welford reduction.
+    shifted = samples - samples[0]
+    offset = shifted.mean(dim=0)
+    mean = samples[0] + offset
+    variance = (shifted - offset).square().mean(dim=0)
     if return_samples:
         return mean, variance, samples
     return mean, variance
