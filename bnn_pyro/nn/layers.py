@@ -15,11 +15,19 @@ the data plate (dim -1) that the weight does not vary over. That placeholder is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["Linear", "Conv2d", "batched_linear", "batched_conv2d", "sample_dims"]
+__all__ = ["Linear", "Conv2d", "batched_linear", "batched_conv2d", "sample_dims", "LAYER_HOOKS"]
+
+#: Interceptors of :func:`batched_linear`/:func:`batched_conv2d`, innermost last: while active,
+#: :class:`bnn_pyro.poutine.LocalReparameterization` pushes one. Called as
+#: ``hook(x, weight, bias, conv_or_None)``, it returns the output, or ``None`` to let the layer
+#: compute as usual. Empty (the default), it costs one list check per call.
+LAYER_HOOKS: list[Callable[..., torch.Tensor | None]] = []
 
 
 def sample_dims(param: torch.Tensor, base_dim: int) -> torch.Tensor:
@@ -60,6 +68,10 @@ def batched_linear(
         >>> batched_linear(torch.ones(5, 3), torch.ones(10, 2, 3)).shape
         torch.Size([10, 5, 2])
     """
+    if LAYER_HOOKS:
+        out = LAYER_HOOKS[-1](x, weight, bias, None)
+        if out is not None:
+            return out
     if weight.dim() == 2 and (bias is None or bias.dim() == 1):
         return F.linear(x, weight, bias)
     weight = sample_dims(weight, 2)
@@ -121,6 +133,10 @@ def batched_conv2d(
     Returns:
         ``(N, out, H', W')`` or ``(S, N, out, H', W')``.
     """
+    if LAYER_HOOKS:
+        out = LAYER_HOOKS[-1](x, weight, bias, conv)
+        if out is not None:
+            return out
     if weight.dim() == 4 and x.dim() == 4 and (bias is None or bias.dim() == 1):
         return conv._conv_forward(x, weight, bias)
     weight = sample_dims(weight, 4)
