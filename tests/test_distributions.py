@@ -1,0 +1,274 @@
+"""HiddenLayer against pyro.contrib.bnn.HiddenLayer, the analytic moments and a hand-made ELBO."""
+
+import math
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+import torch.nn.functional as F
+from pyro.contrib.bnn import HiddenLayer as PyroHiddenLayer
+from pyro.infer import SVI, Predictive, Trace_ELBO
+
+from bnn_pyro.distributions import HiddenLayer
+from bnn_pyro.poutine.estimators import _PreactivationStd, preactivation_std
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_one_thread():
+    state, threads = torch.get_rng_state(), torch.get_num_threads()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    yield
+    torch.set_rng_state(state)
+    torch.set_num_threads(threads)
+
+
+def _inputs(b=6, d=4, h=3):
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(b, d, generator=g)
+    return X, torch.randn(d, h, generator=g), 0.2 + torch.rand(d, h, generator=g)
+
+
+def identity(a):
+    return a
+
+
+# ------------------------------------------------------------------ against Pyro's HiddenLayer
+@pytest.mark.parametrize("weight_space", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_same_draw_as_pyro_under_a_fixed_seed(weight_space, bias):
+    X, m, s = _inputs()
+    kwargs = dict(include_hidden_bias=bias, weight_space_sampling=weight_space)
+    torch.manual_seed(3)
+    theirs = PyroHiddenLayer(X, m, s, **kwargs).rsample()
+    torch.manual_seed(3)
+    ours = HiddenLayer(X, m, s, **kwargs).rsample()
+    torch.testing.assert_close(ours, theirs)  # same noise: only the std's rounding differs
+
+
+@pytest.mark.parametrize("prior", [1.0, 0.5, "tensor"])
+def test_same_kl_as_pyro_and_the_closed_form(prior):
+    X, m, s = _inputs()
+    p = torch.full_like(m, 0.5) if prior == "tensor" else prior
+    ours = HiddenLayer(X, m, s, A_prior_scale=p).KL
+    torch.testing.assert_close(ours, PyroHiddenLayer(X, m, s, A_prior_scale=p).KL)
+    q, prior_dist = dist.Normal(m, s), dist.Normal(torch.zeros_like(m), torch.as_tensor(p))
+    torch.testing.assert_close(ours, torch.distributions.kl_divergence(q, prior_dist).sum())
+
+
+def test_moments_match_pyro_and_the_analytic_ones():
+    X, m, s = _inputs()
+    n = 20000
+    kw = dict(non_linearity=identity, include_hidden_bias=False)
+    ours = HiddenLayer(X, m, s, **kw).rsample((n,))
+    theirs = PyroHiddenLayer(X, m, s, weight_space_sampling=True, **kw).rsample((n,))
+    mean, std = X @ m, (X.square() @ s.square()).sqrt()
+    # A sample mean of n Gaussian draws has standard error std / sqrt(n), a sample std about
+    # std / sqrt(2 n); 5 standard errors: a false alarm has probability < 1e-5 over 18 entries.
+    for draws in (ours, theirs):
+        assert ((draws.mean(0) - mean).abs() < 5 * std / math.sqrt(n)).all()
+        assert ((draws.std(0) - std).abs() < 5 * std / math.sqrt(2 * n)).all()
+    # the two samplers against each other: a difference of two such means has sqrt(2) x the error
+    assert ((ours.mean(0) - theirs.mean(0)).abs() < 5 * std * math.sqrt(2 / n)).all()
+
+
+# ------------------------------------------------------------------ shapes and log_prob
+def test_shapes_and_log_prob_sums_to_minus_kl_factor_times_kl():
+    X, m, s = _inputs(b=6, d=4, h=3)
+    layer = HiddenLayer(X, m, s, KL_factor=0.25)
+    assert layer.batch_shape == (6,) and layer.event_shape == (4,)
+    value = layer.rsample((2,))
+    assert value.shape == (2, 6, 4)
+    assert bool((value[..., -1] == 1).all())  # the ones column
+    log_p = layer.log_prob(value)
+    assert log_p.shape == (2, 6)
+    torch.testing.assert_close(log_p.sum(-1), (-0.25 * layer.KL).expand(2))
+
+
+def test_leading_sample_dims_on_inputs_and_weights():
+    X, m, s = _inputs(b=6, d=4, h=3)
+    layer = HiddenLayer(X.expand(5, 6, 4), m.expand(5, 4, 3), s)
+    assert layer.batch_shape == (5, 6)
+    assert layer.rsample().shape == (5, 6, 4)
+    assert layer.KL.shape == (5,)
+    per_weight = HiddenLayer(X, m.expand(7, 4, 3), s, weight_space_sampling=True)
+    assert per_weight.rsample((2,)).shape == (2, 7, 6, 4)
+    expanded = layer.expand((3, 5, 6))
+    assert expanded.rsample().shape == (3, 5, 6, 4)
+    torch.testing.assert_close(expanded.log_prob(expanded.rsample())[0], layer.log_prob(X))
+
+
+def test_zero_input_rows_give_finite_gradients():
+    X, m, s = _inputs()
+    X[0] = 0.0
+    s.requires_grad_(True)
+    HiddenLayer(X, m, s, include_hidden_bias=False).rsample().sum().backward()
+    assert bool(torch.isfinite(s.grad).all())
+
+
+def test_preactivation_std_custom_backward_matches_autograd():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2, 5, 7, dtype=torch.double, generator=g, requires_grad=True)
+    S = torch.rand(7, 4, dtype=torch.double, generator=g, requires_grad=True)
+    b = torch.rand(4, dtype=torch.double, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(_PreactivationStd.apply, (X, S, b))
+    # the public function switches to the custom backward for large weights: same numbers
+    X = torch.randn(8, 300, generator=g, requires_grad=True)
+    S = torch.rand(300, 300, generator=g, requires_grad=True)
+    out = preactivation_std(X, S)
+    grads = torch.autograd.grad(out.sum(), (X, S))
+    plain = (X.square() @ S.square()).sqrt()
+    torch.testing.assert_close(out, plain)
+    for ours, ref in zip(grads, torch.autograd.grad(plain.sum(), (X, S)), strict=True):
+        torch.testing.assert_close(ours, ref)
+
+
+# ------------------------------------------------------------------ Pyro: plate, validation
+def _regression(n=64, d=3, noise=0.5):
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(n, d, generator=g)
+    y = X @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 + noise * torch.randn(n, generator=g)
+    return torch.cat([X, torch.ones(n, 1)], -1), y
+
+
+class _Linear:
+    """The documented usage: learnable layer in the model, inside the data plate; empty guide."""
+
+    def __init__(self, d, noise, rho=-3.0):
+        self.loc = torch.zeros(d, 1, requires_grad=True)
+        self.rho = torch.full((d, 1), rho, requires_grad=True)
+        self.noise = noise
+
+    def model(self, X, y=None, n=None):
+        b = X.shape[0]
+        n = n or b
+        subsample = None if n == b else torch.arange(b)
+        with pyro.plate("data", n, subsample=subsample):
+            layer = HiddenLayer(
+                X, self.loc, F.softplus(self.rho), identity, b / n, include_hidden_bias=False
+            )
+            f = pyro.sample("f", layer).squeeze(-1)
+            return pyro.sample("y", dist.Normal(f, self.noise), obs=y)
+
+    def guide(self, X, y=None, n=None):
+        pass
+
+
+def test_inside_a_plate_under_validation_and_predictive():
+    X, y = _regression()
+    lin = _Linear(4, 0.5)
+    with pyro.validation_enabled(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "vars in model but not guide": by design
+        Trace_ELBO().loss(lin.model, lin.guide, X[:16], y[:16], 64)
+        samples = Predictive(lin.model, guide=lin.guide, num_samples=30, parallel=True)(X)
+    assert samples["f"].shape == (30, 64, 1) and samples["y"].shape == (30, 64)
+    with pytest.raises(Exception, match="HiddenLayer|batch_shape|shape"):
+        with pyro.plate("data", 64):  # Pyro's own layer has no batch_shape (pyro issue #2937)
+            pyro.sample("f", PyroHiddenLayer(X, lin.loc, F.softplus(lin.rho)))
+
+
+def test_loss_is_the_negative_elbo_computed_by_hand():
+    X, y = _regression()
+    lin = _Linear(4, 0.5, rho=-1.0)
+    n, b = 64, 16
+    xb, yb = X[:b], y[:b]
+    scale = F.softplus(lin.rho)
+    kl = torch.distributions.kl_divergence(dist.Normal(lin.loc, scale), dist.Normal(0.0, 1.0)).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.manual_seed(5)
+        loss = Trace_ELBO().loss(lin.model, lin.guide, xb, yb, n)
+        # the same draw by hand: pre-activations N(X m, X² s²), likelihood scaled by N / B
+        torch.manual_seed(5)
+        f = HiddenLayer(xb, lin.loc, scale, identity, include_hidden_bias=False).rsample()
+        by_hand = -(n / b * dist.Normal(f.squeeze(-1), 0.5).log_prob(yb).sum() - kl)
+        assert loss == pytest.approx(float(by_hand), rel=1e-5)
+        # in expectation: E_q log N(y; X w, σ²) = log N(y; X m, σ²) - X² s² / (2 σ²), exact
+        mean, var = (xb @ lin.loc).squeeze(-1), (xb.square() @ scale.square()).squeeze(-1)
+        expected = dist.Normal(mean, 0.5).log_prob(yb) - var / (2 * 0.25)
+        neg_elbo = float(-(n / b * expected.sum() - kl))
+        losses = torch.tensor(
+            [Trace_ELBO().loss(lin.model, lin.guide, xb, yb, n) for _ in range(400)]
+        )
+    # 5 standard errors of the mean of 400 independent single-draw losses
+    assert abs(float(losses.mean()) - neg_elbo) < 5 * float(losses.std()) / 20
+
+
+def test_kl_sign_documented_usage_keeps_scales_at_the_mean_field_optimum():
+    X, y = _regression(n=64, noise=0.5)
+    lin = _Linear(4, 0.5)
+    # the layer's tensors are not pyro.param sites: optimise them with a torch optimiser
+    opt = torch.optim.Adam([lin.loc, lin.rho], lr=0.05)
+    elbo = Trace_ELBO(num_particles=8, vectorize_particles=True, max_plate_nesting=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(600):
+            opt.zero_grad()
+            elbo.differentiable_loss(lin.model, lin.guide, X, y).backward()
+            opt.step()
+    # For a linear-Gaussian model the optimal mean-field scales are 1 / sqrt(diag(precision)),
+    # precision = XᵀX / σ² + I (prior scale 1): far from zero, known in closed form.
+    optimum = (X.T @ X / 0.25 + torch.eye(4)).diagonal().rsqrt()
+    learned = F.softplus(lin.rho.detach()).squeeze(-1)
+    torch.testing.assert_close(learned, optimum, rtol=0.25, atol=0.0)
+
+
+def test_learnable_layer_in_the_guide_fails_loudly():
+    X, y = _regression()
+    loc = torch.zeros(4, 1, requires_grad=True)
+
+    def model(X, y):
+        with pyro.plate("data", len(X)):
+            f = pyro.sample("f", HiddenLayer(X, torch.zeros(4, 1), torch.ones(4, 1), identity))
+            pyro.sample("y", dist.Normal(f[..., 0], 1.0), obs=y)
+
+    def guide(X, y):  # the usage copied around the web: it would add the KL to the ELBO
+        with pyro.plate("data", len(X)):
+            pyro.sample("f", HiddenLayer(X, loc, torch.full((4, 1), 0.1), identity))
+
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), Trace_ELBO())
+    with pytest.raises(ValueError, match="sampled in the guide"):
+        svi.step(X, y)
+
+
+# ------------------------------------------------------------------ argument errors
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (dict(X=[[1.0]]), TypeError, "X must be a torch.Tensor"),
+        (dict(X=torch.ones(6, 4, dtype=torch.long)), TypeError, "X must be a floating"),
+        (dict(X=torch.ones(4)), ValueError, "X must have shape"),
+        (dict(A_mean=torch.ones(5, 3)), ValueError, "A_mean must have one row per input"),
+        (dict(A_mean=torch.ones(4)), ValueError, "A_mean must have shape"),
+        (dict(A_scale=torch.ones(4, 2)), ValueError, "A_scale must have the shape of A_mean"),
+        (dict(A_scale=torch.ones(4, 3, dtype=torch.double)), TypeError, "share a dtype"),
+        (dict(A_mean=torch.ones(2, 4, 3), X=torch.ones(3, 6, 4)), ValueError, "must broadcast"),
+        (dict(A_scale=-torch.ones(4, 3)), ValueError, "A_scale"),
+        (dict(non_linearity="relu"), TypeError, "non_linearity must be callable"),
+        (dict(KL_factor=True), TypeError, "KL_factor must be a float"),
+        (dict(KL_factor="1"), TypeError, "KL_factor must be a float"),
+        (dict(KL_factor=-1.0), ValueError, "KL_factor must be a finite float >= 0"),
+        (dict(KL_factor=math.inf), ValueError, "KL_factor must be a finite float >= 0"),
+        (dict(A_prior_scale=0.0), ValueError, "A_prior_scale must be positive"),
+        (dict(A_prior_scale="1"), TypeError, "A_prior_scale must be a positive float"),
+        (dict(A_prior_scale=torch.ones(5, 3)), ValueError, "A_prior_scale must broadcast"),
+        (dict(A_prior_scale=torch.ones(1, 1, 1)), ValueError, "A_prior_scale must be a float or"),
+        (dict(A_prior_scale=-torch.ones(3)), ValueError, "A_prior_scale must be positive"),
+        (dict(include_hidden_bias=1), TypeError, "include_hidden_bias must be a bool"),
+        (dict(weight_space_sampling=None), TypeError, "weight_space_sampling must be a bool"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(change, error, match):
+    X, m, s = _inputs()
+    kwargs = dict(X=X, A_mean=m, A_scale=s, validate_args=True)
+    kwargs.update(change)
+    with pytest.raises(error, match=match):
+        HiddenLayer(**kwargs)
+
+
+def test_bad_expand_raises():
+    X, m, s = _inputs()
+    with pytest.raises(ValueError, match="cannot expand"):
+        HiddenLayer(X, m, s).expand((7,))
