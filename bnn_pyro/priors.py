@@ -32,6 +32,7 @@ __all__ = [
     "LayerwiseNormalPrior",
     "ScaleMixturePrior",
     "ScaleMixtureNormal",
+    "SharedNormal",
     "DEFAULT_BAYESIAN_TYPES",
     "prior_from_config",
 ]
@@ -162,6 +163,43 @@ class Prior(ABC):
         return f"{type(self).__name__}({own})"
 
 
+class SharedNormal(dist.Normal):
+    """``Normal(loc, scale)`` with the same ``loc`` and ``scale`` for every element.
+
+    The parameters are Python numbers, so :meth:`log_prob` is
+    ``-0.5 * ((w - loc) / scale) ** 2 - log(scale) - log(2 pi) / 2`` in three tensor operations
+    instead of ``Normal.log_prob``'s seven on expanded tensors: the same values, a cheaper prior
+    term in every step. ``loc``/``scale`` are still exposed as (expanded) tensors, so the closed
+    form ``KL(Normal || Normal)`` applies.
+
+    Example:
+        >>> d = SharedNormal(0.0, 2.0, torch.device("cpu"), torch.float32).expand([3])
+        >>> w = torch.tensor([0.0, 1.0, -2.0])
+        >>> bool(torch.allclose(d.log_prob(w), dist.Normal(0.0, 2.0).log_prob(w)))
+        True
+    """
+
+    def __init__(
+        self, loc: float, scale: float, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        t = torch.tensor([loc, scale], device=device, dtype=dtype)
+        super().__init__(t[0], t[1], validate_args=False)
+        self._set_constants(float(loc), float(scale))
+
+    def _set_constants(self, loc: float, scale: float) -> None:
+        self._loc0, self._scale0 = loc, scale
+        self._log_norm = math.log(scale) + 0.5 * math.log(2 * math.pi)
+
+    def expand(self, batch_shape: torch.Size, _instance: Any = None) -> SharedNormal:
+        new = self._get_checked_instance(SharedNormal, _instance)
+        new._set_constants(self._loc0, self._scale0)
+        return super().expand(batch_shape, _instance=new)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        z = (value - self._loc0) / self._scale0 if self._loc0 else value / self._scale0
+        return -0.5 * z * z - self._log_norm
+
+
 def _rebuild(d: TorchDistribution, device: torch.device, dtype: torch.dtype) -> TorchDistribution:
     """A copy of a scalar-parameter distribution on another device/dtype."""
     try:
@@ -216,6 +254,8 @@ class IIDPrior(Prior):
     def distribution(
         self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype
     ) -> TorchDistribution:
+        if type(self.base) is dist.Normal:
+            return SharedNormal(float(self.base.loc), float(self.base.scale), device, dtype)
         return _rebuild(self.base, device, dtype)
 
     def _own_config(self) -> dict[str, Any]:
@@ -280,8 +320,7 @@ class LayerwiseNormalPrior(Prior):
     def distribution(
         self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype
     ) -> TorchDistribution:
-        zero = torch.zeros((), device=device, dtype=dtype)
-        return dist.Normal(zero, zero + self.std(module), validate_args=False)
+        return SharedNormal(0.0, self.std(module), device, dtype)
 
     def _own_config(self) -> dict[str, Any]:
         return {"method": self.method, "gain": self.gain}
