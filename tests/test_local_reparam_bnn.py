@@ -12,6 +12,7 @@ from pyro.infer.autoguide import AutoDelta
 
 import bnn_pyro as bp
 from bnn_pyro.datasets import load_digits_split
+from bnn_pyro.poutine import LocalReparameterization
 
 
 @pytest.fixture(autouse=True)
@@ -102,21 +103,21 @@ def test_only_training_mode_reparameterizes():
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian(0.5), local_reparameterization=True)
     bnn.fit(X, y, epochs=1, progress=False, seed=0)
     counts = []
-    original = bp.LocalReparameterization._forward
+    original = LocalReparameterization._forward
 
     def counting(self, *args):
         out = original(self, *args)
         counts.extend([1] if out is not None else [])  # inner batched_linear calls pass
         return out
 
-    bp.LocalReparameterization._forward = counting
+    LocalReparameterization._forward = counting
     try:
         Trace_ELBO().loss(bnn.model, bnn.guide, X, y.unsqueeze(-1))
         trained = len(counts)
         bnn.eval()
         Trace_ELBO().loss(bnn.model, bnn.guide, X, y.unsqueeze(-1))
     finally:
-        bp.LocalReparameterization._forward = original
+        LocalReparameterization._forward = original
         bnn.train()
     assert trained == 2 and len(counts) == 2
 
