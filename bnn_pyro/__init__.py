@@ -7,10 +7,23 @@ Example:
 
 import pyro.distributions as dist
 
-from bnn_pyro import datasets, guides, likelihoods, losses, methods, metrics, nn, priors, training
+from bnn_pyro import (
+    datasets,
+    guides,
+    likelihoods,
+    losses,
+    methods,
+    metrics,
+    nn,
+    poutine,
+    priors,
+    training,
+)
 from bnn_pyro.bnn import VariationalBNN
+from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.exceptions import NotFittedError, TrainingDivergedError
 from bnn_pyro.guides import MeanFieldNormalGuide
+from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods import (
     SWAG,
@@ -20,6 +33,7 @@ from bnn_pyro.methods import (
     MCDropout,
     VariationalBayesNN,
 )
+from bnn_pyro.poutine import LocalReparameterization
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
 
@@ -37,9 +51,12 @@ __all__ = [
     "EarlyStopping",
     "Gaussian",
     "HeteroscedasticGaussian",
+    "HiddenLayer",
+    "HiddenLayerBNN",
     "History",
     "IIDPrior",
     "LayerwiseNormalPrior",
+    "LocalReparameterization",
     "MeanFieldNormalGuide",
     "NotFittedError",
     "ScaleMixturePrior",
@@ -56,6 +73,7 @@ __all__ = [
     "metrics",
     "nn",
     "plots",
+    "poutine",
     "priors",
     "training",
 ]
