@@ -124,6 +124,16 @@ def _base(t: torch.Tensor, base_dim: int) -> torch.Tensor:
     return t
 
 
+def _noise_shape(
+    mean: torch.Tensor, std: torch.Tensor, sample_shape: torch.Size | None, event_dim: int
+) -> torch.Size:
+    """The output shape: ``mean`` and ``std`` broadcast, with ``sample_shape`` in front."""
+    shape = mean.shape if mean.shape == std.shape else torch.broadcast_shapes(mean.shape, std.shape)
+    if sample_shape:  # torch.broadcast_shapes is slow: only when there are sample dims
+        shape = torch.broadcast_shapes(torch.Size(sample_shape) + shape[-event_dim:], shape)
+    return shape
+
+
 def _signs(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
     return torch.randint(0, 2, shape, dtype=like.dtype, device=like.device).mul_(2).sub_(1)
 
@@ -169,9 +179,7 @@ def local_reparam_linear(
         b_scale = _base(bias_scale, 1)
         b_scale = b_scale.unsqueeze(-2) if b_scale.dim() > 1 else b_scale
     std = preactivation_std(x, scale.transpose(-1, -2), b_scale)
-    shape = torch.broadcast_shapes(mean.shape, std.shape)
-    if sample_shape is not None:
-        shape = torch.broadcast_shapes(torch.Size(sample_shape) + shape[-2:], shape)
+    shape = _noise_shape(mean, std, sample_shape, 2)
     return mean + torch.randn(shape, dtype=mean.dtype, device=mean.device) * std
 
 
@@ -247,10 +255,8 @@ def local_reparam_conv2d(
     mean = _conv(x, loc, None if bias_loc is None else _base(bias_loc, 1), conv)
     b_var = None if bias_scale is None else _base(bias_scale, 1).square()
     var = _conv(x.square(), scale.square(), b_var, conv)
-    shape = torch.broadcast_shapes(mean.shape, var.shape)
-    if sample_shape is not None:
-        shape = torch.broadcast_shapes(torch.Size(sample_shape) + shape[-4:], shape)
     std = var.clamp_min(torch.finfo(var.dtype).tiny).sqrt()
+    shape = _noise_shape(mean, std, sample_shape, 4)
     return mean + torch.randn(shape, dtype=mean.dtype, device=mean.device) * std
 
 
