@@ -98,23 +98,29 @@ class HiddenLayer(TorchDistribution):
         ``(*sample_shape, *S, B, H')``; ``log_prob`` ``(*sample_shape, *S, B)``; ``KL`` ``S``.
 
     Example:
+        >>> import warnings
         >>> import pyro, pyro.distributions as dist
         >>> from pyro.infer import SVI, Trace_ELBO
+        >>> pyro.clear_param_store()
         >>> X, y = torch.randn(32, 3), torch.randn(32)
-        >>> a_mean = torch.zeros(4, 1, requires_grad=True)  # 3 inputs + the ones column
-        >>> a_rho = torch.full((4, 1), -3.0, requires_grad=True)
-        >>> def model(X, y):  # the learnable layer is in the model, the guide is empty
+        >>> def model(X, y):  # the learnable layer is in the model...
+        ...     a_mean = pyro.param("a_mean", torch.zeros(4, 1))  # 3 inputs + the ones column
+        ...     a_scale = pyro.param(
+        ...         "a_scale", torch.full((4, 1), 0.1), constraint=dist.constraints.positive
+        ...     )
         ...     X1 = torch.cat([X, torch.ones(len(X), 1)], -1)
-        ...     with pyro.plate("data", 32):
-        ...         f = pyro.sample("f", HiddenLayer(
-        ...             X1, a_mean, torch.nn.functional.softplus(a_rho),
-        ...             non_linearity=lambda a: a, include_hidden_bias=False))
-        ...         pyro.sample("y", dist.Normal(f.squeeze(-1), 1.0), obs=y)
-        >>> def guide(X, y):
+        ...     with pyro.plate("data", len(X)):
+        ...         layer = HiddenLayer(
+        ...             X1, a_mean, a_scale, non_linearity=lambda a: a, include_hidden_bias=False
+        ...         )
+        ...         f = pyro.sample("f", layer).squeeze(-1)
+        ...         pyro.sample("y", dist.Normal(f, 1.0), obs=y)
+        >>> def guide(X, y):  # ...and the guide does not sample it
         ...     pass
         >>> svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), Trace_ELBO())
-        >>> import warnings; warnings.simplefilter("ignore")  # "vars in model but not guide"
-        >>> loss = svi.step(X, y)
+        >>> with warnings.catch_warnings():  # "Found vars in model but not guide": by design
+        ...     warnings.simplefilter("ignore")
+        ...     loss = svi.step(X, y)
         >>> HiddenLayer(X, torch.zeros(3, 5), torch.ones(3, 5)).rsample().shape
         torch.Size([32, 6])
     """
