@@ -1,0 +1,212 @@
+"""``main(argv)``: the UCI benchmark command (``benchmarks/uci.py``, ``bnn-pyro benchmark uci``).
+
+Example:
+    ``python benchmarks/uci.py --data ../shared/data/uci --out benchmarks/results/uci --jobs 2``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bnn_pyro.datasets import uci_num_splits
+from bnn_pyro.uci_benchmark.parallel import run_tasks
+from bnn_pyro.uci_benchmark.registry import METHODS, available_methods
+from bnn_pyro.uci_benchmark.results import (
+    markdown_report,
+    read_jsonl,
+    summarize,
+    write_charts,
+    write_json,
+)
+from bnn_pyro.uci_benchmark.runner import BenchmarkSettings, Task
+from bnn_pyro.uci_benchmark.selection import parse_names, parse_splits
+
+__all__ = ["build_parser", "find_datasets", "main"]
+
+RUNS_FILE = "uci_runs.jsonl"
+JSON_FILE = "uci.json"
+MARKDOWN_FILE = "uci.md"
+
+
+def find_datasets(path: str | Path) -> dict[str, Path]:
+    """Data set folders under ``path``: ``path`` itself if it holds ``data.txt``, else its
+    sub-folders that do.
+
+    Args:
+        path: one data set folder, or a folder of them.
+
+    Returns:
+        ``{name: folder}``, sorted by name.
+
+    Raises:
+        FileNotFoundError: if ``path`` is not a folder or holds no data set.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     _ = write_uci_folder(Path(tmp) / "toy", torch.randn(10, 2), torch.randn(10))
+        ...     list(find_datasets(tmp)), list(find_datasets(Path(tmp) / "toy"))
+        (['toy'], ['toy'])
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"--data {str(path)!r} is not a folder")
+    if (path / "data.txt").is_file():
+        return {path.name: path}
+    found = {p.name: p for p in sorted(path.iterdir()) if (p / "data.txt").is_file()}
+    if not found:
+        raise FileNotFoundError(
+            f"--data {str(path)!r} holds no UCI data set (a folder with data.txt, index_*.txt)"
+        )
+    return found
+
+
+def build_parser(prog: str = "uci") -> argparse.ArgumentParser:
+    """The benchmark's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="UCI regression benchmark (Hernandez-Lobato & Adams 2015 protocol): "
+        "hyper-parameters chosen on the last 20%% of each training split, retrained, scored on "
+        "the test split in original units; mean ± standard error over splits.",
+    )
+    parser.add_argument("--data", required=True, help="a UCI data set folder, or a folder of them")
+    parser.add_argument(
+        "--datasets", default="all", help="comma-separated folder names (default: all)"
+    )
+    parser.add_argument("--splits", default="all", help="e.g. '0-4', '0,3' or 'all' (default: all)")
+    parser.add_argument(
+        "--methods",
+        default="all",
+        help=f"comma-separated, from {available_methods()} (default: all)",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
+    parser.add_argument(
+        "--out", default="benchmarks/results/uci", help="output folder (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny grids, few epochs: a smoke test only"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"keep the finished tasks in OUT/{RUNS_FILE} and run only the others",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or per-task lines")
+    return parser
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    import pyro
+    import torch
+
+    import bnn_pyro
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "pyro": pyro.__version__,
+        "numpy": numpy.__version__,
+        "bnn_pyro": bnn_pyro.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def _tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[Task]:
+    try:
+        folders = find_datasets(args.data)
+        names = parse_names(args.datasets, list(folders), "datasets")
+        methods = parse_names(args.methods, available_methods(), "methods")
+        n_splits = min(uci_num_splits(folders[name]) for name in names)
+        splits = parse_splits(args.splits, n_splits)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    order = sorted(methods, key=lambda m: -METHODS[m].cost)  # long tasks first in each split
+    return [
+        Task(name, str(folders[name]), split, method)
+        for split in splits
+        for name in names
+        for method in order
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the UCI benchmark; write ``uci.json``, ``uci.md`` and the charts to ``--out``.
+
+    Args:
+        argv: the command-line arguments (default ``sys.argv[1:]``); see :func:`build_parser`.
+
+    Returns:
+        0 on success, 1 if some task failed (the others are still written). Bad arguments exit
+        with code 2 (argparse).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    tasks = _tasks(args, parser)
+    settings = BenchmarkSettings(quick=args.quick)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs_path = out / RUNS_FILE
+    done: dict[tuple, dict[str, Any]] = {}
+    if args.resume:
+        for record in read_jsonl(runs_path):
+            if record.get("settings") == settings.to_dict() and "error" not in record:
+                done[(record["dataset"], record["split"], record["method"])] = record
+    elif runs_path.exists():
+        runs_path.unlink()
+    todo = [t for t in tasks if (t.dataset, t.split, t.method) not in done]
+    if not args.quiet:
+        print(
+            f"{len(tasks)} tasks ({len(tasks) - len(todo)} already done), {args.jobs} "
+            f"process(es), settings {settings.to_dict()}",
+            flush=True,
+        )
+
+    def save(record: dict[str, Any]) -> None:
+        with runs_path.open("a") as f:
+            f.write(json.dumps({**record, "settings": settings.to_dict()}) + "\n")
+
+    start = time.perf_counter()
+    fresh = run_tasks(todo, settings, args.jobs, on_result=save, progress=not args.quiet)
+    wall = time.perf_counter() - start
+    by_key = {(r["dataset"], r["split"], r["method"]): r for r in [*done.values(), *fresh]}
+    runs = [by_key[(t.dataset, t.split, t.method)] for t in tasks]
+    runs = [{k: v for k, v in r.items() if k != "settings"} for r in runs]
+    order = {m: i for i, m in enumerate(available_methods())}
+    runs.sort(key=lambda r: (r["dataset"], order[r["method"]], r["split"]))
+    summary = summarize(runs)
+    methods = sorted({t.method for t in tasks}, key=order.get)
+    payload = {
+        "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
+        "arguments": argv,
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "wall_time": f"{wall / 3600:.2f} h ({wall:.0f} s, this invocation)",
+        "wall_time_seconds": wall,
+        "versions": _versions(),
+        "settings": {**settings.to_dict(), "jobs": args.jobs},
+        "methods": {
+            m: {"label": METHODS[m].label, "description": METHODS[m].description} for m in methods
+        },
+        "summary": summary,
+        "runs": runs,
+    }
+    write_json(out / JSON_FILE, payload)
+    (out / MARKDOWN_FILE).write_text(markdown_report(payload))
+    if summary:
+        write_charts(summary, out, {m: METHODS[m].label for m in methods})
+    if not args.quiet:
+        print(markdown_report(payload), flush=True)
+    return 1 if any("error" in r for r in runs) else 0

@@ -1,0 +1,114 @@
+"""Run benchmark tasks in worker processes (one torch thread each), with a progress bar."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from bnn_pyro.uci_benchmark.runner import BenchmarkSettings, Task, run_task
+
+__all__ = ["run_tasks"]
+
+OnResult = Callable[[dict[str, Any]], None]
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def _guarded(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
+    """:func:`run_task` that turns an exception into an error record (the run goes on)."""
+    start = time.perf_counter()
+    try:
+        return run_task(task, settings)
+    except Exception as err:  # noqa: BLE001 - reported in the results, never swallowed silently
+        return {
+            "dataset": task.dataset,
+            "split": task.split,
+            "method": task.method,
+            "error": f"{err!r}\n{traceback.format_exc()}",
+            "search_seconds": time.perf_counter() - start,
+            "final_seconds": 0.0,
+        }
+
+
+def _describe(record: dict[str, Any]) -> str:
+    head = f"{record['dataset']} split {record['split']} {record['method']}"
+    if "error" in record:
+        return f"{head}: FAILED {record['error'].splitlines()[0]}"
+    seconds = record["search_seconds"] + record["final_seconds"]
+    config = ", ".join(f"{k}={v}" for k, v in record["config"].items())
+    return (
+        f"{head}: test_ll {record['test_ll']:.3f}, rmse {record['rmse']:.3f} "
+        f"[{config}] ({seconds:.0f} s)"
+    )
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    settings: BenchmarkSettings,
+    jobs: int = 1,
+    on_result: OnResult | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run ``tasks`` on ``jobs`` processes and return their records in task order.
+
+    With ``jobs == 1`` the tasks run in this process (with one torch thread, restored after);
+    otherwise in a ``ProcessPoolExecutor`` of spawned workers with one torch thread each. Each
+    finished task is printed (its scores and chosen hyper-parameters) and passed to
+    ``on_result`` as it arrives, so a long run can save partial results. A task that raises
+    becomes a record with an ``"error"`` key.
+
+    Args:
+        tasks: the tasks.
+        settings: benchmark settings.
+        jobs: number of processes (>= 1).
+        on_result: called with each record as it finishes.
+        progress: show a tqdm bar (with an ETA) and print each finished task.
+
+    Returns:
+        One record per task, in the order of ``tasks``.
+
+    Raises:
+        ValueError: if ``jobs < 1``.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    results: dict[int, dict[str, Any]] = {}
+    bar = tqdm(total=len(tasks), desc="UCI benchmark", unit="task", disable=not progress)
+
+    def finish(index: int, record: dict[str, Any]) -> None:
+        results[index] = record
+        if on_result is not None:
+            on_result(record)
+        if progress:
+            bar.write(_describe(record))
+        bar.update(1)
+
+    try:
+        if jobs == 1:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                for index, task in enumerate(tasks):
+                    finish(index, _guarded(task, settings))
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker) as pool:
+                futures = {
+                    pool.submit(_guarded, task, settings): index for index, task in enumerate(tasks)
+                }
+                for future in as_completed(futures):
+                    finish(futures[future], future.result())
+    finally:
+        bar.close()
+    return [results[i] for i in range(len(tasks))]

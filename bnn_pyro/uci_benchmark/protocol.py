@@ -1,0 +1,186 @@
+"""The UCI protocol: normalised data, scores in original units, mean ± standard error, seeds.
+
+Hernández-Lobato & Adams (2015); Gal & Ghahramani (2016): inputs and targets are normalised on
+the training rows (:func:`bnn_pyro.datasets.load_uci_split` holds the statistics), models train
+and predict in normalised units, and the predictive is scored in the original units of ``y``
+(``y_scale`` of :mod:`bnn_pyro.metrics`). Results are averaged over the splits with the standard
+error ``std / sqrt(n)``.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bnn_pyro.datasets import UCISplit
+from bnn_pyro.metrics import gaussian_log_likelihood, rmse
+
+__all__ = [
+    "LARGE_DATASET_ROWS",
+    "Predictor",
+    "RegressionData",
+    "hidden_units",
+    "mean_stderr",
+    "prepare",
+    "score",
+    "seed_for",
+]
+
+#: Data sets with more training rows than this get 100 hidden units (protein-sized data).
+LARGE_DATASET_ROWS = 10_000
+
+#: ``x (N, D) -> (locs (S, N, 1), scales broadcastable to locs)``, in normalised units.
+Predictor = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True, eq=False)
+class RegressionData:
+    """One train/evaluation pair in normalised units, as the methods see it.
+
+    Attributes:
+        x: ``(N, D)`` normalised training inputs.
+        y: ``(N, 1)`` normalised training targets.
+        x_eval: ``(M, D)`` normalised inputs to score (validation or test rows).
+        y_eval: ``(M, 1)`` normalised targets to score.
+        y_std: the target standard deviation of the training rows (original units per
+            normalised unit); scores in original units use it.
+        hidden: hidden-layer width of the protocol for this data set.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    x_eval: torch.Tensor
+    y_eval: torch.Tensor
+    y_std: float
+    hidden: int
+
+
+def hidden_units(n_rows: int) -> int:
+    """Hidden-layer width of the protocol: 50 ReLU units, 100 for protein-sized data.
+
+    Args:
+        n_rows: number of training rows.
+
+    Returns:
+        100 if ``n_rows > 10000``, else 50.
+
+    Example:
+        >>> hidden_units(455), hidden_units(41_157)
+        (50, 100)
+    """
+    if isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 1:
+        raise ValueError(f"n_rows must be a positive int, got {n_rows!r}")
+    return 100 if n_rows > LARGE_DATASET_ROWS else 50
+
+
+def prepare(split: UCISplit) -> RegressionData:
+    """Normalise a split with its training statistics: train on ``X_train``, score ``X_test``.
+
+    Pass a :func:`bnn_pyro.datasets.validation_split` to get the validation pair (its
+    ``X_test`` is the last 20% of the training rows; the real test rows are not in it).
+
+    Args:
+        split: a :class:`bnn_pyro.datasets.UCISplit`.
+
+    Returns:
+        :class:`RegressionData` with ``x (N, D)``, ``y (N, 1)``, ``x_eval (M, D)``,
+        ``y_eval (M, 1)``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from bnn_pyro.datasets import load_uci_split, write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(30, 2), torch.randn(30))
+        ...     data = prepare(load_uci_split(folder, 0))
+        >>> data.x.shape, data.y_eval.shape, data.hidden
+        (torch.Size([27, 2]), torch.Size([3, 1]), 50)
+        >>> round(float(data.y.std(unbiased=False)), 4)
+        1.0
+    """
+    if not isinstance(split, UCISplit):
+        raise TypeError(f"split must be a UCISplit, got {type(split).__name__}")
+    return RegressionData(
+        x=split.normalize_x(split.X_train),
+        y=split.normalize_y(split.y_train),
+        x_eval=split.normalize_x(split.X_test),
+        y_eval=split.normalize_y(split.y_test),
+        y_std=float(split.y_std),
+        hidden=hidden_units(int(split.X_train.shape[0])),
+    )
+
+
+def score(
+    locs: torch.Tensor, scales: torch.Tensor | float, y: torch.Tensor, y_std: float
+) -> dict[str, float]:
+    """Test log-likelihood and RMSE in original units of a normalised Gaussian-mixture predictive.
+
+    Args:
+        locs: ``(S, N, 1)`` per-sample predictive means (normalised units).
+        scales: noise standard deviations broadcastable to ``locs`` (normalised units).
+        y: ``(N, 1)`` normalised targets.
+        y_std: the target standard deviation the data were normalised with.
+
+    Returns:
+        ``{"test_ll": mean log-likelihood per point, "rmse": RMSE of the predictive mean}``,
+        both in original units.
+
+    Example:
+        >>> out = score(torch.zeros(1, 2, 1), 1.0, torch.zeros(2, 1), y_std=2.0)
+        >>> round(out["test_ll"], 4), out["rmse"]  # -log(2 pi)/2 - log 2
+        (-1.6121, 0.0)
+    """
+    if not isinstance(locs, torch.Tensor) or locs.dim() != 3:
+        shape = tuple(locs.shape) if isinstance(locs, torch.Tensor) else type(locs).__name__
+        raise ValueError(f"locs must be a (S, N, O) tensor, got {shape}")
+    return {
+        "test_ll": float(gaussian_log_likelihood(locs, scales, y, y_scale=y_std)),
+        "rmse": rmse(locs.mean(0), y, y_scale=y_std),
+    }
+
+
+def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error over splits: ``std / sqrt(n)`` with the population std.
+
+    ``ddof=0`` as in the reference code (``np.std``), and as the data README states.
+
+    Args:
+        values: one score per split.
+
+    Returns:
+        ``(mean, stderr)``; the standard error of a single split is 0.
+
+    Raises:
+        ValueError: if ``values`` is empty or holds a non-finite number.
+
+    Example:
+        >>> mean_stderr([1.0, 2.0, 3.0, 4.0])  # std 1.118..., / sqrt(4)
+        (2.5, 0.5590169943749475)
+    """
+    array = np.asarray(list(values), dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"values must be a non-empty sequence of floats, got {values!r}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"values must be finite, got {array.tolist()}")
+    return float(array.mean()), float(array.std() / math.sqrt(array.size))
+
+
+def seed_for(*parts: object) -> int:
+    """A deterministic seed in ``[0, 2**31)`` from the parts' text (CRC-32, not ``hash()``).
+
+    Python's string hashing changes between processes; this does not, so every process and
+    every re-run trains with the same seed for the same (data set, split, method, config).
+
+    Example:
+        >>> seed_for("bostonHousing", 0, "vi") == seed_for("bostonHousing", 0, "vi")
+        True
+        >>> seed_for("bostonHousing", 0, "vi") != seed_for("bostonHousing", 1, "vi")
+        True
+    """
+    text = "\x1f".join(repr(part) for part in parts)
+    return zlib.crc32(text.encode("utf-8")) & 0x7FFFFFFF

@@ -1,0 +1,217 @@
+"""Benchmark results: per-split records -> summary rows, the JSON file, the markdown table, charts.
+
+The summary rows use the results format of :func:`bnn_pyro.plots.plot_uci_results` and
+:data:`bnn_pyro.datasets.PUBLISHED_UCI`: ``{"dataset", "method", "metric", "mean", "stderr"}``
+(plus ``n_splits``), with ``metric`` ``"test_ll"`` or ``"rmse"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bnn_pyro.datasets import PUBLISHED_UCI
+from bnn_pyro.uci_benchmark.protocol import mean_stderr
+
+__all__ = [
+    "METRICS",
+    "chosen_hyperparameters",
+    "markdown_report",
+    "read_jsonl",
+    "summarize",
+    "write_charts",
+    "write_json",
+]
+
+#: The reported metrics: name -> (column title, higher is better).
+METRICS = {"test_ll": ("test log-likelihood", True), "rmse": ("RMSE", False)}
+_PUBLISHED = list(dict.fromkeys(str(row["method"]) for row in PUBLISHED_UCI))
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Mean ± standard error over splits per (data set, method, metric).
+
+    Records with an ``"error"`` are left out (``n_splits`` tells how many splits remain).
+
+    Args:
+        runs: per-split records with ``dataset``, ``method``, ``split``, ``test_ll``, ``rmse``.
+
+    Returns:
+        Rows ``{"dataset", "method", "metric", "mean", "stderr", "n_splits"}`` in the order the
+        (data set, method) pairs first appear.
+
+    Example:
+        >>> runs = [{"dataset": "d", "method": "m", "split": k, "test_ll": v, "rmse": 1.0}
+        ...         for k, v in enumerate([-1.0, -2.0])]
+        >>> [(r["metric"], r["mean"], round(r["stderr"], 4)) for r in summarize(runs)]
+        [('test_ll', -1.5, 0.3536), ('rmse', 1.0, 0.0)]
+    """
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for run in runs:
+        if "error" not in run:
+            groups.setdefault((str(run["dataset"]), str(run["method"])), []).append(run)
+    rows = []
+    for (dataset, method), group in groups.items():
+        for metric in METRICS:
+            mean, stderr = mean_stderr([float(run[metric]) for run in group])
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "method": method,
+                    "metric": metric,
+                    "mean": mean,
+                    "stderr": stderr,
+                    "n_splits": len(group),
+                }
+            )
+    return rows
+
+
+def chosen_hyperparameters(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """For each ``"dataset/method"``: how often each value of each hyper-parameter was chosen.
+
+    Example:
+        >>> runs = [{"dataset": "d", "method": "m", "config": {"lr": lr}} for lr in (1, 1, 2)]
+        >>> chosen_hyperparameters(runs)
+        {'d/m': {'lr': {'1': 2, '2': 1}}}
+    """
+    out: dict[str, dict[str, Counter]] = {}
+    for run in runs:
+        if "config" not in run:
+            continue
+        counters = out.setdefault(f"{run['dataset']}/{run['method']}", {})
+        for key, value in run["config"].items():
+            counters.setdefault(key, Counter())[str(value)] += 1
+    return {
+        name: {key: dict(counter.most_common()) for key, counter in counters.items()}
+        for name, counters in out.items()
+    }
+
+
+def _cell(row: Mapping[str, Any] | None, digits: int = 2) -> str:
+    if row is None:
+        return "—"
+    stderr = row.get("stderr")
+    text = f"{row['mean']:.{digits}f}"
+    return text if stderr is None else f"{text} ± {stderr:.{digits}f}"
+
+
+def _table(
+    summary: Sequence[Mapping[str, Any]], metric: str, labels: Mapping[str, str]
+) -> list[str]:
+    ours = {(r["dataset"], r["method"]): r for r in summary if r["metric"] == metric}
+    published = {(r["dataset"], r["method"]): r for r in PUBLISHED_UCI if r["metric"] == metric}
+    datasets = list(dict.fromkeys(r["dataset"] for r in summary))
+    methods = list(dict.fromkeys(r["method"] for r in summary))
+    higher = METRICS[metric][1]
+    head = ["data", *(labels.get(m, m) for m in methods), *(f"*{p}*" for p in _PUBLISHED)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for dataset in datasets:
+        values = {m: ours[(dataset, m)]["mean"] for m in methods if (dataset, m) in ours}
+        best = (max if higher else min)(values, key=values.get) if values else None
+        cells = []
+        for method in methods:
+            cell = _cell(ours.get((dataset, method)))
+            cells.append(f"**{cell}**" if method == best else cell)
+        cells += [_cell(published.get((dataset, p))) for p in _PUBLISHED]
+        lines.append("| " + " | ".join([dataset, *cells]) + " |")
+    return lines
+
+
+def markdown_report(payload: Mapping[str, Any]) -> str:
+    """The markdown page of a results payload (as written by :func:`write_json`).
+
+    Tables of test log-likelihood and RMSE (mean ± standard error over splits, original units,
+    best of ours in bold) beside the published values (in italics in the header), then the
+    most often chosen hyper-parameters.
+
+    Example:
+        >>> runs = [{"dataset": "yacht", "method": "vi", "split": 0, "test_ll": -1.0,
+        ...          "rmse": 0.9, "config": {"lr": 0.01}}]
+        >>> text = markdown_report({"summary": summarize(runs), "runs": runs,
+        ...                         "methods": {"vi": {"label": "VI"}}})
+        >>> "| yacht | **-1.00 ± 0.00** |" in text
+        True
+    """
+    labels = {name: str(info.get("label", name)) for name, info in payload["methods"].items()}
+    summary = payload["summary"]
+    lines = ["# UCI regression benchmark", ""]
+    for key, title in (("command", "Command"), ("date", "Date"), ("wall_time", "Wall time")):
+        if key in payload:
+            lines.append(f"- {title}: `{payload[key]}`")
+    if "settings" in payload:
+        lines.append(f"- Settings: `{json.dumps(payload['settings'], sort_keys=True)}`")
+    if "versions" in payload:
+        lines.append(f"- Versions: `{json.dumps(payload['versions'], sort_keys=True)}`")
+    for metric, (title, higher) in METRICS.items():
+        better = "higher" if higher else "lower"
+        lines += ["", f"## {title} ({better} is better, mean ± s.e. over splits)", ""]
+        lines += _table(summary, metric, labels)
+    lines += ["", "## Chosen hyper-parameters (value: number of splits)", ""]
+    for name, params in chosen_hyperparameters(payload["runs"]).items():
+        varied = {k: v for k, v in params.items() if len(v) > 1 or k == "epochs"}
+        fixed = {k: next(iter(v)) for k, v in params.items() if k not in varied}
+        text = "; ".join(f"{k}: {v}" for k, v in varied.items())
+        lines.append(f"- {name}: {text} (fixed: {json.dumps(fixed, sort_keys=True)})")
+    errors = [r for r in payload["runs"] if "error" in r]
+    if errors:
+        lines += ["", f"## Failed tasks ({len(errors)})", ""]
+        lines += [f"- {r['dataset']} split {r['split']} {r['method']}" for r in errors]
+    return "\n".join(lines) + "\n"
+
+
+def write_json(path: str | os.PathLike, payload: Mapping[str, Any]) -> Path:
+    """Write ``payload`` as indented JSON, atomically (temporary file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read records written one JSON object per line (a missing file gives ``[]``).
+
+    A truncated last line (a run killed mid-write) is skipped.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def write_charts(
+    summary: Sequence[Mapping[str, Any]], out: str | os.PathLike, labels: Mapping[str, str]
+) -> list[Path]:
+    """One PNG per metric (``uci_test_ll.png``, ``uci_rmse.png``) beside the published values."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from bnn_pyro.plots import plot_uci_results
+
+    paths = []
+    for metric, (title, _) in METRICS.items():
+        rows = [{**r, "method": labels.get(r["method"], r["method"])} for r in summary]
+        if not any(r["metric"] == metric for r in rows):
+            continue
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        plot_uci_results(rows, metric=metric, ax=ax)
+        ax.set_title(f"UCI regression: {title} (ours solid, published hatched)")
+        fig.tight_layout()
+        path = Path(out) / f"uci_{metric}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,227 @@
+"""One benchmark task: choose hyper-parameters on validation rows, retrain, score the test rows.
+
+A task is one (data set, split, method). Its hyper-parameters (and epochs) are chosen by the
+validation log-likelihood in original units on the last 20% of the split's training rows
+(:func:`bnn_pyro.datasets.validation_split`, normalised on the first 80%); the test rows never
+enter the search. The chosen configuration is then retrained on the whole training split and
+scored once on the test rows. Every training run gets a seed derived from (data set, split,
+method, stage, configuration), so a task gives the same numbers in any process and any order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from bnn_pyro.datasets import (
+    UCISplit,
+    load_uci_hyperparameters,
+    load_uci_split,
+    validation_split,
+)
+from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.uci_benchmark.method import DatasetInfo, MethodSpec
+from bnn_pyro.uci_benchmark.protocol import Predictor, prepare, score, seed_for
+from bnn_pyro.uci_benchmark.registry import get_method
+
+__all__ = ["BenchmarkSettings", "Task", "run_task", "select_hyperparameters"]
+
+_TRAINING_FAILURES = (FloatingPointError, TrainingDivergedError, ValueError, RuntimeError)
+
+
+@dataclass(frozen=True)
+class BenchmarkSettings:
+    """Settings shared by every task.
+
+    Attributes:
+        quick: tiny grids and a few epochs (smoke tests only; not comparable).
+        validation_fraction: share of the training rows held out for the search.
+        validation_samples: predictive samples when scoring validation rows.
+        test_samples: predictive samples when scoring test rows.
+    """
+
+    quick: bool = False
+    validation_fraction: float = 0.2
+    validation_samples: int = 200
+    test_samples: int = 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One (data set folder, split, method) to run."""
+
+    dataset: str
+    folder: str
+    split: int
+    method: str
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    return json.dumps(dict(config), sort_keys=True)
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else -math.inf
+
+
+def dataset_info(folder: str, split: UCISplit) -> DatasetInfo:
+    """What the grids may use about a data set: name, training size, reference settings."""
+    try:
+        reference = load_uci_hyperparameters(folder)
+    except (FileNotFoundError, ValueError):
+        reference = None
+    return DatasetInfo(
+        name=split.dataset,
+        n_train=int(split.X_train.shape[0]),
+        n_features=int(split.X_train.shape[1]),
+        reference=reference,
+    )
+
+
+def select_hyperparameters(
+    spec: MethodSpec, split: UCISplit, info: DatasetInfo, settings: BenchmarkSettings
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Choose a configuration (with its epochs) on the validation rows of ``split``.
+
+    Only :func:`bnn_pyro.datasets.validation_split` of ``split`` is used: the model trains on
+    the first 80% of the training rows and is scored on the last 20%.
+
+    Args:
+        spec: the method.
+        split: the train/test split (its test rows are not used here).
+        info: the data set's description for the grid.
+        settings: benchmark settings.
+
+    Returns:
+        ``(best config, records)``; each record holds a ``config`` (with the scored
+        ``epochs``) and its ``val_ll``/``val_rmse``, or the ``error`` that stopped it.
+    """
+    val = validation_split(split, settings.validation_fraction)
+    data = prepare(val)
+    records: list[dict[str, Any]] = []
+    for config in spec.grid(info, settings.quick):
+        seed = seed_for(split.dataset, split.split, spec.name, "search", _config_key(config))
+
+        def report(epoch: int, predictor: Predictor, config: Mapping = config) -> None:
+            locs, scales = predictor(data.x_eval)
+            scores = score(locs, scales, data.y_eval, data.y_std)
+            records.append(
+                {
+                    "config": {**config, "epochs": epoch},
+                    "val_ll": scores["test_ll"],
+                    "val_rmse": scores["rmse"],
+                }
+            )
+
+        try:
+            spec.train(
+                config,
+                data.x,
+                data.y,
+                y_std=data.y_std,
+                hidden=data.hidden,
+                seed=seed,
+                checkpoints=spec.checkpoints(config),
+                report=report,
+                num_samples=settings.validation_samples,
+            )
+        except _TRAINING_FAILURES as err:
+            records.append({"config": dict(config), "val_ll": None, "error": repr(err)})
+    ranked = sorted(
+        (r for r in records if r.get("val_ll") is not None),
+        key=lambda r: _finite(r["val_ll"]),
+        reverse=True,
+    )
+    if not ranked:
+        raise RuntimeError(
+            f"{spec.name} failed for every configuration on {split.dataset} split "
+            f"{split.split}: {[r.get('error') for r in records]}"
+        )
+    return dict(ranked[0]["config"]), records
+
+
+def _final_fit(
+    spec: MethodSpec, split: UCISplit, config: Mapping[str, Any], settings: BenchmarkSettings
+) -> dict[str, float]:
+    data = prepare(split)
+    seed = seed_for(split.dataset, split.split, spec.name, "final", _config_key(config))
+    scores: dict[str, float] = {}
+
+    def report(epoch: int, predictor: Predictor) -> None:
+        locs, scales = predictor(data.x_eval)
+        scores.update(score(locs, scales, data.y_eval, data.y_std))
+
+    spec.train(
+        config,
+        data.x,
+        data.y,
+        y_std=data.y_std,
+        hidden=data.hidden,
+        seed=seed,
+        checkpoints=[int(config["epochs"])],
+        report=report,
+        num_samples=settings.test_samples,
+    )
+    return scores
+
+
+def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
+    """Run one task: search on validation rows, retrain on the training split, score the test.
+
+    Args:
+        task: the (data set, folder, split, method).
+        settings: benchmark settings.
+
+    Returns:
+        A JSON-ready record: ``dataset``, ``split``, ``method``, ``test_ll``, ``rmse`` (original
+        units), the chosen ``config``, its ``val_ll``, the search ``records``, ``n_train``,
+        ``n_test``, ``search_seconds`` and ``final_seconds``. If the chosen configuration fails
+        on the whole training split, the next best one is used and ``fallbacks`` says so.
+    """
+    spec = get_method(task.method)
+    split = load_uci_split(task.folder, task.split)
+    info = dataset_info(task.folder, split)
+    start = time.perf_counter()
+    best, records = select_hyperparameters(spec, split, info, settings)
+    searched = time.perf_counter()
+    ranked = sorted(
+        (r for r in records if r.get("val_ll") is not None),
+        key=lambda r: _finite(r["val_ll"]),
+        reverse=True,
+    )
+    failures: list[str] = []
+    for record in ranked:
+        try:
+            scores = _final_fit(spec, split, record["config"], settings)
+            best = dict(record["config"])
+            break
+        except _TRAINING_FAILURES as err:
+            failures.append(f"{_config_key(record['config'])}: {err!r}")
+    else:
+        raise RuntimeError(f"{task}: every configuration failed on the training split: {failures}")
+    return {
+        "dataset": task.dataset,
+        "split": task.split,
+        "method": task.method,
+        "test_ll": scores["test_ll"],
+        "rmse": scores["rmse"],
+        "config": best,
+        "val_ll": next(r["val_ll"] for r in ranked if r["config"] == best),
+        "n_train": int(split.X_train.shape[0]),
+        "n_test": int(split.X_test.shape[0]),
+        "search_seconds": searched - start,
+        "final_seconds": time.perf_counter() - searched,
+        "fallbacks": failures,
+        "records": records,
+        "threads": torch.get_num_threads(),
+    }

@@ -1,0 +1,282 @@
+"""The UCI benchmark: option parsing, protocol, test-row isolation, smoke runs of the command."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bnn_pyro.datasets import load_uci_split, validation_split, write_uci_folder
+from bnn_pyro.uci_benchmark import (
+    BenchmarkSettings,
+    DatasetInfo,
+    MethodSpec,
+    Task,
+    available_methods,
+    get_method,
+    hidden_units,
+    main,
+    mean_stderr,
+    parse_names,
+    parse_splits,
+    registry,
+    run_task,
+    select_hyperparameters,
+    summarize,
+)
+from bnn_pyro.uci_benchmark.cli import find_datasets
+from bnn_pyro.uci_benchmark.method import checkpoint_epochs
+
+SHARED = Path("/work/shared/data/uci")
+POISON = 1.0e4  # feature value of split 0's test rows in the poisoned folder
+
+
+@pytest.fixture(scope="module")
+def toy_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding one small synthetic data set ``toy`` (2 splits)."""
+    root = tmp_path_factory.mktemp("uci")
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(80, 3, generator=g)
+    y = 10.0 + 5.0 * X[:, 0] - 2.0 * X[:, 1] ** 2 + 0.5 * torch.randn(80, generator=g)
+    write_uci_folder(root / "toy", X, y, n_splits=2)
+    return root
+
+
+# ---------------------------------------------------------------------------- option parsing
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0-4", [0, 1, 2, 3, 4]), ("0,3", [0, 3]), (" 3 , 1-2,1 ", [1, 2, 3]), ("all", [0, 1, 2])],
+)
+def test_parse_splits(text: str, expected: list[int]) -> None:
+    assert parse_splits(text, n_splits=20 if text != "all" else 3) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "must not be empty"),
+        ("a", "could not read 'a'"),
+        ("1-", "could not read '1-'"),
+        ("-1", "could not read '-1'"),
+        ("0-2-4", "could not read"),
+        ("4-2", "reversed"),
+        ("0,20", "must be < n_splits = 20"),
+        ("1.5", "could not read"),
+    ],
+)
+def test_parse_splits_rejects_bad_input(text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_splits(text, n_splits=20)
+
+
+def test_parse_splits_types() -> None:
+    with pytest.raises(TypeError, match="splits must be a str"):
+        parse_splits(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs n_splits"):
+        parse_splits("all")
+
+
+def test_parse_names() -> None:
+    assert parse_names("swag,vi,vi", ["vi", "swag"]) == ["swag", "vi"]
+    with pytest.raises(ValueError, match=r"methods: unknown name\(s\) \['nope'\]"):
+        parse_names("vi,nope", ["vi", "swag"])
+    with pytest.raises(ValueError, match="datasets must name at least one"):
+        parse_names(" , ", ["a"], "datasets")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--splits", "3-1"], "reversed"),
+        (["--splits", "0,x"], "could not read 'x'"),
+        (["--splits", "5"], "must be < n_splits = 2"),
+        (["--methods", "vi,magic"], "unknown name"),
+        (["--datasets", "boston"], "unknown name"),
+        (["--jobs", "0"], "--jobs must be >= 1"),
+    ],
+)
+def test_cli_bad_arguments_exit_2(
+    toy_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--data", str(toy_root), "--out", str(tmp_path), *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "uci.json").exists()
+
+
+def test_cli_missing_data_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+    assert info.value.code == 2
+    assert "is not a folder" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="holds no UCI data set"):
+        find_datasets(tmp_path)
+
+
+# ---------------------------------------------------------------------------- protocol
+def test_mean_stderr_matches_numpy() -> None:
+    values = np.random.default_rng(0).normal(size=20)
+    mean, stderr = mean_stderr(values.tolist())
+    assert mean == pytest.approx(np.mean(values))
+    assert stderr == pytest.approx(np.std(values) / np.sqrt(20))
+    assert mean_stderr([2.0]) == (2.0, 0.0)
+    with pytest.raises(ValueError, match="non-empty"):
+        mean_stderr([])
+    with pytest.raises(ValueError, match="finite"):
+        mean_stderr([1.0, float("nan")])
+
+
+def test_summarize_stderr_over_splits() -> None:
+    lls = [-2.1, -2.5, -2.3, -2.9]
+    runs = [
+        {"dataset": "d", "method": "m", "split": k, "test_ll": v, "rmse": 1.0 + k}
+        for k, v in enumerate(lls)
+    ]
+    runs.append({"dataset": "d", "method": "m", "split": 9, "error": "boom"})
+    rows = {r["metric"]: r for r in summarize(runs)}
+    assert rows["test_ll"]["n_splits"] == 4
+    assert rows["test_ll"]["stderr"] == pytest.approx(np.std(lls) / 2.0)
+    assert rows["rmse"]["mean"] == pytest.approx(2.5)
+
+
+def test_small_helpers_reject_bad_input() -> None:
+    assert hidden_units(10_001) == 100
+    with pytest.raises(ValueError, match="n_rows"):
+        hidden_units(0)
+    with pytest.raises(ValueError, match="count"):
+        checkpoint_epochs(10, 0)
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        get_method("nope")
+    with pytest.raises(TypeError, match="name must be a str"):
+        get_method(1)  # type: ignore[arg-type]
+    assert available_methods()[:1] == ["vi"]
+
+
+# ---------------------------------------------------------------------------- test-row isolation
+def _spy_spec(calls: list[tuple[str, torch.Tensor]]) -> MethodSpec:
+    """A method that records every tensor it trains or predicts on."""
+
+    def grid(info: DatasetInfo, quick: bool) -> list[dict]:
+        return [{"epochs": 2, "level": level} for level in (0.0, 1.0)]
+
+    def train(config, x, y, *, y_std, hidden, seed, checkpoints, report, num_samples) -> None:
+        calls.append(("fit", x.clone()))
+
+        def predictor(x_eval: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            calls.append(("predict", x_eval.clone()))
+            locs = torch.full((3, x_eval.shape[0], 1), float(config["level"]))
+            return locs, torch.ones(())
+
+        for epoch in checkpoints:
+            report(epoch, predictor)
+
+    return MethodSpec("spy", "Spy", "records its inputs", grid, train, lambda c: [1, 2])
+
+
+@pytest.fixture()
+def poisoned(tmp_path: Path) -> Path:
+    """A data set whose split-0 test rows carry a huge first feature."""
+    g = torch.Generator().manual_seed(1)
+    X, y = torch.randn(60, 2, generator=g), torch.randn(60, generator=g)
+    folder = write_uci_folder(tmp_path / "poisoned", X, y, n_splits=1)
+    test_rows = np.loadtxt(folder / "index_test_0.txt", dtype=int)
+    data = np.loadtxt(folder / "data.txt")
+    data[test_rows, 0] = POISON
+    np.savetxt(folder / "data.txt", data, fmt="%.17g")
+    return folder
+
+
+def test_selection_never_sees_test_rows(poisoned: Path) -> None:
+    calls: list[tuple[str, torch.Tensor]] = []
+    split = load_uci_split(poisoned, 0)
+    assert float(split.X_test[:, 0].min()) == POISON  # the poison is where it should be
+    best, records = select_hyperparameters(
+        _spy_spec(calls), split, DatasetInfo("poisoned", 54, 2), BenchmarkSettings()
+    )
+    val = validation_split(split)
+    assert [kind for kind, _ in calls] == ["fit", "predict", "predict"] * 2
+    for kind, x in calls:
+        assert float(x.abs().max()) < 100.0, "a test row entered the search"
+        expected = val.X_train if kind == "fit" else val.X_test
+        assert torch.allclose(x, val.normalize_x(expected))
+    assert {r["config"]["epochs"] for r in records} == {1, 2}
+    assert len(records) == 4 and best in [r["config"] for r in records]
+
+
+def test_run_task_scores_test_rows_only_at_the_end(
+    poisoned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, torch.Tensor]] = []
+    monkeypatch.setitem(registry.METHODS, "spy", _spy_spec(calls))
+    record = run_task(Task("poisoned", str(poisoned), 0, "spy"), BenchmarkSettings())
+    poisoned_calls = [i for i, (_, x) in enumerate(calls) if float(x.abs().max()) > 100.0]
+    assert poisoned_calls == [len(calls) - 1]  # only the final prediction on the test rows
+    assert calls[-2][0] == "fit" and calls[-2][1].shape[0] == 54  # retrained on all 54 rows
+    assert record["n_train"] == 54 and record["n_test"] == 6
+    assert record["config"]["epochs"] in (1, 2) and math.isfinite(record["test_ll"])
+
+
+# ---------------------------------------------------------------------------- smoke runs
+def _check_outputs(out: Path, datasets: set[str], methods: list[str], splits: list[int]) -> dict:
+    payload = json.loads((out / "uci.json").read_text())
+    for key in ("command", "arguments", "date", "wall_time_seconds", "versions", "settings"):
+        assert key in payload
+    assert {"torch", "pyro", "python", "bnn_pyro"} <= set(payload["versions"])
+    assert list(payload["methods"]) == methods
+    runs = payload["runs"]
+    assert len(runs) == len(datasets) * len(methods) * len(splits)
+    for run in runs:
+        assert "error" not in run, run.get("error")
+        assert math.isfinite(run["test_ll"]) and math.isfinite(run["rmse"]) and run["rmse"] > 0
+        assert run["split"] in splits and run["config"]["epochs"] >= 1
+    summary = payload["summary"]
+    assert len(summary) == 2 * len(datasets) * len(methods)
+    for row in summary:
+        assert {row["dataset"] for row in summary} == datasets
+        assert math.isfinite(row["mean"]) and row["n_splits"] == len(splits)
+    markdown = (out / "uci.md").read_text()
+    assert "## test log-likelihood" in markdown and "## RMSE" in markdown
+    assert "MC dropout (2016)" in markdown and "Chosen hyper-parameters" in markdown
+    assert (out / "uci_test_ll.png").stat().st_size > 0
+    assert (out / "uci_rmse.png").stat().st_size > 0
+    return payload
+
+
+def test_smoke_run_synthetic(toy_root: Path, tmp_path: Path) -> None:
+    methods = available_methods()
+    argv = ["--data", str(toy_root), "--splits", "1", "--quick", "--quiet", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    payload = _check_outputs(tmp_path, {"toy"}, methods, [1])
+    assert payload["arguments"] == argv
+    # --resume keeps the finished tasks: the same numbers, nothing retrained
+    lines = (tmp_path / "uci_runs.jsonl").read_text()
+    assert main([*argv, "--resume"]) == 0
+    assert (tmp_path / "uci_runs.jsonl").read_text() == lines
+    again = json.loads((tmp_path / "uci.json").read_text())
+    assert again["summary"] == payload["summary"]
+
+
+def test_two_processes_give_the_same_numbers(toy_root: Path, tmp_path: Path) -> None:
+    base = ["--data", str(toy_root / "toy"), "--splits", "0", "--quick", "--quiet"]
+    base += ["--methods", "dropout,ensemble"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    assert main([*base, "--out", str(tmp_path / "b"), "--jobs", "2"]) == 0
+    runs = [json.loads((tmp_path / p / "uci.json").read_text())["runs"] for p in "ab"]
+    scores = [[(r["test_ll"], r["rmse"]) for r in rs] for rs in runs]
+    assert scores[0] == scores[1]
+
+
+@pytest.mark.skipif(not (SHARED / "yacht").is_dir(), reason="shared UCI data not present")
+def test_smoke_run_real_folder(tmp_path: Path) -> None:
+    argv = ["--data", str(SHARED), "--datasets", "yacht", "--splits", "0", "--quick"]
+    argv += ["--methods", "vi,dropout", "--quiet", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    payload = _check_outputs(tmp_path, {"yacht"}, ["vi", "dropout"], [0])
+    assert all(r["n_train"] == 277 and r["n_test"] == 31 for r in payload["runs"])
+    dropout = next(r for r in payload["runs"] if r["method"] == "dropout")
+    assert dropout["config"]["dropout"] == 0.005 and dropout["config"]["tau"] == 0.25
