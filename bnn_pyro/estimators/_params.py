@@ -1,0 +1,104 @@
+"""Checks of the estimator hyperparameters: one clear error per argument, raised before any work."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bnn_pyro.nn.mlp import ACTIVATIONS
+
+#: The values of ``method``: variational inference (weight or local reparameterization),
+#: MC dropout, deep ensembles, SWAG and the Laplace approximation.
+METHODS = ("vi", "lrt", "dropout", "ensemble", "swag", "laplace")
+TASKS = ("regression", "classification")
+
+
+def _int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+def _float(name: str, value: Any, lower: float = 0.0, upper: float = math.inf) -> float:
+    """A finite float in the open interval ``(lower, upper)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not (math.isfinite(value) and lower < value < upper):
+        bounds = f"> {lower}" if upper == math.inf else f"in ({lower}, {upper})"
+        raise ValueError(f"{name} must be a finite float {bounds}, got {value}")
+    return value
+
+
+def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def hidden_sizes(value: Any) -> tuple[int, ...]:
+    """``(50,)``, ``[50, 50]`` or ``50`` as a tuple of positive ints (``()``: no hidden layer)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"hidden_sizes must be a tuple of ints such as (50,) or (50, 50), got "
+            f"{type(value).__name__} ({value!r})"
+        )
+    return tuple(_int(f"hidden_sizes[{i}]", h) for i, h in enumerate(value))
+
+
+def has_local_reparameterization() -> bool:
+    """Whether this bnn_pyro's ``VariationalBNN`` takes ``local_reparameterization``."""
+    from bnn_pyro.bnn import VariationalBNN
+
+    return "local_reparameterization" in inspect.signature(VariationalBNN).parameters
+
+
+def check_hyperparameters(**params: Any) -> dict[str, Any]:
+    """Validate and normalise the hyperparameters of :class:`~bnn_pyro.estimators.TabularBNN`.
+
+    Returns:
+        The same keys with normalised values (``hidden_sizes`` a tuple, numbers as Python
+        ``int``/``float``, ``batch_size`` an int or ``None``).
+
+    Raises:
+        TypeError, ValueError: naming the first bad argument, its expected and received value.
+    """
+    p = dict(params)
+    p["task"] = _choice("task", p["task"], TASKS)
+    p["method"] = _choice("method", p["method"], METHODS)
+    p["hidden_sizes"] = hidden_sizes(p["hidden_sizes"])
+    if not isinstance(p["activation"], str) or p["activation"] not in ACTIVATIONS:
+        raise ValueError(
+            f"activation must be one of {sorted(ACTIVATIONS)}, got {p['activation']!r}"
+        )
+    p["epochs"] = _int("epochs", p["epochs"])
+    if p["batch_size"] is not None:
+        p["batch_size"] = _int("batch_size", p["batch_size"])
+    p["lr"] = _float("lr", p["lr"])
+    p["num_samples"] = _int("num_samples", p["num_samples"])
+    p["prior_scale"] = _float("prior_scale", p["prior_scale"])
+    if p["noise"] != "learned":
+        if isinstance(p["noise"], str):
+            raise ValueError(f"noise must be 'learned' or a float > 0, got {p['noise']!r}")
+        p["noise"] = _float("noise", p["noise"])
+    if not isinstance(p["standardize"], (bool, np.bool_)):
+        raise TypeError(f"standardize must be a bool, got {type(p['standardize']).__name__}")
+    p["standardize"] = bool(p["standardize"])
+    p["dropout_rate"] = _float("dropout_rate", p["dropout_rate"], upper=1.0)
+    p["ensemble_size"] = _int("ensemble_size", p["ensemble_size"])
+    if p["method"] == "dropout" and not p["hidden_sizes"]:
+        raise ValueError("method='dropout' needs at least one hidden layer, got hidden_sizes=()")
+    if p["method"] == "lrt" and not has_local_reparameterization():
+        raise ValueError(
+            "method='lrt' needs VariationalBNN(..., local_reparameterization=True), which this "
+            "version of bnn_pyro does not have; use method='vi'"
+        )
+    return p
