@@ -85,4 +85,11 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module("bnn_pyro.plots")
+    # scikit-learn is imported only when the estimators are asked for (not in __all__: it is
+    # an optional dependency)
+    if name in ("BNNRegressor", "BNNClassifier", "TabularBNN", "estimators"):
+        import importlib
+
+        module = importlib.import_module("bnn_pyro.estimators")
+        return module if name == "estimators" else getattr(module, name)
     raise AttributeError(f"module 'bnn_pyro' has no attribute {name!r}")
