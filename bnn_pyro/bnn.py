@@ -25,6 +25,7 @@ from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
 from bnn_pyro.methods.base import BaseBayesianMethod, PredictOutput, summarize_samples
+from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.pyro_net import make_bayesian_
 from bnn_pyro.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.poutine import ESTIMATORS, LocalReparameterization
@@ -48,11 +49,6 @@ _JOINT_GUIDES = (
     autoguide.AutoMultivariateNormal,
     autoguide.AutoDelta,
 )
-
-# Elements of one (S, chunk, width) activation in predict(): 256K floats (1 MB, cache-sized).
-# Larger blocks are slower on a CPU, not faster (measured for S=100, N=1000, width 50: 27 ms in
-# one block, 6.5 ms in 1 MB blocks), and memory stays bounded whatever N is.
-_PREDICT_BUDGET = 1 << 18
 
 
 def _default_prior() -> Prior:
@@ -383,8 +379,7 @@ class VariationalBNN(BaseBayesianMethod):
             return draw_posterior(self.guide, num_samples, x, generator)
 
     def _chunk_size(self, num_samples: int) -> int:
-        widths = [m.out_features for m in self.net.modules() if isinstance(m, nn.Linear)]
-        return max(16, _PREDICT_BUDGET // (num_samples * max(widths or [1024])))
+        return chunk_rows(self.net, num_samples)
 
     @torch.no_grad()
     def _outputs(
