@@ -1,0 +1,202 @@
+"""``bnn-pyro fit``: a BNN on a CSV file.
+
+It writes ``DIR/model.pt`` (a :class:`~bnn_pyro.estimators.TabularBNN` with the
+standardisation, the feature names, the target and the task; it loads with
+``torch.load(weights_only=True)``), ``DIR/metrics.json`` (train and, with a validation split,
+held-out metrics) and a plot: ``calibration.png`` (regression: coverage of the central
+predictive intervals) or ``reliability.png`` (classification).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from bnn_pyro.cli_io import CLIError, Table, read_csv
+
+__all__ = ["run_fit", "evaluate", "parse_hidden"]
+
+
+def parse_hidden(text: str) -> tuple[int, ...]:
+    """``"50,50"`` -> ``(50, 50)``; ``""`` -> ``()`` (no hidden layer). For argparse ``type=``.
+
+    Example:
+        >>> parse_hidden("64, 32")
+        (64, 32)
+    """
+    if not text.strip():
+        return ()
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated layer widths such as 50,50, got {text!r}"
+        ) from None
+    if any(size < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"layer widths must be >= 1, got {text!r}")
+    return sizes
+
+
+def _class_order(labels: list[str]) -> list[str]:
+    """The distinct labels, in numeric order if they are all numbers, else sorted as text."""
+    distinct = set(labels)
+    try:
+        return sorted(distinct, key=float)
+    except ValueError:
+        return sorted(distinct)
+
+
+def _task(table: Table, target: str, task: str | None) -> str:
+    if task is not None:
+        return task
+    try:
+        table.numbers([target])
+    except CLIError:
+        return "classification"  # text labels
+    return "regression"
+
+
+def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffled train and validation row indices; no validation rows if there are too few."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = int(round(fraction * n))
+    if n_val < 1 or n - n_val < 2:
+        return np.sort(order), order[:0]
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def evaluate(model: Any, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Metrics of a fitted :class:`~bnn_pyro.estimators.TabularBNN` on ``X (N, D)``.
+
+    Regression (``y (N,)`` floats): ``rmse``, ``log_likelihood`` (mean per point, nats),
+    ``crps``, ``calibration_error`` of the central intervals and ``mean_std`` (total
+    predictive std). Classification (``y (N,)`` labels ``0..C-1``): ``accuracy``, ``nll``,
+    ``brier`` and ``ece``.
+    """
+    from bnn_pyro import metrics
+
+    if model.task == "regression":
+        locs, scales = model.predictive_gaussian(X)
+        target = torch.as_tensor(y, dtype=locs.dtype).reshape(-1, 1)
+        mean, std = model.predict(X)
+        return {
+            "rmse": metrics.rmse(torch.as_tensor(mean), target),
+            "log_likelihood": metrics.gaussian_log_likelihood(locs, scales, target),
+            "crps": metrics.crps_gaussian_mixture(locs, scales, target),
+            "calibration_error": metrics.regression_calibration(locs, scales, target).error,
+            "mean_std": float(std.mean()),
+        }
+    probs = torch.as_tensor(model.predict(X)[0])
+    labels = torch.as_tensor(y, dtype=torch.long)
+    return {
+        "accuracy": metrics.accuracy(probs, labels),
+        "nll": metrics.nll(probs, labels),
+        "brier": metrics.brier_score(probs, labels),
+        "ece": metrics.expected_calibration_error(probs, labels),
+    }
+
+
+def _plot(model: Any, X: np.ndarray, y: np.ndarray, out: str) -> str:
+    from matplotlib.figure import Figure
+
+    from bnn_pyro.plots import plot_regression_calibration, plot_reliability_diagram
+
+    fig = Figure(figsize=(5, 4.5), layout="constrained")
+    ax = fig.subplots()
+    if model.task == "regression":
+        locs, scales = model.predictive_gaussian(X)
+        plot_regression_calibration(locs, scales, torch.as_tensor(y).reshape(-1, 1), ax=ax)
+        path = os.path.join(out, "calibration.png")
+    else:
+        probs = torch.as_tensor(model.predict(X)[0])
+        plot_reliability_diagram(probs, torch.as_tensor(y, dtype=torch.long), ax=ax)
+        path = os.path.join(out, "reliability.png")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    """``bnn-pyro fit``: read, split, train, evaluate, write the model, metrics and plot."""
+    from bnn_pyro.estimators import TabularBNN
+
+    if not 0.0 <= args.val_fraction < 1.0:
+        raise CLIError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
+    table = read_csv(args.data)
+    table.index(args.target)
+    features = args.features or [c for c in table.header if c != args.target]
+    if args.target in features:
+        raise CLIError(f"--features must not include the target column {args.target!r}")
+    if not features:
+        raise CLIError(f"{args.data}: no feature columns besides the target {args.target!r}")
+    X = table.numbers(features)
+    task = _task(table, args.target, args.task)
+    classes: list[str] = []
+    if task == "regression":
+        try:
+            y = table.numbers([args.target])[:, 0]
+        except CLIError as err:
+            raise CLIError(f"{err} (for class labels use --task classification)") from None
+    else:
+        labels = table.texts(args.target)
+        classes = _class_order(labels)
+        if len(classes) < 2:
+            raise CLIError(f"{args.data}: column {args.target!r} holds one class only")
+        y = np.array([classes.index(label) for label in labels])
+    model = TabularBNN(
+        task,
+        args.method,
+        hidden_sizes=args.hidden,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        num_samples=args.num_samples,
+        prior_scale=args.prior_scale,
+    )
+    model.metadata = {
+        "feature_names": features,
+        "target": args.target,
+        "classes": classes,
+        "source": os.path.basename(args.data),
+    }
+    train, val = _split(len(y), args.val_fraction, args.seed)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as err:
+        raise CLIError(f"{args.out}: cannot create the folder ({err.strerror or err})") from None
+    start = time.perf_counter()
+    model.fit(
+        X[train], y[train], n_classes=len(classes) or None, seed=args.seed, progress=not args.quiet
+    )
+    seconds = time.perf_counter() - start
+    model.save(os.path.join(args.out, "model.pt"))
+    report: dict[str, Any] = {
+        "task": task,
+        "method": args.method,
+        "data": os.path.abspath(args.data),
+        "target": args.target,
+        "features": features,
+        "classes": classes,
+        "n_train": int(len(train)),
+        "n_validation": int(len(val)),
+        "seconds": round(seconds, 3),
+        "hyperparameters": dict(model.params, hidden_sizes=list(model.params["hidden_sizes"])),
+        "train": evaluate(model, X[train], y[train]),
+    }
+    held_out = val if len(val) else train
+    if len(val):
+        report["validation"] = evaluate(model, X[val], y[val])
+    report["plot"] = os.path.basename(_plot(model, X[held_out], y[held_out], args.out))
+    with open(os.path.join(args.out, "metrics.json"), "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2)
+    shown = report.get("validation", report["train"])
+    where = "validation" if len(val) else "train"
+    summary = ", ".join(f"{k} {v:.4g}" for k, v in shown.items())
+    print(f"{task} with {args.method} on {len(train)} rows; {where}: {summary}")
+    print(f"wrote {os.path.join(args.out, 'model.pt')}, metrics.json, {report['plot']}")
+    return 0

@@ -1,0 +1,186 @@
+"""CSV in and out for the ``bnn-pyro`` command, with the standard library and numpy only.
+
+Every problem with a file (missing, unreadable, empty, ragged rows, a missing column, a column
+that is not numeric) raises :class:`CLIError` with a one-line message naming the file, the
+column and the line; the command prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["CLIError", "Table", "read_csv", "write_csv"]
+
+_MISSING = {"", "na", "nan", "n/a", "null", "none", "?"}
+
+
+class CLIError(Exception):
+    """A user error the command reports in one line (exit code 2)."""
+
+
+@dataclass
+class Table:
+    """A CSV file as text cells.
+
+    Attributes:
+        path: the file it was read from.
+        header: the column names ``(D,)``.
+        rows: the data rows, each a list of ``len(header)`` cells.
+        lines: the line number of each row in the file (for error messages).
+    """
+
+    path: str
+    header: list[str]
+    rows: list[list[str]]
+    lines: list[int]
+
+    def index(self, column: str) -> int:
+        """The position of ``column``; a :class:`CLIError` listing the columns if absent."""
+        if column not in self.header:
+            raise CLIError(f"{self.path}: no column {column!r} (columns: {', '.join(self.header)})")
+        return self.header.index(column)
+
+    def texts(self, column: str) -> list[str]:
+        """The cells of ``column``, stripped."""
+        i = self.index(column)
+        return [row[i].strip() for row in self.rows]
+
+    def numbers(self, columns: Sequence[str]) -> np.ndarray:
+        """The ``columns`` as a float64 array ``(N, len(columns))``.
+
+        Raises:
+            CLIError: a missing value or a cell that is not a finite number (naming the column,
+                the line and the cell).
+
+        Example:
+            >>> t = Table("f.csv", ["a", "b"], [["1", "2.5"], ["3", "x"]], [2, 3])
+            >>> t.numbers(["a"]).tolist()
+            [[1.0], [3.0]]
+            >>> t.numbers(["b"])
+            Traceback (most recent call last):
+              ...
+            bnn_pyro.cli_io.CLIError: f.csv: column 'b' is not numeric (line 3: 'x')
+        """
+        out = np.empty((len(self.rows), len(columns)))
+        for j, column in enumerate(columns):
+            for r, cell in enumerate(self.texts(column)):
+                out[r, j] = self._number(column, cell, self.lines[r])
+        return out
+
+    def _number(self, column: str, cell: str, line: int) -> float:
+        if cell.lower() in _MISSING:
+            raise CLIError(
+                f"{self.path}: column {column!r} has a missing value on line {line}; "
+                "fill or drop the row first"
+            )
+        try:
+            value = float(cell)
+        except ValueError:
+            raise CLIError(
+                f"{self.path}: column {column!r} is not numeric (line {line}: {cell!r})"
+            ) from None
+        if not math.isfinite(value):
+            raise CLIError(f"{self.path}: column {column!r} is not finite (line {line}: {cell!r})")
+        return value
+
+
+def read_csv(path: str) -> Table:
+    """Read a comma-separated file with a header line.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The :class:`Table` (blank lines skipped).
+
+    Raises:
+        CLIError: the file is missing, unreadable, not UTF-8 text, empty, has no data rows,
+            duplicate or empty column names, or a row with the wrong number of cells.
+    """
+    if not os.path.exists(path):
+        raise CLIError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CLIError(f"{path}: is a folder, not a CSV file")
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            text = handle.read()
+    except UnicodeDecodeError:
+        raise CLIError(f"{path}: not a UTF-8 text file (is it a CSV file?)") from None
+    except OSError as err:
+        raise CLIError(f"{path}: cannot read ({err.strerror or err})") from None
+    if "\x00" in text:
+        raise CLIError(f"{path}: not a text file (is it a CSV file?)")
+    reader = csv.reader(io.StringIO(text))
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    try:
+        for record in reader:
+            if not record or all(not cell.strip() for cell in record):
+                continue
+            if header is None:
+                header = [name.strip() for name in record]
+                _check_header(path, header)
+                continue
+            if len(record) != len(header):
+                raise CLIError(
+                    f"{path}: line {reader.line_num} has {len(record)} cell(s), the header "
+                    f"has {len(header)}"
+                )
+            rows.append(record)
+            lines.append(reader.line_num)
+    except csv.Error as err:
+        raise CLIError(f"{path}: not a valid CSV file (line {reader.line_num}: {err})") from None
+    if header is None:
+        raise CLIError(f"{path}: the file is empty")
+    if not rows:
+        raise CLIError(f"{path}: no data rows below the header")
+    return Table(path, header, rows, lines)
+
+
+def _check_header(path: str, header: list[str]) -> None:
+    if any(not name for name in header):
+        raise CLIError(f"{path}: the header has an empty column name")
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise CLIError(f"{path}: the header names column {name!r} twice")
+        seen.add(name)
+
+
+def write_csv(path: str | None, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Write ``rows`` under ``header`` to ``path`` (stdout for ``None``); floats with 10 digits.
+
+    Example:
+        >>> write_csv(None, ["mean", "std"], [[1.0, 0.25]])
+        mean,std
+        1,0.25
+    """
+
+    def cell(value: object) -> object:
+        return format(value, ".10g") if isinstance(value, (float, np.floating)) else value
+
+    def write(handle: io.TextIOBase) -> None:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows([[cell(v) for v in row] for row in rows])
+
+    if path is None:
+        write(sys.stdout)
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"{path}: the folder {folder} does not exist")
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            write(handle)
+    except OSError as err:
+        raise CLIError(f"{path}: cannot write ({err.strerror or err})") from None

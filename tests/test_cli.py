@@ -1,0 +1,212 @@
+"""``bnn-pyro fit`` / ``predict`` / ``benchmark``: files written, files read back, exit codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from bnn_pyro.cli import main
+from bnn_pyro.estimators import METHODS, TabularBNN
+
+FAST = ["--epochs", "15", "--lr", "0.1", "--hidden", "8", "--num-samples", "8", "--quiet"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _write(path, header, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = 3 * X[:, 0] - X[:, 1] + 0.1 * rng.normal(size=60)
+    labels = np.where(X[:, 0] > 0, "up", "down")
+    return types.SimpleNamespace(
+        folder=folder,
+        reg=_write(folder / "reg.csv", ["x1", "x2", "y"], np.c_[X, y].tolist()),
+        clf=_write(
+            folder / "clf.csv",
+            ["x1", "x2", "label"],
+            [[*r, t] for r, t in zip(X, labels, strict=True)],
+        ),
+        X=X,
+    )
+
+
+def _read(text):
+    rows = list(csv.reader(io.StringIO(text)))
+    return rows[0], rows[1:]
+
+
+def test_fit_and_predict_regression(files, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["fit", "--data", files.reg, "--target", "y", "--out", str(out), *FAST]) == 0
+    assert "regression with vi on 48 rows" in capsys.readouterr().out
+    state = torch.load(out / "model.pt", weights_only=True)
+    assert state["metadata"]["feature_names"] == ["x1", "x2"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["task"], metrics["n_train"], metrics["n_validation"]) == ("regression", 48, 12)
+    assert set(metrics["validation"]) == {
+        "rmse",
+        "log_likelihood",
+        "crps",
+        "calibration_error",
+        "mean_std",
+    }
+    assert (out / "calibration.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # predict: the columns are found by name (any order, extra columns ignored)
+    shuffled = _write(tmp_path / "new.csv", ["extra", "x2", "x1"], [[7, b, a] for a, b in files.X])
+    assert main(["predict", "--model", str(out / "model.pt"), "--data", shuffled]) == 0
+    header, rows = _read(capsys.readouterr().out)
+    assert header == ["mean", "std"] and len(rows) == 60
+    mean, std = TabularBNN.load(out / "model.pt").predict(files.X)
+    np.testing.assert_allclose(np.array(rows, dtype=float), np.c_[mean, std], rtol=1e-9)
+    assert (std > 0).all()
+
+
+def test_fit_and_predict_classification_with_text_labels(files, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["fit", "--data", files.clf, "--target", "label", "--out", str(out), *FAST]
+    assert main([*args, "--val-fraction", "0"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "classification" and metrics["classes"] == ["down", "up"]
+    assert "validation" not in metrics and metrics["train"]["accuracy"] > 0.8
+    assert (out / "reliability.png").exists()
+    preds = tmp_path / "preds.csv"
+    assert (
+        main(
+            ["predict", "--model", str(out / "model.pt"), "--data", files.clf, "--out", str(preds)]
+        )
+        == 0
+    )
+    header, rows = _read(preds.read_text())
+    assert header == ["prediction", "p_down", "p_up"]
+    probs = np.array([r[1:] for r in rows], dtype=float)
+    np.testing.assert_allclose(probs.sum(1), 1.0, rtol=1e-8)
+    assert [r[0] for r in rows] == [["down", "up"][i] for i in probs.argmax(1)]
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "vi"])
+def test_every_method_round_trips(files, tmp_path, method):
+    out = tmp_path / method
+    args = ["fit", "--data", files.reg, "--target", "y", "--method", method, "--out", str(out)]
+    assert main([*args, *FAST]) == 0
+    assert TabularBNN.load(out / "model.pt").params["method"] == method
+
+
+def _bad_csv(folder, name, text):
+    path = folder / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "message"),
+    [
+        (None, [], "no such file"),
+        ("", [], "the file is empty"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", [], "not a UTF-8 text file"),
+        ("x1,y\n", [], "no data rows"),
+        ("x1,y\n1,2\n3\n", [], "line 3 has 1 cell(s), the header has 2"),
+        ("x1,x1,y\n1,2,3\n", [], "column 'x1' twice"),
+        ("x1,y\n1,2\n", ["--target", "z"], "no column 'z' (columns: x1, y)"),
+        ("x1,y\n1,2\nfoo,3\n", [], "column 'x1' is not numeric (line 3: 'foo')"),
+        ("x1,y\n1,2\n,3\n", [], "column 'x1' has a missing value on line 3"),
+        ("x1,y\n1,a\n2,b\n", ["--task", "regression"], "use --task classification"),
+        ("x1,y\n1,a\n2,a\n", [], "holds one class only"),
+        ("x1,y\n1,2\n2,3\n", ["--val-fraction", "1.5"], "--val-fraction must be in [0, 1)"),
+        ("x1,y\n1,2\n2,3\n", ["--epochs", "0"], "epochs must be an int >= 1"),
+        ("x1,y\n1,2\n2,3\n", ["--features", "x1,y"], "must not include the target"),
+    ],
+)
+def test_fit_errors_are_one_line_and_exit_2(tmp_path, capsys, content, args, message):
+    data = (
+        str(tmp_path / "missing.csv") if content is None else _bad_csv(tmp_path, "d.csv", content)
+    )
+    argv = ["fit", "--data", data, "--target", "y", "--out", str(tmp_path / "o"), *FAST, *args]
+    if "--target" in args:
+        argv[4] = args[args.index("--target") + 1]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bnn-pyro fit: error: ")
+    assert message in err
+
+
+def test_predict_errors(files, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["fit", "--data", files.reg, "--target", "y", "--out", str(out), *FAST]) == 0
+    junk = _bad_csv(tmp_path, "junk.pt", "not a model")
+    other = _bad_csv(tmp_path, "other.csv", "x1,z\n1,2\n")
+    cases = [
+        (["--model", str(tmp_path / "none.pt"), "--data", files.reg], "no such model file"),
+        (["--model", junk, "--data", files.reg], "is not a bnn_pyro model file"),
+        (["--model", str(out / "model.pt"), "--data", other], "needs the column(s) 'x2'"),
+        (["--model", str(out / "model.pt"), "--data", str(tmp_path / "no.csv")], "no such file"),
+    ]
+    capsys.readouterr()
+    for args, message in cases:
+        assert main(["predict", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+
+
+def test_bad_arguments_exit_2_with_usage(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--data", "x.csv", "--target", "y", "--out", "o", "--hidden", "50,a"])
+    assert exc.value.code == 2
+    assert "expected comma-separated layer widths" in capsys.readouterr().err
+
+
+def test_benchmark_forwards_its_arguments(monkeypatch):
+    seen = []
+    fake = types.ModuleType("bnn_pyro.uci_benchmark.cli")
+    fake.main = lambda argv: seen.append(argv) or 0
+    monkeypatch.setitem(sys.modules, "bnn_pyro.uci_benchmark.cli", fake)
+    assert main(["benchmark", "uci", "--data", "folder", "--quick"]) == 0
+    assert seen == [["--data", "folder", "--quick"]]
+
+
+def test_benchmark_without_the_module_is_a_one_line_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "bnn_pyro.uci_benchmark.cli", None)
+    assert main(["benchmark", "uci", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "UCI benchmark" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [[], ["fit"], ["predict"], ["benchmark"], ["demo"]])
+def test_help_everywhere(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: bnn-pyro")
+
+
+def test_the_installed_command_prints_no_traceback(tmp_path):
+    # the real entry point, in a fresh process: a missing file is one line and exit code 2
+    argv = ["fit", "--data", str(tmp_path / "nope.csv"), "--target", "y", "--out", str(tmp_path)]
+    run = subprocess.run(
+        [sys.executable, "-m", "bnn_pyro.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2
+    assert run.stderr == f"bnn-pyro fit: error: {tmp_path / 'nope.csv'}: no such file\n"
