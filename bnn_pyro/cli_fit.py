@@ -78,6 +78,21 @@ def evaluate(model: Any, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
     ``crps``, ``calibration_error`` of the central intervals and ``mean_std`` (total
     predictive std). Classification (``y (N,)`` labels ``0..C-1``): ``accuracy``, ``nll``,
     ``brier`` and ``ece``.
+
+    Args:
+        model: a fitted :class:`~bnn_pyro.estimators.TabularBNN`.
+        X: ``(N, D)`` inputs.
+        y: ``(N,)`` targets or labels.
+
+    Returns:
+        ``{metric name: value}``.
+
+    Example:
+        >>> from bnn_pyro.estimators import TabularBNN
+        >>> X = np.arange(10.0)[:, None]; y = (X[:, 0] > 4).astype(int)
+        >>> model = TabularBNN("classification", "ensemble", epochs=3, ensemble_size=2)
+        >>> sorted(evaluate(model.fit(X, y), X, y))
+        ['accuracy', 'brier', 'ece', 'nll']
     """
     from bnn_pyro import metrics
 
@@ -122,7 +137,29 @@ def _plot(model: Any, X: np.ndarray, y: np.ndarray, out: str) -> str:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    """``bnn-pyro fit``: read, split, train, evaluate, write the model, metrics and plot."""
+    """``bnn-pyro fit``: read, split, train, evaluate, write the model, metrics and plot.
+
+    Args:
+        args: the parsed arguments of ``bnn-pyro fit`` (see :func:`bnn_pyro.cli.build_parser`).
+
+    Returns:
+        0 (errors raise :class:`~bnn_pyro.cli_io.CLIError`, ``ValueError`` or ``TypeError``,
+        which :func:`bnn_pyro.cli.main` prints in one line with exit code 2).
+
+    Example:
+        >>> import os, tempfile
+        >>> from bnn_pyro.cli import main
+        >>> folder = tempfile.mkdtemp(); data = os.path.join(folder, "d.csv")
+        >>> with open(data, "w") as f:
+        ...     _ = f.write("x,y\\n" + "".join(f"{i},{2 * i}\\n" for i in range(20)))
+        >>> main(["fit", "--data", data, "--target", "y", "--method", "swag", "--epochs", "2",
+        ...       "--out", folder, "--quiet"])  # doctest: +ELLIPSIS
+        regression with swag on 16 rows; validation: rmse ...
+        0
+        >>> sorted(f for f in os.listdir(folder) if f != "d.csv")
+        ['calibration.png', 'metrics.json', 'model.pt']
+        >>> import shutil; shutil.rmtree(folder)
+    """
     from bnn_pyro.estimators import TabularBNN
 
     if not 0.0 <= args.val_fraction < 1.0:

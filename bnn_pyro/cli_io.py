@@ -43,13 +43,23 @@ class Table:
     lines: list[int]
 
     def index(self, column: str) -> int:
-        """The position of ``column``; a :class:`CLIError` listing the columns if absent."""
+        """The position of ``column``; a :class:`CLIError` listing the columns if absent.
+
+        Example:
+            >>> Table("f.csv", ["a", "b"], [["1", "2"]], [2]).index("b")
+            1
+        """
         if column not in self.header:
             raise CLIError(f"{self.path}: no column {column!r} (columns: {', '.join(self.header)})")
         return self.header.index(column)
 
     def texts(self, column: str) -> list[str]:
-        """The cells of ``column``, stripped."""
+        """The cells of ``column``, stripped.
+
+        Example:
+            >>> Table("f.csv", ["a"], [[" x "], ["y"]], [2, 3]).texts("a")
+            ['x', 'y']
+        """
         i = self.index(column)
         return [row[i].strip() for row in self.rows]
 
@@ -104,6 +114,16 @@ def read_csv(path: str) -> Table:
     Raises:
         CLIError: the file is missing, unreadable, not UTF-8 text, empty, has no data rows,
             duplicate or empty column names, or a row with the wrong number of cells.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "d.csv")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write("x, label\\n1.5,cat\\n\\n2,dog\\n")
+        >>> table = read_csv(path)
+        >>> table.header, table.texts("label"), table.lines
+        (['x', 'label'], ['cat', 'dog'], [2, 4])
+        >>> import shutil; shutil.rmtree(os.path.dirname(path))
     """
     if not os.path.exists(path):
         raise CLIError(f"{path}: no such file")

@@ -13,7 +13,34 @@ __all__ = ["run_predict"]
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``bnn-pyro predict``: mean and std (regression) or class probabilities per row."""
+    """``bnn-pyro predict``: mean and std (regression) or class probabilities per row.
+
+    The feature columns are found by name (the model stores them); other columns are ignored.
+
+    Args:
+        args: the parsed arguments of ``bnn-pyro predict``.
+
+    Returns:
+        0 (errors raise, and :func:`bnn_pyro.cli.main` prints them in one line, exit code 2).
+
+    Example:
+        >>> import os, tempfile
+        >>> from bnn_pyro.cli import main
+        >>> folder = tempfile.mkdtemp(); data = os.path.join(folder, "d.csv")
+        >>> with open(data, "w") as f:
+        ...     _ = f.write("x,y\\n" + "".join(f"{i},{i % 2}\\n" for i in range(20)))
+        >>> main(["fit", "--data", data, "--target", "y", "--task", "classification",
+        ...       "--method", "ensemble", "--epochs", "2", "--out", folder, "--quiet"])
+        ... # doctest: +ELLIPSIS
+        classification with ensemble ...
+        0
+        >>> main(["predict", "--model", os.path.join(folder, "model.pt"), "--data", data])
+        ... # doctest: +ELLIPSIS
+        prediction,p_0,p_1
+        ...
+        0
+        >>> import shutil; shutil.rmtree(folder)
+    """
     from bnn_pyro.estimators import TabularBNN
 
     if not os.path.isfile(args.model):

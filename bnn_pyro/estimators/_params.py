@@ -43,7 +43,12 @@ def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
 
 
 def hidden_sizes(value: Any) -> tuple[int, ...]:
-    """``(50,)``, ``[50, 50]`` or ``50`` as a tuple of positive ints (``()``: no hidden layer)."""
+    """``(50,)``, ``[50, 50]`` or ``50`` as a tuple of positive ints (``()``: no hidden layer).
+
+    Example:
+        >>> hidden_sizes([64, 32]), hidden_sizes(50)
+        ((64, 32), (50,))
+    """
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (value,)
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
@@ -55,7 +60,12 @@ def hidden_sizes(value: Any) -> tuple[int, ...]:
 
 
 def has_local_reparameterization() -> bool:
-    """Whether this bnn_pyro's ``VariationalBNN`` takes ``local_reparameterization``."""
+    """Whether this bnn_pyro's ``VariationalBNN`` takes ``local_reparameterization``.
+
+    Example:
+        >>> isinstance(has_local_reparameterization(), bool)
+        True
+    """
     from bnn_pyro.bnn import VariationalBNN
 
     return "local_reparameterization" in inspect.signature(VariationalBNN).parameters
@@ -70,6 +80,17 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
 
     Raises:
         TypeError, ValueError: naming the first bad argument, its expected and received value.
+
+    Example:
+        >>> p = dict(task="regression", method="vi", hidden_sizes=[8], activation="tanh",
+        ...          epochs=5, batch_size=None, lr=0.01, num_samples=10, prior_scale=1,
+        ...          noise="learned", standardize=True, dropout_rate=0.1, ensemble_size=5)
+        >>> check_hyperparameters(**p)["hidden_sizes"]
+        (8,)
+        >>> check_hyperparameters(**dict(p, epochs=0))
+        Traceback (most recent call last):
+          ...
+        ValueError: epochs must be an int >= 1, got 0
     """
     p = dict(params)
     p["task"] = _choice("task", p["task"], TASKS)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils import check_random_state
+from sklearn.utils import Tags, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -69,7 +69,7 @@ class _BNNEstimator(BaseEstimator):
             ) from None
         return model, int(rng.randint(np.iinfo(np.int32).max))
 
-    def __sklearn_tags__(self):  # noqa: ANN204 - sklearn.utils.Tags
+    def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         # MC dropout draws a mask per row from one stream: a row's prediction depends on the
         # rows predicted with it, so predictions on a subset differ from those on the full set.
@@ -145,7 +145,18 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
         self.progress = progress
 
     def fit(self, X: Any, y: Any) -> BNNRegressor:
-        """Fit on ``X (N, D)`` and ``y (N,)`` or ``(N, O)``; returns self."""
+        """Standardise, build and train the model.
+
+        Args:
+            X: ``(N, D)`` numbers (array-like).
+            y: ``(N,)`` or ``(N, O)`` targets.
+
+        Returns:
+            self.
+
+        Raises:
+            TypeError, ValueError: a bad hyperparameter (named) or bad data, before any work.
+        """
         model, seed = self._new_model()
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
         self._y_1d = y.ndim == 1
@@ -156,7 +167,15 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
     def predict(
         self, X: Any, return_std: bool = False
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Predictive mean ``(N,)``/``(N, O)``; with ``return_std`` also the total std of ``y``."""
+        """Posterior predictive mean, and with ``return_std`` the total predictive std of ``y``.
+
+        Args:
+            X: ``(N, D)`` inputs.
+            return_std: also return the std (epistemic spread plus observation noise).
+
+        Returns:
+            ``mean`` ``(N,)`` (``(N, O)`` if ``y`` had O columns), or ``(mean, std)``.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         mean, std = self.model_.predict(X)
@@ -164,7 +183,7 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
             mean, std = mean[:, 0], std[:, 0]
         return (mean, std) if return_std else mean
 
-    def __sklearn_tags__(self):  # noqa: ANN204 - sklearn.utils.Tags
+    def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         return tags
@@ -230,7 +249,19 @@ class BNNClassifier(ClassifierMixin, _BNNEstimator):
         self.progress = progress
 
     def fit(self, X: Any, y: Any) -> BNNClassifier:
-        """Fit on ``X (N, D)`` and labels ``y (N,)``; returns self."""
+        """Standardise, build and train the model.
+
+        Args:
+            X: ``(N, D)`` numbers (array-like).
+            y: ``(N,)`` class labels (any values; at least two distinct ones).
+
+        Returns:
+            self.
+
+        Raises:
+            TypeError, ValueError: a bad hyperparameter (named), continuous or single-class
+                ``y``, or bad data, before any work.
+        """
         model, seed = self._new_model()
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
@@ -246,13 +277,27 @@ class BNNClassifier(ClassifierMixin, _BNNEstimator):
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Posterior predictive class probabilities ``(N, C)``, columns in ``classes_`` order."""
+        """Posterior predictive class probabilities.
+
+        Args:
+            X: ``(N, D)`` inputs.
+
+        Returns:
+            ``(N, C)`` probabilities (rows sum to 1), columns in the order of ``classes_``.
+        """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return self.model_.predict(X)[0]
 
     def predict(self, X: Any) -> np.ndarray:
-        """The most probable class of each row ``(N,)``."""
+        """The most probable class of each row.
+
+        Args:
+            X: ``(N, D)`` inputs.
+
+        Returns:
+            ``(N,)`` labels from ``classes_``.
+        """
         probs = self.predict_proba(X)
         return self.classes_[np.argmax(probs, axis=1)]
 

@@ -7,21 +7,17 @@ maps predictions back to the units of ``y``, and saves everything to one file th
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import torch
 
-from bnn_pyro.checkpoint import atomic_save
 from bnn_pyro.estimators import _methods
 from bnn_pyro.estimators._params import check_hyperparameters
+from bnn_pyro.estimators._persistence import Persistence
 from bnn_pyro.exceptions import NotFittedError
 
 __all__ = ["TabularBNN"]
-
-FORMAT = "bnn_pyro.TabularBNN"
-FORMAT_VERSION = 1
 
 
 def _moments(a: np.ndarray, standardize: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +41,7 @@ def _matrix(name: str, value: Any, n_cols: int | None = None) -> np.ndarray:
     return array.astype(np.float64)
 
 
-class TabularBNN:
+class TabularBNN(Persistence):
     """A Bayesian neural network on a ``(N, D)`` table: standardisation, method, save/load.
 
     Args:
@@ -184,11 +180,23 @@ class TabularBNN:
 
         Returns:
             self.
+
+        Raises:
+            TypeError, ValueError: ``X``/``y``/``seed``/``progress`` of the wrong type, shape or
+                values (NaN, labels outside ``0..C-1``, fewer than 2 classes), before any work.
+
+        Example:
+            >>> X = np.arange(12.0).reshape(6, 2); y = np.array([0, 0, 1, 1, 2, 2])
+            >>> clf = TabularBNN("classification", "ensemble", epochs=2, ensemble_size=2)
+            >>> clf.fit(X, y, seed=0).n_outputs
+            3
         """
         X = _matrix("X", X)
         y = self._targets(y, X.shape[0], n_classes)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+        if seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed}")
         if not isinstance(progress, bool):
             raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
         standardize = self.params["standardize"]
@@ -219,12 +227,29 @@ class TabularBNN:
 
     @torch.no_grad()
     def predictive_gaussian(self, X: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Regression predictive in the units of ``y``: the mixture
-        ``1/S sum_s Normal(locs[s], scales[s])`` with ``locs (S, N, O)`` and ``scales``
-        broadcastable to it (what :mod:`bnn_pyro.metrics` takes)."""
+        """Regression predictive in the units of ``y`` as a Gaussian mixture.
+
+        The density of ``y`` at row ``n`` is ``1/S sum_s Normal(y; locs[s, n], scales[s, n])``:
+        what :func:`bnn_pyro.metrics.gaussian_log_likelihood` and the calibration plots take.
+
+        Args:
+            X: ``(N, D)`` inputs.
+
+        Returns:
+            ``locs (S, N, O)`` and ``scales`` (noise stds) broadcastable to ``locs``.
+
+        Example:
+            >>> X = np.linspace(0, 1, 10)[:, None]
+            >>> reg = TabularBNN(method="swag", epochs=4, num_samples=5).fit(X, 10 * X[:, 0])
+            >>> locs, scales = reg.predictive_gaussian(X)
+            >>> locs.shape, bool((scales > 0).all())
+            (torch.Size([5, 10, 1]), True)
+        """
         inputs = self._fitted(X)
         if self.task != "regression":
-            raise ValueError("predictive_gaussian is for task='regression'; use predict_proba")
+            raise ValueError(
+                "predictive_gaussian is for task='regression'; use predict or probability_samples"
+            )
         locs, scales = _methods.gaussian(self.module, self.params, inputs, self.seed)
         y_scale = torch.as_tensor(self.y_scale, dtype=locs.dtype)
         locs = locs * y_scale + torch.as_tensor(self.y_mean, dtype=locs.dtype)
@@ -232,7 +257,20 @@ class TabularBNN:
 
     @torch.no_grad()
     def probability_samples(self, X: Any) -> torch.Tensor:
-        """Class-probability samples ``(S, N, C)`` (classification)."""
+        """Class-probability samples of a classifier.
+
+        Args:
+            X: ``(N, D)`` inputs.
+
+        Returns:
+            ``(S, N, C)`` probabilities, one ``(N, C)`` table per weight sample (member, mask).
+
+        Example:
+            >>> X = np.arange(8.0)[:, None]; y = (X[:, 0] > 3).astype(int)
+            >>> clf = TabularBNN("classification", "ensemble", epochs=2, ensemble_size=3)
+            >>> clf.fit(X, y).probability_samples(X).shape
+            torch.Size([3, 8, 2])
+        """
         inputs = self._fitted(X)
         if self.task != "classification":
             raise ValueError("probability_samples is for task='classification'")
@@ -244,6 +282,19 @@ class TabularBNN:
         Regression: the mean of ``y`` and its total predictive std (epistemic spread of the
         samples plus the observation noise), both ``(N, O)`` in the units of ``y``.
         Classification: the class probabilities ``(N, C)`` and their epistemic std.
+
+        Args:
+            X: ``(N, D)`` inputs.
+
+        Returns:
+            ``mean``, ``std``: float64 arrays, ``(N, O)`` or ``(N, C)``.
+
+        Example:
+            >>> X = np.linspace(0, 1, 10)[:, None]
+            >>> reg = TabularBNN(method="ensemble", noise=0.5, epochs=2, ensemble_size=2)
+            >>> mean, std = reg.fit(X, X[:, 0]).predict(X)
+            >>> bool((std >= 0.5).all())  # the noise, plus the members' disagreement
+            True
         """
         if self.task == "regression":
             locs, scales = self.predictive_gaussian(X)
@@ -252,109 +303,6 @@ class TabularBNN:
         else:
             var, mean = torch.var_mean(self.probability_samples(X), dim=0, correction=0)
         return mean.numpy(), var.sqrt().numpy()
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to rebuild the fitted model: tensors, numbers, strings, lists."""
-        if self.module is None:
-            raise NotFittedError("this TabularBNN is not fitted yet: call fit(X, y) first")
-
-        def tensor(a: Any) -> torch.Tensor | None:
-            return None if a is None else torch.as_tensor(np.asarray(a), dtype=torch.float64)
-
-        params = dict(self.params, hidden_sizes=list(self.params["hidden_sizes"]))
-        noise = self.noise_std
-        return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "params": params,
-            "n_features": self.n_features,
-            "n_outputs": self.n_outputs,
-            "n_train": self.n_train,
-            "seed": int(self.seed),
-            "x_mean": tensor(self.x_mean),
-            "x_scale": tensor(self.x_scale),
-            "y_mean": tensor(self.y_mean),
-            "y_scale": tensor(self.y_scale),
-            "noise_std": noise.clone() if isinstance(noise, torch.Tensor) else noise,
-            "module": _methods.state(self.module),
-            "metadata": dict(self.metadata),
-        }
-
-    @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> TabularBNN:
-        """Rebuild a fitted model from :meth:`state_dict`."""
-        if not isinstance(state, dict) or state.get("format") != FORMAT:
-            raise ValueError("not a saved bnn_pyro TabularBNN (no 'format' entry)")
-        if state["format_version"] > FORMAT_VERSION:
-            raise ValueError(
-                f"the model has format version {state['format_version']}; this bnn_pyro reads up "
-                f"to {FORMAT_VERSION}: upgrade bnn_pyro"
-            )
-        model = cls(**dict(state["params"], hidden_sizes=tuple(state["params"]["hidden_sizes"])))
-
-        def array(t: torch.Tensor | None) -> np.ndarray | None:
-            return None if t is None else t.numpy()
-
-        model.x_mean, model.x_scale = array(state["x_mean"]), array(state["x_scale"])
-        model.y_mean, model.y_scale = array(state["y_mean"]), array(state["y_scale"])
-        model.noise_std = state["noise_std"]
-        model.n_features, model.n_outputs = state["n_features"], state["n_outputs"]
-        model.n_train, model.seed = state["n_train"], state["seed"]
-        model.metadata = dict(state.get("metadata", {}))
-        module = _methods.build(
-            model.params, model.n_features, model.n_outputs, model.noise_std, model.seed
-        )
-        _methods.restore(module, model.params, state["module"], model.n_train)
-        model.module = module
-        return model
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the fitted model (with :attr:`metadata`) to ``path`` atomically.
-
-        Example:
-            >>> import tempfile
-            >>> X = np.arange(20.0)[:, None]; y = np.arange(20) % 2
-            >>> model = TabularBNN("classification", method="swag", epochs=2, num_samples=4)
-            >>> model = model.fit(X, y, seed=0)
-            >>> with tempfile.TemporaryDirectory() as folder:
-            ...     model.save(os.path.join(folder, "model.pt"))
-            ...     loaded = TabularBNN.load(os.path.join(folder, "model.pt"))
-            >>> bool(np.allclose(loaded.predict(X)[0], model.predict(X)[0]))
-            True
-        """
-        atomic_save(self.state_dict(), path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, map_location: Any = "cpu") -> TabularBNN:
-        """Read a model written by :meth:`save` (``torch.load(weights_only=True)``).
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: the file is not a saved :class:`TabularBNN`.
-        """
-        try:
-            state = torch.load(path, map_location=map_location, weights_only=True)
-        except FileNotFoundError:
-            raise
-        except (OSError, RuntimeError, EOFError, ValueError) as err:
-            raise ValueError(f"{os.fspath(path)!r} is not a bnn_pyro model file ({err})") from None
-        except Exception as err:  # unpickling errors of files that are not ours
-            raise ValueError(
-                f"{os.fspath(path)!r} is not a bnn_pyro model file ({type(err).__name__})"
-            ) from None
-        return cls.from_state_dict(state)
-
-    def __getstate__(self) -> dict[str, Any]:
-        if self.module is None:
-            return {"params": self.params, "metadata": self.metadata}
-        return {"state": self.state_dict()}
-
-    def __setstate__(self, data: dict[str, Any]) -> None:
-        if "state" in data:
-            self.__dict__.update(TabularBNN.from_state_dict(data["state"]).__dict__)
-        else:
-            self.params, self.metadata, self.module = data["params"], data["metadata"], None
 
     def __repr__(self) -> str:
         fitted = "fitted" if self.module is not None else "not fitted"
