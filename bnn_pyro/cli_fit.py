@@ -180,7 +180,7 @@ def run_fit(args: argparse.Namespace) -> int:
         except CLIError as err:
             raise CLIError(f"{err} (for class labels use --task classification)") from None
     else:
-        labels = table.texts(args.target)
+        labels = table.labels(args.target)
         classes = _class_order(labels)
         if len(classes) < 2:
             raise CLIError(f"{args.data}: column {args.target!r} holds one class only")

@@ -85,12 +85,29 @@ class Table:
                 out[r, j] = self._number(column, cell, self.lines[r])
         return out
 
-    def _number(self, column: str, cell: str, line: int) -> float:
+    def labels(self, column: str) -> list[str]:
+        """The cells of ``column`` as class labels (text); a :class:`CLIError` if one is missing.
+
+        Example:
+            >>> Table("f.csv", ["y"], [["cat"], ["NA"]], [2, 3]).labels("y")  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+              ...
+            bnn_pyro.cli_io.CLIError: f.csv: column 'y' has a missing value on line 3; ...
+        """
+        cells = self.texts(column)
+        for cell, line in zip(cells, self.lines, strict=True):
+            self._check_present(column, cell, line)
+        return cells
+
+    def _check_present(self, column: str, cell: str, line: int) -> None:
         if cell.lower() in _MISSING:
             raise CLIError(
                 f"{self.path}: column {column!r} has a missing value on line {line}; "
                 "fill or drop the row first"
             )
+
+    def _number(self, column: str, cell: str, line: int) -> float:
+        self._check_present(column, cell, line)
         try:
             value = float(cell)
         except ValueError:

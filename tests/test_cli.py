@@ -135,6 +135,7 @@ def _bad_csv(folder, name, text):
         ("x1,y\n1,2\n,3\n", [], "column 'x1' has a missing value on line 3"),
         ("x1,y\n1,a\n2,b\n", ["--task", "regression"], "use --task classification"),
         ("x1,y\n1,a\n2,a\n", [], "holds one class only"),
+        ("x1,y\n1,a\n2,\n3,b\n", [], "column 'y' has a missing value on line 3"),
         ("x1,y\n1,2\n2,3\n", ["--val-fraction", "1.5"], "--val-fraction must be in [0, 1)"),
         ("x1,y\n1,2\n2,3\n", ["--epochs", "0"], "epochs must be an int >= 1"),
         ("x1,y\n1,2\n2,3\n", ["--features", "x1,y"], "must not include the target"),
@@ -158,10 +159,12 @@ def test_predict_errors(files, tmp_path, capsys):
     assert main(["fit", "--data", files.reg, "--target", "y", "--out", str(out), *FAST]) == 0
     junk = _bad_csv(tmp_path, "junk.pt", "not a model")
     other = _bad_csv(tmp_path, "other.csv", "x1,z\n1,2\n")
+    text = _bad_csv(tmp_path, "text.csv", "x1,x2\n1,2\n3,four\n")
     cases = [
         (["--model", str(tmp_path / "none.pt"), "--data", files.reg], "no such model file"),
         (["--model", junk, "--data", files.reg], "is not a bnn_pyro model file"),
         (["--model", str(out / "model.pt"), "--data", other], "needs the column(s) 'x2'"),
+        (["--model", str(out / "model.pt"), "--data", text], "'x2' is not numeric (line 3"),
         (["--model", str(out / "model.pt"), "--data", str(tmp_path / "no.csv")], "no such file"),
     ]
     capsys.readouterr()
