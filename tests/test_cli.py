@@ -213,3 +213,11 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
     )
     assert run.returncode == 2
     assert run.stderr == f"bnn-pyro fit: error: {tmp_path / 'nope.csv'}: no such file\n"
+
+
+def test_benchmark_reaches_the_real_uci_command(capsys):
+    pytest.importorskip("bnn_pyro.uci_benchmark.cli")
+    with pytest.raises(SystemExit) as exc:
+        main(["benchmark", "uci", "--help"])
+    assert exc.value.code == 0
+    assert "--data" in capsys.readouterr().out
