@@ -8,7 +8,7 @@ how torch or Pyro pickle their modules.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +19,8 @@ from bnn_pyro.exceptions import NotFittedError
 
 FORMAT = "bnn_pyro.TabularBNN"
 FORMAT_VERSION = 1
+
+_T = TypeVar("_T", bound="Persistence")
 
 
 class Persistence:
@@ -66,7 +68,7 @@ class Persistence:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> Any:
+    def from_state_dict(cls: type[_T], state: dict[str, Any]) -> _T:
         """Rebuild a fitted model from :meth:`state_dict` (example there).
 
         Args:
@@ -124,7 +126,7 @@ class Persistence:
         atomic_save(self.state_dict(), path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, map_location: Any = "cpu") -> Any:
+    def load(cls: type[_T], path: str | os.PathLike, map_location: Any = "cpu") -> _T:
         """Read a model written by :meth:`save` (``torch.load(weights_only=True)``; example there).
 
         Args:
