@@ -12,10 +12,9 @@ draws whole weight matrices, so each predictive sample is one function of ``x``.
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pyro
@@ -25,16 +24,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
-from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.distributions import HiddenLayer
-from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods.base import BaseBayesianMethod, PredictOutput, summarize_samples
+from bnn_pyro.nn.batched import ACTIVATION_BUDGET
 from bnn_pyro.nn.mlp import ACTIVATIONS
 from bnn_pyro.nn.pyro_net import param_statement
-from bnn_pyro.training import Callback, GuardedSVI, History, KLWeightSpec, make_elbo, make_optimizer
-from bnn_pyro.training import run_svi as _run_svi
+from bnn_pyro.svi_model import SVIModel
 
 __all__ = ["HiddenLayerBNN"]
 
@@ -52,7 +49,7 @@ def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
-class HiddenLayerBNN(BaseBayesianMethod):
+class HiddenLayerBNN(SVIModel):
     """A fully connected BNN whose layers are ``HiddenLayer`` distributions.
 
     Args:
@@ -121,7 +118,6 @@ class HiddenLayerBNN(BaseBayesianMethod):
             self.rhos.append(nn.Parameter(_inverse_softplus(torch.full_like(loc, init_scale))))
         self.site_names = [f"layer{i}" for i in range(len(self.locs))]
         self.guide = self._make_guide()
-        self.dataset_size: int | None = None
 
     def _make_guide(self) -> nn.Module:
         """A mean-field guide for the likelihood's own latents, or an empty guide."""
@@ -184,132 +180,31 @@ class HiddenLayerBNN(BaseBayesianMethod):
         self.likelihood.observe(h, y, latents, dataset_size)
         return h
 
-    # ------------------------------------------------------------------ inputs
-    @property
-    def device(self) -> torch.device:
-        """The device of the parameters."""
-        return self.locs[0].device
+    # ------------------------------------------------------------------ SVIModel hooks
+    elbos = ("trace",)  # TraceMeanField_ELBO rejects model-only latent sites
 
-    def _inputs(self, X: Any, name: str = "X") -> torch.Tensor:
-        X = as_tensor(name, X, dtype=self.locs[0].dtype, device=self.device, min_dim=2)
-        if X.dim() != 2 or X.shape[1] != self.in_features:
-            raise ValueError(
-                f"{name} must have shape (N, {self.in_features}), got {tuple(X.shape)}"
-            )
-        return X
+    def _expected_features(self) -> tuple[int, ...]:
+        return (self.in_features,)
 
-    def _targets(self, y: Any, X: torch.Tensor, name: str = "y") -> torch.Tensor:
-        y = as_tensor(name, y, device=self.device)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(
-                f"X and {name} must have the same number of rows, got {X.shape[0]} and {y.shape[0]}"
-            )
-        return self.likelihood.check_targets(y, self.out_features)
+    def _output_dim(self, x: torch.Tensor) -> int:
+        return self.out_features
 
-    # ------------------------------------------------------------------ training
-    def fit(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        epochs: int = 100,
-        batch_size: int | None = 128,
-        lr: float = 1e-2,
-        optimizer: Any = None,
-        num_particles: int = 1,
-        kl_weight: KLWeightSpec = 1.0,
-        callbacks: Iterable[Callback] = (),
-        validation_data: tuple[Any, Any] | None = None,
-        shuffle: bool = True,
-        progress: bool = True,
-        seed: int | None = None,
-    ) -> History:
-        """Train by SVI with ``Trace_ELBO`` on ``(X, y)``; arguments as
-        :meth:`bnn_pyro.VariationalBNN.fit`. Calling ``fit`` again continues training.
+    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        if isinstance(self.guide, MeanFieldNormalGuide) and not self.guide.is_setup:
+            with torch.no_grad():  # creates the guide's parameters before listing them
+                self.guide(x, y)
 
-        Args:
-            X: ``(N, D)`` inputs; y: ``(N,)``/``(N, O)`` targets.
-
-        Returns:
-            :class:`bnn_pyro.training.History` (``loss`` is the negative ELBO).
-        """
-        epochs = check_int("epochs", epochs, minimum=0)
-        lr = check_float("lr", lr, minimum=0.0, strict=True)
-        num_particles = check_int("num_particles", num_particles)
-        if not callable(kl_weight):
-            check_float("kl_weight", kl_weight, minimum=0.0)
-        if seed is not None:
-            check_int("seed", seed, minimum=0)
-        X = self._inputs(X)
-        y = self._targets(y, X)
-        n = X.shape[0]
-        batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
-        validation = None
-        if validation_data is not None:
-            if not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
-                raise ValueError("validation_data must be a pair (X_val, y_val)")
-            X_val = self._inputs(validation_data[0], "X_val")
-            y_val = self._targets(validation_data[1], X_val, "y_val")
-            validation = lambda: -self.log_predictive_density(X_val, y_val, 20, seed=0)  # noqa: E731
-        generator = torch.Generator().manual_seed(
-            seed if seed is not None else int(torch.randint(2**31, ()).item())
-        )
-
-        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-            order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-            for start in range(0, n, batch):
-                idx = order[start : start + batch].to(X.device)
-                yield X[idx], y[idx]
-
-        fork = torch.random.fork_rng(devices=[]) if seed is not None else nullcontext()
-        with fork, warnings.catch_warnings():
+    @contextmanager
+    def _training_context(self) -> Iterator[None]:
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NO_GUIDE_SITE)
-            if seed is not None:
-                torch.manual_seed(seed)
-            if isinstance(self.guide, MeanFieldNormalGuide) and not self.guide.is_setup:
-                with torch.no_grad():  # creates the guide's parameters before listing them
-                    self.guide(X[:2], y[:2])
-            params = list(self.parameters())
-            svi = GuardedSVI(
-                self.model,
-                self.guide,
-                make_optimizer(optimizer, params, lr),
-                make_elbo("trace", num_particles, vectorize=True),
-                params,
-            )
-            self.dataset_size = n
-            return _run_svi(
-                self,
-                svi,
-                batches,
-                epochs=epochs,
-                dataset_size=n,
-                kl_weight=kl_weight,
-                callbacks=list(callbacks),
-                validation=validation,
-                progress=progress,
-            )
+            yield
 
-    # ------------------------------------------------------------------ prediction
-    def _check_fitted(self) -> None:
-        if self.dataset_size is None:
-            raise NotFittedError("this HiddenLayerBNN is not fitted yet: call fit(X, y) first")
-
-    @torch.no_grad()
-    def sample_posterior(
-        self, num_samples: int, seed: int | None = None
+    def _draw_posterior(
+        self, num_samples: int, generator: torch.Generator | None, x: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """``num_samples`` draws of every weight matrix (and of the likelihood's latents).
-
-        Returns:
-            ``{"layer<i>": (S, D_i + 1, H_i), ...}`` (the last row of each is the bias).
-        """
-        num_samples = check_int("num_samples", num_samples)
-        self._check_fitted()
-        generator = None  # the global RNG, as VariationalBNN.sample_posterior
-        if seed is not None:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(check_int("seed", seed, minimum=0))
+        """Whole weight matrices ``{"layer<i>": (S, D_i + 1, H_i)}`` (the last row of each is
+        the bias) and the likelihood's latents."""
         out = {}
         for name, loc, rho in zip(self.site_names, self.locs, self.rhos, strict=True):
             eps = torch.randn((num_samples, *loc.shape), generator=generator, device=self.device)
@@ -318,10 +213,13 @@ class HiddenLayerBNN(BaseBayesianMethod):
             out.update(self.guide.sample_posterior(num_samples, generator=generator))
         return out
 
-    def _outputs(self, X: torch.Tensor, samples: dict[str, torch.Tensor]) -> torch.Tensor:
-        widths = max(self.locs[i].shape[-1] for i in range(len(self.locs)))
+    @torch.no_grad()
+    def _outputs(
+        self, X: torch.Tensor, samples: Mapping[str, torch.Tensor], chunk_size: int | None
+    ) -> torch.Tensor:
+        width = max(loc.shape[-1] for loc in self.locs)
         num = samples[self.site_names[0]].shape[0]
-        chunk = max(16, (1 << 18) // (num * widths))
+        chunk = chunk_size or max(16, ACTIVATION_BUDGET // (num * width))
         outs = []
         for start in range(0, X.shape[0], chunk):
             h = F.pad(X[start : start + chunk], (0, 1), value=1.0)
@@ -332,59 +230,6 @@ class HiddenLayerBNN(BaseBayesianMethod):
             outs.append(h)
         return torch.cat(outs, dim=1)
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: Any,
-        return_samples: bool = False,
-        *,
-        num_samples: int = 100,
-        include_noise: bool = False,
-        seed: int | None = None,
-        normalize_output: bool = True,
-    ) -> PredictOutput:
-        """Posterior predictive mean and variance from ``num_samples`` weight draws.
-
-        Args:
-            x: ``(N, D)`` inputs.
-            return_samples: also return the per-sample predictive means ``(S, N, O')``.
-            num_samples: ``S``.
-            include_noise: add the aleatoric variance (Gaussian likelihoods).
-            seed: reproducible draws without touching the global RNG.
-            normalize_output: kept for the shared interface; the likelihood decides the link.
-
-        Returns:
-            ``mean (N, O')``, ``variance (N, O')`` and, with ``return_samples``, ``(S, N, O')``.
-        """
-        X = self._inputs(x, "x")
-        samples = self.sample_posterior(num_samples, seed)
-        f = self._outputs(X, samples)
-        means = self.likelihood.mean(f)
-        out = summarize_samples(means, return_samples)
-        if include_noise:
-            noise = self.likelihood.noise_variance(f, samples)
-            if noise is None:
-                raise ValueError(
-                    f"include_noise=True needs a Gaussian likelihood, not {self.likelihood!r}"
-                )
-            return (out[0], out[1] + noise.expand_as(means).mean(0), *out[2:])  # type: ignore[return-value]
-        return out
-
-    @torch.no_grad()
-    def log_predictive_density(
-        self, x: Any, y: Any, num_samples: int = 100, seed: int | None = None
-    ) -> float:
-        """Mean over points of ``log (1/S) sum_s p(y_n | x_n, w_s)``.
-
-        Args:
-            x: ``(N, D)``; y: ``(N,)``/``(N, O)``; num_samples: ``S``; seed: for the draws.
-        """
-        X = self._inputs(x, "x")
-        y = self._targets(y, X)
-        samples = self.sample_posterior(num_samples, seed)
-        log_p = self.likelihood.log_prob(self._outputs(X, samples), y, samples)
-        return float((torch.logsumexp(log_p, 0) - math.log(log_p.shape[0])).mean())
-
     def kl_divergence(self) -> torch.Tensor:
         """The exact ``KL(q || p)`` of the weights, summed over the layers."""
         x = torch.zeros(1, 1, dtype=self.locs[0].dtype, device=self.device)
@@ -394,10 +239,6 @@ class HiddenLayerBNN(BaseBayesianMethod):
             ).KL
             for loc, rho in zip(self.locs, self.rhos, strict=True)
         )
-
-    def forward(self, x: Any) -> torch.Tensor:
-        """The predictive mean, ``predict(x)[0]``."""
-        return self.predict(x)[0]
 
 
 class _EmptyGuide(nn.Module):

@@ -131,7 +131,7 @@ def test_bad_constructor_arguments(args, kwargs, error, match):
 @pytest.mark.parametrize(
     "X, y, kwargs, error, match",
     [
-        (torch.randn(8, 4), torch.randn(8), {}, ValueError, r"X must have shape \(N, 3\)"),
+        (torch.randn(8, 4), torch.randn(8), {}, ValueError, r"X must have 3 feature\(s\)"),
         (torch.randn(8), torch.randn(8), {}, ValueError, "X must have at least 2"),
         (torch.randn(8, 3), torch.randn(7), {}, ValueError, "same number of rows"),
         (torch.randn(8, 3), torch.randn(8), dict(epochs=-1), ValueError, "epochs must be >= 0"),

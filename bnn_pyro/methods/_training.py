@@ -51,22 +51,6 @@ def module_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-@contextlib.contextmanager
-def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Run the block on a forked global RNG seeded with ``seed`` (no-op for ``None``).
-
-    The caller's RNG state is restored afterwards, so a seeded ``fit``/``predict`` neither
-    depends on nor changes the global random stream.
-    """
-    if seed is None:
-        yield
-        return
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
 def seed_from(generator: torch.Generator | None) -> int | None:
     """Draw a seed for :func:`seeded` from ``generator`` (``None`` stays ``None``)."""
     if generator is None:

@@ -19,9 +19,7 @@ _NO_NOISE = (
     "a float or a tensor broadcastable to (S, N, O)) or use a Gaussian-likelihood regression model"
 )
 
-PredictOutput = (
-    tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-)
+PredictOutput = tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def to_probabilities(outputs: torch.Tensor, normalize_output: bool = True) -> torch.Tensor:

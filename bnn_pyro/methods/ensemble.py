@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.func import stack_module_state
 from torch.utils.data import DataLoader
 
+from bnn_pyro._rng import seeded
 from bnn_pyro.methods._checks import (
     check_bool,
     check_inputs,
@@ -27,7 +28,6 @@ from bnn_pyro.methods._training import (
     module_device,
     probe,
     residual_noise_scale,
-    seeded,
     task_loss,
     train_epochs,
 )

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bnn_pyro._rng import seeded
 from bnn_pyro.methods._checks import (
     check_float,
     check_inputs,
@@ -24,7 +25,6 @@ from bnn_pyro.methods._training import (
     modes,
     module_device,
     seed_from,
-    seeded,
     train_epochs,
 )
 from bnn_pyro.methods.base import (

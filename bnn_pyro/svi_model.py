@@ -1,0 +1,411 @@
+"""``SVIModel``: what every Pyro-trained BNN here shares: input checks, the ``fit`` loop's data
+plumbing, and prediction from posterior samples.
+
+A subclass defines the Pyro ``model``, a ``guide``, how to draw posterior samples
+(:meth:`SVIModel._draw_posterior`) and how to evaluate the net on them (:meth:`SVIModel._outputs`).
+:class:`~bnn_pyro.VariationalBNN` and :class:`~bnn_pyro.HiddenLayerBNN` are the two.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._rng import seeded
+from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
+from bnn_pyro.methods.base import BaseBayesianMethod, PredictOutput, summarize_samples
+from bnn_pyro.training import (
+    Callback,
+    GuardedSVI,
+    History,
+    KLWeightSpec,
+    make_elbo,
+    make_optimizer,
+    run_svi,
+)
+
+__all__ = ["SVIModel"]
+
+Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+
+
+class SVIModel(BaseBayesianMethod):
+    """Base class of the SVI-trained BNNs (see the module docstring).
+
+    Subclasses set ``self.likelihood``, ``self.guide``, ``self.site_names`` and define
+    ``model(x, y=None, dataset_size=None, kl_weight=1.0)``, :meth:`_draw_posterior`,
+    :meth:`_outputs` and :meth:`_output_dim`.
+    """
+
+    likelihood: Likelihood
+    site_names: list[str]
+    elbos: tuple[str, ...] = ("trace", "meanfield")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dataset_size: int | None = None
+        self.input_shape: tuple[int, ...] | None = None
+
+    # ------------------------------------------------------------------ hooks
+    @abstractmethod
+    def model(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor | None = None,
+        dataset_size: int | None = None,
+        kl_weight: float = 1.0,
+    ) -> torch.Tensor:
+        """The Pyro model."""
+
+    @abstractmethod
+    def _draw_posterior(
+        self, num_samples: int, generator: torch.Generator | None, x: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """``{site: (S, *shape)}`` draws from the guide."""
+
+    @abstractmethod
+    def _outputs(
+        self, X: torch.Tensor, samples: Mapping[str, torch.Tensor], chunk_size: int | None
+    ) -> torch.Tensor:
+        """Net outputs ``(S, N, O)`` for the S weight samples, chunked over the rows."""
+
+    @abstractmethod
+    def _output_dim(self, x: torch.Tensor) -> int:
+        """The width ``O`` of the net's output for inputs like ``x``."""
+
+    def _expected_features(self) -> tuple[int, ...] | None:
+        """The feature shape the net needs before any fit (``None``: learned by ``fit``)."""
+        return None
+
+    def _is_fitted(self) -> bool:
+        return self.dataset_size is not None
+
+    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Create the guide's parameters (before the optimizer lists them)."""
+
+    @contextmanager
+    def _training_context(self) -> Iterator[None]:
+        """Entered around the SVI loop."""
+        yield
+
+    # ------------------------------------------------------------------ inputs
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's tensors."""
+        for tensor in (*self.buffers(), *self.parameters()):
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating dtype of the model's tensors."""
+        for tensor in (*self.buffers(), *self.parameters()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    def _inputs(self, X: Any, name: str = "X") -> torch.Tensor:
+        X = as_tensor(name, X, dtype=self.dtype, device=self.device, min_dim=2)
+        expected = self.input_shape or self._expected_features()
+        if expected is not None and tuple(X.shape[1 : 1 + len(expected)]) != expected:
+            raise ValueError(
+                f"{name} must have {expected[0] if len(expected) == 1 else expected} feature(s) "
+                f"per row (shape (N, {', '.join(map(str, expected))})), got shape "
+                f"{tuple(X.shape)}"
+            )
+        return X
+
+    def _targets(self, y: Any, X: torch.Tensor, name: str = "y") -> torch.Tensor:
+        y = as_tensor(name, y, device=self.device)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"X and {name} must have the same number of rows, got {X.shape[0]} and {y.shape[0]}"
+            )
+        return self.likelihood.check_targets(y, self._output_dim(X))
+
+    # ------------------------------------------------------------------ training
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        epochs: int = 100,
+        batch_size: int | None = 128,
+        lr: float = 1e-2,
+        optimizer: Any = None,
+        elbo: str = "trace",
+        num_particles: int = 1,
+        kl_weight: KLWeightSpec = 1.0,
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[Any, Any] | None = None,
+        shuffle: bool = True,
+        progress: bool = True,
+        seed: int | None = None,
+    ) -> History:
+        """Train the posterior by SVI on ``(X, y)`` or a ``DataLoader`` of ``(x, y)`` batches.
+
+        The data set size ``N`` comes from the data; each minibatch log-likelihood is scaled by
+        ``N / B`` and the KL enters once per step, so the loss is the negative ELBO of the whole
+        data set. Calling ``fit`` again continues training.
+
+        Args:
+            X: ``(N, *features)`` inputs, or a ``DataLoader`` yielding ``(x, y)``.
+            y: ``(N,)`` or ``(N, O)`` targets (class labels for ``Categorical``).
+            epochs: passes over the data.
+            batch_size: minibatch size; ``None`` = full batch. Ignored for a DataLoader.
+            lr: learning rate of the default ``torch.optim.Adam`` (or of an optimizer class).
+            optimizer: see :func:`bnn_pyro.training.make_optimizer`.
+            elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL) or ``"meanfield"``
+                (``TraceMeanField_ELBO``: closed-form KL where the prior allows), or an ELBO.
+            num_particles: samples per step, vectorized (``vectorize_particles=True``).
+            kl_weight: beta, a float or ``fn(epoch) -> float`` (e.g.
+                :func:`bnn_pyro.training.linear_annealing`); 1 is the ELBO.
+            callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
+            validation_data: ``(X_val, y_val)``; adds ``val_nll`` to the history.
+            shuffle: reshuffle the rows every epoch.
+            progress: show a progress bar.
+            seed: makes the run reproducible (given the net's initial weights) without touching
+                the global RNG.
+
+        Returns:
+            :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
+        """
+        epochs = check_int("epochs", epochs, minimum=0)
+        lr = check_float("lr", lr, minimum=0.0, strict=True)
+        num_particles = check_int("num_particles", num_particles)
+        if not callable(kl_weight):
+            check_float("kl_weight", kl_weight, minimum=0.0)
+        if seed is not None:
+            check_int("seed", seed, minimum=0)
+        if isinstance(elbo, str) and elbo not in self.elbos:
+            raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
+        if isinstance(X, DataLoader):
+            if y is not None:
+                raise ValueError("pass either a DataLoader or (X, y), not both")
+            batches, n, first_x, first_y = self._loader_batches(X)
+        else:
+            if y is None:
+                raise ValueError("y is required when X is not a DataLoader")
+            X = self._inputs(X)
+            y = self._targets(y, X)
+            n = X.shape[0]
+            if batch_size is not None:
+                batch_size = check_int("batch_size", batch_size)
+            batches = self._tensor_batches(X, y, min(batch_size or n, n), shuffle, seed)
+            first_x, first_y = X[:2], y[:2]
+        validation = self._validation_fn(validation_data) if validation_data is not None else None
+        self.input_shape = tuple(first_x.shape[1:])
+        with seeded(seed, self.device), self._training_context():
+            self._setup_guide(first_x, first_y)
+            params = list(self.parameters())
+            svi = GuardedSVI(
+                self.model,
+                self.guide,
+                make_optimizer(optimizer, params, lr),
+                make_elbo(elbo, num_particles, vectorize=True),
+                params,
+            )
+            self.dataset_size = n
+            was_training = self.training
+            self.train()
+            try:
+                return run_svi(
+                    self,
+                    svi,
+                    batches,
+                    epochs=epochs,
+                    dataset_size=n,
+                    kl_weight=kl_weight,
+                    callbacks=list(callbacks),
+                    validation=validation,
+                    progress=progress,
+                )
+            finally:
+                self.train(was_training)
+
+    def _tensor_batches(
+        self, X: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool, seed: int | None
+    ) -> Batches:
+        n = X.shape[0]
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(seed if seed is not None else int(torch.randint(2**31, ()).item()))
+
+        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+            if batch_size >= n:
+                yield X, y
+                return
+            order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+            order = order.to(X.device)
+            for start in range(0, n, batch_size):
+                idx = order[start : start + batch_size]
+                yield X[idx], y[idx]
+
+        return batches
+
+    def _loader_batches(
+        self, loader: DataLoader
+    ) -> tuple[Batches, int, torch.Tensor, torch.Tensor]:
+        try:
+            n = len(loader.dataset)  # type: ignore[arg-type]
+        except TypeError:
+            raise ValueError("the DataLoader's dataset must have a length (N)") from None
+        first = next(iter(loader))
+        if not (isinstance(first, (tuple, list)) and len(first) == 2):
+            raise ValueError("the DataLoader must yield (x, y) pairs")
+        first_x = self._inputs(first[0], "x batch")
+        first_y = self._targets(first[1], first_x, "y batch")
+        out_dim = self._output_dim(first_x)
+
+        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+            for xb, yb in loader:
+                xb = self._inputs(xb, "x batch")
+                yb = as_tensor("y batch", yb, device=self.device)
+                yield xb, self.likelihood.check_targets(yb, out_dim)
+
+        return batches, n, first_x, first_y
+
+    def _validation_fn(self, data: tuple[Any, Any]) -> Callable[[], float]:
+        if not (isinstance(data, (tuple, list)) and len(data) == 2):
+            raise ValueError("validation_data must be a pair (X_val, y_val)")
+        X_val = self._inputs(data[0], "X_val")
+        y_val = self._targets(data[1], X_val, "y_val")
+        return lambda: -self.log_predictive_density(X_val, y_val, num_samples=20, seed=0)
+
+    # ------------------------------------------------------------------ prediction
+    def sample_posterior(
+        self, num_samples: int, seed: int | None = None, x: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """``num_samples`` joint draws of every latent site from the guide.
+
+        Args:
+            num_samples: ``S``.
+            seed: makes the draw reproducible without touching the global RNG.
+            x: an example input (only autoguides need one; defaults to zeros of the training
+                input shape).
+
+        Returns:
+            ``{site name: (S, *site_shape)}``, e.g. ``"net.0.weight": (S, 50, 13)``.
+        """
+        num_samples = check_int("num_samples", num_samples)
+        if not self._is_fitted():
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit(X, y)")
+        if x is None:
+            x = torch.zeros((1, *(self.input_shape or ())), device=self.device, dtype=self.dtype)
+        generator = None
+        if seed is not None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(check_int("seed", seed, minimum=0))
+        with seeded(seed, self.device), torch.no_grad():
+            return self._draw_posterior(num_samples, generator, x)
+
+    def _resolve_samples(
+        self,
+        num_samples: int,
+        posterior_samples: Mapping[str, torch.Tensor] | None,
+        seed: int | None,
+    ) -> Mapping[str, torch.Tensor]:
+        if posterior_samples is None:
+            return self.sample_posterior(num_samples, seed=seed)
+        missing = [k for k in self.site_names if k not in posterior_samples]
+        if missing:
+            raise ValueError(f"posterior_samples lacks the site(s) {missing}")
+        return {k: torch.as_tensor(v, device=self.device) for k, v in posterior_samples.items()}
+
+    def predict(
+        self,
+        x: Any,
+        return_samples: bool = False,
+        *,
+        num_samples: int = 100,
+        include_noise: bool = False,
+        posterior_samples: Mapping[str, torch.Tensor] | None = None,
+        chunk_size: int | None = None,
+        seed: int | None = None,
+        normalize_output: bool = True,
+    ) -> PredictOutput:
+        """Posterior predictive mean and variance, vectorized over the samples.
+
+        The ``S`` weight samples are evaluated in one pass per chunk of rows (no Python loop over
+        samples); chunks keep memory bounded.
+
+        Args:
+            x: ``(N, *features)`` inputs.
+            return_samples: also return the per-sample predictive means ``(S, N, O')``.
+            num_samples: ``S``, draws from the guide.
+            include_noise: add the aleatoric variance (Gaussian likelihoods: the mean over
+                samples of ``scale**2``) to the epistemic one.
+            posterior_samples: ``{site: (S, ...)}`` to use instead of the guide, e.g.
+                ``mcmc.get_samples()`` from ``MCMC(NUTS(bnn.model))``.
+            chunk_size: rows per pass (default: sized from the layer widths).
+            seed: reproducible draws without touching the global RNG.
+            normalize_output: kept for the shared interface; the likelihood decides the link
+                (softmax for Categorical, sigmoid for Bernoulli, identity for Gaussian).
+
+        Returns:
+            ``mean (N, O')`` (class probabilities for ``Categorical``), ``variance (N, O')``:
+            epistemic (the variance of the per-sample means) unless ``include_noise``, and, with
+            ``return_samples``, ``samples (S, N, O')``.
+        """
+        num_samples = check_int("num_samples", num_samples)
+        if chunk_size is not None:
+            chunk_size = check_int("chunk_size", chunk_size)
+        X = self._inputs(x, "x")
+        samples = self._resolve_samples(num_samples, posterior_samples, seed)
+        f = self._outputs(X, samples, chunk_size)
+        means = self.likelihood.mean(f)
+        out = summarize_samples(means, return_samples)
+        if include_noise:
+            noise = self.likelihood.noise_variance(f, samples)
+            if noise is None:
+                raise ValueError(
+                    f"include_noise=True needs a Gaussian likelihood, not {self.likelihood!r}"
+                )
+            total = out[1] + noise.expand_as(means).mean(0)
+            return (out[0], total, *out[2:])  # type: ignore[return-value]
+        return out
+
+    def predictive_gaussian(
+        self, x: Any, num_samples: int = 100, seed: int | None = None, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gaussian predictive as a mixture over samples: ``locs (S, N, O)``, ``scales`` (the noise
+        standard deviation of each sample, broadcastable to ``locs``).
+
+        Raises:
+            ValueError: the likelihood is not Gaussian.
+        """
+        if not isinstance(self.likelihood, GaussianLikelihood):
+            raise ValueError(
+                f"predictive_gaussian needs a Gaussian likelihood, not {self.likelihood!r}"
+            )
+        X = self._inputs(x, "x")
+        samples = self._resolve_samples(num_samples, kwargs.get("posterior_samples"), seed)
+        f = self._outputs(X, samples, kwargs.get("chunk_size"))
+        return self.likelihood.mean(f), self.likelihood.noise_variance(f, samples).sqrt()
+
+    def log_predictive_density(
+        self, x: Any, y: Any, num_samples: int = 100, seed: int | None = None
+    ) -> float:
+        """Mean over points of ``log (1/S) sum_s p(y_n | x_n, w_s)`` (the test log-likelihood).
+
+        Args:
+            x: ``(N, *features)``; y: ``(N,)``/``(N, O)`` targets.
+            num_samples: ``S``.
+        """
+        X = self._inputs(x, "x")
+        y = self._targets(y, X)
+        samples = self._resolve_samples(check_int("num_samples", num_samples), None, seed)
+        f = self._outputs(X, samples, None)
+        log_p = self.likelihood.log_prob(f, y, samples)  # (S, N)
+        return float((torch.logsumexp(log_p, 0) - math.log(log_p.shape[0])).mean())
+
+    def forward(self, x: Any) -> torch.Tensor:
+        """The predictive mean, ``predict(x)[0]``."""
+        return self.predict(x)[0]
