@@ -1,18 +1,10 @@
-"""Fixtures for the method tests: one thread, seed 0, and a 1-D toy regression with a gap."""
+"""Fixtures for the method tests: seed 0 and a 1-D toy regression with a gap (one thread per
+test comes from tests/conftest.py)."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny nets run faster on one thread, and two test workers then share 2 cores fairly."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)

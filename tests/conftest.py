@@ -1,4 +1,5 @@
-"""Shared fixtures of the core tests: small regression and classification problems."""
+"""Shared fixtures: one torch thread per test (small nets are faster on one thread and
+do not fight other processes for the cores), small regression and classification problems."""
 
 from __future__ import annotations
 
