@@ -1,19 +1,10 @@
-"""Shared fixtures: one torch thread per test (small nets are faster on one thread and
-do not fight other processes for the cores), small regression and classification problems."""
+"""Shared fixtures: small regression and classification problems (one torch thread per test
+comes from the root conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny nets: one thread is faster and keeps the runs deterministic.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture
