@@ -24,4 +24,8 @@ class TrainingDivergedError(FloatingPointError):
     Training stops at that step and the model keeps the last parameters that were finite. The
     message says at which epoch and step, and what usually helps (a lower learning rate, a
     smaller ``init_scale``, standardised inputs and targets).
+
+    Example:
+        >>> issubclass(TrainingDivergedError, FloatingPointError)
+        True
     """

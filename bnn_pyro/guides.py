@@ -48,6 +48,15 @@ class KLWeight(Messenger):
     Like ``poutine.scale`` restricted to unobserved sites, and allowing ``weight = 0`` (the
     start of a KL warm-up). Applied to both model and guide it turns the ELBO into
     ``E_q[log p(y | w)] - beta * KL(q || p)``.
+
+    Example:
+        >>> import pyro, pyro.poutine as poutine
+        >>> def model():
+        ...     pyro.sample("w", dist.Normal(0.0, 1.0))
+        >>> with KLWeight(0.5):
+        ...     trace = poutine.trace(model).get_trace()
+        >>> trace.nodes["w"]["scale"]
+        0.5
     """
 
     def __init__(self, weight: float) -> None:
@@ -300,6 +309,14 @@ class AutoGuideWrapper(nn.Module):
     The model of :class:`~bnn_pyro.VariationalBNN` takes ``dataset_size`` and ``kl_weight``;
     this wrapper applies ``kl_weight`` to the autoguide's sites (:class:`KLWeight`) and passes
     only ``(x, y)`` on. The autoguide itself is ``wrapper.autoguide``.
+
+    Example:
+        >>> import pyro
+        >>> def model(x, y=None):
+        ...     pyro.sample("w", dist.Normal(0.0, 1.0))
+        >>> guide = AutoGuideWrapper(autoguide.AutoNormal(model))
+        >>> sorted(guide(torch.zeros(1), kl_weight=0.1))
+        ['w']
     """
 
     def __init__(self, guide: autoguide.AutoGuide) -> None:
@@ -353,6 +370,15 @@ def build_guide(
 
     Returns:
         An ``nn.Module`` guide accepting the model's ``(x, y, dataset_size=, kl_weight=)``.
+
+    Example:
+        >>> import pyro
+        >>> def model(x, y=None):
+        ...     pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
+        >>> type(build_guide("meanfield", model, {}, 0.1)).__name__
+        'MeanFieldNormalGuide'
+        >>> type(build_guide("lowrank", model, {}, 0.1).autoguide).__name__
+        'AutoLowRankMultivariateNormal'
     """
     if isinstance(spec, str):
         if spec not in GUIDE_NAMES:

@@ -58,6 +58,11 @@ class Likelihood(ABC):
     Subclasses define :meth:`observe` (the Pyro site), :meth:`mean` (the predictive mean of ``y``
     given one net output) and :meth:`check_targets`; likelihoods with latent variables of their
     own (a learned noise scale) also :meth:`sample_latents`. ``name`` is the observation site.
+
+    Example:
+        >>> lik: Likelihood = Categorical()
+        >>> lik.mean(torch.zeros(1, 2, 4)).shape  # (S, N, C) logits -> class probabilities
+        torch.Size([1, 2, 4])
     """
 
     name = "obs"
@@ -137,6 +142,12 @@ def _float_targets(y: torch.Tensor, out_dim: int, what: str) -> torch.Tensor:
 
 class GaussianLikelihood(Likelihood):
     """``y ~ Normal(loc, scale)`` independent over rows and columns; subclasses say where
+    ``loc`` and ``scale`` come from.
+
+    ``loc`` and ``scale`` come from.Example:
+    ``loc`` and ``scale`` come from.    >>> f = torch.zeros(3, 5, 1)  # (S, N, O)
+    ``loc`` and ``scale`` come from.    >>> Gaussian(scale=0.5).noise_variance(f, {})
+    ``loc`` and ``scale`` come from.    tensor(0.2500)
     ``loc`` and ``scale`` come from."""
 
     def target_dim(self, out_dim: int) -> int:

@@ -78,6 +78,11 @@ class Prior(ABC):
             ``net.named_parameters()``.
         exclude: patterns of parameter names kept as point estimates, e.g. ``"*.bias"``.
         types: layer classes whose parameters may be Bayesian.
+
+    Example:
+        >>> prior = IIDPrior(dist.Normal(0.0, 1.0), exclude="*.bias")
+        >>> [prior.is_bayesian("0", nn.Linear(2, 3), p) for p in ("weight", "bias")]
+        [True, False]
     """
 
     def __init__(
@@ -179,9 +184,7 @@ class SharedNormal(dist.Normal):
         True
     """
 
-    def __init__(
-        self, loc: float, scale: float, device: torch.device, dtype: torch.dtype
-    ) -> None:
+    def __init__(self, loc: float, scale: float, device: torch.device, dtype: torch.dtype) -> None:
         t = torch.tensor([loc, scale], device=device, dtype=dtype)
         super().__init__(t[0], t[1], validate_args=False)
         self._set_constants(float(loc), float(scale))

@@ -50,6 +50,12 @@ class History(dict):
     ``elbo="meanfield"``, a Monte Carlo estimate under ``"trace"``); ``kl_weight``; ``seconds``
     (wall time since ``fit`` started); and ``val_nll`` (mean negative log predictive density per
     validation point) when ``validation_data`` is given.
+
+    Example:
+        >>> history = History()
+        >>> history.append(epoch=0, loss=3.0); history.append(epoch=1, loss=2.5)
+        >>> history["loss"]
+        [3.0, 2.5]
     """
 
     def append(self, **values: float) -> None:
@@ -58,7 +64,7 @@ class History(dict):
 
     def plot(
         self, keys: Iterable[str] = ("loss", "nll", "kl"), ax: matplotlib.axes.Axes | None = None
-    ):
+    ) -> matplotlib.axes.Axes:
         """Plot the given keys against the epoch (log scale); returns the matplotlib Axes."""
         import matplotlib.pyplot as plt
 
@@ -100,6 +106,16 @@ class EarlyStopping:
         patience: epochs without improvement before stopping.
         min_delta: the smallest decrease that counts as an improvement.
         restore_best: put back the parameters of the best epoch when stopping.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(40, 2); y = X.sum(-1)
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(scale=0.1))
+        >>> stop = EarlyStopping(monitor="val_nll", patience=2, min_delta=1e9)
+        >>> history = bnn.fit(X, y, epochs=50, validation_data=(X, y), callbacks=[stop],
+        ...                   progress=False, seed=0)
+        >>> len(history["val_nll"])  # stopped after 2 epochs without a 1e9 improvement
+        3
     """
 
     def __init__(
@@ -144,6 +160,15 @@ class Checkpoint:
     Args:
         path: the checkpoint file.
         every: epochs between saves.
+
+    Example:
+        >>> import os, tempfile, bnn_pyro as bp
+        >>> X = torch.randn(20, 2); y = X.sum(-1)
+        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+        >>> _ = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1)).fit(
+        ...     X, y, epochs=2, callbacks=[Checkpoint(path)], progress=False)
+        >>> os.path.exists(path)
+        True
     """
 
     def __init__(self, path: str, every: int = 1) -> None:
@@ -187,6 +212,12 @@ def make_optimizer(optimizer: Any, params: list[torch.nn.Parameter], lr: float) 
             ``pyro.optim.ClippedAdam({"lr": 0.01})``; one optimizer per tensor, as in Pyro).
         params: the trainable tensors.
         lr: the learning rate for the first two forms.
+
+    Example:
+        >>> params = [torch.nn.Parameter(torch.zeros(3))]
+        >>> optim = make_optimizer(torch.optim.SGD, params, lr=0.1)
+        >>> type(optim.optimizer).__name__
+        'SGD'
     """
     if isinstance(optimizer, PyroOptim):
         return optimizer
@@ -210,6 +241,11 @@ def make_optimizer(optimizer: Any, params: list[torch.nn.Parameter], lr: float) 
 def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbo.FastTrace_ELBO`), ``"meanfield"`` →
     ``TraceMeanField_ELBO``, both recording the NLL part for the history; or an ``ELBO`` instance
+    used as given.
+
+    used as given.Example:
+    used as given.    >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
+    used as given.    'RecordingMeanField_ELBO'
     used as given."""
     if isinstance(elbo, ELBO):
         return elbo
@@ -244,6 +280,20 @@ class GuardedSVI(SVI):
         loss: a Pyro ELBO with ``differentiable_loss``.
         params: the trainable tensors.
         validate_every_step: keep Pyro's validation on for every step.
+
+    Example:
+        >>> import pyro, pyro.distributions as dist
+        >>> loc = torch.nn.Parameter(torch.tensor(0.0))
+        >>> def model():
+        ...     pyro.sample("w", dist.Normal(3.0, 1.0))
+        >>> def guide():
+        ...     pyro.sample("w", dist.Normal(loc, 1.0))
+        >>> svi = GuardedSVI(model, guide, make_optimizer(None, [loc], 0.1),
+        ...                  make_elbo("meanfield", 1, False), [loc])
+        >>> for _ in range(300):
+        ...     _ = svi.step()
+        >>> round(float(loc), 1)
+        3.0
     """
 
     def __init__(
@@ -323,6 +373,14 @@ def run_svi(
         callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
         validation: returns the validation NLL per point, evaluated after each epoch.
         progress: show a tqdm progress bar.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(16, 2); y = X.sum(-1)
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1))
+        >>> history = bnn.fit(X, y, epochs=3, progress=False)  # fit calls run_svi
+        >>> sorted(history)[:3]
+        ['epoch', 'kl', 'kl_weight']
     """
     history = History()
     elbo = svi.elbo

@@ -144,7 +144,14 @@ def two_moons(
 
 
 class ClassificationSplit(NamedTuple):
-    """A train/test split of a classification data set (``X`` float32, labels int64)."""
+    """A train/test split of a classification data set (``X`` float32, labels int64).
+
+    Example:
+        >>> z = torch.zeros
+        >>> split = ClassificationSplit(z(3, 2), z(3).long(), z(1, 2), z(1).long())
+        >>> split.X_train.shape
+        torch.Size([3, 2])
+    """
 
     X_train: torch.Tensor
     y_train: torch.Tensor

@@ -109,6 +109,11 @@ class UCIHyperparameters:
         n_epochs: base number of epochs (the dropout experiments multiplied it).
         dropout_rates: grid of dropout probabilities of the reference grid search.
         tau_values: grid of noise precisions, in original target units ``1 / units^2``.
+
+    Example:
+        >>> hp = UCIHyperparameters(20, 50, 40, (0.005, 0.01), (0.25, 0.5))
+        >>> hp.n_hidden, len(hp.tau_values)
+        (50, 2)
     """
 
     n_splits: int

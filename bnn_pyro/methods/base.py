@@ -89,6 +89,15 @@ class BaseBayesianMethod(nn.Module, ABC):
     ``(S, N, ...)``. For a net whose per-sample output is ``(N, C)`` with ``C > 1``, the samples
     are softmax probabilities unless ``normalize_output=False``. The variance is epistemic: the
     disagreement between the S samples (see :func:`summarize_samples`).
+
+    Example:
+        >>> from bnn_pyro.methods import MCDropout
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(2, 8), nn.Dropout(0.2), nn.Linear(8, 1))
+        >>> method: BaseBayesianMethod = MCDropout(net, num_samples=4)
+        >>> mean, variance, samples = method.predict(torch.randn(3, 2), return_samples=True)
+        >>> samples.shape
+        torch.Size([4, 3, 1])
     """
 
     @abstractmethod

@@ -31,6 +31,12 @@ class RegressionCalibration(NamedTuple):
         levels: ``(L,)`` nominal levels of the central intervals.
         coverage: ``(L,)`` observed fraction of targets inside each interval.
         error: mean over levels of ``|coverage - level|`` (0 is perfect calibration).
+
+    Example:
+        >>> locs, scales, y = torch.zeros(1, 1000, 1), torch.ones(1, 1000, 1), torch.randn(1000, 1)
+        >>> result = regression_calibration(locs, scales, y, levels=torch.tensor([0.5, 0.9]))
+        >>> result.levels.tolist(), bool(result.error < 0.1)
+        ([0.5, 0.8999999761581421], True)
     """
 
     levels: torch.Tensor

@@ -111,6 +111,12 @@ class ReliabilityCurve(NamedTuple):
         confidences: ``(B,)`` mean confidence (top-class probability) of the points in the bin.
         accuracies: ``(B,)`` fraction of those points classified correctly.
         counts: ``(B,)`` number of points in the bin (int64).
+
+    Example:
+        >>> probs = torch.tensor([[0.9, 0.1], [0.2, 0.8]])
+        >>> curve = reliability_curve(probs, torch.tensor([0, 0]), n_bins=2)
+        >>> curve.counts.tolist()
+        [0, 2]
     """
 
     confidences: torch.Tensor

@@ -132,6 +132,11 @@ def batched_conv2d(
 
     Returns:
         ``(N, out, H', W')`` or ``(S, N, out, H', W')``.
+
+    Example:
+        >>> conv = nn.Conv2d(1, 2, 3)
+        >>> batched_conv2d(torch.randn(4, 1, 5, 5), torch.randn(6, 2, 1, 3, 3), None, conv).shape
+        torch.Size([6, 4, 2, 3, 3])
     """
     if LAYER_HOOKS:
         out = LAYER_HOOKS[-1](x, weight, bias, conv)

@@ -250,6 +250,12 @@ def local_reparam_conv2d(
 
     Returns:
         ``(*S, N, out, H', W')``.
+
+    Example:
+        >>> conv = nn.Conv2d(1, 2, 3)
+        >>> w_loc, w_scale = torch.zeros(2, 1, 3, 3), torch.ones(2, 1, 3, 3)
+        >>> local_reparam_conv2d(torch.randn(4, 1, 5, 5), w_loc, w_scale, None, None, conv).shape
+        torch.Size([4, 2, 3, 3])
     """
     loc, scale = _base(loc, 4), _base(scale, 4)
     mean = _conv(x, loc, None if bias_loc is None else _base(bias_loc, 1), conv)
@@ -278,6 +284,12 @@ def flipout_conv2d(
 
     Returns:
         ``(*S, N, out, H', W')``.
+
+    Example:
+        >>> conv = nn.Conv2d(1, 2, 3)
+        >>> loc = torch.zeros(2, 1, 3, 3)
+        >>> flipout_conv2d(torch.randn(4, 1, 5, 5), loc, loc + 0.1, None, conv).shape
+        torch.Size([4, 2, 3, 3])
     """
     loc = _base(loc, 4)
     delta = sample_dims(weight, 4) - loc
