@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from bnn_pyro._rng import seeded
+from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods._checks import (
     check_bool,
     check_choice,
@@ -22,6 +25,19 @@ from bnn_pyro.methods._checks import (
 OPTIMIZERS = ("adam", "sgd")
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """The training arguments every method's ``fit`` shares (see :func:`check_fit_args`)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    optimizer: str
+    progress: bool
+    seed: int | None
+
+
 def check_fit_args(
     epochs: object,
     batch_size: object,
@@ -31,8 +47,8 @@ def check_fit_args(
     progress: object,
     seed: object,
     min_epochs: int = 1,
-) -> None:
-    """Validate the arguments every ``fit`` shares."""
+) -> TrainSettings:
+    """Validate the arguments every ``fit`` shares; return them as :class:`TrainSettings`."""
     check_int(epochs, "epochs", minimum=min_epochs)
     check_int(batch_size, "batch_size")
     check_float(lr, "lr")
@@ -40,6 +56,7 @@ def check_fit_args(
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     check_bool(progress, "progress")
     check_seed(seed)
+    return TrainSettings(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
 
 
 def module_device(module: nn.Module) -> torch.device:
@@ -101,22 +118,40 @@ def train_epochs(
     batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     x: torch.Tensor,
     y: torch.Tensor,
+    settings: TrainSettings,
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    weight_decay: float,
-    optimizer: str,
-    progress: bool,
+    module: nn.Module,
     desc: str,
+    seed: int | None = None,
     after_epoch: Callable[[int], None] | None = None,
 ) -> list[float]:
     """Minimise ``batch_loss(xb, yb)`` over shuffled minibatches; return the epoch mean losses.
 
-    Raises ``FloatingPointError`` as soon as a batch loss is NaN/inf (diverged training), naming
-    the epoch and suggesting a smaller learning rate.
+    ``module`` trains in train mode (every flag restored afterwards), on a forked RNG seeded
+    with ``seed`` (default ``settings.seed``). Raises :class:`TrainingDivergedError` as soon as a
+    batch loss is NaN/inf, naming the epoch and suggesting a smaller learning rate.
     """
-    opt = make_optimizer(params, optimizer, lr, weight_decay)
+    seed = settings.seed if seed is None else seed
+    with seeded(seed, x.device), modes(module, lambda m: True):
+        return _train_epochs(params, batch_loss, x, y, settings, desc, after_epoch)
+
+
+def _train_epochs(
+    params: Iterable[torch.Tensor],
+    batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    settings: TrainSettings,
+    desc: str,
+    after_epoch: Callable[[int], None] | None,
+) -> list[float]:
+    epochs, batch_size, lr, progress = (
+        settings.epochs,
+        settings.batch_size,
+        settings.lr,
+        settings.progress,
+    )
+    opt = make_optimizer(params, settings.optimizer, lr, settings.weight_decay)
     n = len(x)
     history: list[float] = []
     bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False)
@@ -128,7 +163,7 @@ def train_epochs(
             opt.zero_grad(set_to_none=True)
             loss = batch_loss(x[idx], y[idx])
             if not bool(torch.isfinite(loss)):
-                raise FloatingPointError(
+                raise TrainingDivergedError(
                     f"{desc}: the loss became {loss.item()} in epoch {epoch}; "
                     f"try a smaller lr (got {lr})"
                 )

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch.func import stack_module_state
 from torch.utils.data import DataLoader
 
-from bnn_pyro._rng import seeded
 from bnn_pyro.methods._checks import (
     check_bool,
     check_inputs,
@@ -290,7 +289,7 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)
-        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         out = probe(self.models[0], self.models[0], x)
         if self.gaussian_nll:
             if out.dim() != 2 or out.shape[1] != 2 * yt.shape[1]:
@@ -303,20 +302,16 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         for i, member in enumerate(self.models):
             device = module_device(member)
             xd, yd = x.to(device), yt.to(device)
-            with seeded(None if seed is None else seed + i, device), modes(member, lambda m: True):
-                train_epochs(
-                    member.parameters(),
-                    self._loss(member),
-                    xd,
-                    yd,
-                    epochs=epochs,
-                    batch_size=batch_size,
-                    lr=lr,
-                    weight_decay=weight_decay,
-                    optimizer=optimizer,
-                    progress=progress,
-                    desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
-                )
+            train_epochs(
+                member.parameters(),
+                self._loss(member),
+                xd,
+                yd,
+                settings,
+                module=member,
+                seed=None if seed is None else seed + i,
+                desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
+            )
         if self.likelihood == "regression" and not self.gaussian_nll:
             mean, _ = self.predict(x.to(module_device(self.models[0])), normalize_output=False)
             self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))

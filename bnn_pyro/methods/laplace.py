@@ -277,25 +277,22 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
             return self
         x = check_inputs(data, "x")
         yt = check_targets(x, y, self.likelihood)
-        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed, 0)
+        settings = check_fit_args(
+            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, min_epochs=0
+        )
         check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
         dev = self._move(device)
         x, yt = x.to(dev), yt.to(dev)
         if epochs > 0:
-            with seeded(seed, dev), modes(self.model, lambda m: True):
-                train_epochs(
-                    self.model.parameters(),
-                    lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
-                    x,
-                    yt,
-                    epochs=epochs,
-                    batch_size=batch_size,
-                    lr=lr,
-                    weight_decay=weight_decay,
-                    optimizer=optimizer,
-                    progress=progress,
-                    desc="Laplace (MAP)",
-                )
+            train_epochs(
+                self.model.parameters(),
+                lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+                x,
+                yt,
+                settings,
+                module=self.model,
+                desc="Laplace (MAP)",
+            )
         step = max(batch_size, 256)  # curvature batches: views, no DataLoader collation
         self._fit_posterior(
             [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev

@@ -235,24 +235,19 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)
-        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
         device = module_device(self.model)
         x, yt = x.to(device), yt.to(device)
-        with seeded(seed, device), modes(self.model, lambda m: True):
-            train_epochs(
-                self.model.parameters(),
-                lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
-                x,
-                yt,
-                epochs=epochs,
-                batch_size=batch_size,
-                lr=lr,
-                weight_decay=weight_decay,
-                optimizer=optimizer,
-                progress=progress,
-                desc="MCDropout",
-            )
+        train_epochs(
+            self.model.parameters(),
+            lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+            x,
+            yt,
+            settings,
+            module=self.model,
+            desc="MCDropout",
+        )
         if self.likelihood == "regression":
             gen = None if seed is None else torch.Generator().manual_seed(seed)
             mean, _ = self.predict(x, normalize_output=False, generator=gen)

@@ -313,7 +313,7 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)
-        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         swa_start = epochs // 2 if swa_start is None else check_int(swa_start, "swa_start", 0)
         if swa_start >= epochs:
             raise ValueError(f"swa_start must be < epochs = {epochs}, got {swa_start}")
@@ -326,21 +326,16 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
             if epoch >= swa_start:
                 self.collect_model()
 
-        with seeded(seed, device), modes(self.model, lambda m: True):
-            train_epochs(
-                self.model.parameters(),
-                lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
-                x,
-                yt,
-                epochs=epochs,
-                batch_size=batch_size,
-                lr=lr,
-                weight_decay=weight_decay,
-                optimizer=optimizer,
-                progress=progress,
-                desc="SWAG",
-                after_epoch=after_epoch,
-            )
+        train_epochs(
+            self.model.parameters(),
+            lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+            x,
+            yt,
+            settings,
+            module=self.model,
+            desc="SWAG",
+            after_epoch=after_epoch,
+        )
         if self.bn_loader is None and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         ):

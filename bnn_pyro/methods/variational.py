@@ -22,7 +22,6 @@ from bnn_pyro.methods._checks import (
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
     check_fit_args,
-    modes,
     module_device,
     seed_from,
     train_epochs,
@@ -238,7 +237,7 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
         """
         check_inputs(x)
         yt = check_targets(x, y, self.likelihood)
-        check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         check_int(train_samples, "train_samples")
         check_float(kl_weight, "kl_weight", strict=False)
         with torch.no_grad():
@@ -259,20 +258,7 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
                 xb, yb, train_samples, kl_weight, dataset_size=len(x), noise_scale=sigma
             )
 
-        with seeded(seed, device), modes(self, lambda m: True):
-            train_epochs(
-                params,
-                loss,
-                x,
-                yt,
-                epochs=epochs,
-                batch_size=batch_size,
-                lr=lr,
-                weight_decay=weight_decay,
-                optimizer=optimizer,
-                progress=progress,
-                desc="VariationalBayesNN",
-            )
+        train_epochs(params, loss, x, yt, settings, module=self, desc="VariationalBayesNN")
         if log_sigma is not None:
             sigma = log_sigma.detach().exp()
             self._estimate_noise(float(sigma) if sigma.numel() == 1 else sigma)
