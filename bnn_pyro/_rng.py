@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["seeded"]
+__all__ = ["seeded", "seed_from"]
 
 
 @contextlib.contextmanager
@@ -32,3 +32,18 @@ def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
+
+
+def seed_from(generator: torch.Generator | None) -> int | None:
+    """Draw a seed for :func:`seeded` from ``generator`` (``None`` stays ``None``).
+
+    Example:
+        >>> a, b = (seed_from(torch.Generator().manual_seed(0)) for _ in range(2))
+        >>> a == b
+        True
+    """
+    if generator is None:
+        return None
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    return int(torch.randint(0, 2**62, (1,), generator=generator))

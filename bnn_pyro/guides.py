@@ -13,6 +13,7 @@ name.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import math
@@ -351,6 +352,10 @@ GUIDE_NAMES = {
 }
 
 
+def _is_autoguide_class(spec: object) -> bool:
+    return isinstance(spec, type) and issubclass(spec, autoguide.AutoGuide)
+
+
 def build_guide(
     spec: str | type | Callable[[Callable], Any],
     model: Callable[..., Any],
@@ -361,8 +366,9 @@ def build_guide(
 
     Args:
         spec: ``"meanfield"`` (:class:`MeanFieldNormalGuide`), ``"normal"``, ``"diagonal"``,
-            ``"lowrank"``, ``"delta"``, an ``AutoGuide`` subclass, or a callable
-            ``model -> guide``.
+            ``"lowrank"``, ``"delta"``, an ``AutoGuide`` subclass, a ``functools.partial`` of
+            one with options (``partial(AutoLowRankMultivariateNormal, rank=10)``), or a
+            callable ``model -> guide`` (which then sets its own initial values).
         model: the Pyro model.
         init_loc: initial values per site (the net's own init), also given to autoguides
             through ``init_to_value``.
@@ -389,14 +395,19 @@ def build_guide(
     init_fn = autoguide.initialization.init_to_value(
         values=dict(init_loc), fallback=autoguide.initialization.init_to_median
     )
-    if isinstance(spec, type) and issubclass(spec, autoguide.AutoGuide):
+    options: dict[str, Any] = {}
+    if isinstance(spec, functools.partial) and _is_autoguide_class(spec.func):
+        # functools.partial(AutoLowRankMultivariateNormal, rank=10): the options, plus the
+        # library's initial values unless the partial sets them itself
+        spec, options = spec.func, dict(spec.keywords)
+    if _is_autoguide_class(spec):
         accepted = inspect.signature(spec.__init__).parameters
         kwargs: dict[str, Any] = {}
         if "init_loc_fn" in accepted:
             kwargs["init_loc_fn"] = init_fn
         if "init_scale" in accepted:
             kwargs["init_scale"] = init_scale
-        return _wrap(spec(model, **kwargs))
+        return _wrap(spec(model, **{**kwargs, **options}))
     if callable(spec):
         guide = spec(model)
         if not isinstance(guide, nn.Module):

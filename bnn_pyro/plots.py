@@ -66,6 +66,7 @@ def plot_predictive_1d(
     ax: Axes | None = None,
     title: str | None = None,
     noise_std: torch.Tensor | float | None = None,
+    legend: bool = True,
 ) -> Axes:
     """Predictive mean with ±1σ and ±2σ bands over a 1-D input, and the training points.
 
@@ -83,6 +84,7 @@ def plot_predictive_1d(
         ax: axes to draw on; a new figure when ``None``.
         title: optional axes title.
         noise_std: optional observation noise std, a float or ``(N,)``/``(N, 1)``.
+        legend: draw the legend (switch it off for small multiples).
 
     Returns:
         The ``Axes``. Its artists: line ``"predictive_mean"``, bands ``"band_1sigma"`` and
@@ -148,7 +150,8 @@ def plot_predictive_1d(
     ax.set_ylabel("y")
     if title is not None:
         ax.set_title(title)
-    ax.legend(loc="best", fontsize="small")
+    if legend:
+        ax.legend(loc="best", fontsize="small")
     return ax
 
 

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
-from bnn_pyro._rng import seeded
+from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
 from bnn_pyro.methods.base import BaseBayesianMethod, PredictOutput, summarize_samples
@@ -330,6 +330,7 @@ class SVIModel(BaseBayesianMethod):
         chunk_size: int | None = None,
         seed: int | None = None,
         normalize_output: bool = True,
+        generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Posterior predictive mean and variance, vectorized over the samples.
 
@@ -348,6 +349,8 @@ class SVIModel(BaseBayesianMethod):
             seed: reproducible draws without touching the global RNG.
             normalize_output: kept for the shared interface; the likelihood decides the link
                 (softmax for Categorical, sigmoid for Bernoulli, identity for Gaussian).
+            generator: the random source of the draws, as the classic methods take it (an
+                alternative to ``seed``).
 
         Returns:
             ``mean (N, O')`` (class probabilities for ``Categorical``), ``variance (N, O')``:
@@ -358,6 +361,7 @@ class SVIModel(BaseBayesianMethod):
         if chunk_size is not None:
             chunk_size = check_int("chunk_size", chunk_size)
         X = self._inputs(x, "x")
+        seed = seed if generator is None else seed_from(generator)
         samples = self._resolve_samples(num_samples, posterior_samples, seed)
         f = self._outputs(X, samples, chunk_size)
         means = self.likelihood.mean(f)
@@ -386,22 +390,32 @@ class SVIModel(BaseBayesianMethod):
                 f"predictive_gaussian needs a Gaussian likelihood, not {self.likelihood!r}"
             )
         X = self._inputs(x, "x")
+        seed = seed if kwargs.get("generator") is None else seed_from(kwargs["generator"])
         samples = self._resolve_samples(num_samples, kwargs.get("posterior_samples"), seed)
         f = self._outputs(X, samples, kwargs.get("chunk_size"))
         return self.likelihood.mean(f), self.likelihood.noise_variance(f, samples).sqrt()
 
     def log_predictive_density(
-        self, x: Any, y: Any, num_samples: int = 100, seed: int | None = None
+        self,
+        x: Any,
+        y: Any,
+        num_samples: int = 100,
+        seed: int | None = None,
+        posterior_samples: Mapping[str, torch.Tensor] | None = None,
     ) -> float:
         """Mean over points of ``log (1/S) sum_s p(y_n | x_n, w_s)`` (the test log-likelihood).
 
         Args:
             x: ``(N, *features)``; y: ``(N,)``/``(N, O)`` targets.
-            num_samples: ``S``.
+            num_samples: ``S`` draws from the guide.
+            seed: reproducible draws without touching the global RNG.
+            posterior_samples: ``{site: (S, ...)}`` to use instead of the guide (e.g. NUTS).
         """
         X = self._inputs(x, "x")
         y = self._targets(y, X)
-        samples = self._resolve_samples(check_int("num_samples", num_samples), None, seed)
+        samples = self._resolve_samples(
+            check_int("num_samples", num_samples), posterior_samples, seed
+        )
         f = self._outputs(X, samples, None)
         log_p = self.likelihood.log_prob(f, y, samples)  # (S, N)
         return float((torch.logsumexp(log_p, 0) - math.log(log_p.shape[0])).mean())

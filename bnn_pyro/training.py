@@ -17,8 +17,8 @@ import pyro
 import torch
 from pyro.infer import ELBO, SVI
 from pyro.optim import PyroOptim
-from tqdm.auto import tqdm
 
+from bnn_pyro._progress import tqdm
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from bnn_pyro._progress import tqdm
 from bnn_pyro._rng import seeded
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods._checks import (
@@ -66,15 +66,6 @@ def module_device(module: nn.Module) -> torch.device:
     for t in module.buffers():
         return t.device
     return torch.device("cpu")
-
-
-def seed_from(generator: torch.Generator | None) -> int | None:
-    """Draw a seed for :func:`seeded` from ``generator`` (``None`` stays ``None``)."""
-    if generator is None:
-        return None
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro._rng import seeded
+from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods import _gaussian_posterior as gp
 from bnn_pyro.methods._checks import (
@@ -35,7 +35,6 @@ from bnn_pyro.methods._training import (
     modes,
     module_device,
     probe,
-    seed_from,
     task_loss,
     train_epochs,
 )

@@ -7,7 +7,7 @@ import warnings
 import torch
 import torch.nn as nn
 
-from bnn_pyro._rng import seeded
+from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.methods._checks import (
     check_bool,
     check_inputs,
@@ -24,7 +24,6 @@ from bnn_pyro.methods._training import (
     module_device,
     probe,
     residual_noise_scale,
-    seed_from,
     task_loss,
     train_epochs,
 )

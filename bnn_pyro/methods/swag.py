@@ -12,7 +12,7 @@ from torch.nn.utils import vector_to_parameters
 from torch.optim.swa_utils import update_bn
 from torch.utils.data import DataLoader, TensorDataset
 
-from bnn_pyro._rng import seeded
+from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods._checks import (
     check_float,
@@ -31,7 +31,6 @@ from bnn_pyro.methods._training import (
     module_device,
     probe,
     residual_noise_scale,
-    seed_from,
     task_loss,
     train_epochs,
 )

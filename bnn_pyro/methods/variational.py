@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro._rng import seeded
+from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.methods._checks import (
     check_float,
     check_inputs,
@@ -23,7 +23,6 @@ from bnn_pyro.methods._training import (
     NoiseScaleMixin,
     check_fit_args,
     module_device,
-    seed_from,
     train_epochs,
 )
 from bnn_pyro.methods.base import (

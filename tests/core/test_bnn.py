@@ -164,3 +164,18 @@ def test_predict_before_fit_says_so(regression_data):
     bnn = _bnn(3, 1, bp.Gaussian(scale=0.1))
     with pytest.raises(bp.NotFittedError, match="fit"):
         bnn.predict(regression_data[0])
+
+
+def test_generator_and_posterior_samples_options(regression_data):
+    X, y = regression_data
+    bnn = _bnn(3, 1, bp.Gaussian(scale=0.1))
+    bnn.fit(X, y, epochs=2, progress=False, seed=0)
+    a = bnn.predict(X, num_samples=4, generator=torch.Generator().manual_seed(3))[0]
+    b = bnn.predict(X, num_samples=4, generator=torch.Generator().manual_seed(3))[0]
+    assert torch.equal(a, b)
+    draws = bnn.sample_posterior(5, seed=0)
+    lpd = bnn.log_predictive_density(X, y, posterior_samples=draws)
+    locs, scales = bnn.predictive_gaussian(X, posterior_samples=draws)
+    by_hand = torch.distributions.Normal(locs, scales).log_prob(y).squeeze(-1)
+    expected = float((torch.logsumexp(by_hand, 0) - torch.log(torch.tensor(5.0))).mean())
+    assert abs(lpd - expected) < 1e-5

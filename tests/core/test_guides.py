@@ -82,3 +82,21 @@ def test_guide_names_are_checked():
         _bnn("nope")
     with pytest.raises(TypeError, match="guide"):
         _bnn(3)
+
+
+def test_autoguide_options_through_partial(regression_data):
+    import functools
+
+    X, y = regression_data
+    bnn = _bnn(functools.partial(AutoLowRankMultivariateNormal, rank=3))
+    bnn.fit(X, y, epochs=2, progress=False, seed=0)
+    assert bnn.guide.autoguide.rank == 3
+    # the library's initial values still apply: the guide's location starts at the net's init
+    torch.manual_seed(0)
+    net = bp.nn.mlp(3, [6], 1)
+    fresh = bp.VariationalBNN(
+        net, bp.Gaussian(scale=0.2), guide=functools.partial(AutoLowRankMultivariateNormal, rank=3)
+    )
+    fresh.fit(X, y, epochs=0, progress=False)
+    median = fresh.guide.autoguide.median()
+    assert torch.allclose(median["net.0.weight"], net[0].weight.detach(), atol=1e-6)
