@@ -280,3 +280,31 @@ def test_smoke_run_real_folder(tmp_path: Path) -> None:
     assert all(r["n_train"] == 277 and r["n_test"] == 31 for r in payload["runs"])
     dropout = next(r for r in payload["runs"] if r["method"] == "dropout")
     assert dropout["config"]["dropout"] == 0.005 and dropout["config"]["tau"] == 0.25
+
+
+def test_predictive_variants_are_scored_from_one_run(
+    poisoned: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A method may report several predictive variants per run; the final run keeps the chosen."""
+    fits: list[dict] = []
+    scored_levels: list[float] = []
+
+    def grid(info: DatasetInfo, quick: bool) -> list[dict]:
+        return [{"epochs": 1}]
+
+    def train(config, x, y, *, y_std, hidden, seed, checkpoints, report, num_samples) -> None:
+        fits.append(dict(config))
+        for level in (5.0, 0.0, -5.0):  # y is normalised: level 0 predicts best
+
+            def predictor(x_eval: torch.Tensor, level: float = level) -> tuple:
+                scored_levels.append(level)
+                return torch.full((2, x_eval.shape[0], 1), level), torch.ones(())
+
+            report(1, predictor, {"level": level})
+
+    monkeypatch.setitem(registry.METHODS, "variants", MethodSpec("variants", "V", "", grid, train))
+    record = run_task(Task("poisoned", str(poisoned), 0, "variants"), BenchmarkSettings())
+    assert len(fits) == 2 and fits[1]["level"] == 0.0  # one search run, one final run
+    assert record["config"] == {"epochs": 1, "level": 0.0}
+    assert scored_levels == [5.0, 0.0, -5.0, 0.0]  # the final run scores only the chosen one
+    assert [r["config"]["level"] for r in record["records"]] == [5.0, 0.0, -5.0]

@@ -16,12 +16,13 @@ from typing import Any, Protocol
 import torch
 
 from bnn_pyro.datasets import UCIHyperparameters
-from bnn_pyro.uci_benchmark.protocol import Predictor
 
 __all__ = ["DatasetInfo", "MethodSpec", "TrainFn", "checkpoint_epochs"]
 
 Config = dict[str, Any]
-Report = Callable[[int, Predictor], None]
+#: ``report(epoch, predictor, overrides=None)``; ``overrides`` (e.g. ``{"tau": 0.2}``) are
+#: hyper-parameters that only change the predictive, scored from one training run.
+Report = Callable[..., None]
 
 
 class TrainFn(Protocol):
@@ -31,6 +32,10 @@ class TrainFn(Protocol):
     ``report(epoch, predictor)`` once after each epoch count in ``checkpoints`` (ascending;
     the last one is ``config["epochs"]``). ``predictor(x)`` returns ``locs (S, N, 1)`` and
     ``scales`` broadcastable to them, using ``num_samples`` samples where the method samples.
+    A method whose hyper-parameter only changes the predictive (Gal's noise precision tau)
+    may report several predictors per checkpoint, ``report(epoch, predictor, {"tau": t})``:
+    each is scored as the configuration updated with those values, and the final run on the
+    whole training split scores only the one matching the chosen configuration.
     ``y_std`` is the target std in original units (to convert noise precisions such as Gal's
     tau), ``hidden`` the protocol's hidden width.
     """

@@ -82,7 +82,9 @@ def run_tasks(
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
     results: dict[int, dict[str, Any]] = {}
-    bar = tqdm(total=len(tasks), desc="UCI benchmark", unit="task", disable=not progress)
+    bar = tqdm(
+        total=len(tasks), desc="UCI benchmark", unit="task", disable=not progress, mininterval=5
+    )
 
     def finish(index: int, record: dict[str, Any]) -> None:
         results[index] = record

@@ -112,12 +112,17 @@ def select_hyperparameters(
     for config in spec.grid(info, settings.quick):
         seed = seed_for(split.dataset, split.split, spec.name, "search", _config_key(config))
 
-        def report(epoch: int, predictor: Predictor, config: Mapping = config) -> None:
+        def report(
+            epoch: int,
+            predictor: Predictor,
+            overrides: Mapping[str, Any] | None = None,
+            config: Mapping = config,
+        ) -> None:
             locs, scales = predictor(data.x_eval)
             scores = score(locs, scales, data.y_eval, data.y_std)
             records.append(
                 {
-                    "config": {**config, "epochs": epoch},
+                    "config": {**config, **(overrides or {}), "epochs": epoch},
                     "val_ll": scores["test_ll"],
                     "val_rmse": scores["rmse"],
                 }
@@ -157,7 +162,11 @@ def _final_fit(
     seed = seed_for(split.dataset, split.split, spec.name, "final", _config_key(config))
     scores: dict[str, float] = {}
 
-    def report(epoch: int, predictor: Predictor) -> None:
+    def report(
+        epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
+    ) -> None:
+        if any(config.get(key) != value for key, value in (overrides or {}).items()):
+            return  # a predictive variant that was not chosen
         locs, scales = predictor(data.x_eval)
         scores.update(score(locs, scales, data.y_eval, data.y_std))
 
@@ -172,6 +181,8 @@ def _final_fit(
         report=report,
         num_samples=settings.test_samples,
     )
+    if not scores:
+        raise RuntimeError(f"{spec.name} reported no prediction for the chosen config {config}")
     return scores
 
 
