@@ -308,3 +308,24 @@ def test_predictive_variants_are_scored_from_one_run(
     assert record["config"] == {"epochs": 1, "level": 0.0}
     assert scored_levels == [5.0, 0.0, -5.0, 0.0]  # the final run scores only the chosen one
     assert [r["config"]["level"] for r in record["records"]] == [5.0, 0.0, -5.0]
+
+
+def test_runner_arguments_are_checked_before_work(toy_root: Path) -> None:
+    from bnn_pyro.uci_benchmark.parallel import run_tasks
+
+    with pytest.raises(ValueError, match="validation_fraction must be in"):
+        BenchmarkSettings(validation_fraction=1.0)
+    with pytest.raises(ValueError, match="test_samples must be an int >= 1"):
+        BenchmarkSettings(test_samples=0)
+    with pytest.raises(TypeError, match="quick must be a bool"):
+        BenchmarkSettings(quick="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="task must be a Task"):
+        run_task(("toy", str(toy_root / "toy"), 0, "vi"), BenchmarkSettings())  # type: ignore
+    with pytest.raises(TypeError, match="settings must be a BenchmarkSettings"):
+        run_task(Task("toy", str(toy_root / "toy"), 0, "vi"), {"quick": True})  # type: ignore
+    with pytest.raises(ValueError, match="unknown method 'magic'"):
+        run_task(Task("toy", str(toy_root / "toy"), 0, "magic"), BenchmarkSettings())
+    with pytest.raises(ValueError, match="jobs must be an int >= 1"):
+        run_tasks([], BenchmarkSettings(), jobs=0)
+    with pytest.raises(TypeError, match="tasks must hold Task objects"):
+        run_tasks(["toy"], BenchmarkSettings(), progress=False)  # type: ignore[list-item]

@@ -72,7 +72,13 @@ def find_datasets(path: str | Path) -> dict[str, Path]:
 
 
 def build_parser(prog: str = "uci") -> argparse.ArgumentParser:
-    """The benchmark's argument parser."""
+    """The benchmark's argument parser.
+
+    Example:
+        >>> args = build_parser().parse_args(["--data", "uci", "--splits", "0-4", "--jobs", "2"])
+        >>> args.splits, args.jobs, args.methods, args.quick
+        ('0-4', 2, 'all', False)
+    """
     parser = argparse.ArgumentParser(
         prog=prog,
         description="UCI regression benchmark (Hernandez-Lobato & Adams 2015 protocol): "
@@ -151,6 +157,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 on success, 1 if some task failed (the others are still written). Bad arguments exit
         with code 2 (argparse).
+
+    Example:
+        >>> import tempfile, torch
+        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     _ = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 2), torch.randn(40))
+        ...     code = main(["--data", tmp, "--splits", "0", "--methods", "ensemble",
+        ...                  "--quick", "--quiet", "--out", tmp])
+        ...     code, sorted(p.name for p in Path(tmp).glob("uci*"))
+        (0, ['uci.json', 'uci.md', 'uci_rmse.png', 'uci_runs.jsonl', 'uci_test_ll.png'])
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

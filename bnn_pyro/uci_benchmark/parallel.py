@@ -77,10 +77,30 @@ def run_tasks(
         One record per task, in the order of ``tasks``.
 
     Raises:
+        TypeError: if ``tasks`` does not hold :class:`Task` s or ``settings`` is not
+            :class:`BenchmarkSettings`.
         ValueError: if ``jobs < 1``.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from pathlib import Path
+        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     X, y = torch.randn(40, 2), torch.randn(40)
+        ...     folder = str(write_uci_folder(Path(tmp) / "toy", X, y))
+        ...     tasks = [Task("toy", folder, k, "ensemble") for k in (0, 1)]
+        ...     records = run_tasks(tasks, BenchmarkSettings(quick=True), progress=False)
+        >>> [(r["split"], r["method"], "test_ll" in r) for r in records]
+        [(0, 'ensemble', True), (1, 'ensemble', True)]
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    if not isinstance(settings, BenchmarkSettings):
+        raise TypeError(f"settings must be a BenchmarkSettings, got {type(settings).__name__}")
+    tasks = list(tasks)
+    for task in tasks:
+        if not isinstance(task, Task):
+            raise TypeError(f"tasks must hold Task objects, got a {type(task).__name__}")
     results: dict[int, dict[str, Any]] = {}
     bar = tqdm(
         total=len(tasks), desc="UCI benchmark", unit="task", disable=not progress, mininterval=5

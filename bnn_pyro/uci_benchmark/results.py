@@ -165,7 +165,15 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
 
 
 def write_json(path: str | os.PathLike, payload: Mapping[str, Any]) -> Path:
-    """Write ``payload`` as indented JSON, atomically (temporary file, then rename)."""
+    """Write ``payload`` as indented JSON, atomically (temporary file, then rename).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = write_json(Path(tmp) / "r.json", {"runs": [1]})
+        ...     json.loads(path.read_text())
+        {'runs': [1]}
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
@@ -177,6 +185,14 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read records written one JSON object per line (a missing file gives ``[]``).
 
     A truncated last line (a run killed mid-write) is skipped.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = Path(tmp) / "runs.jsonl"
+        ...     _ = path.write_text('{"split": 0}\\n{"split": 1}\\n{"spl')
+        ...     read_jsonl(path), read_jsonl(Path(tmp) / "missing.jsonl")
+        ([{'split': 0}, {'split': 1}], [])
     """
     path = Path(path)
     if not path.is_file():
@@ -193,7 +209,23 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 def write_charts(
     summary: Sequence[Mapping[str, Any]], out: str | os.PathLike, labels: Mapping[str, str]
 ) -> list[Path]:
-    """One PNG per metric (``uci_test_ll.png``, ``uci_rmse.png``) beside the published values."""
+    """One PNG per metric (``uci_test_ll.png``, ``uci_rmse.png``) beside the published values.
+
+    Args:
+        summary: rows of :func:`summarize`.
+        out: folder to write to.
+        labels: method name -> label in the legend.
+
+    Returns:
+        The paths written.
+
+    Example:
+        >>> import tempfile
+        >>> runs = [{"dataset": "yacht", "method": "vi", "split": 0, "test_ll": -1.0, "rmse": 0.9}]
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     [p.name for p in write_charts(summarize(runs), tmp, {"vi": "VI"})]
+        ['uci_test_ll.png', 'uci_rmse.png']
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -51,6 +51,19 @@ class BenchmarkSettings:
     validation_samples: int = 200
     test_samples: int = 1000
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.quick, bool):
+            raise TypeError(f"quick must be a bool, got {type(self.quick).__name__}")
+        fraction = self.validation_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise TypeError(f"validation_fraction must be a float, got {type(fraction).__name__}")
+        if not 0.0 < fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in (0, 1), got {fraction}")
+        for name in ("validation_samples", "test_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""
         return asdict(self)
@@ -58,12 +71,23 @@ class BenchmarkSettings:
 
 @dataclass(frozen=True)
 class Task:
-    """One (data set folder, split, method) to run."""
+    """One (data set folder, split, method) to run.
+
+    Example:
+        >>> Task("yacht", "/data/uci/yacht", 0, "vi")
+        Task(dataset='yacht', folder='/data/uci/yacht', split=0, method='vi')
+    """
 
     dataset: str
     folder: str
     split: int
     method: str
+
+
+def _check_types(**arguments: tuple[object, type]) -> None:
+    for name, (value, kind) in arguments.items():
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
 
 
 def _config_key(config: Mapping[str, Any]) -> str:
@@ -75,7 +99,27 @@ def _finite(value: float) -> float:
 
 
 def dataset_info(folder: str, split: UCISplit) -> DatasetInfo:
-    """What the grids may use about a data set: name, training size, reference settings."""
+    """What the grids may use about a data set: name, training size, reference settings.
+
+    Args:
+        folder: the data set folder (its optional settings files give ``reference``).
+        split: one of its splits (for the sizes).
+
+    Returns:
+        :class:`~bnn_pyro.uci_benchmark.method.DatasetInfo`; ``reference`` is ``None`` when
+        the folder lacks ``n_hidden.txt``/``n_epochs.txt``/``dropout_rates.txt``/
+        ``tau_values.txt``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3), torch.randn(40))
+        ...     info = dataset_info(str(folder), load_uci_split(folder, 0))
+        >>> info.name, info.n_train, info.n_features, info.reference
+        ('toy', 36, 3, None)
+    """
     try:
         reference = load_uci_hyperparameters(folder)
     except (FileNotFoundError, ValueError):
@@ -105,7 +149,27 @@ def select_hyperparameters(
     Returns:
         ``(best config, records)``; each record holds a ``config`` (with the scored
         ``epochs``) and its ``val_ll``/``val_rmse``, or the ``error`` that stopped it.
+
+    Raises:
+        TypeError: if an argument has the wrong type.
+        RuntimeError: if every configuration failed.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from bnn_pyro.uci_benchmark.registry import get_method
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3), torch.randn(40))
+        ...     split = load_uci_split(folder, 0)
+        ...     info = dataset_info(str(folder), split)
+        >>> best, records = select_hyperparameters(
+        ...     get_method("ensemble"), split, info, BenchmarkSettings(quick=True))
+        >>> best["epochs"], sorted(records[0])
+        (2, ['config', 'val_ll', 'val_rmse'])
     """
+    _check_types(spec=(spec, MethodSpec), split=(split, UCISplit), info=(info, DatasetInfo))
+    _check_types(settings=(settings, BenchmarkSettings))
     val = validation_split(split, settings.validation_fraction)
     data = prepare(val)
     records: list[dict[str, Any]] = []
@@ -198,7 +262,23 @@ def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
         units), the chosen ``config``, its ``val_ll``, the search ``records``, ``n_train``,
         ``n_test``, ``search_seconds`` and ``final_seconds``. If the chosen configuration fails
         on the whole training split, the next best one is used and ``fallbacks`` says so.
+
+    Raises:
+        TypeError: if ``task`` or ``settings`` has the wrong type.
+        ValueError: if the method is unknown or the split out of range.
+        RuntimeError: if every configuration failed.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3), torch.randn(40))
+        ...     record = run_task(Task("toy", str(folder), 1, "ensemble"), BenchmarkSettings(True))
+        >>> record["n_train"], record["n_test"], record["config"]["members"]
+        (36, 4, 5)
     """
+    _check_types(task=(task, Task), settings=(settings, BenchmarkSettings))
     spec = get_method(task.method)
     split = load_uci_split(task.folder, task.split)
     info = dataset_info(task.folder, split)
