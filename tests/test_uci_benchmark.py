@@ -259,6 +259,16 @@ def test_smoke_run_synthetic(toy_root: Path, tmp_path: Path) -> None:
     assert (tmp_path / "uci_runs.jsonl").read_text() == lines
     again = json.loads((tmp_path / "uci.json").read_text())
     assert again["summary"] == payload["summary"]
+    # --render-only rewrites the markdown and charts from the JSON, running nothing
+    (tmp_path / "uci.md").unlink()
+    assert main(["--data", str(toy_root), "--out", str(tmp_path), "--render-only", "--quiet"]) == 0
+    assert (tmp_path / "uci.md").read_text().startswith("# UCI regression benchmark")
+
+
+def test_render_only_needs_results(toy_root: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--data", str(toy_root), "--out", str(tmp_path), "--render-only", "--quiet"])
+    assert info.value.code == 2
 
 
 def test_two_processes_give_the_same_numbers(toy_root: Path, tmp_path: Path) -> None:
@@ -278,6 +288,8 @@ def test_smoke_run_real_folder(tmp_path: Path) -> None:
     assert main(argv) == 0
     payload = _check_outputs(tmp_path, {"yacht"}, ["vi", "dropout"], [0])
     assert all(r["n_train"] == 277 and r["n_test"] == 31 for r in payload["runs"])
+    markdown = (tmp_path / "uci.md").read_text()
+    assert "## Targets of issue 5" in markdown and "vi beats VI (PBP paper)" in markdown
     dropout = next(r for r in payload["runs"] if r["method"] == "dropout")
     assert dropout["config"]["dropout"] == 0.005 and dropout["config"]["tau"] == 0.25
 

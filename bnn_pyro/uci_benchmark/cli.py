@@ -30,7 +30,7 @@ from bnn_pyro.uci_benchmark.results import (
 from bnn_pyro.uci_benchmark.runner import BenchmarkSettings, Task
 from bnn_pyro.uci_benchmark.selection import parse_names, parse_splits
 
-__all__ = ["build_parser", "find_datasets", "main"]
+__all__ = ["build_parser", "find_datasets", "main", "render"]
 
 RUNS_FILE = "uci_runs.jsonl"
 JSON_FILE = "uci.json"
@@ -108,7 +108,29 @@ def build_parser(prog: str = "uci") -> argparse.ArgumentParser:
         help=f"keep the finished tasks in OUT/{RUNS_FILE} and run only the others",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or per-task lines")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help=f"run nothing: rewrite OUT/{MARKDOWN_FILE} and the charts from OUT/{JSON_FILE}",
+    )
     return parser
+
+
+def render(out: str | Path) -> dict[str, Any]:
+    """Rewrite ``uci.md`` and the charts in ``out`` from its ``uci.json``; return the payload.
+
+    Raises:
+        FileNotFoundError: if ``out`` has no ``uci.json``.
+    """
+    path = Path(out) / JSON_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"--render-only needs {path} (run the benchmark first)")
+    payload = json.loads(path.read_text())
+    (Path(out) / MARKDOWN_FILE).write_text(markdown_report(payload))
+    if payload["summary"]:
+        labels = {m: info["label"] for m, info in payload["methods"].items()}
+        write_charts(payload["summary"], out, labels)
+    return payload
 
 
 def _versions() -> dict[str, str]:
@@ -171,6 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.render_only:
+        try:
+            payload = render(args.out)
+        except FileNotFoundError as err:
+            parser.error(str(err))
+        if not args.quiet:
+            print(markdown_report(payload), flush=True)
+        return 0
     tasks = _tasks(args, parser)
     settings = BenchmarkSettings(quick=args.quick)
     out = Path(args.out)

@@ -16,6 +16,7 @@ from typing import Any
 
 from bnn_pyro.datasets import PUBLISHED_UCI
 from bnn_pyro.uci_benchmark.protocol import mean_stderr
+from bnn_pyro.uci_benchmark.targets import evaluate_targets, targets_markdown
 
 __all__ = [
     "METRICS",
@@ -126,8 +127,9 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
     """The markdown page of a results payload (as written by :func:`write_json`).
 
     Tables of test log-likelihood and RMSE (mean ± standard error over splits, original units,
-    best of ours in bold) beside the published values (in italics in the header), then the
-    most often chosen hyper-parameters.
+    best of ours in bold) beside the published values (in italics in the header), the
+    issue's targets (:mod:`~bnn_pyro.uci_benchmark.targets`), then the chosen
+    hyper-parameters.
 
     Example:
         >>> runs = [{"dataset": "yacht", "method": "vi", "split": 0, "test_ll": -1.0,
@@ -151,6 +153,10 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
         better = "higher" if higher else "lower"
         lines += ["", f"## {title} ({better} is better, mean ± s.e. over splits)", ""]
         lines += _table(summary, metric, labels)
+    targets = evaluate_targets(summary)
+    if targets:
+        lines += ["", "## Targets of issue 5 (test log-likelihood)", ""]
+        lines += targets_markdown(targets)
     lines += ["", "## Chosen hyper-parameters (value: number of splits)", ""]
     for name, params in chosen_hyperparameters(payload["runs"]).items():
         varied = {k: v for k, v in params.items() if len(v) > 1 or k == "epochs"}
