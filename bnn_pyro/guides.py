@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import math
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
@@ -30,78 +29,18 @@ import torch.nn.functional as F
 from pyro.distributions.transforms import ExpTransform
 from pyro.infer import autoguide
 from pyro.nn import PyroModule
-from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to
 
 from bnn_pyro.nn.pyro_net import param_statement
+from bnn_pyro.poutine.kl_weight import KLWeight
+from bnn_pyro.weight_distributions import ReparamNormal
 
 __all__ = ["MeanFieldNormalGuide", "KLWeight", "AutoGuideWrapper", "build_guide", "GUIDE_NAMES"]
 
 
 def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
-
-
-class KLWeight(Messenger):
-    """Multiply the log-density of every *latent* sample site by ``weight`` (beta).
-
-    Like ``poutine.scale`` restricted to unobserved sites, and allowing ``weight = 0`` (the
-    start of a KL warm-up). Applied to both model and guide it turns the ELBO into
-    ``E_q[log p(y | w)] - beta * KL(q || p)``.
-
-    Example:
-        >>> import pyro, pyro.poutine as poutine
-        >>> def model():
-        ...     pyro.sample("w", dist.Normal(0.0, 1.0))
-        >>> with KLWeight(0.5):
-        ...     trace = poutine.trace(model).get_trace()
-        >>> trace.nodes["w"]["scale"]
-        0.5
-    """
-
-    def __init__(self, weight: float) -> None:
-        super().__init__()
-        if not (isinstance(weight, (int, float)) and weight >= 0):
-            raise ValueError(f"kl_weight must be a float >= 0, got {weight!r}")
-        self.weight = float(weight)
-
-    def _process_message(self, msg: dict) -> None:
-        if msg["type"] == "sample" and not msg["is_observed"]:
-            msg["scale"] = self.weight * msg["scale"]
-
-
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-_NO_SHAPE = torch.Size()
-
-
-class ReparamNormal(dist.Normal):
-    """``Normal`` that scores its own last ``rsample`` from the noise that made it.
-
-    For ``w = loc + scale * eps``, ``(w - loc) / scale == eps``, so
-    ``log_prob(w) = -eps**2 / 2 - log(scale) - log(2 pi) / 2`` with the same value and the same
-    gradient (with respect to ``loc`` and ``scale``, through ``w`` and directly) as
-    ``Normal.log_prob``, in fewer operations. Any other value is scored by ``Normal.log_prob``.
-    """
-
-    _last: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def expand(self, batch_shape: torch.Size, _instance: Any = None) -> ReparamNormal:
-        new = self._get_checked_instance(ReparamNormal, _instance)
-        return super().expand(batch_shape, _instance=new)
-
-    def rsample(self, sample_shape: torch.Size = _NO_SHAPE) -> torch.Tensor:
-        shape = self._extended_shape(sample_shape)
-        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
-        value = self.loc + eps * self.scale
-        self._last = (value, eps)
-        return value
-
-    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        last = self._last
-        if last is not None and value is last[0]:
-            return -0.5 * last[1] ** 2 - self.scale.log() - _LOG_SQRT_2PI
-        return super().log_prob(value)
 
 
 class _SiteSpec:

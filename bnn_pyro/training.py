@@ -19,11 +19,12 @@ from pyro.infer import ELBO, SVI
 from pyro.optim import PyroOptim
 
 from bnn_pyro._progress import tqdm
+from bnn_pyro.callbacks import Checkpoint, EarlyStopping, History, linear_annealing, state_copy
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 
 if TYPE_CHECKING:
-    import matplotlib.axes
+    pass
 
 __all__ = [
     "History",
@@ -39,147 +40,6 @@ __all__ = [
 Batch = tuple[torch.Tensor, torch.Tensor]
 KLWeightSpec = float | Callable[[int], float]
 Callback = Callable[[Any, int, "History"], bool | None]
-
-
-class History(dict):
-    """Per-epoch training record: ``history["loss"][e]`` etc.
-
-    Keys: ``epoch``; ``loss`` (the negative ELBO for the whole training set, averaged over the
-    epoch's minibatch estimates); ``nll`` (its expected negative log-likelihood part, same
-    scaling); ``kl`` (its KL part, ``(loss - nll) / kl_weight``: exact under
-    ``elbo="meanfield"``, a Monte Carlo estimate under ``"trace"``); ``kl_weight``; ``seconds``
-    (wall time since ``fit`` started); and ``val_nll`` (mean negative log predictive density per
-    validation point) when ``validation_data`` is given.
-
-    Example:
-        >>> history = History()
-        >>> history.append(epoch=0, loss=3.0); history.append(epoch=1, loss=2.5)
-        >>> history["loss"]
-        [3.0, 2.5]
-    """
-
-    def append(self, **values: float) -> None:
-        for key, value in values.items():
-            self.setdefault(key, []).append(value)
-
-    def plot(
-        self, keys: Iterable[str] = ("loss", "nll", "kl"), ax: matplotlib.axes.Axes | None = None
-    ) -> matplotlib.axes.Axes:
-        """Plot the given keys against the epoch (log scale); returns the matplotlib Axes."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 3.5))
-        for key in keys:
-            if key in self:
-                ax.plot(self["epoch"], self[key], label=key)
-        ax.set_xlabel("epoch")
-        ax.set_yscale("symlog")
-        ax.legend()
-        return ax
-
-
-def linear_annealing(warmup_epochs: int, start: float = 0.0) -> Callable[[int], float]:
-    """A ``kl_weight`` schedule rising linearly from ``start`` to 1 over ``warmup_epochs``.
-
-    Example:
-        >>> schedule = linear_annealing(4)
-        >>> [schedule(e) for e in range(6)]
-        [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    """
-    if not isinstance(warmup_epochs, int) or warmup_epochs < 1:
-        raise ValueError(f"warmup_epochs must be an int >= 1, got {warmup_epochs!r}")
-    if not 0.0 <= start <= 1.0:
-        raise ValueError(f"start must be in [0, 1], got {start!r}")
-
-    def schedule(epoch: int) -> float:
-        return min(1.0, start + (1.0 - start) * epoch / warmup_epochs)
-
-    return schedule
-
-
-class EarlyStopping:
-    """Callback: stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs.
-
-    Args:
-        monitor: a history key (``"loss"``, or ``"val_nll"`` with validation data).
-        patience: epochs without improvement before stopping.
-        min_delta: the smallest decrease that counts as an improvement.
-        restore_best: put back the parameters of the best epoch when stopping.
-
-    Example:
-        >>> import bnn_pyro as bp
-        >>> X = torch.randn(40, 2); y = X.sum(-1)
-        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(scale=0.1))
-        >>> stop = EarlyStopping(monitor="val_nll", patience=2, min_delta=1e9)
-        >>> history = bnn.fit(X, y, epochs=50, validation_data=(X, y), callbacks=[stop],
-        ...                   progress=False, seed=0)
-        >>> len(history["val_nll"])  # stopped after 2 epochs without a 1e9 improvement
-        3
-    """
-
-    def __init__(
-        self,
-        monitor: str = "loss",
-        patience: int = 10,
-        min_delta: float = 0.0,
-        restore_best: bool = False,
-    ) -> None:
-        if not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"patience must be an int >= 1, got {patience!r}")
-        if min_delta < 0:
-            raise ValueError(f"min_delta must be >= 0, got {min_delta!r}")
-        self.monitor, self.patience, self.min_delta = monitor, patience, float(min_delta)
-        self.restore_best = restore_best
-        self.best = math.inf
-        self.best_epoch = -1
-        self._best_state: dict[str, torch.Tensor] | None = None
-
-    def __call__(self, bnn: Any, epoch: int, history: History) -> bool:
-        if self.monitor not in history:
-            raise ValueError(
-                f"EarlyStopping monitors {self.monitor!r}, which the history does not have "
-                f"(keys: {sorted(history)}); pass validation_data to fit for 'val_nll'"
-            )
-        value = history[self.monitor][-1]
-        if value < self.best - self.min_delta:
-            self.best, self.best_epoch = value, epoch
-            if self.restore_best:
-                self._best_state = _state_copy(bnn)
-            return False
-        if epoch - self.best_epoch >= self.patience:
-            if self.restore_best and self._best_state is not None:
-                bnn.load_state_dict(self._best_state)
-            return True
-        return False
-
-
-class Checkpoint:
-    """Callback: ``bnn.save(path)`` every ``every`` epochs (each write is atomic).
-
-    Args:
-        path: the checkpoint file.
-        every: epochs between saves.
-
-    Example:
-        >>> import os, tempfile, bnn_pyro as bp
-        >>> X = torch.randn(20, 2); y = X.sum(-1)
-        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
-        >>> _ = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1)).fit(
-        ...     X, y, epochs=2, callbacks=[Checkpoint(path)], progress=False)
-        >>> os.path.exists(path)
-        True
-    """
-
-    def __init__(self, path: str, every: int = 1) -> None:
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an int >= 1, got {every!r}")
-        self.path, self.every = path, every
-
-    def __call__(self, bnn: Any, epoch: int, history: History) -> bool:
-        if (epoch + 1) % self.every == 0:
-            bnn.save(self.path)
-        return False
 
 
 class _TorchOptim(PyroOptim):
@@ -341,10 +201,6 @@ class GuardedSVI(SVI):
 _SNAPSHOT_SECONDS = 1.0
 
 
-def _state_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-
 def _params_finite(module: torch.nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in module.parameters())
 
@@ -386,7 +242,7 @@ def run_svi(
     elbo = svi.elbo
     start = time.perf_counter()
     bar = tqdm(range(epochs), desc="fit", unit="epoch", disable=not progress, leave=False)
-    snapshot, snapshot_time = _state_copy(bnn), time.perf_counter()
+    snapshot, snapshot_time = state_copy(bnn), time.perf_counter()
     for epoch in bar:
         beta = float(kl_weight(epoch)) if callable(kl_weight) else float(kl_weight)
         if not (beta >= 0 and math.isfinite(beta)):
@@ -394,7 +250,7 @@ def run_svi(
                 f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}"
             )
         if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
-            snapshot = _state_copy(bnn)
+            snapshot = state_copy(bnn)
             snapshot_time = time.perf_counter()
         total = nll_total = 0.0
         steps = 0
