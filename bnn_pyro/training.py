@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyro
 import torch
@@ -22,9 +22,6 @@ from bnn_pyro._progress import tqdm
 from bnn_pyro.callbacks import Checkpoint, EarlyStopping, History, linear_annealing, state_copy
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "History",
