@@ -108,10 +108,11 @@ class VariationalBNN(SVIModel):
         self.init_scale = init_scale
         self.guide_spec = guide if isinstance(guide, str) else getattr(guide, "__name__", "custom")
         self.net = copy.deepcopy(net)
+        plain = copy.deepcopy(net)
         sites = make_bayesian_(self.net, prior, name="net")
         self.site_names = [s.name for s in sites]
         self.guide = build_guide(guide, self.model, {s.name: s.init for s in sites}, init_scale)
-        self._evaluator = NetEvaluator(self.net, self.site_names)
+        self._evaluator = NetEvaluator(self.net, sites, plain)
         self._init_values = {s.name: s.init for s in sites}
 
     # ------------------------------------------------------------------ the Pyro model

@@ -219,7 +219,7 @@ class HiddenLayerBNN(SVIModel):
     ) -> torch.Tensor:
         width = max(loc.shape[-1] for loc in self.locs)
         num = samples[self.site_names[0]].shape[0]
-        chunk = chunk_size or max(16, ACTIVATION_BUDGET // (num * width))
+        chunk = chunk_size or max(8, ACTIVATION_BUDGET // (num * width))
         outs = []
         for start in range(0, X.shape[0], chunk):
             h = F.pad(X[start : start + chunk], (0, 1), value=1.0)

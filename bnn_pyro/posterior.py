@@ -3,8 +3,9 @@
 ``draw_posterior`` takes ``S`` joint samples from any guide in one vectorized pass: the library's
 own guide samples its Gaussians directly; a Pyro autoguide runs once under a plate of size ``S``
 (what ``Predictive(parallel=True)`` does). ``NetEvaluator`` then evaluates the net on all ``S``
-weight samples: as one batched forward pass when the net's layers accept leading sample
-dimensions (verified once against ``torch.func.vmap`` on a small slice), else under ``vmap``.
+weight samples: as one batched forward pass of a plain-torch twin of the net when its layers
+accept leading sample dimensions (verified once against ``torch.func.vmap`` on a small slice),
+else under ``vmap``.
 There is no Python loop over the samples on either path.
 """
 
@@ -19,6 +20,8 @@ import torch.nn as nn
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
+from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
+from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite
 
 __all__ = ["draw_posterior", "NetEvaluator"]
 
@@ -64,18 +67,48 @@ def draw_posterior(
 class NetEvaluator:
     """Evaluates a converted net on ``S`` weight samples: ``(params, x) -> (S, n, ...)``.
 
+    The batched path runs a plain-torch *twin* of the net (the user's net with its linear/conv
+    layers swapped for the sample-dimension-aware ones): the sampled weights are set on it once
+    per call, its point-estimate parameters and buffers are the Pyro net's own tensors, and each
+    chunk of rows is then one plain forward pass, without Pyro's per-call machinery. Whether the
+    twin computes what the Pyro net computes under ``vmap`` is checked once, on a probe; if not,
+    every call uses ``vmap``.
+
     Args:
         net: the ``PyroModule`` net from :func:`bnn_pyro.nn.pyro_net.make_bayesian_`.
-        site_names: names of its ``PyroSample`` sites.
+        sites: its Bayesian sites.
+        plain: a copy of the net as the user gave it (before the conversion).
     """
 
-    def __init__(self, net: nn.Module, site_names: list[str]) -> None:
+    def __init__(self, net: nn.Module, sites: list[BayesianSite], plain: nn.Module) -> None:
         self.net = net
-        self.site_names = list(site_names)
+        self.sites = list(sites)
+        self.site_names = [s.name for s in self.sites]
         self.batched: bool | None = None  # decided on first use
+        self._twin = plain
+        for module in plain.modules():
+            replacement = BATCHED_REPLACEMENTS.get(type(module))
+            if replacement is not None:
+                module.__class__ = replacement
+        self._twin_modules = dict(plain.named_modules())
+        for site in self.sites:  # these become plain tensor attributes, set per call
+            del self._twin_modules[site.module_name]._parameters[site.param_name]
+
+    def _load_twin(self, params: Mapping[str, torch.Tensor]) -> nn.Module:
+        for name, tensor in self.net.named_parameters():
+            path, _, attr = name.rpartition(".")
+            self._twin_modules[path]._parameters[attr] = tensor
+        for name, tensor in self.net.named_buffers():
+            path, _, attr = name.rpartition(".")
+            if attr != DEVICE_REF:
+                self._twin_modules[path]._buffers[attr] = tensor
+        for site in self.sites:
+            self._twin_modules[site.module_name].__dict__[site.param_name] = params[site.name]
+        self._twin.train(self.net.training)
+        return self._twin
 
     def _batched(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return poutine.condition(self.net, data=dict(params))(x)
+        return self._load_twin(params)(x)
 
     def _vmapped(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         def one(p: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -98,12 +131,8 @@ class NetEvaluator:
     def _batched_chunks(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, chunk: int
     ) -> torch.Tensor:
-        # One PyroModule context around all chunks: the first chunk resolves each weight site
-        # through poutine.condition, later chunks read the context's cache, so the per-chunk
-        # cost is the plain module call (small chunks stay cache-resident on a CPU).
-        with poutine.condition(data=params), self.net._pyro_context:
-            outs = [self.net(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)]
-        return torch.cat(outs, dim=1)
+        twin = self._load_twin(params)
+        return torch.cat([twin(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)], dim=1)
 
     @torch.no_grad()
     def __call__(
