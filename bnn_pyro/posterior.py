@@ -20,7 +20,7 @@ import torch.nn as nn
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
-from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
+from bnn_pyro.nn.batched import BatchedTwin, same_results
 from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite
 
 __all__ = ["draw_posterior", "NetEvaluator"]
@@ -85,30 +85,18 @@ class NetEvaluator:
         self.sites = list(sites)
         self.site_names = [s.name for s in self.sites]
         self.batched: bool | None = None  # decided on first use
-        self._twin = plain
-        for module in plain.modules():
-            replacement = BATCHED_REPLACEMENTS.get(type(module))
-            if replacement is not None:
-                module.__class__ = replacement
-        self._twin_modules = dict(plain.named_modules())
-        for site in self.sites:  # these become plain tensor attributes, set per call
-            del self._twin_modules[site.module_name]._parameters[site.param_name]
+        self._paths = {s.name: f"{s.module_name}.{s.param_name}".lstrip(".") for s in sites}
+        self._twin = BatchedTwin(plain, list(self._paths.values()))
 
-    def _load_twin(self, params: Mapping[str, torch.Tensor]) -> nn.Module:
-        for name, tensor in self.net.named_parameters():
-            path, _, attr = name.rpartition(".")
-            self._twin_modules[path]._parameters[attr] = tensor
-        for name, tensor in self.net.named_buffers():
-            path, _, attr = name.rpartition(".")
-            if attr != DEVICE_REF:
-                self._twin_modules[path]._buffers[attr] = tensor
-        for site in self.sites:
-            self._twin_modules[site.module_name].__dict__[site.param_name] = params[site.name]
-        self._twin.train(self.net.training)
-        return self._twin
+    def _shared(self) -> dict[str, torch.Tensor]:
+        named = {**dict(self.net.named_parameters()), **dict(self.net.named_buffers())}
+        return {k: v for k, v in named.items() if not k.endswith(DEVICE_REF)}
 
-    def _batched(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return self._load_twin(params)(x)
+    def _batched(
+        self, params: Mapping[str, torch.Tensor], x: torch.Tensor, chunk: int | None = None
+    ) -> torch.Tensor:
+        stacked = {self._paths[name]: value for name, value in params.items()}
+        return self._twin.run(self._shared(), stacked, x, chunk, self.net.training)
 
     def _vmapped(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         def one(p: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -118,21 +106,9 @@ class NetEvaluator:
 
     def _decide(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> None:
         probe = {k: v[:1].expand(2, *v.shape[1:]) for k, v in params.items()}
-        reference = self._vmapped(probe, x[:3])
-        try:
-            batched = self._batched(probe, x[:3])
-        except (RuntimeError, ValueError, IndexError, TypeError):
-            self.batched = False
-            return
-        self.batched = batched.shape == reference.shape and bool(
-            torch.allclose(batched, reference, rtol=1e-4, atol=1e-5)
+        self.batched = same_results(
+            lambda: self._batched(probe, x[:3]), lambda: self._vmapped(probe, x[:3])
         )
-
-    def _batched_chunks(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, chunk: int
-    ) -> torch.Tensor:
-        twin = self._load_twin(params)
-        return torch.cat([twin(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)], dim=1)
 
     @torch.no_grad()
     def __call__(
@@ -160,5 +136,5 @@ class NetEvaluator:
         num_samples = next(iter(params.values())).shape[0]
         if num_samples == 1:  # a lone sample dim of size 1 reads as "no sample dim": pad to 2
             padded = {k: v.expand(2, *v.shape[1:]) for k, v in params.items()}
-            return self._batched_chunks(padded, x, chunk)[:1]
-        return self._batched_chunks(params, x, chunk)
+            return self._batched(padded, x, chunk)[:1]
+        return self._batched(params, x, chunk)

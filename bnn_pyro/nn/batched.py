@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import weakref
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn as nn
@@ -21,7 +22,7 @@ from torch.func import functional_call, vmap
 
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
-__all__ = ["StackedCall", "chunk_rows"]
+__all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "same_results"]
 
 # Elements of one (S, rows, width) activation per pass: 64K floats (256 KB), so a pass stays in
 # a core's cache. Larger blocks are slower on a CPU, not faster (S=100, N=1000, width 50,
@@ -43,13 +44,102 @@ def chunk_rows(net: nn.Module, num_samples: int, budget: int = ACTIVATION_BUDGET
     return max(8, budget // (max(1, num_samples) * max(widths or [1024])))
 
 
-def _twin(net: nn.Module) -> nn.Module:
-    twin = copy.deepcopy(net)
-    for module in twin.modules():
-        replacement = BATCHED_REPLACEMENTS.get(type(module))
-        if replacement is not None:
-            module.__class__ = replacement
-    return twin
+class BatchedTwin:
+    """A plain-torch copy of a net whose linear/conv layers take leading sample dims, and whose
+    tensors are set per call.
+
+    ``run(tensors, stacked, x, chunk)`` gives the twin the caller's tensors by name — ``tensors``
+    (parameters and buffers shared as they are, e.g. a trained net's point estimates) and
+    ``stacked`` (``(S, *shape)`` sample tensors, set as plain attributes) — once, then runs
+    ``chunk`` rows at a time. The twin's own copied values are never used, so it cannot go
+    stale while the original keeps training.
+
+    Args:
+        net: the net to copy (plain torch; its parameters are copied once, then replaced).
+        stacked_names: the dotted names (``"0.weight"``) that will come stacked.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+        >>> twin = BatchedTwin(net, ["0.weight", "2.weight"])
+        >>> stacked = {"0.weight": torch.randn(5, 4, 3), "2.weight": torch.randn(5, 2, 4)}
+        >>> rest = {"0.bias": net[0].bias, "2.bias": net[2].bias}
+        >>> twin.run(rest, stacked, torch.randn(7, 3), chunk=4).shape
+        torch.Size([5, 7, 2])
+    """
+
+    def __init__(self, net: nn.Module, stacked_names: list[str]) -> None:
+        self.module = copy.deepcopy(net)
+        for module in self.module.modules():
+            replacement = BATCHED_REPLACEMENTS.get(type(module))
+            if replacement is not None:
+                module.__class__ = replacement
+        self._modules = dict(self.module.named_modules())
+        self.stacked_names = list(stacked_names)
+        for name in self.stacked_names:
+            path, _, attr = name.rpartition(".")
+            module = self._modules[path]
+            module._parameters.pop(attr, None)
+            module._buffers.pop(attr, None)
+
+    def load(
+        self, tensors: Mapping[str, torch.Tensor], stacked: Mapping[str, torch.Tensor]
+    ) -> nn.Module:
+        """Set the tensors on the twin (``tensors`` shared, ``stacked`` as attributes)."""
+        for name, tensor in tensors.items():
+            path, _, attr = name.rpartition(".")
+            module = self._modules[path]
+            if attr in module._parameters:
+                module._parameters[attr] = tensor
+            elif attr in module._buffers:
+                module._buffers[attr] = tensor
+        for name in self.stacked_names:
+            path, _, attr = name.rpartition(".")
+            self._modules[path].__dict__[attr] = stacked[name]
+        return self.module
+
+    def run(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        stacked: Mapping[str, torch.Tensor],
+        x: torch.Tensor,
+        chunk: int | None = None,
+        training: bool = False,
+    ) -> torch.Tensor:
+        """``(S, N, ...)`` outputs for the ``(N, ...)`` inputs ``x``, ``chunk`` rows per pass."""
+        module = self.load(tensors, stacked)
+        module.train(training)
+        chunk = chunk or x.shape[0]
+        if chunk >= x.shape[0]:
+            return module(x)
+        return torch.cat([module(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)], dim=1)
+
+
+def _probe(stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Two different parameter sets from the first one, to check a batched path against vmap."""
+    out = {}
+    for k, v in stacked.items():
+        v = v[:1].expand(2, *v.shape[1:]) + 0
+        if v.is_floating_point():
+            v = v * torch.tensor([1.0, 0.5], dtype=v.dtype, device=v.device).view(
+                -1, *[1] * (v.dim() - 1)
+            )
+        out[k] = v
+    return out
+
+
+def same_results(fast: Callable[[], torch.Tensor], reference: Callable[[], torch.Tensor]) -> bool:
+    """Whether ``fast()`` runs and matches ``reference()`` (shape, and values to 1e-4).
+
+    Example:
+        >>> same_results(lambda: torch.ones(2), lambda: torch.ones(2))
+        True
+    """
+    expected = reference()
+    try:
+        got = fast()
+    except (RuntimeError, ValueError, IndexError, TypeError, KeyError):
+        return False
+    return got.shape == expected.shape and bool(torch.allclose(got, expected, rtol=1e-4, atol=1e-5))
 
 
 class StackedCall:
@@ -68,9 +158,7 @@ class StackedCall:
     """
 
     def __init__(self) -> None:
-        self._twins: weakref.WeakKeyDictionary[nn.Module, nn.Module | None] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._twins: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
 
     @staticmethod
     def vmapped(net: nn.Module, stacked: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -81,35 +169,26 @@ class StackedCall:
 
         return vmap(call)(stacked)
 
-    def _usable_twin(self, net: nn.Module, stacked: dict[str, torch.Tensor], x: torch.Tensor):
-        if net in self._twins:
-            return self._twins[net]
-        twin = _twin(net)
-        probe = {k: v[:1].expand(2, *v.shape[1:]) + 0 for k, v in stacked.items()}
-        probe = {
-            k: v * torch.tensor([1.0, 0.5], dtype=v.dtype).view(-1, *[1] * (v.dim() - 1))
-            if v.is_floating_point()
-            else v
-            for k, v in probe.items()
-        }
-        try:
-            with torch.no_grad():
-                reference = self.vmapped(net, probe, x[:3])
-                twin.train(net.training)
-                fast = functional_call(twin, self._full(net, probe), (x[:3],))
-            ok = fast.shape == reference.shape and bool(
-                torch.allclose(fast, reference, rtol=1e-4, atol=1e-5)
-            )
-        except (RuntimeError, ValueError, IndexError, TypeError):
-            ok = False
-        self._twins[net] = twin if ok else None
-        return self._twins[net]
-
     @staticmethod
-    def _full(net: nn.Module, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        # every parameter and buffer passed explicitly: the twin's own (copied) values are never
-        # used, so it cannot go stale when the net keeps training
-        return {**dict(net.named_parameters()), **dict(net.named_buffers()), **stacked}
+    def _shared(net: nn.Module, stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        named = {**dict(net.named_parameters()), **dict(net.named_buffers())}
+        return {k: v for k, v in named.items() if k not in stacked}
+
+    def _usable_twin(
+        self, net: nn.Module, stacked: dict[str, torch.Tensor], x: torch.Tensor
+    ) -> BatchedTwin | None:
+        per_net = self._twins.setdefault(net, {})
+        key = tuple(sorted(stacked))
+        if key not in per_net:
+            twin = BatchedTwin(net, list(key))
+            probe = _probe(stacked)
+            with torch.no_grad():
+                ok = same_results(
+                    lambda: twin.run(self._shared(net, probe), probe, x[:3], None, net.training),
+                    lambda: self.vmapped(net, probe, x[:3]),
+                )
+            per_net[key] = twin if ok else None
+        return per_net[key]
 
     def __call__(
         self, net: nn.Module, stacked: dict[str, torch.Tensor], x: torch.Tensor
@@ -117,12 +196,5 @@ class StackedCall:
         twin = self._usable_twin(net, stacked, x)
         if twin is None:
             return self.vmapped(net, stacked, x)
-        twin.train(net.training)
-        full = self._full(net, stacked)
         chunk = chunk_rows(net, next(iter(stacked.values())).shape[0])
-        if chunk >= x.shape[0]:
-            return functional_call(twin, full, (x,))
-        return torch.cat(
-            [functional_call(twin, full, (x[i : i + chunk],)) for i in range(0, len(x), chunk)],
-            dim=1,
-        )
+        return twin.run(self._shared(net, stacked), stacked, x, chunk, net.training)
