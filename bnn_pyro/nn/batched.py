@@ -24,11 +24,13 @@ from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
 __all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "same_results"]
 
-# Elements of one (S, rows, width) activation per pass: 64K floats (256 KB), so a pass stays in
-# a core's cache. Larger blocks are slower on a CPU, not faster (S=100, N=1000, width 50,
-# measured side by side: 8 ms in 256 KB blocks, 17-20 ms in 1 MB blocks, 40 ms in one block),
-# and memory stays bounded whatever N is.
-ACTIVATION_BUDGET = 1 << 16
+# Elements of one (S, rows, width) activation per pass: 256K floats (1 MB), so memory stays
+# bounded whatever N is. Measured side by side on this 2-core machine (S=100, N=1000, width 50,
+# one thread, 2026-11-23; in brackets with a memory-bound process on the other core): 13-row
+# (256 KB) blocks 9.9 ms (10.0), 52-row (1 MB) blocks 6.3 ms (6.3), 104-row blocks 5.0 ms (5.5)
+# but with occasional 25 ms outliers, one 1000-row block 31 ms: the large blocks pay for fresh
+# pages of memory on every pass, the small ones for Python overhead per pass.
+ACTIVATION_BUDGET = 1 << 18
 
 
 def chunk_rows(net: nn.Module, num_samples: int, budget: int = ACTIVATION_BUDGET) -> int:
@@ -37,7 +39,7 @@ def chunk_rows(net: nn.Module, num_samples: int, budget: int = ACTIVATION_BUDGET
 
     Example:
         >>> chunk_rows(nn.Sequential(nn.Linear(13, 50), nn.ReLU(), nn.Linear(50, 1)), 100)
-        13
+        52
     """
     widths = [m.out_features for m in net.modules() if isinstance(m, nn.Linear)]
     widths += [m.out_channels for m in net.modules() if isinstance(m, nn.modules.conv._ConvNd)]
