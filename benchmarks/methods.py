@@ -12,14 +12,17 @@
 Both sides run on one thread (``torch.set_num_threads(1)``); each figure is the median of
 ``--repeats`` runs after a warm-up. The script also checks that both sides give the same numbers.
 
-Run: ``python benchmarks/methods.py [--repeats 7]``. Prints a markdown table.
+Run: ``python benchmarks/methods.py [--repeats 15] [--quick] [--output PATH]``. Prints a
+markdown table; a full run also writes it to ``benchmarks/results/methods.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterable
 
 import torch
@@ -28,6 +31,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.methods import DeepEnsemble, LaplaceApproximation
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "methods.md")
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -104,22 +109,37 @@ def bench_ensemble(n: int, repeats: int) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per figure")
+    parser.add_argument("--quick", action="store_true", help="3 repeats, writes nothing")
+    parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    repeats = 3 if args.quick else args.repeats
     torch.set_num_threads(1)
     rows = []
     for use_loader, how in ((False, "tensor batches"), (True, "DataLoader")):
-        t_loop, t_vec, err = bench_laplace(args.repeats, use_loader)
+        t_loop, t_vec, err = bench_laplace(repeats, use_loader)
         name = f"Laplace diag Fisher, 2,000 pts, 13-50-1 ({how})"
         rows.append((name, t_loop, t_vec, "20x", f"{err:.1e} rel"))
     for n, target in ((10_000, "2x"), (100, "-")):
-        t_loop, t_vec, err = bench_ensemble(n, args.repeats)
+        t_loop, t_vec, err = bench_ensemble(n, repeats)
         rows.append((f"Ensemble of 5, predict {n:,} pts", t_loop, t_vec, target, f"{err:.1e} abs"))
-    print(f"torch {torch.__version__}, 1 thread, median of {args.repeats} runs\n")
-    print("| measurement | loop (ms) | vectorized (ms) | speed-up | target | max diff |")
-    print("|---|---:|---:|---:|---:|---:|")
+    lines = [
+        f"torch {torch.__version__}, 1 thread, median of {repeats} runs; "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: python benchmarks/methods.py",
+        "",
+        "| measurement | loop (ms) | vectorized (ms) | speed-up | target | max diff |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, loop, vec, target, err in rows:
         speed = f"{loop / vec:.1f}x"
-        print(f"| {name} | {loop * 1e3:.2f} | {vec * 1e3:.2f} | {speed} | {target} | {err} |")
+        lines.append(f"| {name} | {loop * 1e3:.2f} | {vec * 1e3:.2f} | {speed} | {target} | {err} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.quick:
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+        with open(args.output, "w") as handle:
+            handle.write(text)
 
 
 if __name__ == "__main__":
