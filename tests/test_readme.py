@@ -34,3 +34,35 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
 @pytest.mark.parametrize("command", ["make demo", "make test"])
 def test_readme_names_the_two_commands(command):
     assert command in README.read_text()
+
+
+def _update_readme_module():
+    import importlib.util
+
+    path = README.parent / "benchmarks" / "update_readme.py"
+    spec = importlib.util.spec_from_file_location("update_readme", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_results_are_the_benchmark_outputs():
+    """Every results block equals what benchmarks/update_readme.py builds from results/."""
+    module = _update_readme_module()
+    text = README.read_text()
+    assert set(m.group("name") for m in module.BLOCK.finditer(text)) == {
+        "step_time",
+        "local_reparam",
+        "methods",
+        "uci",
+    }
+    assert module.render(text) == text, "run python benchmarks/update_readme.py"
+
+
+def test_update_readme_rewrites_a_stale_block():
+    module = _update_readme_module()
+    stale = "x\n<!-- results:local_reparam -->\nold table\n<!-- /results:local_reparam -->\ny\n"
+    fresh = module.render(stale)
+    assert "old table" not in fresh
+    assert "HiddenLayer: construction" in fresh  # a heading of local_reparam.md, demoted
+    assert fresh.startswith("x\n") and fresh.endswith("<!-- /results:local_reparam -->\ny\n")

@@ -1,0 +1,91 @@
+"""Copy the benchmark tables from ``benchmarks/results/`` into the README.
+
+Each results block in ``README.md`` sits between ``<!-- results:NAME -->`` and
+``<!-- /results:NAME -->`` and is rewritten from ``benchmarks/results/NAME.md`` (for the UCI
+benchmark, ``benchmarks/results/uci/uci.md``: its header lines, the two tables and the targets
+table; the chosen hyper-parameters stay in the linked file). The README therefore shows exactly
+what the scripts printed. ``tests/test_readme.py`` checks the README is up to date.
+
+Run: ``python benchmarks/update_readme.py [--check]`` after a benchmark run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+BLOCK = re.compile(r"(<!-- results:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+UCI_SECTIONS = ("test log-likelihood", "RMSE", "Targets")
+
+
+def _strip_title(text: str) -> str:
+    """Drop a leading ``# title`` line (the README has its own heading)."""
+    lines = text.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+def _demote(text: str) -> str:
+    """``## x`` headings become bold lines so they sit under the README's ``###`` heading."""
+    return re.sub(r"^## (.+)$", r"**\1**", text, flags=re.M)
+
+
+def uci_block(markdown: str) -> str:
+    """The header lines and the chosen sections of ``uci.md``, with links to the full file."""
+    parts = re.split(r"^## ", _strip_title(markdown), flags=re.M)
+    keep = [parts[0].strip()]
+    keep += ["## " + p.strip() for p in parts[1:] if p.startswith(UCI_SECTIONS)]
+    keep.append(
+        "Charts: [test log-likelihood](benchmarks/results/uci/uci_test_ll.png), "
+        "[RMSE](benchmarks/results/uci/uci_rmse.png); the hyper-parameters chosen per split: "
+        "[uci.md](benchmarks/results/uci/uci.md); every split's numbers: "
+        "[uci.json](benchmarks/results/uci/uci.json)."
+    )
+    return _demote("\n\n".join(keep))
+
+
+def block_text(name: str) -> str:
+    """The README body for results block ``name``, read from ``benchmarks/results/``."""
+    if name == "uci":
+        with open(os.path.join(RESULTS, "uci", "uci.md"), encoding="utf-8") as handle:
+            return uci_block(handle.read())
+    path = os.path.join(RESULTS, f"{name}.md")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no results file {path}: run benchmarks/{name}.py first")
+    with open(path, encoding="utf-8") as handle:
+        return _demote(_strip_title(handle.read()))
+
+
+def render(readme: str) -> str:
+    """``readme`` with every results block rewritten from its results file."""
+    names = [m.group("name") for m in BLOCK.finditer(readme)]
+    if not names:
+        raise ValueError("README.md has no <!-- results:NAME --> blocks")
+    return BLOCK.sub(lambda m: m.group(1) + block_text(m.group("name")) + "\n" + m.group(4), readme)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
+    args = parser.parse_args(argv)
+    with open(README, encoding="utf-8") as handle:
+        current = handle.read()
+    updated = render(current)
+    if args.check:
+        if updated != current:
+            print("README.md results are stale: run python benchmarks/update_readme.py")
+            return 1
+        return 0
+    with open(README, "w", encoding="utf-8") as handle:
+        handle.write(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
