@@ -742,45 +742,23 @@ for metric, title in (("test_ll", "test log-likelihood"), ("rmse", "test RMSE"))
 # %% [markdown]
 ## Against the targets of issue 5
 
-Definitions (test log-likelihood, higher is better; `m ± s` is our mean and standard error):
-
-* **beats VI (PBP paper) by > 2 s.e.**: `m − published > 2 s` for our `VI (VariationalBNN)`;
-* **reaches** a published value: `m + s ≥ published`.
+`bnn_pyro.uci_benchmark.targets.evaluate_targets` checks them on the summary (test
+log-likelihood, higher is better). The standard error of a difference combines both sides,
+`sqrt(se_ours² + se_published²)`; **reaches** means a mean at least as high as the published
+one; **within 1 s.e.** means at least the published mean minus one combined standard error.
+The same table closes `uci.md` above; here we count what was met.
 
 # %%
-published = {(r["dataset"], r["method"]): r for r in PUBLISHED_UCI if r["metric"] == "test_ll"}
-ours = {(r["dataset"], r["method"]): r for r in summary if r["metric"] == "test_ll"}
+from bnn_pyro.uci_benchmark.targets import evaluate_targets  # noqa: E402
+
+rows = evaluate_targets(payload["summary"])
+met = sum(r["met"] for r in rows)
+print(f"{met} of {len(rows)} targets met")
+for r in rows:
+    if not r["met"]:
+        print(f"  missed: {r['dataset']}: {r['target']}: {r['ours']:.2f} ± {r['ours_stderr']:.2f} "
+              f"vs {r['published']:.2f} ({r['difference']:+.2f})")
 datasets = list(dict.fromkeys(r["dataset"] for r in summary))
-
-
-def reaches(row, reference):
-    return row is not None and reference is not None and row["mean"] + row["stderr"] >= reference
-
-
-def mark(flag):
-    return "✓" if flag else "✗"
-
-
-header = ["data", "VI beats VI (PBP) by > 2 s.e.", "VI reaches MC dropout 2016",
-          "our MC dropout reaches 2016", "our ensemble reaches 2017", "best of ours reaches 2018"]
-lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-for d in datasets:
-    pub = {m: published[(d, m)]["mean"] for (dd, m) in published if dd == d}
-    if not pub:
-        lines.append(f"| {d} | " + " | ".join(["no published value"] * 5) + " |")
-        continue
-    vi = ours.get((d, labels.get("vi", "vi")))
-    best = max((r for (dd, _), r in ours.items() if dd == d), key=lambda r: r["mean"])
-    cells = [
-        vi is not None and vi["mean"] - pub["VI (PBP paper)"] > 2 * vi["stderr"],
-        reaches(vi, pub["MC dropout (2016)"]),
-        reaches(ours.get((d, labels.get("dropout", "dropout"))), pub["MC dropout (2016)"]),
-        reaches(ours.get((d, labels.get("ensemble", "ensemble"))), pub["Deep ensembles (2017)"]),
-        reaches(best, pub["MC dropout (2018 rerun)"]),
-    ]
-    best_text = f"{mark(cells[-1])} ({best['method']}, {best['mean']:.2f})"
-    lines.append("| " + " | ".join([d, *map(mark, cells[:-1]), best_text]) + " |")
-display(Markdown("\n".join(lines)))
 
 # %% [markdown]
 ## Split by split
