@@ -22,8 +22,8 @@ import argparse
 import os
 import statistics
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 
 import torch
 import torch.nn as nn
@@ -133,7 +133,9 @@ def main() -> None:
     ]
     for name, loop, vec, target, err in rows:
         speed = f"{loop / vec:.1f}x"
-        lines.append(f"| {name} | {loop * 1e3:.2f} | {vec * 1e3:.2f} | {speed} | {target} | {err} |")
+        lines.append(
+            f"| {name} | {loop * 1e3:.2f} | {vec * 1e3:.2f} | {speed} | {target} | {err} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:

@@ -32,7 +32,10 @@ def _specs() -> dict[str, MethodSpec]:
         MethodSpec(
             name="dropout",
             label="MC dropout",
-            description="Gal's MC dropout: grid over dropout rate x tau x epochs (10x, 50x the reference n_epochs), batch 128",
+            description=(
+                "Gal's MC dropout: grid over dropout rate x tau x epochs "
+                "(10x, 50x the reference n_epochs), batch 128"
+            ),
             grid=baselines.dropout_grid,
             train=baselines.dropout_train,
             cost=5.0,
