@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import pyro
 import torch
+from _report import publish  # benchmarks/_report.py (scripts run from this folder)
 from pyro.contrib.bnn import HiddenLayer as PyroHiddenLayer
 from pyro.infer import TraceMeanField_ELBO
 from torch.profiler import ProfilerActivity, profile
@@ -245,11 +246,7 @@ def main() -> None:
         "against max((B, D), (D, H), (B, H)) here.\n"
     )
     text = "".join(lines)
-    print(text)
-    if output is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        with open(output, "w") as handle:
-            handle.write(text)
+    publish(text, output)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _report import publish  # benchmarks/_report.py (scripts run from this folder)
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.methods import DeepEnsemble, LaplaceApproximation
@@ -137,11 +138,7 @@ def main() -> None:
             f"| {name} | {loop * 1e3:.2f} | {vec * 1e3:.2f} | {speed} | {target} | {err} |"
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
-        with open(args.output, "w") as handle:
-            handle.write(text)
+    publish(text, None if args.quick else args.output)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import pyro.distributions as dist
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _report import publish  # benchmarks/_report.py (scripts run from this folder)
 from pyro.infer import SVI, Predictive, Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule, PyroSample
@@ -281,11 +282,7 @@ def main() -> None:
         "the fused kernel, so the last column compares like with like.",
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
-        with open(args.output, "w") as handle:
-            handle.write(text)
+    publish(text, None if args.quick else args.output)
 
 
 if __name__ == "__main__":

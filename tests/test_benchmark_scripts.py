@@ -1,0 +1,41 @@
+"""Smoke runs of benchmarks/step_time.py and benchmarks/methods.py --quick.
+
+No timing is asserted (tests never do); what is checked is that each script runs, prints its
+table, and, for methods.py, that the vectorized side computes the same numbers as the loop.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+
+
+def _run(script: str, *args: str) -> str:
+    run = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_methods_benchmark_vectorized_equals_loop(tmp_path):
+    output = tmp_path / "methods.md"
+    text = _run("methods.py", "--repeats", "1", "--output", str(output))
+    assert output.read_text() == text.rstrip("\n") + "\n"
+    diffs = re.findall(r"\| ([0-9.e+-]+) (rel|abs) \|$", text, flags=re.M)
+    assert len(diffs) == 4, text
+    # float32 sums over 2,000 per-example squared gradients (Laplace) and 5 members (ensemble)
+    # in a different order: round-off ~1e-7 relative per term; 1e-4 leaves room, a wrong
+    # Fisher or a member mix-up is off by O(1)
+    assert all(float(value) < 1e-4 for value, _ in diffs), diffs
+
+
+def test_step_time_quick_prints_both_tables():
+    text = _run("step_time.py", "--quick")
+    assert "| 13→50→1 |" in text and "| 784→400→400→10 |" in text
+    assert "| Predictive(parallel=False) |" in text
