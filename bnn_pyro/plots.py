@@ -364,5 +364,6 @@ def plot_uci_results(
     ax.set_xticks(range(len(datasets)), datasets)
     ax.set_ylabel(_METRIC_LABELS.get(metric, metric))
     ax.axhline(0.0, color="k", lw=0.5)
-    ax.legend(fontsize="x-small", loc="best")
+    # beside the axes, not on them: with ten bars per group no corner is free of bars
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax

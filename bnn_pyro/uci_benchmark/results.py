@@ -244,7 +244,7 @@ def write_charts(
         rows = [{**r, "method": labels.get(r["method"], r["method"])} for r in summary]
         if not any(r["metric"] == metric for r in rows):
             continue
-        fig, ax = plt.subplots(figsize=(11, 4.5))
+        fig, ax = plt.subplots(figsize=(13, 4.5))
         plot_uci_results(rows, metric=metric, ax=ax)
         ax.set_title(f"UCI regression: {title} (ours solid, published hatched)")
         fig.tight_layout()
