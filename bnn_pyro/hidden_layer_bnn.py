@@ -12,6 +12,7 @@ draws whole weight matrices, so each predictive sample is one function of ``x``.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -25,9 +26,10 @@ import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
+from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide
-from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import ACTIVATION_BUDGET
 from bnn_pyro.nn.mlp import ACTIVATIONS
 from bnn_pyro.nn.pyro_net import param_statement
@@ -99,6 +101,7 @@ class HiddenLayerBNN(SVIModel):
                 f"likelihood must be a bnn_pyro.likelihoods.Likelihood, got "
                 f"{type(likelihood).__name__}"
             )
+        self.activation_name = activation if isinstance(activation, str) else None
         if isinstance(activation, str):
             if activation not in ACTIVATIONS:
                 raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}: {activation!r}")
@@ -116,6 +119,7 @@ class HiddenLayerBNN(SVIModel):
             loc = torch.cat([init.weight.detach().t(), init.bias.detach().unsqueeze(0)])
             self.locs.append(nn.Parameter(loc))
             self.rhos.append(nn.Parameter(_inverse_softplus(torch.full_like(loc, init_scale))))
+        self.hidden_sizes = hidden
         self.site_names = [f"layer{i}" for i in range(len(self.locs))]
         self.guide = self._make_guide()
 
@@ -239,6 +243,83 @@ class HiddenLayerBNN(SVIModel):
             ).KL
             for loc, rho in zip(self.locs, self.rhos, strict=True)
         )
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the fitted model to one file, atomically (format as
+        :meth:`bnn_pyro.VariationalBNN.save`: tensors, numbers and strings only, so it loads with
+        ``torch.load(weights_only=True)``).
+
+        Raises:
+            ValueError: not fitted yet, or the activation is a callable rather than a name.
+        """
+        if not self._is_fitted():
+            raise ValueError("fit the model before saving it")
+        if self.activation_name is None:
+            raise ValueError(
+                "only a model built with a named activation (e.g. 'relu') can be saved"
+            )
+        state = {
+            "format_version": FORMAT_VERSION,
+            "class": type(self).__name__,
+            "config": {
+                "in_features": self.in_features,
+                "hidden_sizes": list(self.hidden_sizes),
+                "out_features": self.out_features,
+                "activation": self.activation_name,
+                "prior_scale": self.prior_scale,
+                "init_scale": self.init_scale,
+            },
+            "likelihood": self.likelihood.config(),
+            "state": {k: v.detach().cpu() for k, v in self.state_dict().items()},
+            "dataset_size": self.dataset_size,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
+        atomic_save(state, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, map_location: Any = None) -> HiddenLayerBNN:
+        """Rebuild a model written by :meth:`save`.
+
+        Example:
+            >>> import os, tempfile, bnn_pyro as bp
+            >>> X = torch.linspace(-1, 1, 16).unsqueeze(-1); y = 2 * X.squeeze(-1)
+            >>> bnn = bp.HiddenLayerBNN(1, [8], 1, bp.Gaussian(scale="learned"))
+            >>> _ = bnn.fit(X, y, epochs=2, progress=False, seed=0)
+            >>> path = os.path.join(tempfile.mkdtemp(), "hl.pt"); bnn.save(path)
+            >>> same = bp.HiddenLayerBNN.load(path)
+            >>> torch.equal(same.predict(X, seed=1)[0], bnn.predict(X, seed=1)[0])
+            True
+        """
+        state = torch.load(path, map_location=map_location, weights_only=True)
+        if not isinstance(state, dict) or "format_version" not in state:
+            raise ValueError(f"{path!r} is not a bnn_pyro checkpoint")
+        if state["format_version"] > FORMAT_VERSION:
+            raise ValueError(
+                f"{path!r} has format version {state['format_version']}; this bnn_pyro reads up "
+                f"to {FORMAT_VERSION}: upgrade bnn_pyro"
+            )
+        if state["class"] != cls.__name__:
+            raise ValueError(f"{path!r} holds a {state['class']}, not a {cls.__name__}")
+        config = state["config"]
+        bnn = cls(
+            config["in_features"],
+            config["hidden_sizes"],
+            config["out_features"],
+            likelihood_from_config(state["likelihood"]),
+            activation=config["activation"],
+            prior_scale=config["prior_scale"],
+            init_scale=config["init_scale"],
+        ).to(getattr(torch, state["dtype"]))
+        if isinstance(bnn.guide, MeanFieldNormalGuide):  # create its parameters, then load them
+            x = torch.zeros(1, bnn.in_features, dtype=bnn.dtype)
+            with torch.no_grad():
+                y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
+                bnn._setup_guide(x, y)
+        bnn.load_state_dict(state["state"])
+        bnn.dataset_size = state["dataset_size"]
+        bnn.input_shape = (bnn.in_features,)
+        return bnn
 
 
 class _EmptyGuide(nn.Module):

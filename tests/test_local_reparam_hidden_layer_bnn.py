@@ -168,3 +168,47 @@ def test_predict_needs_a_fit_and_valid_arguments():
         clf.predict(torch.randn(2, 3), include_noise=True)
     with pytest.raises(ValueError, match="dataset_size must be >= the number of rows"):
         bnn.model(torch.randn(4, 3), dataset_size=2)
+
+
+@pytest.mark.parametrize(
+    "likelihood, target",
+    [
+        (lambda: bp.Gaussian(scale="learned"), "regression"),  # the guide holds the noise
+        (lambda: bp.Categorical(), "classes"),  # no guide parameters at all
+    ],
+)
+def test_save_load_round_trip(tmp_path, likelihood, target):
+    X, y = _data()
+    out = 1
+    if target == "classes":
+        y, out = (y > y.median()).long(), 2
+    bnn = HiddenLayerBNN(3, [6, 5], out, likelihood(), activation="tanh", prior_scale=0.5)
+    bnn.fit(X, y, epochs=3, batch_size=32, progress=False, seed=0)
+    bnn.save(tmp_path / "hl.pt")
+    same = HiddenLayerBNN.load(tmp_path / "hl.pt")
+    assert same.dataset_size == 64 and same.hidden_sizes == [6, 5]
+    assert same.activation_name == "tanh" and same.prior_scale == 0.5
+    for key, value in bnn.state_dict().items():
+        assert torch.equal(same.state_dict()[key], value), key
+    assert torch.allclose(same.kl_divergence(), bnn.kl_divergence())
+    for a, b in zip(same.predict(X, seed=3), bnn.predict(X, seed=3), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_save_load_errors(tmp_path):
+    X, y = _data()
+    unfitted = HiddenLayerBNN(3, [4], 1, bp.Gaussian(scale=0.5))
+    with pytest.raises(ValueError, match="fit the model"):
+        unfitted.save(tmp_path / "a.pt")
+    custom = HiddenLayerBNN(3, [4], 1, bp.Gaussian(scale=0.5), activation=torch.sin)
+    custom.fit(X, y, epochs=1, progress=False)
+    with pytest.raises(ValueError, match="named activation"):
+        custom.save(tmp_path / "a.pt")
+    vbnn = bp.VariationalBNN(bp.nn.mlp(3, [4], 1), bp.Gaussian(scale=0.5))
+    vbnn.fit(X, y, epochs=1, progress=False)
+    vbnn.save(tmp_path / "v.pt")
+    with pytest.raises(ValueError, match="holds a VariationalBNN, not a HiddenLayerBNN"):
+        HiddenLayerBNN.load(tmp_path / "v.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a bnn_pyro checkpoint"):
+        HiddenLayerBNN.load(tmp_path / "other.pt")
