@@ -144,11 +144,11 @@ class GaussianLikelihood(Likelihood):
     """``y ~ Normal(loc, scale)`` independent over rows and columns; subclasses say where
     ``loc`` and ``scale`` come from.
 
-    ``loc`` and ``scale`` come from.Example:
-    ``loc`` and ``scale`` come from.    >>> f = torch.zeros(3, 5, 1)  # (S, N, O)
-    ``loc`` and ``scale`` come from.    >>> Gaussian(scale=0.5).noise_variance(f, {})
-    ``loc`` and ``scale`` come from.    tensor(0.2500)
-    ``loc`` and ``scale`` come from."""
+    Example:
+        >>> f = torch.zeros(3, 5, 1)  # (S, N, O)
+        >>> Gaussian(scale=0.5).noise_variance(f, {})
+        tensor(0.2500)
+    """
 
     def target_dim(self, out_dim: int) -> int:
         return out_dim

@@ -100,10 +100,10 @@ def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     ``TraceMeanField_ELBO``, both recording the NLL part for the history; or an ``ELBO`` instance
     used as given.
 
-    used as given.Example:
-    used as given.    >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
-    used as given.    'RecordingMeanField_ELBO'
-    used as given."""
+    Example:
+        >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
+        'RecordingMeanField_ELBO'
+    """
     if isinstance(elbo, ELBO):
         return elbo
     classes = {"trace": FastTrace_ELBO, "meanfield": RecordingMeanField_ELBO}
@@ -149,7 +149,7 @@ class GuardedSVI(SVI):
         ...                  make_elbo("meanfield", 1, False), [loc])
         >>> for _ in range(300):
         ...     _ = svi.step()
-        >>> round(float(loc), 1)
+        >>> round(float(loc.detach()), 1)
         3.0
     """
 
