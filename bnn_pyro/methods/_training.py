@@ -71,13 +71,16 @@ def module_device(module: nn.Module) -> torch.device:
 @contextlib.contextmanager
 def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[None]:
     """Set each submodule's ``training`` flag to ``train(m)``; restore every flag afterwards."""
-    saved = [(m, m.training) for m in module.modules()]
+    # only the flags that change are set (and restored): nn.Module.__setattr__ is slow enough
+    # to dominate a small predict otherwise
+    changed = [(m, m.training, bool(train(m))) for m in module.modules()]
+    changed = [(m, flag) for m, flag, want in changed if flag != want]
     try:
-        for m, _ in saved:
-            m.training = train(m)
+        for m, flag in changed:
+            m.training = not flag
         yield
     finally:
-        for m, flag in saved:
+        for m, flag in changed:
             m.training = flag
 
 

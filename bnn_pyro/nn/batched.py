@@ -109,7 +109,8 @@ class BatchedTwin:
     ) -> torch.Tensor:
         """``(S, N, ...)`` outputs for the ``(N, ...)`` inputs ``x``, ``chunk`` rows per pass."""
         module = self.load(tensors, stacked)
-        module.train(training)
+        if any(m.training != training for m in self._modules.values()):
+            module.train(training)
         chunk = chunk or x.shape[0]
         if chunk >= x.shape[0]:
             return module(x)
