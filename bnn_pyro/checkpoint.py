@@ -23,7 +23,7 @@ from bnn_pyro.priors import prior_from_config
 if TYPE_CHECKING:
     from bnn_pyro.bnn import VariationalBNN
 
-__all__ = ["FORMAT_VERSION", "save_bnn", "load_bnn", "atomic_save"]
+__all__ = ["FORMAT_VERSION", "atomic_save", "load_bnn", "read_checkpoint", "save_bnn"]
 
 FORMAT_VERSION = 1
 
@@ -72,10 +72,15 @@ def save_bnn(bnn: VariationalBNN, path: str | os.PathLike) -> None:
     atomic_save(state, path)
 
 
-def load_bnn(
-    cls: type[VariationalBNN], path: str | os.PathLike, net: nn.Module, map_location: Any = None
-) -> VariationalBNN:
-    """Rebuild a saved model around ``net`` (a fresh instance of the saved architecture)."""
+def read_checkpoint(
+    path: str | os.PathLike, class_name: str, map_location: Any = None
+) -> dict[str, Any]:
+    """The checkpoint dict at ``path`` (``torch.load(weights_only=True)``), checked to be a
+    bnn_pyro checkpoint of a readable format version holding a ``class_name``.
+
+    Raises:
+        ValueError: not a bnn_pyro checkpoint, a newer format, or another model class.
+    """
     state = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(state, dict) or "format_version" not in state:
         raise ValueError(f"{path!r} is not a bnn_pyro checkpoint")
@@ -84,8 +89,16 @@ def load_bnn(
             f"{path!r} has format version {state['format_version']}; this bnn_pyro reads up to "
             f"{FORMAT_VERSION}: upgrade bnn_pyro"
         )
-    if state["class"] != cls.__name__:
-        raise ValueError(f"{path!r} holds a {state['class']}, not a {cls.__name__}")
+    if state["class"] != class_name:
+        raise ValueError(f"{path!r} holds a {state['class']}, not a {class_name}")
+    return state
+
+
+def load_bnn(
+    cls: type[VariationalBNN], path: str | os.PathLike, net: nn.Module, map_location: Any = None
+) -> VariationalBNN:
+    """Rebuild a saved model around ``net`` (a fresh instance of the saved architecture)."""
+    state = read_checkpoint(path, cls.__name__, map_location)
     net = net.to(getattr(torch, state["dtype"]))
     bnn = cls._from_checkpoint(net, state)
     try:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
-from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save
+from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save, read_checkpoint
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
@@ -291,16 +291,7 @@ class HiddenLayerBNN(SVIModel):
             >>> torch.equal(same.predict(X, seed=1)[0], bnn.predict(X, seed=1)[0])
             True
         """
-        state = torch.load(path, map_location=map_location, weights_only=True)
-        if not isinstance(state, dict) or "format_version" not in state:
-            raise ValueError(f"{path!r} is not a bnn_pyro checkpoint")
-        if state["format_version"] > FORMAT_VERSION:
-            raise ValueError(
-                f"{path!r} has format version {state['format_version']}; this bnn_pyro reads up "
-                f"to {FORMAT_VERSION}: upgrade bnn_pyro"
-            )
-        if state["class"] != cls.__name__:
-            raise ValueError(f"{path!r} holds a {state['class']}, not a {cls.__name__}")
+        state = read_checkpoint(path, cls.__name__, map_location)
         config = state["config"]
         bnn = cls(
             config["in_features"],
