@@ -22,6 +22,7 @@ from bnn_pyro.priors import prior_from_config
 
 if TYPE_CHECKING:
     from bnn_pyro.bnn import VariationalBNN
+    from bnn_pyro.svi_model import SVIModel
 
 __all__ = ["FORMAT_VERSION", "atomic_save", "load_bnn", "read_checkpoint", "save_bnn"]
 
@@ -94,6 +95,15 @@ def read_checkpoint(
     return state
 
 
+def create_guide_parameters(bnn: SVIModel) -> None:
+    """Create a rebuilt model's guide parameters (to be overwritten by a saved state) from one
+    dummy row of ``bnn.input_shape`` and a ``y`` drawn from the model."""
+    x = torch.zeros((1, *(bnn.input_shape or ())), dtype=bnn.dtype, device=bnn.device)
+    with torch.no_grad():
+        y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
+        bnn._setup_guide(x, y)
+
+
 def load_bnn(
     cls: type[VariationalBNN], path: str | os.PathLike, net: nn.Module, map_location: Any = None
 ) -> VariationalBNN:
@@ -107,10 +117,7 @@ def load_bnn(
         raise ValueError(f"net does not match the saved architecture: {err}") from None
     bnn.input_shape = tuple(state["input_shape"]) or None
     bnn.dataset_size = state["dataset_size"]
-    x = torch.zeros((1, *(bnn.input_shape or ())), dtype=bnn.dtype, device=bnn.device)
-    with torch.no_grad():  # create the guide's parameters (then overwrite them) from a dummy y
-        y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
-        bnn.guide(x, y)
+    create_guide_parameters(bnn)
     try:
         bnn.guide.load_state_dict(state["guide_state"])
     except RuntimeError as err:

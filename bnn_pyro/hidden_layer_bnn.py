@@ -26,7 +26,12 @@ import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
-from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save, read_checkpoint
+from bnn_pyro.checkpoint import (
+    FORMAT_VERSION,
+    atomic_save,
+    create_guide_parameters,
+    read_checkpoint,
+)
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
@@ -302,14 +307,10 @@ class HiddenLayerBNN(SVIModel):
             prior_scale=config["prior_scale"],
             init_scale=config["init_scale"],
         ).to(getattr(torch, state["dtype"]))
-        if isinstance(bnn.guide, MeanFieldNormalGuide):  # create its parameters, then load them
-            x = torch.zeros(1, bnn.in_features, dtype=bnn.dtype)
-            with torch.no_grad():
-                y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
-                bnn._setup_guide(x, y)
+        bnn.input_shape = (bnn.in_features,)
+        create_guide_parameters(bnn)  # a learned noise's guide parameters, then loaded
         bnn.load_state_dict(state["state"])
         bnn.dataset_size = state["dataset_size"]
-        bnn.input_shape = (bnn.in_features,)
         return bnn
 
 

@@ -73,8 +73,7 @@ def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[Non
     """Set each submodule's ``training`` flag to ``train(m)``; restore every flag afterwards."""
     # only the flags that change are set (and restored): nn.Module.__setattr__ is slow enough
     # to dominate a small predict otherwise
-    changed = [(m, m.training, bool(train(m))) for m in module.modules()]
-    changed = [(m, flag) for m, flag, want in changed if flag != want]
+    changed = [(m, m.training) for m in module.modules() if m.training != bool(train(m))]
     try:
         for m, flag in changed:
             m.training = not flag
