@@ -70,3 +70,19 @@ def test_saving_an_unfitted_model_is_refused(tmp_path):
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [5], 1), bp.Gaussian())
     with pytest.raises(ValueError, match="fit"):
         bnn.save(tmp_path / "m.pt")
+
+
+def test_read_checkpoint_rejects_newer_formats_other_classes_and_foreign_files(tmp_path):
+    from bnn_pyro.checkpoint import FORMAT_VERSION, read_checkpoint
+
+    path = tmp_path / "c.pt"
+    torch.save({"format_version": FORMAT_VERSION, "class": "HiddenLayerBNN"}, path)
+    assert read_checkpoint(path, "HiddenLayerBNN")["class"] == "HiddenLayerBNN"
+    with pytest.raises(ValueError, match="holds a HiddenLayerBNN, not a VariationalBNN"):
+        read_checkpoint(path, "VariationalBNN")
+    torch.save({"format_version": FORMAT_VERSION + 1, "class": "VariationalBNN"}, path)
+    with pytest.raises(ValueError, match="upgrade bnn_pyro"):
+        bp.VariationalBNN.load(path, net=bp.nn.mlp(3, [5], 1))
+    torch.save([1, 2], path)
+    with pytest.raises(ValueError, match="not a bnn_pyro checkpoint"):
+        read_checkpoint(path, "VariationalBNN")
