@@ -3,6 +3,9 @@
 Example:
     >>> import bnn_pyro as bp
     >>> bnn = bp.VariationalBNN(bp.nn.mlp(13, [50], 1), bp.likelihoods.Gaussian(scale="learned"))
+    >>> swag = bp.make("swag", bp.nn.mlp(13, [50], 1), bp.Gaussian(scale="learned"))
+    >>> list(bp.METHODS)[:3]
+    ['vi', 'lrt', 'hidden_layer']
 """
 
 import pyro.distributions as dist
@@ -19,6 +22,7 @@ from bnn_pyro import (
     priors,
     training,
 )
+from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.exceptions import NotFittedError, TrainingDivergedError
@@ -27,7 +31,6 @@ from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods import (
     SWAG,
-    BaseBayesianMethod,
     DeepEnsemble,
     LaplaceApproximation,
     MCDropout,
@@ -35,11 +38,14 @@ from bnn_pyro.methods import (
 )
 from bnn_pyro.poutine import LocalReparameterization
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
+from bnn_pyro.registry import METHODS, load, make, register_method
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "METHODS",
+    "PredictOutput",
     "SWAG",
     "BaseBayesianMethod",
     "DeepEnsemble",
@@ -68,13 +74,16 @@ __all__ = [
     "guides",
     "likelihoods",
     "linear_annealing",
+    "load",
     "losses",
+    "make",
     "methods",
     "metrics",
     "nn",
     "plots",
     "poutine",
     "priors",
+    "register_method",
     "training",
 ]
 

@@ -18,14 +18,14 @@ import torch
 import torch.nn as nn
 from pyro.infer import autoguide
 
-from bnn_pyro._checks import check_float
+from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
-from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.pyro_net import make_bayesian_
 from bnn_pyro.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.poutine import ESTIMATORS, LocalReparameterization
-from bnn_pyro.priors import IIDPrior, Prior
+from bnn_pyro.priors import IIDPrior, Prior, prior_from_config
 from bnn_pyro.svi_model import SVIModel
 
 __all__ = ["VariationalBNN"]
@@ -65,6 +65,7 @@ class VariationalBNN(SVIModel):
             :class:`bnn_pyro.poutine.LocalReparameterization`). Same posterior family, same
             guide, an ELBO gradient with less variance; ``predict`` still draws weights. Needs
             a guide that draws each weight from its own Normal (``"meanfield"``, ``"normal"``).
+        num_samples: the default ``S`` of :meth:`predict` (a call's ``num_samples`` overrides).
 
     Shapes:
         ``fit(X: (N, *features), y: (N,) | (N, O))``; ``predict(X) -> mean (N, O'), variance
@@ -89,6 +90,7 @@ class VariationalBNN(SVIModel):
         guide: str | type | Callable[..., Any] = "meanfield",
         init_scale: float = 0.01,
         local_reparameterization: bool | str = False,
+        num_samples: int = 100,
     ) -> None:
         super().__init__()
         if not isinstance(net, nn.Module):
@@ -102,6 +104,7 @@ class VariationalBNN(SVIModel):
         if not isinstance(prior, Prior):
             raise TypeError(f"prior must be a bnn_pyro.priors.Prior, got {type(prior).__name__}")
         init_scale = check_float("init_scale", init_scale, minimum=0.0, strict=True)
+        self.num_samples = check_int("num_samples", num_samples)
         self.local_reparameterization = _reparameterization(local_reparameterization, guide)
         self.likelihood = likelihood
         self.prior = prior
@@ -207,32 +210,35 @@ class VariationalBNN(SVIModel):
             )
         return total
 
-    def save(self, path: str) -> None:
-        """Write net, guide, prior and likelihood settings to one file, atomically.
-
-        Load it with :meth:`load` (``torch.load(weights_only=True)`` under the hood).
-        """
-        from bnn_pyro.checkpoint import save_bnn
-
-        save_bnn(self, path)
-
-    @classmethod
-    def load(cls, path: str, net: nn.Module, map_location: Any = None) -> VariationalBNN:
-        """Rebuild a saved :class:`VariationalBNN` around a fresh ``net`` of the saved
-        architecture (its weights are overwritten)."""
-        from bnn_pyro.checkpoint import load_bnn
-
-        return load_bnn(cls, path, net, map_location)
-
-    def _checkpoint_extra(self) -> dict[str, Any]:
-        """Constructor settings beyond the shared ones (subclasses extend this dict)."""
-        return {"local_reparameterization": self.local_reparameterization or False}
+    # ------------------------------------------------------------------ checkpoint hooks
+    def _config(self) -> dict[str, Any]:
+        if not isinstance(self.guide_spec, str) or self.guide_spec not in GUIDE_NAMES:
+            raise ValueError("only models built with a named guide (e.g. 'meanfield') can be saved")
+        return {
+            "likelihood": self.likelihood.config(),
+            "prior": self.prior.config(),
+            "guide": self.guide_spec,
+            "init_scale": self.init_scale,
+            "local_reparameterization": self.local_reparameterization or False,
+            "num_samples": self.num_samples,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
 
     @classmethod
-    def _from_checkpoint(cls, net: nn.Module, state: dict[str, Any]) -> VariationalBNN:
-        from bnn_pyro.checkpoint import rebuild_kwargs
-
-        return cls(net, **rebuild_kwargs(state), **state.get("extra", {}))
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> VariationalBNN:
+        if net is None:
+            raise ValueError(
+                f"loading a {cls.__name__} needs net=: a fresh instance of the saved architecture"
+            )
+        return cls(
+            net.to(getattr(torch, config["dtype"])),
+            likelihood_from_config(config["likelihood"]),
+            prior=prior_from_config(config["prior"]),
+            guide=config["guide"],
+            init_scale=config["init_scale"],
+            local_reparameterization=config["local_reparameterization"],
+            num_samples=config["num_samples"],
+        )
 
     def extra_repr(self) -> str:
         fitted = f"fitted on {self.dataset_size} points" if self.dataset_size else "not fitted"

@@ -1,8 +1,16 @@
-"""Save and load a :class:`~bnn_pyro.VariationalBNN` as one file.
+"""Save and load any method as one file: the one checkpoint module of bnn_pyro.
 
-The file holds the net state (point-estimate parameters and buffers), the guide state, the
-prior and likelihood settings, the training data shape and a format version. It contains only
-tensors, numbers, strings, lists and dicts, so it loads with ``torch.load(weights_only=True)``.
+A checkpoint is a dict of tensors, numbers, strings, lists and dicts, so it loads with
+``torch.load(weights_only=True)`` (no pickled code runs). It holds:
+
+- ``format_version``: :data:`FORMAT_VERSION`;
+- ``class``: the method's class name, looked up among the
+  :class:`~bnn_pyro.BaseBayesianMethod` subclasses (a user's own subclass too, once defined);
+- ``config``: the constructor settings from the method's ``_config()`` (priors and likelihoods
+  as their ``config()`` dicts, which name their classes in the same way);
+- ``state``: ``method.state_dict()`` on the CPU (device-neutral);
+- ``fitted``: the method's ``_fitted_state()`` (e.g. the training set size).
+
 It is written to a temporary name in the same folder and renamed, so a crash never leaves a
 half-written checkpoint behind.
 """
@@ -17,20 +25,35 @@ import pyro.poutine as poutine
 import torch
 import torch.nn as nn
 
-from bnn_pyro.likelihoods import likelihood_from_config
-from bnn_pyro.priors import prior_from_config
+from bnn_pyro.base import BaseBayesianMethod
 
 if TYPE_CHECKING:
-    from bnn_pyro.bnn import VariationalBNN
     from bnn_pyro.svi_model import SVIModel
 
-__all__ = ["FORMAT_VERSION", "atomic_save", "load_bnn", "read_checkpoint", "save_bnn"]
+__all__ = [
+    "FORMAT_VERSION",
+    "atomic_save",
+    "create_guide_parameters",
+    "load_method",
+    "read_checkpoint",
+    "save_method",
+]
 
-FORMAT_VERSION = 1
+#: Version 2: one layout for every method. (Version 1 held only ``VariationalBNN`` and
+#: ``HiddenLayerBNN``, each in a layout of its own.)
+FORMAT_VERSION = 2
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)`` through a temporary file in the same folder and a rename."""
+    """``torch.save(obj, path)`` through a temporary file in the same folder and a rename.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.pt")
+        >>> atomic_save({"a": torch.ones(2)}, path)
+        >>> torch.load(path, weights_only=True)["a"].tolist()
+        [1.0, 1.0]
+    """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -48,88 +71,113 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> None:
         raise
 
 
-def save_bnn(bnn: VariationalBNN, path: str | os.PathLike) -> None:
-    """Write ``bnn`` to ``path`` (see the module docstring for the contents)."""
-    from bnn_pyro.bnn import _guide_ready
+def _plain(value: Any) -> Any:
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
-    if not isinstance(bnn.guide_spec, str):
-        raise ValueError("only models built with a named guide (e.g. 'meanfield') can be saved")
-    if not _guide_ready(bnn.guide):
-        raise ValueError("fit the model before saving it: its guide has no parameters yet")
+
+def save_method(method: BaseBayesianMethod, path: str | os.PathLike) -> None:
+    """Write ``method`` to ``path`` (see the module docstring for the contents).
+
+    Args:
+        method: a fitted method.
+        path: the file to write; its folder must exist.
+
+    Example:
+        >>> import os, tempfile, bnn_pyro as bp
+        >>> m = bp.MCDropout(bp.nn.mlp(2, [8], 1, dropout=0.1), likelihood=bp.Gaussian(0.3))
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.pt"); save_method(m, path)
+        >>> read_checkpoint(path)["class"]
+        'MCDropout'
+    """
+    if not isinstance(method, BaseBayesianMethod):
+        raise TypeError(f"method must be a BaseBayesianMethod, got {type(method).__name__}")
     state = {
         "format_version": FORMAT_VERSION,
-        "class": type(bnn).__name__,
-        "net_state": {k: v.detach().cpu() for k, v in bnn.net.state_dict().items()},
-        "guide_state": {k: v.detach().cpu() for k, v in bnn.guide.state_dict().items()},
-        "guide": bnn.guide_spec,
-        "init_scale": bnn.init_scale,
-        "prior": bnn.prior.config(),
-        "likelihood": bnn.likelihood.config(),
-        "dataset_size": bnn.dataset_size,
-        "input_shape": list(bnn.input_shape or ()),
-        "dtype": str(bnn.dtype).removeprefix("torch."),
-        "extra": bnn._checkpoint_extra(),
+        "class": type(method).__name__,
+        "config": method._config(),
+        "fitted": method._fitted_state(),
+        "state": {k: _plain(v) for k, v in method.state_dict().items()},
     }
     atomic_save(state, path)
 
 
-def read_checkpoint(
-    path: str | os.PathLike, class_name: str, map_location: Any = None
-) -> dict[str, Any]:
+def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
     """The checkpoint dict at ``path`` (``torch.load(weights_only=True)``), checked to be a
-    bnn_pyro checkpoint of a readable format version holding a ``class_name``.
+    bnn_pyro checkpoint of the format this version reads.
 
     Raises:
-        ValueError: not a bnn_pyro checkpoint, a newer format, or another model class.
+        ValueError: not a bnn_pyro checkpoint, or another format version.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.pt"); atomic_save({"a": 1}, path)
+        >>> read_checkpoint(path)
+        Traceback (most recent call last):
+          ...
+        ValueError: ... is not a bnn_pyro checkpoint
     """
     state = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(state, dict) or "format_version" not in state:
-        raise ValueError(f"{path!r} is not a bnn_pyro checkpoint")
-    if state["format_version"] > FORMAT_VERSION:
+        raise ValueError(f"{os.fspath(path)!r} is not a bnn_pyro checkpoint")
+    version = state["format_version"]
+    if version > FORMAT_VERSION:
         raise ValueError(
-            f"{path!r} has format version {state['format_version']}; this bnn_pyro reads up to "
+            f"{os.fspath(path)!r} has format version {version}; this bnn_pyro reads "
             f"{FORMAT_VERSION}: upgrade bnn_pyro"
         )
-    if state["class"] != class_name:
-        raise ValueError(f"{path!r} holds a {state['class']}, not a {class_name}")
+    if version < FORMAT_VERSION:
+        raise ValueError(
+            f"{os.fspath(path)!r} has format version {version}, written by an older bnn_pyro "
+            f"(this one reads {FORMAT_VERSION}): save the model again with the version that "
+            "wrote it installed, or retrain"
+        )
     return state
 
 
+def load_method(
+    path: str | os.PathLike,
+    net: nn.Module | None = None,
+    map_location: Any = None,
+    expected: type[BaseBayesianMethod] | None = None,
+) -> BaseBayesianMethod:
+    """Rebuild the method saved at ``path`` around ``net``.
+
+    Args:
+        path: a file written by :func:`save_method`.
+        net: a fresh instance of the saved architecture (``None`` for methods that build their
+            own layers).
+        map_location: as in ``torch.load``.
+        expected: if given, the saved class must be this class or a subclass.
+
+    Returns:
+        The method with its saved parameters and fitted state.
+
+    Example:
+        >>> import os, tempfile, bnn_pyro as bp
+        >>> m = bp.MCDropout(bp.nn.mlp(2, [8], 1, dropout=0.1), likelihood=bp.Gaussian(0.3))
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.pt"); m.save(path)
+        >>> load_method(path, bp.nn.mlp(2, [8], 1, dropout=0.1)).likelihood
+        Gaussian(scale=0.3)
+    """
+    state = read_checkpoint(path, map_location)
+    cls = BaseBayesianMethod.subclass(state["class"])
+    if expected is not None and not issubclass(cls, expected):
+        raise ValueError(f"{os.fspath(path)!r} holds a {state['class']}, not a {expected.__name__}")
+    if net is not None and not isinstance(net, nn.Module):
+        raise TypeError(f"net must be a torch.nn.Module or None, got {type(net).__name__}")
+    method = cls._from_config(net, state["config"])
+    method._restore_fitted_state(state["fitted"])
+    try:
+        method.load_state_dict(state["state"])
+    except RuntimeError as err:
+        raise ValueError(f"net does not match the saved architecture: {err}") from None
+    return method
+
+
 def create_guide_parameters(bnn: SVIModel) -> None:
-    """Create a rebuilt model's guide parameters (to be overwritten by a saved state) from one
-    dummy row of ``bnn.input_shape`` and a ``y`` drawn from the model."""
+    """Create a rebuilt SVI model's guide parameters (to be overwritten by a saved state) from
+    one dummy row of ``bnn.input_shape`` and a ``y`` drawn from the model."""
     x = torch.zeros((1, *(bnn.input_shape or ())), dtype=bnn.dtype, device=bnn.device)
     with torch.no_grad():
         y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
         bnn._setup_guide(x, y)
-
-
-def load_bnn(
-    cls: type[VariationalBNN], path: str | os.PathLike, net: nn.Module, map_location: Any = None
-) -> VariationalBNN:
-    """Rebuild a saved model around ``net`` (a fresh instance of the saved architecture)."""
-    state = read_checkpoint(path, cls.__name__, map_location)
-    net = net.to(getattr(torch, state["dtype"]))
-    bnn = cls._from_checkpoint(net, state)
-    try:
-        bnn.net.load_state_dict(state["net_state"])
-    except RuntimeError as err:
-        raise ValueError(f"net does not match the saved architecture: {err}") from None
-    bnn.input_shape = tuple(state["input_shape"]) or None
-    bnn.dataset_size = state["dataset_size"]
-    create_guide_parameters(bnn)
-    try:
-        bnn.guide.load_state_dict(state["guide_state"])
-    except RuntimeError as err:
-        raise ValueError(f"net does not match the saved architecture: {err}") from None
-    return bnn
-
-
-def rebuild_kwargs(state: dict[str, Any]) -> dict[str, Any]:
-    """Constructor arguments shared by every saved model class."""
-    return {
-        "likelihood": likelihood_from_config(state["likelihood"]),
-        "prior": prior_from_config(state["prior"]),
-        "guide": state["guide"],
-        "init_scale": state["init_scale"],
-    }

@@ -12,7 +12,6 @@ draws whole weight matrices, so each predictive sample is one function of ``x``.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -26,17 +25,11 @@ import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
-from bnn_pyro.checkpoint import (
-    FORMAT_VERSION,
-    atomic_save,
-    create_guide_parameters,
-    read_checkpoint,
-)
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import ACTIVATION_BUDGET
-from bnn_pyro.nn.mlp import ACTIVATIONS
+from bnn_pyro.nn.mlp import ACTIVATIONS, mlp_architecture
 from bnn_pyro.nn.pyro_net import param_statement
 from bnn_pyro.svi_model import SVIModel
 
@@ -69,6 +62,7 @@ class HiddenLayerBNN(SVIModel):
             and bias.
         init_scale: initial posterior standard deviation of every weight; the means start at
             ``nn.Linear``'s initialisation.
+        num_samples: the default ``S`` of :meth:`predict` (a call's ``num_samples`` overrides).
 
     Shapes:
         ``fit(X: (N, D), y: (N,) | (N, O))``; ``predict(X) -> mean (N, O'), variance (N, O')[,
@@ -94,6 +88,7 @@ class HiddenLayerBNN(SVIModel):
         activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
         prior_scale: float = 1.0,
         init_scale: float = 0.01,
+        num_samples: int = 100,
     ) -> None:
         super().__init__()
         in_features = check_int("in_features", in_features)
@@ -115,6 +110,7 @@ class HiddenLayerBNN(SVIModel):
             raise TypeError(f"activation must be a name or a callable, got {activation!r}")
         self.prior_scale = check_float("prior_scale", prior_scale, minimum=0.0, strict=True)
         self.init_scale = check_float("init_scale", init_scale, minimum=0.0, strict=True)
+        self.num_samples = check_int("num_samples", num_samples)
         self.likelihood, self.activation = likelihood, activation
         self.in_features, self.out_features = in_features, out_features
         self.locs, self.rhos = nn.ParameterList(), nn.ParameterList()
@@ -249,69 +245,50 @@ class HiddenLayerBNN(SVIModel):
             for loc, rho in zip(self.locs, self.rhos, strict=True)
         )
 
-    # ------------------------------------------------------------------ checkpoints
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the fitted model to one file, atomically (format as
-        :meth:`bnn_pyro.VariationalBNN.save`: tensors, numbers and strings only, so it loads with
-        ``torch.load(weights_only=True)``).
-
-        Raises:
-            ValueError: not fitted yet, or the activation is a callable rather than a name.
-        """
-        if not self._is_fitted():
-            raise ValueError("fit the model before saving it")
+    # ------------------------------------------------------------------ checkpoint hooks
+    def _config(self) -> dict[str, Any]:
         if self.activation_name is None:
             raise ValueError(
                 "only a model built with a named activation (e.g. 'relu') can be saved"
             )
-        state = {
-            "format_version": FORMAT_VERSION,
-            "class": type(self).__name__,
-            "config": {
-                "in_features": self.in_features,
-                "hidden_sizes": list(self.hidden_sizes),
-                "out_features": self.out_features,
-                "activation": self.activation_name,
-                "prior_scale": self.prior_scale,
-                "init_scale": self.init_scale,
-            },
+        return {
+            "in_features": self.in_features,
+            "hidden_sizes": list(self.hidden_sizes),
+            "out_features": self.out_features,
             "likelihood": self.likelihood.config(),
-            "state": {k: v.detach().cpu() for k, v in self.state_dict().items()},
-            "dataset_size": self.dataset_size,
+            "activation": self.activation_name,
+            "prior_scale": self.prior_scale,
+            "init_scale": self.init_scale,
+            "num_samples": self.num_samples,
             "dtype": str(self.dtype).removeprefix("torch."),
         }
-        atomic_save(state, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, map_location: Any = None) -> HiddenLayerBNN:
-        """Rebuild a model written by :meth:`save`.
-
-        Example:
-            >>> import os, tempfile, bnn_pyro as bp
-            >>> X = torch.linspace(-1, 1, 16).unsqueeze(-1); y = 2 * X.squeeze(-1)
-            >>> bnn = bp.HiddenLayerBNN(1, [8], 1, bp.Gaussian(scale="learned"))
-            >>> _ = bnn.fit(X, y, epochs=2, progress=False, seed=0)
-            >>> path = os.path.join(tempfile.mkdtemp(), "hl.pt"); bnn.save(path)
-            >>> same = bp.HiddenLayerBNN.load(path)
-            >>> torch.equal(same.predict(X, seed=1)[0], bnn.predict(X, seed=1)[0])
-            True
-        """
-        state = read_checkpoint(path, cls.__name__, map_location)
-        config = state["config"]
-        bnn = cls(
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> HiddenLayerBNN:
+        return cls(
             config["in_features"],
             config["hidden_sizes"],
             config["out_features"],
-            likelihood_from_config(state["likelihood"]),
+            likelihood_from_config(config["likelihood"]),
             activation=config["activation"],
             prior_scale=config["prior_scale"],
             init_scale=config["init_scale"],
-        ).to(getattr(torch, state["dtype"]))
-        bnn.input_shape = (bnn.in_features,)
-        create_guide_parameters(bnn)  # a learned noise's guide parameters, then loaded
-        bnn.load_state_dict(state["state"])
-        bnn.dataset_size = state["dataset_size"]
-        return bnn
+            num_samples=config["num_samples"],
+        ).to(getattr(torch, config["dtype"]))
+
+    @classmethod
+    def from_net(cls, net: nn.Module, likelihood: Likelihood, **options: Any) -> HiddenLayerBNN:
+        """A ``HiddenLayerBNN`` with the widths and activation of an MLP of ``nn.Linear`` layers
+        (see :func:`bnn_pyro.nn.mlp_architecture`); ``net``'s weights are not used.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> HiddenLayerBNN.from_net(bp.nn.mlp(3, [16], 1, "tanh"), bp.Gaussian(0.1)).hidden_sizes
+            [16]
+        """  # noqa: E501
+        d_in, hidden, d_out, activation = mlp_architecture(net)
+        options.setdefault("activation", activation)
+        return cls(d_in, hidden, d_out, likelihood, **options)
 
 
 class _EmptyGuide(nn.Module):

@@ -115,6 +115,17 @@ class Likelihood(ABC):
         """Aleatoric variance per sample, broadcastable to :meth:`mean`; None if not Gaussian."""
         return None
 
+    _subclasses: dict[str, type[Likelihood]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Likelihood._subclasses[cls.__name__] = cls
+
+    @classmethod
+    def _from_config(cls, own: dict[str, Any]) -> Likelihood:
+        """The inverse of :meth:`config` (``own``: the settings without ``type``)."""
+        return cls(**own)
+
     def config(self) -> dict[str, Any]:
         """A ``weights_only``-safe description, inverse of :func:`likelihood_from_config`."""
         return {"type": type(self).__name__, **self._own_config()}
@@ -251,6 +262,13 @@ class Gaussian(GaussianLikelihood):
         if scale.dim() == 2:  # (S, O) posterior samples: align with f's (S, N, O)
             scale = scale.unsqueeze(-2)
         return f, scale
+
+    @classmethod
+    def _from_config(cls, own: dict[str, Any]) -> Likelihood:
+        prior = own.get("scale_prior")
+        if prior is not None:
+            prior = getattr(dist, prior["distribution"])(**prior["params"])
+        return cls(scale=own["scale"], scale_prior=prior)
 
     def _own_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"scale": self.scale}
@@ -392,22 +410,19 @@ class Bernoulli(Likelihood):
 def likelihood_from_config(config: dict[str, Any]) -> Likelihood:
     """Rebuild a likelihood from :meth:`Likelihood.config` (used when loading a checkpoint).
 
+    The ``type`` names a :class:`Likelihood` subclass: every subclass is registered by its
+    class name when it is defined, so a user's own likelihood reloads once its module is
+    imported.
+
     Example:
         >>> likelihood_from_config(Gaussian(scale=0.5).config())
         Gaussian(scale=0.5)
     """
     config = dict(config)
     kind = config.pop("type", None)
-    if kind == "Gaussian":
-        prior = config.pop("scale_prior", None)
-        if prior is not None:
-            prior = getattr(dist, prior["distribution"])(**prior["params"])
-        return Gaussian(scale=config["scale"], scale_prior=prior)
-    classes = {
-        "HeteroscedasticGaussian": HeteroscedasticGaussian,
-        "Categorical": Categorical,
-        "Bernoulli": Bernoulli,
-    }
-    if kind not in classes:
-        raise ValueError(f"unknown likelihood type {kind!r} in checkpoint")
-    return classes[kind](**config)
+    if kind not in Likelihood._subclasses:
+        raise ValueError(
+            f"unknown likelihood type {kind!r} in checkpoint (known: "
+            f"{sorted(Likelihood._subclasses)}); import the module that defines it before loading"
+        )
+    return Likelihood._subclasses[kind]._from_config(config)

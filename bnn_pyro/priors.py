@@ -85,6 +85,17 @@ class Prior(ABC):
         [True, False]
     """
 
+    _subclasses: dict[str, type[Prior]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Prior._subclasses[cls.__name__] = cls
+
+    @classmethod
+    def _from_config(cls, own: dict[str, Any], selection: dict[str, Any]) -> Prior:
+        """The inverse of :meth:`config` for this class (``own``: its own settings)."""
+        return cls(**own, **selection)
+
     def __init__(
         self,
         *,
@@ -226,6 +237,14 @@ class IIDPrior(Prior):
             return SharedNormal(float(self.base.loc), float(self.base.scale), device, dtype)
         return _rebuild(self.base, device, dtype)
 
+    @classmethod
+    def _from_config(cls, own: dict[str, Any], selection: dict[str, Any]) -> Prior:
+        name = own["distribution"]
+        dist_cls = ScaleMixtureNormal if name == "ScaleMixtureNormal" else getattr(dist, name, None)
+        if dist_cls is None:
+            raise ValueError(f"unknown prior distribution {name!r} in checkpoint")
+        return cls(dist_cls(**own["params"]), **selection)
+
     def _own_config(self) -> dict[str, Any]:
         return {
             "distribution": type(self.base).__name__,
@@ -340,6 +359,9 @@ class ScaleMixturePrior(Prior):
 def prior_from_config(config: dict[str, Any]) -> Prior:
     """Rebuild a prior from :meth:`Prior.config` (used when loading a checkpoint).
 
+    The ``type`` names a :class:`Prior` subclass: every subclass is registered by its class
+    name when it is defined, so a user's own prior reloads once its module is imported.
+
     Example:
         >>> prior_from_config(LayerwiseNormalPrior("xavier").config())
         LayerwiseNormalPrior(method='xavier', gain=1.0)
@@ -350,13 +372,9 @@ def prior_from_config(config: dict[str, Any]) -> Prior:
     selection = {"include": config.pop("include", "*"), "exclude": config.pop("exclude", ())}
     if types is not None:
         selection["types"] = tuple(getattr(nn, t) for t in types)
-    if kind == "IIDPrior":
-        name = config["distribution"]
-        cls = ScaleMixtureNormal if name == "ScaleMixtureNormal" else getattr(dist, name, None)
-        if cls is None:
-            raise ValueError(f"unknown prior distribution {name!r} in checkpoint")
-        return IIDPrior(cls(**config["params"]), **selection)
-    classes = {"LayerwiseNormalPrior": LayerwiseNormalPrior, "ScaleMixturePrior": ScaleMixturePrior}
-    if kind not in classes:
-        raise ValueError(f"unknown prior type {kind!r} in checkpoint")
-    return classes[kind](**config, **selection)
+    if kind not in Prior._subclasses:
+        raise ValueError(
+            f"unknown prior type {kind!r} in checkpoint (known: {sorted(Prior._subclasses)}); "
+            "import the module that defines it before loading"
+        )
+    return Prior._subclasses[kind]._from_config(config, selection)

@@ -19,16 +19,16 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import seed_from, seeded
+from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
-from bnn_pyro.methods.base import BaseBayesianMethod, PredictOutput, summarize_samples
 from bnn_pyro.training import (
     Callback,
     GuardedSVI,
     History,
     KLWeightSpec,
+    as_pyro_optim,
     make_elbo,
-    make_optimizer,
     run_svi,
 )
 
@@ -96,6 +96,19 @@ class SVIModel(BaseBayesianMethod):
         """Entered around the SVI loop."""
         yield
 
+    # ------------------------------------------------------------------ checkpoint hooks
+    def _fitted_state(self) -> dict[str, Any]:
+        if not self._is_fitted():
+            raise ValueError("fit the model before saving it: its guide has no parameters yet")
+        return {"dataset_size": self.dataset_size, "input_shape": list(self.input_shape or ())}
+
+    def _restore_fitted_state(self, fitted: dict[str, Any]) -> None:
+        from bnn_pyro.checkpoint import create_guide_parameters
+
+        self.input_shape = tuple(fitted["input_shape"]) or None
+        self.dataset_size = fitted["dataset_size"]
+        create_guide_parameters(self)  # created, then overwritten by the saved state
+
     # ------------------------------------------------------------------ inputs
     @property
     def device(self) -> torch.device:
@@ -162,7 +175,7 @@ class SVIModel(BaseBayesianMethod):
             epochs: passes over the data.
             batch_size: minibatch size; ``None`` = full batch. Ignored for a DataLoader.
             lr: learning rate of the default ``torch.optim.Adam`` (or of an optimizer class).
-            optimizer: see :func:`bnn_pyro.training.make_optimizer`.
+            optimizer: see :func:`bnn_pyro.training.as_pyro_optim`.
             elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL) or ``"meanfield"``
                 (``TraceMeanField_ELBO``: closed-form KL where the prior allows), or an ELBO.
             num_particles: samples per step, vectorized (``vectorize_particles=True``).
@@ -209,7 +222,7 @@ class SVIModel(BaseBayesianMethod):
             svi = GuardedSVI(
                 self.model,
                 self.guide,
-                make_optimizer(optimizer, params, lr),
+                as_pyro_optim(optimizer, params, lr),
                 make_elbo(elbo, num_particles, vectorize=True),
                 params,
             )
@@ -324,12 +337,11 @@ class SVIModel(BaseBayesianMethod):
         x: Any,
         return_samples: bool = False,
         *,
-        num_samples: int = 100,
+        num_samples: int | None = None,
         include_noise: bool = False,
         posterior_samples: Mapping[str, torch.Tensor] | None = None,
         chunk_size: int | None = None,
         seed: int | None = None,
-        normalize_output: bool = True,
         generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Posterior predictive mean and variance, vectorized over the samples.
@@ -340,15 +352,14 @@ class SVIModel(BaseBayesianMethod):
         Args:
             x: ``(N, *features)`` inputs.
             return_samples: also return the per-sample predictive means ``(S, N, O')``.
-            num_samples: ``S``, draws from the guide.
+            num_samples: ``S``, draws from the guide (default: ``self.num_samples``, 100 unless
+                the constructor set it).
             include_noise: add the aleatoric variance (Gaussian likelihoods: the mean over
                 samples of ``scale**2``) to the epistemic one.
             posterior_samples: ``{site: (S, ...)}`` to use instead of the guide, e.g.
                 ``mcmc.get_samples()`` from ``MCMC(NUTS(bnn.model))``.
             chunk_size: rows per pass (default: sized from the layer widths).
             seed: reproducible draws without touching the global RNG.
-            normalize_output: kept for the shared interface; the likelihood decides the link
-                (softmax for Categorical, sigmoid for Bernoulli, identity for Gaussian).
             generator: the random source of the draws, as the classic methods take it (an
                 alternative to ``seed``).
 
@@ -357,7 +368,7 @@ class SVIModel(BaseBayesianMethod):
             epistemic (the variance of the per-sample means) unless ``include_noise``, and, with
             ``return_samples``, ``samples (S, N, O')``.
         """
-        num_samples = check_int("num_samples", num_samples)
+        num_samples = self._samples_to_draw(num_samples)
         if chunk_size is not None:
             chunk_size = check_int("chunk_size", chunk_size)
         X = self._inputs(x, "x")
@@ -377,7 +388,7 @@ class SVIModel(BaseBayesianMethod):
         return out
 
     def predictive_gaussian(
-        self, x: Any, num_samples: int = 100, seed: int | None = None, **kwargs: Any
+        self, x: Any, num_samples: int | None = None, seed: int | None = None, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gaussian predictive as a mixture over samples: ``locs (S, N, O)``, ``scales`` (the noise
         standard deviation of each sample, broadcastable to ``locs``).
@@ -390,6 +401,7 @@ class SVIModel(BaseBayesianMethod):
                 f"predictive_gaussian needs a Gaussian likelihood, not {self.likelihood!r}"
             )
         X = self._inputs(x, "x")
+        num_samples = self._samples_to_draw(num_samples)
         seed = seed if kwargs.get("generator") is None else seed_from(kwargs["generator"])
         samples = self._resolve_samples(num_samples, kwargs.get("posterior_samples"), seed)
         f = self._outputs(X, samples, kwargs.get("chunk_size"))

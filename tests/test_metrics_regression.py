@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import integrate, optimize, special, stats
 
-from bnn_pyro.methods.base import BaseBayesianMethod, summarize_samples
+from bnn_pyro.base import BaseBayesianMethod, summarize_samples
 from bnn_pyro.metrics import (
     crps_from_samples,
     crps_gaussian_mixture,
@@ -19,6 +19,7 @@ from bnn_pyro.metrics import (
     regression_calibration,
     rmse,
 )
+from bnn_pyro.training import History
 
 # All library computations run in float64, so agreement with scipy/numpy float64 references is
 # limited only by summation order: 1e-10 relative is generous for that and still catches any
@@ -113,6 +114,9 @@ class _FixedSamples(BaseBayesianMethod):
     def __init__(self, samples: torch.Tensor, noise_scale: float) -> None:
         super().__init__()
         self.samples, self.noise_scale = samples, noise_scale
+
+    def fit(self, X, y=None, **kwargs):
+        return History()  # nothing to learn: the samples are given
 
     def predict(self, x, return_samples=False, **kwargs):
         return summarize_samples(self.samples, return_samples=return_samples)

@@ -1,6 +1,6 @@
 """Classic uncertainty methods behind one ``predict`` interface."""
 
-from bnn_pyro.methods.base import BaseBayesianMethod, summarize_samples, to_probabilities
+from bnn_pyro.base import BaseBayesianMethod, summarize_samples, to_probabilities
 from bnn_pyro.methods.ensemble import DeepEnsemble
 from bnn_pyro.methods.laplace import LaplaceApproximation
 from bnn_pyro.methods.mc_dropout import MCDropout

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from bnn_pyro.likelihoods import Likelihood
 
 _LIKELIHOODS = {
     "classification": "classification",
@@ -54,14 +58,61 @@ def check_seed(seed: object) -> int | None:
     return check_int(seed, "seed", minimum=0)
 
 
-def check_likelihood(value: object) -> str:
-    """Normalise a likelihood name to ``"classification"`` or ``"regression"``.
+def resolve_likelihood(
+    value: object,
+    noise_scale: object,
+    owner: str,
+    heteroscedastic: bool = False,
+) -> tuple[Likelihood, str, float | torch.Tensor | None]:
+    """A classic method's likelihood as ``(Likelihood object, task, noise_scale)``.
 
-    ``"categorical"`` is an alias of ``"classification"`` and ``"gaussian"`` of ``"regression"``.
+    ``value`` is a :class:`~bnn_pyro.likelihoods.Likelihood` or one of the seed's names
+    (``"classification"``/``"categorical"`` → ``Categorical()``; ``"regression"``/``"gaussian"``
+    → ``Gaussian(scale=noise_scale)`` if ``noise_scale`` is a float, else
+    ``Gaussian(scale="learned")``). ``Gaussian(scale=s)`` fixes the noise std at ``s``;
+    ``Gaussian(scale="learned")`` lets ``fit`` estimate it. ``HeteroscedasticGaussian`` is
+    accepted only where ``heteroscedastic`` (ensembles with variance heads); ``task`` is
+    ``"heteroscedastic"`` then.
+
+    Example:
+        >>> lik, task, noise = resolve_likelihood("regression", 0.5, "MCDropout")
+        >>> lik, task, noise
+        (Gaussian(scale=0.5), 'regression', 0.5)
     """
-    if not isinstance(value, str) or value not in _LIKELIHOODS:
-        raise ValueError(f"likelihood must be one of {tuple(_LIKELIHOODS)}, got {value!r}")
-    return _LIKELIHOODS[value]
+    from bnn_pyro.likelihoods import Categorical, Gaussian, HeteroscedasticGaussian, Likelihood
+
+    noise = check_noise_scale(noise_scale)
+    if isinstance(value, str):
+        if value not in _LIKELIHOODS:
+            raise ValueError(
+                f"likelihood must be a bnn_pyro Likelihood (e.g. bp.Gaussian(), bp.Categorical()) "
+                f"or one of {tuple(_LIKELIHOODS)}, got {value!r}"
+            )
+        if _LIKELIHOODS[value] == "classification":
+            value = Categorical()
+        else:
+            value = Gaussian(scale=noise if isinstance(noise, float) else "learned")
+    if isinstance(value, Categorical):
+        return value, "classification", noise
+    if isinstance(value, Gaussian):
+        if not value.learned:
+            if noise is not None and not (isinstance(noise, float) and noise == value.scale):
+                raise ValueError(
+                    f"likelihood={value!r} and noise_scale={noise!r} disagree: give the noise once"
+                )
+            noise = value.scale
+        return value, "regression", noise
+    if isinstance(value, HeteroscedasticGaussian) and heteroscedastic:
+        return value, "heteroscedastic", noise
+    if isinstance(value, Likelihood):
+        known = "Gaussian or Categorical" + (
+            " or HeteroscedasticGaussian" if heteroscedastic else ""
+        )
+        raise ValueError(f"{owner} supports a {known} likelihood, got {value!r}")
+    raise TypeError(
+        "likelihood must be a bnn_pyro Likelihood (e.g. bp.Gaussian(), bp.Categorical()) or "
+        f"one of {tuple(_LIKELIHOODS)}, got {type(value).__name__}"
+    )
 
 
 def check_module(value: object, name: str = "model") -> nn.Module:

@@ -10,19 +10,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro._progress import tqdm
 from bnn_pyro._rng import seeded
-from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods._checks import (
     check_bool,
-    check_choice,
     check_float,
     check_int,
     check_noise_scale,
     check_seed,
 )
-
-OPTIMIZERS = ("adam", "sgd")
+from bnn_pyro.training import Callback, History, LossStep, check_optimizer, make_optimizer, train
 
 
 @dataclass(frozen=True)
@@ -33,7 +29,7 @@ class TrainSettings:
     batch_size: int
     lr: float
     weight_decay: float
-    optimizer: str
+    optimizer: object
     progress: bool
     seed: int | None
 
@@ -53,7 +49,7 @@ def check_fit_args(
     check_int(batch_size, "batch_size")
     check_float(lr, "lr")
     check_float(weight_decay, "weight_decay", strict=False)
-    check_choice(optimizer, "optimizer", OPTIMIZERS)
+    check_optimizer(optimizer)
     check_bool(progress, "progress")
     check_seed(seed)
     return TrainSettings(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
@@ -83,16 +79,6 @@ def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[Non
             m.training = flag
 
 
-def make_optimizer(
-    params: Iterable[torch.Tensor], name: str, lr: float, weight_decay: float
-) -> torch.optim.Optimizer:
-    """Adam, or SGD with momentum 0.9; ``weight_decay`` is an L2 penalty on the mean loss."""
-    params = list(params)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
-
-
 def task_loss(out: torch.Tensor, y: torch.Tensor, likelihood: str) -> torch.Tensor:
     """Mean cross-entropy (classification) or mean squared error (regression, ``y: (B, O)``)."""
     if likelihood == "classification":
@@ -116,58 +102,47 @@ def train_epochs(
     module: nn.Module,
     desc: str,
     seed: int | None = None,
-    after_epoch: Callable[[int], None] | None = None,
-) -> list[float]:
-    """Minimise ``batch_loss(xb, yb)`` over shuffled minibatches; return the epoch mean losses.
+    callbacks: Iterable[Callback] = (),
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
+    history_module: nn.Module | None = None,
+) -> History:
+    """Minimise ``batch_loss(xb, yb)`` over shuffled minibatches with the one loop
+    (:func:`bnn_pyro.training.train`); return the :class:`~bnn_pyro.training.History`.
 
     ``module`` trains in train mode (every flag restored afterwards), on a forked RNG seeded
-    with ``seed`` (default ``settings.seed``). Raises :class:`TrainingDivergedError` as soon as a
-    batch loss is NaN/inf, naming the epoch and suggesting a smaller learning rate.
+    with ``seed`` (default ``settings.seed``); each epoch's order is ``torch.randperm`` of that
+    RNG. A NaN/inf batch loss raises :class:`TrainingDivergedError` naming the epoch.
+    ``validation``: ``(x_val, y_val)``, scored after each epoch as ``val_loss`` (``batch_loss``
+    in eval mode, without gradients). Callbacks see ``history_module`` (default ``module``).
     """
     seed = settings.seed if seed is None else seed
-    with seeded(seed, x.device), modes(module, lambda m: True):
-        return _train_epochs(params, batch_loss, x, y, settings, desc, after_epoch)
-
-
-def _train_epochs(
-    params: Iterable[torch.Tensor],
-    batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    settings: TrainSettings,
-    desc: str,
-    after_epoch: Callable[[int], None] | None,
-) -> list[float]:
-    epochs, batch_size, lr, progress = (
-        settings.epochs,
-        settings.batch_size,
-        settings.lr,
-        settings.progress,
-    )
-    opt = make_optimizer(params, settings.optimizer, lr, settings.weight_decay)
     n = len(x)
-    history: list[float] = []
-    bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False)
-    for epoch in bar:
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         perm = torch.randperm(n).to(x.device)
-        total = 0.0
-        for start in range(0, n, batch_size):
-            idx = perm[start : start + batch_size]
-            opt.zero_grad(set_to_none=True)
-            loss = batch_loss(x[idx], y[idx])
-            if not bool(torch.isfinite(loss)):
-                raise TrainingDivergedError(
-                    f"{desc}: the loss became {loss.item()} in epoch {epoch}; "
-                    f"try a smaller lr (got {lr})"
-                )
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-        history.append(total / n)
-        bar.set_postfix(loss=f"{history[-1]:.4g}")
-        if after_epoch is not None:
-            after_epoch(epoch)
-    return history
+        for start in range(0, n, settings.batch_size):
+            idx = perm[start : start + settings.batch_size]
+            yield x[idx], y[idx]
+
+    def val_loss() -> dict[str, float]:
+        xv, yv = validation  # type: ignore[misc]
+        with torch.no_grad(), modes(module, lambda m: False):
+            score = float(batch_loss(xv, yv))
+        return {"val_loss": score}
+
+    opt = make_optimizer(settings.optimizer, params, settings.lr, settings.weight_decay)
+    step = LossStep(batch_loss, opt, desc=f"{desc} (lr={settings.lr})")
+    with seeded(seed, x.device), modes(module, lambda m: True):
+        return train(
+            history_module or module,
+            step,
+            batches,
+            epochs=settings.epochs,
+            callbacks=callbacks,
+            validation=None if validation is None else val_loss,
+            progress=settings.progress,
+            desc=desc,
+        )
 
 
 def residual_noise_scale(mean: torch.Tensor, y: torch.Tensor) -> float | torch.Tensor:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -11,14 +13,22 @@ import torch.nn.functional as F
 from torch.func import stack_module_state
 from torch.utils.data import DataLoader
 
+from bnn_pyro.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import (
     check_bool,
     check_inputs,
     check_int,
-    check_likelihood,
     check_outputs,
     check_targets,
+    resolve_likelihood,
 )
+from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
@@ -30,19 +40,14 @@ from bnn_pyro.methods._training import (
     task_loss,
     train_epochs,
 )
-from bnn_pyro.methods.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
+from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["DeepEnsemble"]
 
 _VAR_FLOOR = 1e-6
 
 
-class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
+class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
     """An ensemble of independently trained nets; the spread of their outputs is the uncertainty.
 
     :meth:`predict` runs all members in one vectorized call (``torch.func.stack_module_state``
@@ -57,7 +62,8 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
     Args:
         model_fn: called ``num_models`` times to build the members.
         num_models: M, the ensemble size.
-        likelihood: ``"classification"`` or ``"regression"`` (used by :meth:`fit`).
+        likelihood: ``Categorical()``/``"classification"``, ``Gaussian(...)``/``"regression"``,
+            or ``HeteroscedasticGaussian()`` (the same as ``gaussian_nll=True``).
         gaussian_nll: members have mean and variance heads (regression only).
         noise_scale: homoscedastic noise std for regression without variance heads; None lets
             :meth:`fit` estimate it.
@@ -74,7 +80,7 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         model_fn: Callable[[], nn.Module],
         num_models: int = 5,
         *,
-        likelihood: str = "classification",
+        likelihood: Likelihood | str = "classification",
         gaussian_nll: bool = False,
         noise_scale: float | torch.Tensor | None = None,
     ) -> None:
@@ -82,9 +88,13 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
         check_int(num_models, "num_models")
-        self.likelihood = check_likelihood(likelihood)
+        self.likelihood, self.task, noise_scale = resolve_likelihood(
+            likelihood, noise_scale, "DeepEnsemble", heteroscedastic=True
+        )
         check_bool(gaussian_nll, "gaussian_nll")
-        if gaussian_nll and self.likelihood != "regression":
+        if self.task == "heteroscedastic":  # HeteroscedasticGaussian: the variance-head members
+            self.task, gaussian_nll = "regression", True
+        if gaussian_nll and self.task != "regression":
             raise ValueError(
                 f"gaussian_nll=True needs likelihood='regression', got {self.likelihood!r}"
             )
@@ -98,6 +108,11 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         self.gaussian_nll = gaussian_nll
         self.models = nn.ModuleList(models)
         self.noise_scale = noise_scale
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """``S`` of :meth:`predict`: the members (``num_models``)."""
+        return self.num_models
 
     def forward(self, x: torch.Tensor, model_idx: int | None = None) -> torch.Tensor:
         """Raw output of member ``model_idx``, or the average of all members' raw outputs.
@@ -135,9 +150,11 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         x: torch.Tensor,
         return_samples: bool = False,
         return_all: bool = False,
-        normalize_output: bool = True,
+        normalize_output: bool | None = None,
         *,
         vectorize: bool = True,
+        num_samples: int | None = None,
+        seed: int | None = None,
         generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Ensemble prediction; the samples are the M members' outputs.
@@ -146,22 +163,30 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
             x: ``(N, ...)`` inputs.
             return_samples: also return the ``(M, N, O)`` member outputs.
             return_all: deprecated alias of ``return_samples`` (seed API).
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
+                ``None``: for a classifier only.
             vectorize: run members with vmap (True) or in a Python loop (False).
-            generator: accepted for a uniform ``predict`` signature; unused (deterministic).
+            num_samples: must be None or ``num_models``: the samples are the members.
+            seed, generator: accepted for the one ``predict`` signature; unused (deterministic).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` (epistemic: the members' disagreement) and, if
             asked, ``samples (M, N, O)``; for ``gaussian_nll`` members the samples are the means.
         """
         check_inputs(x)
+        self._predict_seed(seed, generator)
+        if num_samples is not None and num_samples != self.num_models:
+            raise ValueError(
+                f"a DeepEnsemble's samples are its {self.num_models} members: num_samples must be "
+                f"None or {self.num_models}, got {num_samples!r}"
+            )
         if return_all:
             warnings.warn(
                 "return_all is deprecated; use return_samples", DeprecationWarning, stacklevel=2
             )
         out = self._member_outputs(x, vectorize=check_bool(vectorize, "vectorize"))
         samples = self._split_heads(out)[0] if self.gaussian_nll else out
-        samples = to_probabilities(samples, normalize_output)
+        samples = to_probabilities(samples, self._normalize(normalize_output))
         return summarize_samples(samples, return_samples or return_all)
 
     @torch.no_grad()
@@ -242,7 +267,7 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
 
     def _loss(self, member: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         if not self.gaussian_nll:
-            return lambda xb, yb: task_loss(member(xb), yb, self.likelihood)
+            return lambda xb, yb: task_loss(member(xb), yb, self.task)
 
         def nll(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             mean, var = self._split_heads(member(xb))
@@ -259,10 +284,12 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
         batch_size: int = 32,
         lr: float = 1e-3,
         weight_decay: float = 0.0,
-        optimizer: str = "adam",
+        optimizer: OptimizerSpec = "adam",
         progress: bool = True,
         seed: int | None = None,
-    ) -> DeepEnsemble:
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> History:
         """Train every member independently (own shuffling; seed ``seed + i`` for member i).
 
         Loss: cross-entropy, squared error, or the Gaussian NLL for ``gaussian_nll`` members.
@@ -275,20 +302,27 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
             epochs, batch_size, lr, weight_decay, optimizer: the training loop per member.
             progress: show a tqdm bar per member.
             seed: seeds each member's run; the global RNG is left untouched.
+            callbacks: run in each member's training, ``fn(ensemble, epoch, member_history)``;
+                ``True`` stops that member.
+            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (each member's training loss
+                on it, averaged over members) to the history.
 
         Returns:
-            self.
+            The :class:`~bnn_pyro.training.History`: per epoch, ``loss`` (and ``val_loss``)
+            averaged over the members that ran that epoch, and ``member_loss``, the list of
+            the members' losses.
 
         Example:
             >>> make = lambda: nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 2))
             >>> ens = DeepEnsemble(make, 3, likelihood="regression", gaussian_nll=True)
             >>> x = torch.linspace(-1, 1, 16).unsqueeze(-1)
-            >>> loc, scale = ens.fit(x, x, epochs=3, progress=False).predictive_gaussian(x)
+            >>> history = ens.fit(x, x, epochs=3, progress=False)
+            >>> loc, scale = ens.predictive_gaussian(x)
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
         check_inputs(x)
-        yt = check_targets(x, y, self.likelihood)
+        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         out = probe(self.models[0], self.models[0], x)
         if self.gaussian_nll:
@@ -298,21 +332,81 @@ class DeepEnsemble(NoiseScaleMixin, BaseBayesianMethod):
                     f"heads for y with {yt.shape[1]} columns), got {tuple(out.shape)}"
                 )
         else:
-            check_outputs(out, yt, self.likelihood, what="member")
+            check_outputs(out, yt, self.task, what="member")
+        runs = []
         for i, member in enumerate(self.models):
             device = module_device(member)
             xd, yd = x.to(device), yt.to(device)
-            train_epochs(
-                member.parameters(),
-                self._loss(member),
-                xd,
-                yd,
-                settings,
-                module=member,
-                seed=None if seed is None else seed + i,
-                desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
+            runs.append(
+                train_epochs(
+                    member.parameters(),
+                    self._loss(member),
+                    xd,
+                    yd,
+                    settings,
+                    module=member,
+                    seed=None if seed is None else seed + i,
+                    desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
+                    callbacks=callbacks,
+                    validation=self._validation(validation_data, device),
+                    history_module=self,
+                )
             )
-        if self.likelihood == "regression" and not self.gaussian_nll:
+        if self.task == "regression" and not self.gaussian_nll:
             mean, _ = self.predict(x.to(module_device(self.models[0])), normalize_output=False)
             self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
-        return self
+        return _mean_history(runs)
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_models": self.num_models,
+            "likelihood": self.likelihood.config(),
+            "gaussian_nll": self.gaussian_nll,
+        }
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> DeepEnsemble:
+        if net is None:
+            raise ValueError("loading a DeepEnsemble needs net=: one member's architecture")
+        return cls(
+            lambda: copy.deepcopy(net),
+            config["num_models"],
+            likelihood=cls._likelihood_from(config),
+            gaussian_nll=config["gaussian_nll"],
+        )
+
+    @classmethod
+    def from_net(cls, net: nn.Module, likelihood: Any, **options: Any) -> DeepEnsemble:
+        """An ensemble of copies of ``net``, each re-initialised (``reset_parameters`` of every
+        submodule that has one), so the members start apart.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> ens = DeepEnsemble.from_net(nn.Linear(2, 1), bp.Gaussian(0.1), num_models=3)
+            >>> bool(torch.equal(ens.models[0].weight, ens.models[1].weight))
+            False
+        """
+        return cls(lambda: _reinitialised(net), likelihood=likelihood, **options)
+
+
+def _reinitialised(net: nn.Module) -> nn.Module:
+    member = copy.deepcopy(net)
+    for module in member.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return member
+
+
+def _mean_history(runs: list[History]) -> History:
+    """One history from the members': per epoch the mean over the members that ran it."""
+    history = History()
+    for epoch in range(max(len(run["loss"]) for run in runs)):
+        ran = [run for run in runs if epoch < len(run["loss"])]
+        row: dict[str, Any] = {"epoch": epoch}
+        for key in ("loss", "val_loss"):
+            if key in ran[0]:
+                row[key] = sum(run[key][epoch] for run in ran) / len(ran)
+        row["member_loss"] = [run["loss"][epoch] for run in ran]
+        history.append(**row)
+    return history

@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro._rng import seed_from, seeded
+from bnn_pyro._rng import seeded
+from bnn_pyro.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
 from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods import _gaussian_posterior as gp
 from bnn_pyro.methods._checks import (
     check_choice,
     check_float,
     check_inputs,
     check_int,
-    check_likelihood,
     check_module,
     check_outputs,
     check_targets,
+    resolve_likelihood,
 )
+from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._curvature import curvature, residual_sigma
 from bnn_pyro.methods._params import (
     batched_call,
@@ -38,19 +47,14 @@ from bnn_pyro.methods._training import (
     task_loss,
     train_epochs,
 )
-from bnn_pyro.methods.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
+from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["LaplaceApproximation"]
 
 _NOT_FITTED = "LaplaceApproximation is not fitted: call fit() first"
 
 
-class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
+class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
     """Gaussian posterior ``N(θ*, (H + λ I)⁻¹)`` around the trained weights θ*.
 
     ``H`` is the curvature of the negative log-likelihood summed over the training data:
@@ -90,7 +94,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         >>> net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 3))
         >>> x, y = torch.randn(20, 2), torch.randint(0, 3, (20,))
         >>> la = LaplaceApproximation(net, "classification", hessian="ggn")
-        >>> la = la.fit(x, y, epochs=0, progress=False)
+        >>> _ = la.fit(x, y, epochs=0, progress=False)
         >>> la.predict(x[:4])[0].shape
         torch.Size([4, 3])
     """
@@ -98,7 +102,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
     def __init__(
         self,
         model: nn.Module,
-        likelihood: str = "classification",
+        likelihood: Likelihood | str = "classification",
         prior_precision: float = 1.0,
         num_samples: int = 20,
         *,
@@ -110,7 +114,9 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
     ) -> None:
         super().__init__()
         self.model = check_module(model)
-        self.likelihood = check_likelihood(likelihood)
+        self.likelihood, self.task, noise_scale = resolve_likelihood(
+            likelihood, noise_scale, "LaplaceApproximation"
+        )
         self.prior_precision = check_float(prior_precision, "prior_precision")
         self.num_samples = check_int(num_samples, "num_samples")
         self.hessian = check_choice(hessian, "hessian", ("fisher", "ggn"))
@@ -130,6 +136,30 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         self._hessian: torch.Tensor | None = None
         self._loglik = 0.0
         self._n_data = 0
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "likelihood": self.likelihood.config(),
+            "prior_precision": self.prior_precision,
+            "num_samples": self.num_samples,
+            "hessian": self.hessian,
+            "hessian_structure": self.hessian_structure,
+            "subset": self.subset,
+            "predictive": self.predictive,
+        }
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> LaplaceApproximation:
+        return cls(
+            net,  # type: ignore[arg-type]
+            cls._likelihood_from(config),
+            config["prior_precision"],
+            config["num_samples"],
+            hessian=config["hessian"],
+            hessian_structure=config["hessian_structure"],
+            subset=config["subset"],
+            predictive=config["predictive"],
+        )
 
     # --- posterior ----------------------------------------------------------------------
     @property
@@ -166,7 +196,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
 
         Example:
             >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", noise_scale=0.5)
-            >>> la = la.fit(torch.randn(20, 2), torch.randn(20), epochs=0, progress=False)
+            >>> _ = la.fit(torch.randn(20, 2), torch.randn(20), epochs=0, progress=False)
             >>> la.log_marginal_likelihood().dtype
             torch.float64
         """
@@ -185,7 +215,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
 
         Example:
             >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", hessian="ggn")
-            >>> la = la.fit(torch.randn(50, 2), torch.randn(50), epochs=0, progress=False)
+            >>> _ = la.fit(torch.randn(50, 2), torch.randn(50), epochs=0, progress=False)
             >>> lam = la.optimize_prior_precision()
             >>> bool(la.log_marginal_likelihood(lam) >= la.log_marginal_likelihood(2 * lam))
             True
@@ -201,10 +231,10 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
     def _fit_posterior(self, batches: Iterable, device: torch.device) -> None:
         params = {n: p.detach() for n, p in self.model.named_parameters() if n in self._shapes}
         with modes(self.model, lambda m: False):
-            if self.likelihood == "regression" and not self._noise_from_user:
+            if self.task == "regression" and not self._noise_from_user:
                 self._estimate_noise(residual_sigma(self.model, batches, device))
             sigma = None
-            if self.likelihood == "regression":
+            if self.task == "regression":
                 if self.noise_scale is None:
                     raise ValueError("noise_scale is None: set it or fit on regression data")
                 sigma = torch.as_tensor(self.noise_scale, device=device).to(
@@ -214,7 +244,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
                 self.model,
                 params,
                 batches,
-                likelihood=self.likelihood,
+                likelihood=self.task,
                 kind=self.hessian,
                 structure=self.hessian_structure,
                 sigma=sigma,
@@ -232,11 +262,13 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         batch_size: int = 32,
         lr: float = 1e-3,
         weight_decay: float = 0.0,
-        optimizer: str = "adam",
+        optimizer: OptimizerSpec = "adam",
         progress: bool = True,
         seed: int | None = None,
         device: str | torch.device | None = None,
-    ) -> LaplaceApproximation:
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> History:
         """Fit the posterior: ``fit(loader)`` at the current weights, or train then fit.
 
         ``fit(data_loader)`` (seed API): the net is taken as trained; ``H`` is summed over the
@@ -255,15 +287,20 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
             progress: show a tqdm bar.
             seed: seeds the shuffling of the training loop.
             device: moves the net there first; None keeps the net's device.
+            callbacks: ``fn(method, epoch, history)`` after each MAP epoch; ``True`` stops.
+            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the MAP loss on it) to the
+                history.
 
         Returns:
-            self.
+            The :class:`~bnn_pyro.training.History` of the MAP phase (empty when there is none:
+            ``fit(loader)`` or ``epochs=0``).
 
         Example:
             >>> from torch.utils.data import DataLoader, TensorDataset
             >>> net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
             >>> data = DataLoader(TensorDataset(torch.randn(30, 2), torch.randn(30, 1)), 10)
-            >>> la = LaplaceApproximation(net, "regression").fit(data)  # seed API: no training
+            >>> la = LaplaceApproximation(net, "regression")
+            >>> history = la.fit(data)  # seed API: no training
             >>> la.posterior_covariance().shape
             torch.Size([33, 33])
         """
@@ -273,30 +310,35 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
             if not isinstance(data, Iterable):
                 raise TypeError(f"data must be a DataLoader or a tensor, got {type(data).__name__}")
             self._fit_posterior(data, self._move(device))
-            return self
+            return History()
         x = check_inputs(data, "x")
-        yt = check_targets(x, y, self.likelihood)
+        yt = check_targets(x, y, self.task)
         settings = check_fit_args(
             epochs, batch_size, lr, weight_decay, optimizer, progress, seed, min_epochs=0
         )
-        check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
+        check_outputs(probe(self.model, self.model, x), yt, self.task)
         dev = self._move(device)
         x, yt = x.to(dev), yt.to(dev)
+        validation = self._validation(validation_data, dev)
+        history = History()
         if epochs > 0:
-            train_epochs(
+            history = train_epochs(
                 self.model.parameters(),
-                lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+                lambda xb, yb: task_loss(self.model(xb), yb, self.task),
                 x,
                 yt,
                 settings,
                 module=self.model,
                 desc="Laplace (MAP)",
+                callbacks=callbacks,
+                validation=validation,
+                history_module=self,
             )
         step = max(batch_size, 256)  # curvature batches: views, no DataLoader collation
         self._fit_posterior(
             [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev
         )
-        return self
+        return history
 
     def _move(self, device: str | torch.device | None) -> torch.device:
         if device is not None:
@@ -316,8 +358,10 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         self,
         x: torch.Tensor,
         return_samples: bool = False,
-        normalize_output: bool = True,
+        normalize_output: bool | None = None,
         *,
+        num_samples: int | None = None,
+        seed: int | None = None,
         generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Monte Carlo predictive over S posterior weight samples (vmapped).
@@ -327,22 +371,26 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         Args:
             x: ``(N, ...)`` inputs.
             return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
-            generator: for reproducible samples.
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
+                ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``).
+            seed: for reproducible samples (the global RNG is not touched).
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
         """
         check_inputs(x)
         self._require_fit()
-        with seeded(seed_from(generator), module_device(self.model)):
-            stacked = self.sample_parameters(self.num_samples)
+        with seeded(self._predict_seed(seed, generator), module_device(self.model)):
+            stacked = self.sample_parameters(self._samples_to_draw(num_samples))
         with modes(self.model, lambda m: False):
             if self.predictive == "nn":
                 samples = batched_call(self.model, stacked, x)
             else:
                 samples = linearized_call(self.model, self.mean, stacked, x)
-        return summarize_samples(to_probabilities(samples, normalize_output), return_samples)
+        samples = to_probabilities(samples, self._normalize(normalize_output))
+        return summarize_samples(samples, return_samples)
 
     # --- state --------------------------------------------------------------------------
     def get_extra_state(self) -> dict[str, object]:
@@ -354,7 +402,7 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
             loglik=self._loglik,
             n_data=self._n_data,
             prior_precision=self.prior_precision,
-            likelihood=self.likelihood,
+            likelihood=self.task,
             hessian=self.hessian,
             hessian_structure=self.hessian_structure,
             subset=self.subset,
@@ -364,18 +412,18 @@ class LaplaceApproximation(NoiseScaleMixin, BaseBayesianMethod):
         return state
 
     def set_extra_state(self, state: dict[str, object]) -> None:
-        for key in ("hessian_structure", "subset"):
-            if state[key] != getattr(self, key):
+        for key, attr in (("hessian_structure",) * 2, ("subset",) * 2, ("likelihood", "task")):
+            if state[key] != getattr(self, attr):
                 raise ValueError(
                     f"the saved posterior has {key}={state[key]!r}; construct the "
                     f"LaplaceApproximation with {key}={state[key]!r} to load it, got "
-                    f"{getattr(self, key)!r}"
+                    f"{getattr(self, attr)!r}"
                 )
         super().set_extra_state(state)
         self._mean, self._hessian = state["mean"], state["hessian_matrix"]
         self._loglik, self._n_data = float(state["loglik"]), int(state["n_data"])
         self.prior_precision = float(state["prior_precision"])
-        self.likelihood, self.hessian = state["likelihood"], state["hessian"]
+        self.hessian = state["hessian"]
         self.num_samples = int(state["num_samples"])
         self.predictive = str(state["predictive"])
 

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from bnn_pyro._rng import seed_from, seeded
+from bnn_pyro._rng import seeded
+from bnn_pyro.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import (
     check_bool,
     check_inputs,
     check_int,
-    check_likelihood,
     check_module,
     check_outputs,
     check_targets,
+    resolve_likelihood,
 )
+from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
     check_fit_args,
@@ -27,12 +37,7 @@ from bnn_pyro.methods._training import (
     task_loss,
     train_epochs,
 )
-from bnn_pyro.methods.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
+from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["DROPOUT_TYPES", "MCDropout"]
 
@@ -47,7 +52,7 @@ DROPOUT_TYPES = (
 _MAX_ROWS = 65536  # rows per batched forward pass: S_chunk * N <= _MAX_ROWS
 
 
-class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
+class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
     """Monte Carlo dropout: S stochastic forward passes with dropout on at test time.
 
     During :meth:`predict` only the dropout modules are put in train mode; every other module
@@ -90,7 +95,7 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
         dropout_rate: float | None = 0.1,
         *,
         functional_dropout: bool = False,
-        likelihood: str = "classification",
+        likelihood: Likelihood | str = "classification",
         noise_scale: float | torch.Tensor | None = None,
         samples_per_pass: int | None = None,
     ) -> None:
@@ -107,7 +112,9 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
         check_bool(functional_dropout, "functional_dropout")
         if samples_per_pass is not None:
             check_int(samples_per_pass, "samples_per_pass")
-        self.likelihood = check_likelihood(likelihood)
+        self.likelihood, self.task, noise_scale = resolve_likelihood(
+            likelihood, noise_scale, "MCDropout"
+        )
         self.model = model
         self.num_samples = num_samples
         self.dropout_rate = dropout_rate
@@ -126,6 +133,26 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
                 stacklevel=2,
             )
 
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_samples": self.num_samples,
+            "dropout_rate": self.dropout_rate,
+            "functional_dropout": self.functional_dropout,
+            "likelihood": self.likelihood.config(),
+            "samples_per_pass": self.samples_per_pass,
+        }
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> MCDropout:
+        return cls(
+            net,  # type: ignore[arg-type]
+            config["num_samples"],
+            config["dropout_rate"],
+            functional_dropout=config["functional_dropout"],
+            likelihood=cls._likelihood_from(config),
+            samples_per_pass=config["samples_per_pass"],
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """One forward pass of the wrapped net (in its current mode)."""
         return self.model(x)
@@ -140,8 +167,10 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
         self,
         x: torch.Tensor,
         return_samples: bool = False,
-        normalize_output: bool = True,
+        normalize_output: bool | None = None,
         *,
+        num_samples: int | None = None,
+        seed: int | None = None,
         generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Monte Carlo prediction.
@@ -149,15 +178,18 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
         Args:
             x: ``(N, ...)`` inputs.
             return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
-            generator: makes the dropout masks reproducible without touching the global RNG.
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
+                ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``).
+            seed: makes the dropout masks reproducible without touching the global RNG.
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
         """
         check_inputs(x)
-        seed = seed_from(generator)
-        n, s_total = len(x), self.num_samples
+        seed = self._predict_seed(seed, generator)
+        n, s_total = len(x), self._samples_to_draw(num_samples)
         per_pass = self.samples_per_pass or max(1, _MAX_ROWS // n)
         chunks = []
         with seeded(seed, module_device(self.model)), modes(self.model, self._mc_mode):
@@ -165,7 +197,7 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
                 k = min(per_pass, s_total - start)
                 out = self.model(x.repeat(k, *([1] * (x.dim() - 1))))
                 chunks.append(out.reshape(k, n, *out.shape[1:]))
-        samples = to_probabilities(torch.cat(chunks), normalize_output)
+        samples = to_probabilities(torch.cat(chunks), self._normalize(normalize_output))
         return summarize_samples(samples, return_samples)
 
     def predict_entropy(
@@ -203,10 +235,12 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
         batch_size: int = 32,
         lr: float = 1e-3,
         weight_decay: float = 0.0,
-        optimizer: str = "adam",
+        optimizer: OptimizerSpec = "adam",
         progress: bool = True,
         seed: int | None = None,
-    ) -> MCDropout:
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> History:
         """Train the net with dropout on (cross-entropy or squared error), then set the noise.
 
         For regression, ``noise_scale`` (unless set by the user) becomes the maximum-likelihood
@@ -217,38 +251,46 @@ class MCDropout(NoiseScaleMixin, BaseBayesianMethod):
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
             epochs, batch_size, lr, weight_decay, optimizer: the training loop (``weight_decay``
-                is an L2 penalty on the mean loss; ``optimizer`` is ``"adam"`` or ``"sgd"``).
+                is an L2 penalty on the mean loss; ``optimizer``: see
+                :func:`bnn_pyro.training.make_optimizer`).
             progress: show a tqdm bar.
             seed: seeds shuffling and dropout masks (the global RNG is left untouched).
+            callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
+            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss on it,
+                dropout off) to the history.
 
         Returns:
-            self.
+            The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
 
         Example:
             >>> net = nn.Sequential(nn.Linear(1, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 1))
             >>> mc = MCDropout(net, num_samples=10, likelihood="regression")
             >>> x = torch.linspace(-1, 1, 32).unsqueeze(-1)
-            >>> mc = mc.fit(x, x**2, epochs=5, progress=False, seed=0)
+            >>> history = mc.fit(x, x**2, epochs=5, progress=False, seed=0)
             >>> mc.noise_scale > 0
             True
         """
         check_inputs(x)
-        yt = check_targets(x, y, self.likelihood)
+        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
-        check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
+        check_outputs(probe(self.model, self.model, x), yt, self.task)
         device = module_device(self.model)
         x, yt = x.to(device), yt.to(device)
-        train_epochs(
+        validation = self._validation(validation_data, device)
+        history = train_epochs(
             self.model.parameters(),
-            lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+            lambda xb, yb: task_loss(self.model(xb), yb, self.task),
             x,
             yt,
             settings,
             module=self.model,
             desc="MCDropout",
+            callbacks=callbacks,
+            validation=validation,
+            history_module=self,
         )
-        if self.likelihood == "regression":
+        if self.task == "regression":
             gen = None if seed is None else torch.Generator().manual_seed(seed)
             mean, _ = self.predict(x, normalize_output=False, generator=gen)
             self._estimate_noise(residual_noise_scale(mean, yt))
-        return self
+        return history

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -13,16 +15,24 @@ from torch.optim.swa_utils import update_bn
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro._rng import seed_from, seeded
+from bnn_pyro.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
 from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import (
     check_float,
     check_inputs,
     check_int,
-    check_likelihood,
     check_module,
     check_outputs,
     check_targets,
+    resolve_likelihood,
 )
+from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._params import batched_call, flatten, unflatten
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
@@ -34,17 +44,12 @@ from bnn_pyro.methods._training import (
     task_loss,
     train_epochs,
 )
-from bnn_pyro.methods.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
+from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["SWAG"]
 
 
-class SWAG(NoiseScaleMixin, BaseBayesianMethod):
+class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
     """SWAG: diagonal plus low-rank Gaussian posterior from SGD iterates.
 
     :meth:`collect_model` folds one snapshot θ_i of the weights into running moments. The mean
@@ -100,7 +105,7 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         max_num_models: int = 20,
         *,
         scale: float = 0.5,
-        likelihood: str = "classification",
+        likelihood: Likelihood | str = "classification",
         noise_scale: float | torch.Tensor | None = None,
         bn_loader: object | None = None,
     ) -> None:
@@ -112,7 +117,9 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         check_float(var_clamp, "var_clamp", strict=False)
         check_int(max_num_models, "max_num_models", minimum=0)
         check_float(scale, "scale")
-        self.likelihood = check_likelihood(likelihood)
+        self.likelihood, self.task, noise_scale = resolve_likelihood(
+            likelihood, noise_scale, "SWAG"
+        )
         self.model = model
         self.num_samples = num_samples
         self.var_clamp = float(var_clamp)
@@ -126,6 +133,26 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         self.register_buffer("swag_m2", torch.zeros_like(ref))
         self.register_buffer("swag_deviations", ref.new_zeros(max_num_models, ref.numel()))
         self.register_buffer("swag_n_models", torch.zeros((), dtype=torch.long))
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_samples": self.num_samples,
+            "var_clamp": self.var_clamp,
+            "max_num_models": self.max_num_models,
+            "scale": self.scale,
+            "likelihood": self.likelihood.config(),
+        }
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> SWAG:
+        return cls(
+            net,  # type: ignore[arg-type]
+            config["num_samples"],
+            config["var_clamp"],
+            config["max_num_models"],
+            scale=config["scale"],
+            likelihood=cls._likelihood_from(config),
+        )
 
     @property
     def n_models(self) -> int:
@@ -229,8 +256,10 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         self,
         x: torch.Tensor,
         return_samples: bool = False,
-        normalize_output: bool = True,
+        normalize_output: bool | None = None,
         *,
+        num_samples: int | None = None,
+        seed: int | None = None,
         generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Bayesian model average over S SWAG weight samples.
@@ -238,8 +267,11 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         Args:
             x: ``(N, ...)`` inputs.
             return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
-            generator: for reproducible samples.
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
+                ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``).
+            seed: for reproducible samples (the global RNG is not touched).
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
@@ -247,8 +279,8 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         check_inputs(x)
         if self.n_models == 0:
             raise NotFittedError("SWAG has no snapshots: call collect_model() or fit() first")
-        with seeded(seed_from(generator), self.swag_mean.device):
-            flat = self._sample_flat(self.num_samples)
+        with seeded(self._predict_seed(seed, generator), self.swag_mean.device):
+            flat = self._sample_flat(self._samples_to_draw(num_samples))
         has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
         if has_bn and self.bn_loader is not None:
             net = copy.deepcopy(self.model)
@@ -269,7 +301,8 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
                 )
             with modes(self.model, lambda m: False):
                 samples = batched_call(self.model, unflatten(flat, self._shapes), x)
-        return summarize_samples(to_probabilities(samples, normalize_output), return_samples)
+        samples = to_probabilities(samples, self._normalize(normalize_output))
+        return summarize_samples(samples, return_samples)
 
     def fit(
         self,
@@ -280,11 +313,13 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
         batch_size: int = 32,
         lr: float = 1e-2,
         weight_decay: float = 0.0,
-        optimizer: str = "sgd",
+        optimizer: OptimizerSpec = "sgd",
         swa_start: int | None = None,
         progress: bool = True,
         seed: int | None = None,
-    ) -> SWAG:
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> History:
         """Train at a constant learning rate and collect one snapshot per epoch from ``swa_start``.
 
         Clears earlier snapshots first. SGD with momentum 0.9 at a constant ``lr`` is the
@@ -300,47 +335,55 @@ class SWAG(NoiseScaleMixin, BaseBayesianMethod):
             swa_start: first epoch (0-based) whose end is collected; default ``epochs // 2``.
             progress: show a tqdm bar.
             seed: seeds shuffling and the prediction used for the noise estimate.
+            callbacks: ``fn(method, epoch, history)`` after each epoch (and after that epoch's
+                snapshot); ``True`` stops.
+            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss of the
+                current weights on it) to the history.
 
         Returns:
-            self.
+            The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
 
         Example:
             >>> swag = SWAG(nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 3)))
             >>> x, y = torch.randn(40, 2), torch.randint(0, 3, (40,))
-            >>> swag.fit(x, y, epochs=4, progress=False, seed=0).n_models
-            2
+            >>> history = swag.fit(x, y, epochs=4, progress=False, seed=0)
+            >>> swag.n_models, len(history["loss"])
+            (2, 4)
         """
         check_inputs(x)
-        yt = check_targets(x, y, self.likelihood)
+        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         swa_start = epochs // 2 if swa_start is None else check_int(swa_start, "swa_start", 0)
         if swa_start >= epochs:
             raise ValueError(f"swa_start must be < epochs = {epochs}, got {swa_start}")
-        check_outputs(probe(self.model, self.model, x), yt, self.likelihood)
+        check_outputs(probe(self.model, self.model, x), yt, self.task)
         device = module_device(self.model)
         x, yt = x.to(device), yt.to(device)
+        validation = self._validation(validation_data, device)
         self.reset()
 
-        def after_epoch(epoch: int) -> None:
+        def collect(method: SWAG, epoch: int, history: History) -> None:
             if epoch >= swa_start:
                 self.collect_model()
 
-        train_epochs(
+        history = train_epochs(
             self.model.parameters(),
-            lambda xb, yb: task_loss(self.model(xb), yb, self.likelihood),
+            lambda xb, yb: task_loss(self.model(xb), yb, self.task),
             x,
             yt,
             settings,
             module=self.model,
             desc="SWAG",
-            after_epoch=after_epoch,
+            callbacks=[collect, *callbacks],
+            validation=validation,
+            history_module=self,
         )
         if self.bn_loader is None and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         ):
             self.bn_loader = DataLoader(TensorDataset(x), batch_size=batch_size)
-        if self.likelihood == "regression":
+        if self.task == "regression":
             gen = None if seed is None else torch.Generator().manual_seed(seed)
             mean, _ = self.predict(x, normalize_output=False, generator=gen)
             self._estimate_noise(residual_noise_scale(mean, yt))
-        return self
+        return history

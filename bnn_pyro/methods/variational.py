@@ -3,42 +3,47 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro._rng import seed_from, seeded
+from bnn_pyro._rng import seeded
+from bnn_pyro.base import (
+    BaseBayesianMethod,
+    PredictOutput,
+    summarize_samples,
+    to_probabilities,
+)
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import (
     check_float,
     check_inputs,
     check_int,
-    check_likelihood,
     check_noise_scale,
     check_outputs,
     check_targets,
+    resolve_likelihood,
 )
+from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
     check_fit_args,
     module_device,
     train_epochs,
 )
-from bnn_pyro.methods.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
 from bnn_pyro.nn.functional import BayesianMLP
+from bnn_pyro.nn.mlp import mlp_architecture
+from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["VariationalBayesNN"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
+class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
     """A mean-field Gaussian BNN trained by maximising the ELBO (Bayes by Backprop).
 
     The net is a :class:`~bnn_pyro.nn.functional.BayesianMLP` of
@@ -79,7 +84,7 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
         prior_std: float = 1.0,
         num_samples: int = 20,
         *,
-        likelihood: str = "classification",
+        likelihood: Likelihood | str = "classification",
         activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
         noise_scale: float | torch.Tensor | None = None,
         dataset_size: int | None = None,
@@ -87,10 +92,13 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
         super().__init__()
         check_int(num_samples, "num_samples")
         check_float(prior_std, "prior_std")
-        self.likelihood = check_likelihood(likelihood)
+        self.likelihood, self.task, noise_scale = resolve_likelihood(
+            likelihood, noise_scale, "VariationalBayesNN"
+        )
         if dataset_size is not None:
             check_int(dataset_size, "dataset_size")
         self.net = BayesianMLP(in_features, hidden_sizes, out_features, activation, prior_std)
+        self._architecture = (in_features, list(hidden_sizes), out_features, activation)
         self.prior_std = float(prior_std)
         self.num_samples = num_samples
         self.dataset_size = dataset_size
@@ -148,7 +156,9 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
             Scalar loss.
         """
         check_inputs(x)
-        lik = self.likelihood if likelihood is None else check_likelihood(likelihood)
+        lik = self.task
+        if likelihood is not None:
+            lik = resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
         yt = check_targets(x, y, lik)
         check_int(num_samples, "num_samples")
         check_float(kl_weight, "kl_weight", strict=False)
@@ -173,8 +183,10 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
         self,
         x: torch.Tensor,
         return_samples: bool = False,
-        normalize_output: bool = True,
+        normalize_output: bool | None = None,
         *,
+        num_samples: int | None = None,
+        seed: int | None = None,
         generator: torch.Generator | None = None,
     ) -> PredictOutput:
         """Predictive from S weight draws in one vectorized pass.
@@ -182,16 +194,20 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
         Args:
             x: ``(N, D)`` inputs.
             return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`).
-            generator: for reproducible draws.
+            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
+                ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``).
+            seed: for reproducible draws (the global RNG is not touched).
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
         """
         check_inputs(x)
-        with seeded(seed_from(generator), module_device(self)):
-            samples = self.net(x, num_samples=self.num_samples)
-        return summarize_samples(to_probabilities(samples, normalize_output), return_samples)
+        with seeded(self._predict_seed(seed, generator), module_device(self)):
+            samples = self.net(x, num_samples=self._samples_to_draw(num_samples))
+        samples = to_probabilities(samples, self._normalize(normalize_output))
+        return summarize_samples(samples, return_samples)
 
     def fit(
         self,
@@ -202,12 +218,14 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
         batch_size: int = 32,
         lr: float = 1e-3,
         weight_decay: float = 0.0,
-        optimizer: str = "adam",
+        optimizer: OptimizerSpec = "adam",
         train_samples: int = 1,
         kl_weight: float = 1.0,
         progress: bool = True,
         seed: int | None = None,
-    ) -> VariationalBayesNN:
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> History:
         """Minimise :meth:`variational_loss` over minibatches with ``dataset_size = len(x)``.
 
         For regression without a user-set ``noise_scale``, ``log σ`` is a free parameter
@@ -223,29 +241,33 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
             kl_weight: β on the KL term.
             progress: show a tqdm bar.
             seed: seeds shuffling and weight noise (the global RNG is left untouched).
+            callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
+            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the negative ELBO per datum
+                on it) to the history.
 
         Returns:
-            self.
+            The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
 
         Example:
             >>> vb = VariationalBayesNN(1, [16], 1, likelihood="regression")
             >>> x = torch.linspace(-1, 1, 32).unsqueeze(-1)
-            >>> vb = vb.fit(x, 2 * x, epochs=3, progress=False, seed=0)
+            >>> history = vb.fit(x, 2 * x, epochs=3, progress=False, seed=0)
             >>> vb.dataset_size, vb.noise_scale > 0
             (32, True)
         """
         check_inputs(x)
-        yt = check_targets(x, y, self.likelihood)
+        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         check_int(train_samples, "train_samples")
         check_float(kl_weight, "kl_weight", strict=False)
         with torch.no_grad():
-            check_outputs(self.net(x[:2], sample=False), yt, self.likelihood)
+            check_outputs(self.net(x[:2], sample=False), yt, self.task)
         device = module_device(self)
         x, yt = x.to(device), yt.to(device)
+        validation = self._validation(validation_data, device)
         params = list(self.parameters())
         log_sigma = None
-        if self.likelihood == "regression" and not self._noise_from_user:
+        if self.task == "regression" and not self._noise_from_user:
             init = yt.std(dim=0).clamp_min(1e-3) if len(yt) > 1 else torch.ones(yt.shape[1])
             log_sigma = init.log().to(device).requires_grad_(True)
             params.append(log_sigma)
@@ -257,8 +279,67 @@ class VariationalBayesNN(NoiseScaleMixin, BaseBayesianMethod):
                 xb, yb, train_samples, kl_weight, dataset_size=len(x), noise_scale=sigma
             )
 
-        train_epochs(params, loss, x, yt, settings, module=self, desc="VariationalBayesNN")
+        history = train_epochs(
+            params,
+            loss,
+            x,
+            yt,
+            settings,
+            module=self,
+            desc="VariationalBayesNN",
+            callbacks=callbacks,
+            validation=validation,
+        )
         if log_sigma is not None:
             sigma = log_sigma.detach().exp()
             self._estimate_noise(float(sigma) if sigma.numel() == 1 else sigma)
-        return self
+        return history
+
+    def _config(self) -> dict[str, Any]:
+        d_in, hidden, d_out, activation = self._architecture
+        if not isinstance(activation, str):
+            raise ValueError(
+                "only a model built with a named activation (e.g. 'relu') can be saved"
+            )
+        return {
+            "in_features": d_in,
+            "hidden_sizes": hidden,
+            "out_features": d_out,
+            "prior_std": self.prior_std,
+            "num_samples": self.num_samples,
+            "likelihood": self.likelihood.config(),
+            "activation": activation,
+        }
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> VariationalBayesNN:
+        return cls(
+            config["in_features"],
+            config["hidden_sizes"],
+            config["out_features"],
+            config["prior_std"],
+            config["num_samples"],
+            likelihood=cls._likelihood_from(config),
+            activation=config["activation"],
+        )
+
+    def _fitted_state(self) -> dict[str, Any]:
+        return {"dataset_size": self.dataset_size}
+
+    def _restore_fitted_state(self, fitted: dict[str, Any]) -> None:
+        self.dataset_size = fitted["dataset_size"]
+
+    @classmethod
+    def from_net(cls, net: nn.Module, likelihood: Any, **options: Any) -> VariationalBayesNN:
+        """A ``VariationalBayesNN`` with the widths and activation of an MLP of ``nn.Linear``
+        layers (see :func:`bnn_pyro.nn.mlp_architecture`); ``net``'s weights are not used.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = VariationalBayesNN.from_net(bp.nn.mlp(3, [16], 2), bp.Categorical())
+            >>> m.predict(torch.randn(4, 3))[0].shape
+            torch.Size([4, 2])
+        """
+        d_in, hidden, d_out, activation = mlp_architecture(net)
+        options.setdefault("activation", activation)
+        return cls(d_in, hidden, d_out, likelihood=likelihood, **options)

@@ -1,7 +1,7 @@
 """Metrics computed from ``predict`` output or predictive samples (torch tensors in).
 
 Regression (the Gaussian predictive is the mixture ``1/S sum_s Normal(locs[s], scales[s])`` of
-:meth:`~bnn_pyro.methods.base.BaseBayesianMethod.predictive_gaussian`):
+:meth:`~bnn_pyro.base.BaseBayesianMethod.predictive_gaussian`):
 :func:`rmse`, :func:`gaussian_log_likelihood`, :func:`gaussian_nll`,
 :func:`crps_gaussian_mixture`, :func:`crps_from_samples`, :func:`gaussian_mixture_cdf`,
 :func:`regression_calibration`.

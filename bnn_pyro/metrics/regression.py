@@ -2,7 +2,7 @@
 
 The predictive distribution of a sampled model is the equally weighted Gaussian mixture
 ``p(y | x) = 1/S sum_s Normal(y; locs[s], scales[s])`` returned by
-:meth:`bnn_pyro.methods.base.BaseBayesianMethod.predictive_gaussian`.
+:meth:`bnn_pyro.base.BaseBayesianMethod.predictive_gaussian`.
 
 Units: models are usually trained on targets normalised as ``y_n = (y - y_mean) / y_std``. Pass
 ``y_scale=y_std`` to report in the original units of ``y``:

@@ -11,7 +11,7 @@ from bnn_pyro.nn.bayesian_linear import BayesianLinear
 from bnn_pyro.nn.functional import BayesianMLP, bayesian_dense, build
 from bnn_pyro.nn.gaussian_linear import GaussianLinear
 from bnn_pyro.nn.layers import Conv2d, Linear, batched_conv2d, batched_linear
-from bnn_pyro.nn.mlp import mlp
+from bnn_pyro.nn.mlp import mlp, mlp_architecture
 
 __all__ = [
     "BayesianLinear",
@@ -24,4 +24,5 @@ __all__ = [
     "bayesian_dense",
     "build",
     "mlp",
+    "mlp_architecture",
 ]

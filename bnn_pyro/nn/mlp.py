@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from bnn_pyro.nn.layers import Linear
 
-__all__ = ["mlp", "ACTIVATIONS"]
+__all__ = ["mlp", "mlp_architecture", "ACTIVATIONS"]
 
 #: Activation names accepted by :func:`mlp`.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -92,3 +92,51 @@ def mlp(
         width = h
     layers.append(Linear(width, out_features))
     return nn.Sequential(*layers)
+
+
+def mlp_architecture(net: nn.Module) -> tuple[int, list[int], int, str]:
+    """Read ``(in_features, hidden_sizes, out_features, activation)`` off an MLP.
+
+    The net must be an ``nn.Sequential`` of ``nn.Linear`` layers (with bias), each hidden one
+    followed by the same activation from :data:`ACTIVATIONS` (dropout modules are skipped), as
+    :func:`mlp` builds. Methods that build their own layers (``HiddenLayerBNN``,
+    ``VariationalBayesNN``) use it in ``make``.
+
+    Raises:
+        ValueError: a net of any other shape, naming the module that does not fit.
+
+    Example:
+        >>> mlp_architecture(mlp(13, [50, 20], 1, "tanh", dropout=0.1))
+        (13, [50, 20], 1, 'tanh')
+    """
+    if not isinstance(net, nn.Sequential):
+        raise ValueError(
+            f"this method reads the widths of an MLP (an nn.Sequential of nn.Linear layers and "
+            f"activations, e.g. bnn_pyro.nn.mlp(...)), got a {type(net).__name__}"
+        )
+    names = {cls: name for name, cls in ACTIVATIONS.items()}
+    widths: list[int] = []
+    activations: set[str] = set()
+    expect_linear = True
+    for i, module in enumerate(net):
+        if isinstance(module, nn.Dropout):
+            continue
+        if isinstance(module, nn.Linear) and expect_linear and module.bias is not None:
+            if widths and widths[-1] != module.in_features:
+                raise ValueError(f"layer {i} takes {module.in_features} inputs, not {widths[-1]}")
+            widths += [module.in_features] if not widths else []
+            widths.append(module.out_features)
+            expect_linear = False
+        elif type(module) in names and not expect_linear:
+            activations.add(names[type(module)])
+            expect_linear = True
+        else:
+            raise ValueError(
+                f"module {i} ({type(module).__name__}) does not fit an MLP of nn.Linear layers "
+                f"(with bias) each followed by one activation from {sorted(ACTIVATIONS)}"
+            )
+    if not widths or expect_linear:
+        raise ValueError("the net must end with an nn.Linear layer")
+    if len(activations) > 1:
+        raise ValueError(f"the hidden layers must share one activation, got {sorted(activations)}")
+    return widths[0], widths[1:-1], widths[-1], activations.pop() if activations else "relu"

@@ -29,7 +29,7 @@ def test_round_trip_gives_the_same_predictions(tmp_path, regression_data, prior)
     path = tmp_path / "model.pt"
     bnn.save(path)
     raw = torch.load(path, weights_only=True)  # plain tensors and containers only
-    assert raw["format_version"] == 1 and raw["likelihood"]["scale"] == "learned"
+    assert raw["format_version"] == 2 and raw["config"]["likelihood"]["scale"] == "learned"
     loaded = bp.VariationalBNN.load(path, net=bp.nn.mlp(3, [5], 1))
     X = regression_data[0]
     assert torch.equal(
@@ -77,12 +77,18 @@ def test_read_checkpoint_rejects_newer_formats_other_classes_and_foreign_files(t
 
     path = tmp_path / "c.pt"
     torch.save({"format_version": FORMAT_VERSION, "class": "HiddenLayerBNN"}, path)
-    assert read_checkpoint(path, "HiddenLayerBNN")["class"] == "HiddenLayerBNN"
+    assert read_checkpoint(path)["class"] == "HiddenLayerBNN"
     with pytest.raises(ValueError, match="holds a HiddenLayerBNN, not a VariationalBNN"):
-        read_checkpoint(path, "VariationalBNN")
+        bp.VariationalBNN.load(path, net=bp.nn.mlp(3, [5], 1))
+    torch.save({"format_version": FORMAT_VERSION, "class": "NoSuchMethod"}, path)
+    with pytest.raises(ValueError, match="no bnn_pyro method class named 'NoSuchMethod'"):
+        bp.load(path)
     torch.save({"format_version": FORMAT_VERSION + 1, "class": "VariationalBNN"}, path)
     with pytest.raises(ValueError, match="upgrade bnn_pyro"):
         bp.VariationalBNN.load(path, net=bp.nn.mlp(3, [5], 1))
+    torch.save({"format_version": FORMAT_VERSION - 1, "class": "VariationalBNN"}, path)
+    with pytest.raises(ValueError, match="written by an older bnn_pyro"):
+        bp.load(path, net=bp.nn.mlp(3, [5], 1))
     torch.save([1, 2], path)
     with pytest.raises(ValueError, match="not a bnn_pyro checkpoint"):
-        read_checkpoint(path, "VariationalBNN")
+        read_checkpoint(path)

@@ -12,3 +12,9 @@ def relu_mlp(d_in: int = 1, d_out: int = 1, hidden: int = 50, dropout: float = 0
             layers.append(nn.Dropout(dropout))
     layers.append(nn.Linear(hidden, d_out))
     return nn.Sequential(*layers)
+
+
+def trained(method, *args, **kwargs):
+    """``method.fit(*args, **kwargs)`` (which returns the History), then the method itself."""
+    method.fit(*args, **kwargs)
+    return method

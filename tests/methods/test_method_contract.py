@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp
+from methods_helpers import relu_mlp, trained
 
 from bnn_pyro.methods import (
     SWAG,
@@ -28,33 +28,69 @@ def _gnll_member() -> nn.Module:
 
 
 BUILDERS = {
-    "mc_dropout": lambda d: MCDropout(
-        relu_mlp(dropout=0.1), num_samples=100, dropout_rate=0.1, likelihood="regression"
-    ).fit(d.x, d.y, **FIT),
-    "ensemble": lambda d: DeepEnsemble(relu_mlp, 5, likelihood="regression").fit(d.x, d.y, **FIT),
-    "ensemble_gnll": lambda d: DeepEnsemble(
-        _gnll_member, 5, likelihood="regression", gaussian_nll=True
-    ).fit(d.x, d.y, **FIT),
-    "swag": lambda d: SWAG(relu_mlp(), num_samples=50, likelihood="regression").fit(
-        d.x, d.y, epochs=300, batch_size=16, lr=1e-2, progress=False, seed=0
+    "mc_dropout": lambda d: trained(
+        MCDropout(
+            relu_mlp(dropout=0.1), num_samples=100, dropout_rate=0.1, likelihood="regression"
+        ),
+        d.x,
+        d.y,
+        **FIT,
     ),
-    "laplace_diag_fisher": lambda d: LaplaceApproximation(
-        relu_mlp(), "regression", num_samples=50
-    ).fit(d.x, d.y, weight_decay=1e-3, **FIT),
-    "laplace_diag_ggn_glm": lambda d: LaplaceApproximation(
-        relu_mlp(), "regression", num_samples=50, hessian="ggn", predictive="glm"
-    ).fit(d.x, d.y, **FIT),
-    "laplace_last_layer_full_ggn": lambda d: LaplaceApproximation(
-        relu_mlp(),
-        "regression",
-        num_samples=50,
-        hessian="ggn",
-        hessian_structure="full",
-        subset="last_layer",
-    ).fit(d.x, d.y, **FIT),
-    "variational": lambda d: VariationalBayesNN(
-        1, [32], 1, likelihood="regression", num_samples=50
-    ).fit(d.x, d.y, epochs=2000, batch_size=80, lr=1e-2, train_samples=4, progress=False, seed=0),
+    "ensemble": lambda d: trained(
+        DeepEnsemble(relu_mlp, 5, likelihood="regression"), d.x, d.y, **FIT
+    ),
+    "ensemble_gnll": lambda d: trained(
+        DeepEnsemble(_gnll_member, 5, likelihood="regression", gaussian_nll=True), d.x, d.y, **FIT
+    ),
+    "swag": lambda d: trained(
+        SWAG(relu_mlp(), num_samples=50, likelihood="regression"),
+        d.x,
+        d.y,
+        epochs=300,
+        batch_size=16,
+        lr=1e-2,
+        progress=False,
+        seed=0,
+    ),
+    "laplace_diag_fisher": lambda d: trained(
+        LaplaceApproximation(relu_mlp(), "regression", num_samples=50),
+        d.x,
+        d.y,
+        weight_decay=1e-3,
+        **FIT,
+    ),
+    "laplace_diag_ggn_glm": lambda d: trained(
+        LaplaceApproximation(
+            relu_mlp(), "regression", num_samples=50, hessian="ggn", predictive="glm"
+        ),
+        d.x,
+        d.y,
+        **FIT,
+    ),
+    "laplace_last_layer_full_ggn": lambda d: trained(
+        LaplaceApproximation(
+            relu_mlp(),
+            "regression",
+            num_samples=50,
+            hessian="ggn",
+            hessian_structure="full",
+            subset="last_layer",
+        ),
+        d.x,
+        d.y,
+        **FIT,
+    ),
+    "variational": lambda d: trained(
+        VariationalBayesNN(1, [32], 1, likelihood="regression", num_samples=50),
+        d.x,
+        d.y,
+        epochs=2000,
+        batch_size=80,
+        lr=1e-2,
+        train_samples=4,
+        progress=False,
+        seed=0,
+    ),
 }
 # Where each method's epistemic std must exceed 1.2x its std on the training inputs. Known
 # limitations, seen in the literature and on this data: diagonal/mean-field Gaussian weight
@@ -189,10 +225,12 @@ def test_classification_outputs_are_probabilities():
     methods = [
         MCDropout(relu_mlp(2, 3, 8, dropout=0.2), 5, 0.2),
         DeepEnsemble(lambda: relu_mlp(2, 3, 8), 3),
-        LaplaceApproximation(relu_mlp(2, 3, 8), num_samples=5).fit(x, y, epochs=0, progress=False),
+        trained(
+            LaplaceApproximation(relu_mlp(2, 3, 8), num_samples=5), x, y, epochs=0, progress=False
+        ),
         VariationalBayesNN(2, [8], 3, num_samples=5),
     ]
-    swag = SWAG(relu_mlp(2, 3, 8), num_samples=5).fit(x, y, epochs=4, progress=False)
+    swag = trained(SWAG(relu_mlp(2, 3, 8), num_samples=5), x, y, epochs=4, progress=False)
     for method in [*methods, swag]:
         mean, var, samples = method.predict(x, return_samples=True)
         torch.testing.assert_close(samples.sum(-1), torch.ones(samples.shape[:2]))

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from methods_helpers import relu_mlp
+from methods_helpers import relu_mlp, trained
 
 from bnn_pyro.methods import SWAG, DeepEnsemble, LaplaceApproximation, MCDropout, VariationalBayesNN
 
@@ -81,9 +81,11 @@ def test_predict_rejects_bad_input(name):
 
 
 def test_epochs_zero_is_allowed_only_for_laplace():
-    LaplaceApproximation(relu_mlp(2, 1, 4), "regression").fit(X, Y_REG, epochs=0, progress=False)
+    trained(
+        LaplaceApproximation(relu_mlp(2, 1, 4), "regression"), X, Y_REG, epochs=0, progress=False
+    )
     with pytest.raises(ValueError, match="epochs"):
-        MCDropout(relu_mlp(2, 1, 4, 0.1), likelihood="regression").fit(X, Y_REG, epochs=0)
+        trained(MCDropout(relu_mlp(2, 1, 4, 0.1), likelihood="regression"), X, Y_REG, epochs=0)
 
 
 def test_diverging_training_raises_a_clear_error():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp
+from methods_helpers import relu_mlp, trained
 from torch.distributions import MultivariateNormal
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -88,9 +88,12 @@ def test_vectorized_ggn_equals_jacobian_loop(likelihood, d_out, sigma, structure
     model = _net(d_out)
     x, y = _data(25, d_out, likelihood)
     ref = _loop_ggn(model, x, likelihood, sigma)
-    la = LaplaceApproximation(
-        model, likelihood, hessian="ggn", hessian_structure=structure, noise_scale=sigma
-    ).fit(DataLoader(TensorDataset(x, y), batch_size=10))
+    la = trained(
+        LaplaceApproximation(
+            model, likelihood, hessian="ggn", hessian_structure=structure, noise_scale=sigma
+        ),
+        DataLoader(TensorDataset(x, y), batch_size=10),
+    )
     expected = torch.diagonal(ref) if structure == "diag" else ref
     torch.testing.assert_close(la._hessian, expected, rtol=1e-5, atol=1e-5)
 
@@ -124,7 +127,7 @@ def _fit_linear(d, structure, **kw):
         noise_scale=d["sigma"],
         **kw,
     )
-    return la.fit(DataLoader(TensorDataset(d["x"], d["y"]), batch_size=8))
+    return trained(la, DataLoader(TensorDataset(d["x"], d["y"]), batch_size=8))
 
 
 def test_full_ggn_laplace_is_the_exact_linear_regression_posterior(linear_regression):
@@ -197,15 +200,18 @@ def test_last_layer_ggn_is_the_exact_posterior_of_the_features():
     # precision = Φ̃ᵀ Φ̃ / σ² + λ I with Φ̃ = [Φ, 1].
     model = _net(1)
     x, y = _data(40, 1, "regression")
-    la = LaplaceApproximation(
-        model,
-        "regression",
-        prior_precision=3.0,
-        hessian="ggn",
-        hessian_structure="full",
-        subset="last_layer",
-        noise_scale=0.4,
-    ).fit(DataLoader(TensorDataset(x, y), batch_size=16))
+    la = trained(
+        LaplaceApproximation(
+            model,
+            "regression",
+            prior_precision=3.0,
+            hessian="ggn",
+            hessian_structure="full",
+            subset="last_layer",
+            noise_scale=0.4,
+        ),
+        DataLoader(TensorDataset(x, y), batch_size=16),
+    )
     assert list(la.mean) == ["2.weight", "2.bias"]
     with torch.no_grad():
         phi = torch.cat([model[1](model[0](x)), torch.ones(40, 1, dtype=x.dtype)], 1)
@@ -235,7 +241,7 @@ def test_fit_trains_then_fits_and_classifies():
 def test_predict_leaves_the_net_untouched():
     model = relu_mlp(2, 1, 8)
     x, y = torch.randn(20, 2), torch.randn(20, 1)
-    la = LaplaceApproximation(model, "regression").fit(x, y, epochs=0, progress=False)
+    la = trained(LaplaceApproximation(model, "regression"), x, y, epochs=0, progress=False)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     model.train()
     la.predict(x)

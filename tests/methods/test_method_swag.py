@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp
+from methods_helpers import relu_mlp, trained
 from torch.optim.swa_utils import update_bn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -109,7 +109,9 @@ def test_state_dict_roundtrip(tmp_path):
     torch.manual_seed(0)
     model = relu_mlp(2, 1, 8)
     x, y = torch.randn(40, 2), torch.randn(40, 1)
-    swag = SWAG(model, num_samples=7, likelihood="regression").fit(x, y, epochs=6, progress=False)
+    swag = trained(
+        SWAG(model, num_samples=7, likelihood="regression"), x, y, epochs=6, progress=False
+    )
     torch.save(swag.state_dict(), tmp_path / "swag.pt")
     other = SWAG(relu_mlp(2, 1, 8), num_samples=7, likelihood="regression")
     other.load_state_dict(torch.load(tmp_path / "swag.pt", weights_only=True))

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from methods_helpers import trained
 from torch.distributions import Normal
 
 from bnn_pyro.methods import GaussianLinear, VariationalBayesNN
@@ -95,7 +96,7 @@ def test_fit_seed_is_reproducible():
     outs = []
     for _ in range(2):
         torch.manual_seed(0)
-        vb = VariationalBayesNN(2, [8], 2).fit(x, y, epochs=3, progress=False, seed=4)
+        vb = trained(VariationalBayesNN(2, [8], 2), x, y, epochs=3, progress=False, seed=4)
         outs.append(vb(x, sample=False))
     torch.testing.assert_close(outs[0], outs[1])
 

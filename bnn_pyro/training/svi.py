@@ -1,15 +1,13 @@
-"""The SVI training loop behind :meth:`bnn_pyro.VariationalBNN.fit`.
+"""The SVI step behind :meth:`bnn_pyro.VariationalBNN.fit`, plugged into the one loop.
 
-Minibatches, ``kl_weight`` (beta) for annealing and tempering, a tqdm progress bar, callbacks
-(:class:`EarlyStopping`, :class:`Checkpoint`, or any ``fn(bnn, epoch, history)``), and a
-divergence guard: a non-finite loss stops training with :class:`TrainingDivergedError` before the
-optimizer moves, so the model keeps its last finite parameters.
+:class:`GuardedSVI` refuses a non-finite loss before the optimizer moves; :class:`SVIStep` turns
+it into a :class:`~bnn_pyro.training.loop.TrainingStep` with ``kl_weight`` (beta) for annealing
+and tempering; :func:`make_elbo` names the ELBOs.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,25 +16,15 @@ import torch
 from pyro.infer import ELBO, SVI
 from pyro.optim import PyroOptim
 
-from bnn_pyro._progress import tqdm
-from bnn_pyro.callbacks import Checkpoint, EarlyStopping, History, linear_annealing, state_copy
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.loop import Batch, Callback, TrainingStep, train
+from bnn_pyro.training.optim import make_optimizer
 
-__all__ = [
-    "History",
-    "EarlyStopping",
-    "Checkpoint",
-    "linear_annealing",
-    "make_elbo",
-    "make_optimizer",
-    "GuardedSVI",
-    "run_svi",
-]
+__all__ = ["GuardedSVI", "KLWeightSpec", "SVIStep", "as_pyro_optim", "make_elbo", "run_svi"]
 
-Batch = tuple[torch.Tensor, torch.Tensor]
 KLWeightSpec = float | Callable[[int], float]
-Callback = Callable[[Any, int, "History"], bool | None]
 
 
 class _TorchOptim(PyroOptim):
@@ -50,49 +38,20 @@ class _TorchOptim(PyroOptim):
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def _fast_kwargs(optimizer: type) -> dict[str, Any]:
-    # The fused CPU/CUDA kernels of Adam/AdamW run the same update in one call per step (4x
-    # faster than the per-tensor loop for a small net's 8 tensors, measured on CPU).
-    if optimizer in (torch.optim.Adam, torch.optim.AdamW):
-        return {"fused": True}
-    return {}
-
-
-def make_optimizer(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -> PyroOptim:
-    """The ``PyroOptim`` that ``SVI`` steps.
-
-    Args:
-        optimizer: ``None`` (``torch.optim.Adam``, fused kernel), a ``torch.optim.Optimizer``
-            subclass (built with ``lr``; Adam/AdamW with ``fused=True``), a
-            ``torch.optim.Optimizer`` instance over ``params``, a callable
-            ``params -> torch optimizer``, or a ``pyro.optim.PyroOptim`` (e.g.
-            ``pyro.optim.ClippedAdam({"lr": 0.01})``; one optimizer per tensor, as in Pyro).
-        params: the trainable tensors.
-        lr: the learning rate for the first two forms.
+def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -> PyroOptim:
+    """The ``PyroOptim`` that ``SVI`` steps: a ``pyro.optim.PyroOptim`` as given (e.g.
+    ``pyro.optim.ClippedAdam({"lr": 0.01})``; one optimizer per tensor, as in Pyro), anything
+    else through :func:`bnn_pyro.training.make_optimizer` (``None``: fused Adam).
 
     Example:
         >>> params = [torch.nn.Parameter(torch.zeros(3))]
-        >>> optim = make_optimizer(torch.optim.SGD, params, lr=0.1)
+        >>> optim = as_pyro_optim(torch.optim.SGD, params, lr=0.1)
         >>> type(optim.optimizer).__name__
         'SGD'
     """
     if isinstance(optimizer, PyroOptim):
         return optimizer
-    if optimizer is None:
-        optimizer = torch.optim.Adam
-    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        return _TorchOptim(optimizer(params, lr=lr, **_fast_kwargs(optimizer)))
-    if isinstance(optimizer, torch.optim.Optimizer):
-        return _TorchOptim(optimizer)
-    if callable(optimizer):
-        built = optimizer(params)
-        if not isinstance(built, torch.optim.Optimizer):
-            raise TypeError(f"optimizer factory must return a torch optimizer, got {built!r}")
-        return _TorchOptim(built)
-    raise TypeError(
-        "optimizer must be None, a torch.optim.Optimizer class or instance, a factory or a "
-        f"pyro.optim.PyroOptim, got {optimizer!r}"
-    )
+    return _TorchOptim(make_optimizer(optimizer, params, lr))
 
 
 def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
@@ -133,7 +92,7 @@ class GuardedSVI(SVI):
 
     Args:
         model, guide: callables taking the same arguments.
-        optim: a ``PyroOptim`` (see :func:`make_optimizer`).
+        optim: a ``PyroOptim`` (see :func:`as_pyro_optim`).
         loss: a Pyro ELBO with ``differentiable_loss``.
         params: the trainable tensors.
         validate_every_step: keep Pyro's validation on for every step.
@@ -145,7 +104,7 @@ class GuardedSVI(SVI):
         ...     pyro.sample("w", dist.Normal(3.0, 1.0))
         >>> def guide():
         ...     pyro.sample("w", dist.Normal(loc, 1.0))
-        >>> svi = GuardedSVI(model, guide, make_optimizer(None, [loc], 0.1),
+        >>> svi = GuardedSVI(model, guide, as_pyro_optim(None, [loc], 0.1),
         ...                  make_elbo("meanfield", 1, False), [loc])
         >>> for _ in range(300):
         ...     _ = svi.step()
@@ -192,14 +151,54 @@ class GuardedSVI(SVI):
         return value
 
 
-# The divergence guard restores a snapshot only when the parameters themselves became
-# non-finite; snapshots are refreshed at an epoch boundary at most this often, so the copy
-# stays off the hot path of small, fast epochs.
-_SNAPSHOT_SECONDS = 1.0
+class SVIStep(TrainingStep):
+    """One ``GuardedSVI`` step on a minibatch, for :func:`bnn_pyro.training.train`.
 
+    The history row holds ``loss`` (the negative ELBO of the whole data set, the mean of the
+    epoch's minibatch estimates), ``nll`` (its expected negative log-likelihood part), ``kl``
+    (``(loss - nll) / kl_weight``) and ``kl_weight``.
 
-def _params_finite(module: torch.nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in module.parameters())
+    Args:
+        svi: the SVI object; its model and guide take ``(x, y, dataset_size=, kl_weight=)``.
+        dataset_size: ``N``, the number of training points the minibatches stand for.
+        kl_weight: beta, a float or a function of the epoch.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1))
+        >>> X = torch.randn(8, 2); y = X.sum(-1, keepdim=True)
+        >>> bnn._setup_guide(X, y)
+        >>> params = list(bnn.parameters())
+        >>> svi = GuardedSVI(bnn.model, bnn.guide, as_pyro_optim(None, params, 0.01),
+        ...                  make_elbo("meanfield", 1, False), params)
+        >>> step = SVIStep(svi, dataset_size=8)
+        >>> step.start_epoch(0); loss = step(X, y)
+        >>> sorted(step.end_epoch([loss], [8]))
+        ['kl', 'kl_weight', 'loss', 'nll']
+    """
+
+    def __init__(self, svi: GuardedSVI, dataset_size: int, kl_weight: KLWeightSpec = 1.0) -> None:
+        self.svi, self.dataset_size, self.kl_weight = svi, dataset_size, kl_weight
+        self.beta, self.nll_total = 1.0, 0.0
+
+    def start_epoch(self, epoch: int) -> None:
+        beta = self.kl_weight(epoch) if callable(self.kl_weight) else self.kl_weight
+        beta = float(beta)
+        if not (beta >= 0 and math.isfinite(beta)):
+            raise ValueError(
+                f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}"
+            )
+        self.beta, self.nll_total = beta, 0.0
+
+    def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+        loss = self.svi.step(xb, yb, dataset_size=self.dataset_size, kl_weight=self.beta)
+        self.nll_total += float(getattr(self.svi.elbo, "last_nll", math.nan))
+        return loss
+
+    def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, float]:
+        loss, nll = sum(losses) / len(losses), self.nll_total / len(losses)
+        kl = (loss - nll) / self.beta if self.beta > 0 else math.nan
+        return {"loss": loss, "nll": nll, "kl": kl, "kl_weight": self.beta}
 
 
 def run_svi(
@@ -214,7 +213,8 @@ def run_svi(
     validation: Callable[[], float] | None = None,
     progress: bool = True,
 ) -> History:
-    """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`.
+    """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`
+    (:func:`bnn_pyro.training.train` with an :class:`SVIStep`).
 
     Args:
         bnn: the module being trained (for snapshots and callbacks).
@@ -235,47 +235,13 @@ def run_svi(
         >>> sorted(history)[:3]
         ['epoch', 'kl', 'kl_weight']
     """
-    history = History()
-    elbo = svi.elbo
-    start = time.perf_counter()
-    bar = tqdm(range(epochs), desc="fit", unit="epoch", disable=not progress, leave=False)
-    snapshot, snapshot_time = state_copy(bnn), time.perf_counter()
-    for epoch in bar:
-        beta = float(kl_weight(epoch)) if callable(kl_weight) else float(kl_weight)
-        if not (beta >= 0 and math.isfinite(beta)):
-            raise ValueError(
-                f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}"
-            )
-        if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
-            snapshot = state_copy(bnn)
-            snapshot_time = time.perf_counter()
-        total = nll_total = 0.0
-        steps = 0
-        for step, (xb, yb) in enumerate(batches()):
-            try:
-                total += svi.step(xb, yb, dataset_size=dataset_size, kl_weight=beta)
-            except TrainingDivergedError as err:
-                if not _params_finite(bnn):
-                    bnn.load_state_dict(snapshot)
-                bar.close()
-                raise TrainingDivergedError(
-                    f"{err} at epoch {epoch}, step {step}: training stopped and the model keeps "
-                    "its last finite parameters. A lower learning rate, a smaller init_scale or "
-                    "standardised inputs and targets usually help."
-                ) from None
-            nll_total += float(getattr(elbo, "last_nll", math.nan))
-            steps += 1
-        if steps == 0:
-            raise ValueError("the training data yielded no minibatch")
-        loss, nll = total / steps, nll_total / steps
-        kl = (loss - nll) / beta if beta > 0 else math.nan
-        row = {"epoch": epoch, "loss": loss, "nll": nll, "kl": kl, "kl_weight": beta}
-        if validation is not None:
-            row["val_nll"] = validation()
-        row["seconds"] = time.perf_counter() - start
-        history.append(**row)
-        bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
-        if any([bool(cb(bnn, epoch, history)) for cb in callbacks]):
-            break
-    bar.close()
-    return history
+    val = None if validation is None else (lambda: {"val_nll": validation()})
+    return train(
+        bnn,
+        SVIStep(svi, dataset_size, kl_weight),
+        batches,
+        epochs=epochs,
+        callbacks=callbacks,
+        validation=val,
+        progress=progress,
+    )

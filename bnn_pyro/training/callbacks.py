@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -15,14 +16,17 @@ if TYPE_CHECKING:
 __all__ = ["History", "EarlyStopping", "Checkpoint", "linear_annealing", "state_copy"]
 
 
-def state_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of ``module.state_dict()``.
+def state_copy(module: torch.nn.Module) -> dict[str, Any]:
+    """A detached copy of ``module.state_dict()`` (tensors cloned, extra state deep-copied).
 
     Example:
         >>> state_copy(torch.nn.Linear(2, 1))["weight"].shape
         torch.Size([1, 2])
     """
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return {
+        k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        for k, v in module.state_dict().items()
+    }
 
 
 class History(dict):

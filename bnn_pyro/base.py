@@ -1,0 +1,261 @@
+"""The one prediction contract that every method in bnn_pyro answers.
+
+``mean, variance = method.predict(x)`` and
+``mean, variance, samples = method.predict(x, return_samples=True)`` with ``samples`` of shape
+``(S, N, ...)``. The variance is the *epistemic* part: the spread of the S predictive samples.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+
+if TYPE_CHECKING:
+    from bnn_pyro.training import History
+
+__all__ = ["BaseBayesianMethod", "PredictOutput", "summarize_samples", "to_probabilities"]
+
+_NO_NOISE = (
+    "{cls} has no observation noise: set `noise_scale` (the Gaussian noise standard deviation, "
+    "a float or a tensor broadcastable to (S, N, O)) or use a Gaussian-likelihood regression model"
+)
+
+PredictOutput = tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def to_probabilities(outputs: torch.Tensor, normalize_output: bool = True) -> torch.Tensor:
+    """Apply a softmax to multi-column logits, as the seed methods library does.
+
+    Args:
+        outputs: ``(S, N, C)`` per-sample network outputs, or ``(S, N)`` / ``(S, N, 1)``.
+        normalize_output: when True and the per-sample output is 2-D with more than one column
+            (``outputs.dim() == 3 and C > 1``), the columns are treated as logits and turned into
+            probabilities with a softmax over the last dimension. Otherwise returned unchanged.
+
+    Returns:
+        Tensor of the same shape as ``outputs``.
+
+    Example:
+        >>> p = to_probabilities(torch.zeros(2, 3, 4))
+        >>> bool(torch.allclose(p, torch.full((2, 3, 4), 0.25)))
+        True
+    """
+    if not isinstance(outputs, torch.Tensor):
+        raise TypeError(f"outputs must be a torch.Tensor, got {type(outputs).__name__}")
+    if normalize_output and outputs.dim() == 3 and outputs.size(-1) > 1:
+        return torch.softmax(outputs, dim=-1)
+    return outputs
+
+
+def summarize_samples(samples: torch.Tensor, return_samples: bool = False) -> PredictOutput:
+    """Reduce predictive samples to ``(mean, variance[, samples])``.
+
+    The variance is the population variance over the sample dimension (``correction=0``): it is
+    the variance of the equally weighted mixture of the samples, it is 0 (not NaN) for S = 1, and
+    it is never negative.
+
+    Args:
+        samples: ``(S, N, ...)`` predictive samples.
+        return_samples: also return ``samples`` as the third element.
+
+    Returns:
+        ``mean`` ``(N, ...)``, ``variance`` ``(N, ...)`` and, if asked, ``samples`` ``(S, N, ...)``.
+
+    Example:
+        >>> m, v = summarize_samples(torch.tensor([[1.0], [3.0]]))
+        >>> m.tolist(), v.tolist()
+        ([2.0], [1.0])
+    """
+    if not isinstance(samples, torch.Tensor):
+        raise TypeError(f"samples must be a torch.Tensor, got {type(samples).__name__}")
+    if samples.dim() < 2:
+        raise ValueError(f"samples must have shape (S, N, ...), got shape {tuple(samples.shape)}")
+    # Two passes over the data shifted by the first sample: as stable as torch.var, exactly 0
+    # for identical samples, and 15-40x faster on a CPU, where torch.var over the leading dim
+    # runs an unvectorized Welford reduction.
+    shifted = samples - samples[0]
+    offset = shifted.mean(dim=0)
+    mean = samples[0] + offset
+    variance = (shifted - offset).square().mean(dim=0)
+    if return_samples:
+        return mean, variance, samples
+    return mean, variance
+
+
+class BaseBayesianMethod(nn.Module, ABC):
+    """Abstract base class of every uncertainty method in bnn_pyro: one contract for all.
+
+    Every method (``VariationalBNN``, ``HiddenLayerBNN``, ``MCDropout``, ``DeepEnsemble``,
+    ``SWAG``, ``LaplaceApproximation``, ``VariationalBayesNN``) answers::
+
+        history = m.fit(X, y, epochs=..., batch_size=..., lr=..., seed=..., progress=...,
+                        callbacks=[...], validation_data=(X_val, y_val))   # -> History
+        mean, variance = m.predict(x, num_samples=..., seed=...)            # epistemic variance
+        mean, variance, samples = m.predict(x, return_samples=True)         # samples (S, N, ...)
+        m.save(path); m2 = bnn_pyro.load(path, net=...)
+
+    ``num_samples`` is a constructor default that a ``predict`` call overrides. ``samples`` are
+    the per-sample predictive means (class probabilities for a classifier). The variance is the
+    disagreement between the S samples (see :func:`summarize_samples`).
+
+    Subclasses are registered by class name when they are defined, so a checkpoint names its
+    class and :func:`bnn_pyro.load` finds it (a user's own subclass too, once its module is
+    imported). To be saved, a subclass implements :meth:`_config` and :meth:`_from_config`.
+
+    Example:
+        >>> from bnn_pyro.methods import MCDropout
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(2, 8), nn.Dropout(0.2), nn.Linear(8, 1))
+        >>> method: BaseBayesianMethod = MCDropout(net, num_samples=4)
+        >>> mean, variance, samples = method.predict(torch.randn(3, 2), return_samples=True)
+        >>> samples.shape
+        torch.Size([4, 3, 1])
+        >>> BaseBayesianMethod.subclass("MCDropout") is MCDropout
+        True
+    """
+
+    #: The default number of predictive samples ``S``; ``predict(num_samples=...)`` overrides.
+    num_samples: int = 100
+    _subclasses: dict[str, type[BaseBayesianMethod]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        BaseBayesianMethod._subclasses[cls.__name__] = cls
+
+    @staticmethod
+    def subclass(name: str) -> type[BaseBayesianMethod]:
+        """The registered method class called ``name`` (raises ``ValueError`` if unknown).
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> BaseBayesianMethod.subclass("SWAG") is bp.SWAG
+            True
+        """
+        try:
+            return BaseBayesianMethod._subclasses[name]
+        except KeyError:
+            known = sorted(BaseBayesianMethod._subclasses)
+            raise ValueError(
+                f"no bnn_pyro method class named {name!r} is defined (known: {known}); import "
+                "the module that defines it before loading"
+            ) from None
+
+    @classmethod
+    def from_net(cls, net: nn.Module, likelihood: Any, **options: Any) -> BaseBayesianMethod:
+        """Build the method around a plain ``net`` (what :func:`bnn_pyro.make` calls).
+
+        The default is ``cls(net, likelihood=likelihood, **options)``; methods whose
+        constructor takes something else (a member factory, layer widths) override it.
+        """
+        return cls(net, likelihood=likelihood, **options)  # type: ignore[call-arg]
+
+    @abstractmethod
+    def fit(self, X: Any, y: Any = None, **kwargs: Any) -> History:
+        """Train on ``X (N, ...)``, ``y (N,)``/``(N, O)`` or a ``DataLoader``; return the
+        :class:`~bnn_pyro.training.History`."""
+
+    @abstractmethod
+    def predict(
+        self, x: torch.Tensor, return_samples: bool = False, **kwargs: Any
+    ) -> PredictOutput:
+        """Predict with uncertainty.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return the ``(S, N, ...)`` samples.
+            **kwargs: ``num_samples`` (``S``, default the constructor's), ``seed`` and the
+                method's own options.
+
+        Returns:
+            ``(mean, variance)`` or ``(mean, variance, samples)``.
+        """
+
+    def _samples_to_draw(self, num_samples: int | None) -> int:
+        """``num_samples`` of a ``predict`` call, or the constructor's default; checked."""
+        from bnn_pyro._checks import check_int
+
+        return self.num_samples if num_samples is None else check_int("num_samples", num_samples)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _config(self) -> dict[str, Any]:
+        """The constructor settings as plain data (``weights_only``-safe), without the net."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be saved yet")
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> BaseBayesianMethod:
+        """A fresh, unfitted instance around ``net`` from :meth:`_config`'s settings."""
+        raise NotImplementedError(f"{cls.__name__} cannot be loaded yet")
+
+    def _fitted_state(self) -> dict[str, Any]:
+        """What a fitted model holds beyond ``state_dict()`` (plain data)."""
+        return {}
+
+    def _restore_fitted_state(self, fitted: dict[str, Any]) -> None:
+        """Put back :meth:`_fitted_state` before ``load_state_dict`` (e.g. create lazily made
+        parameters)."""
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the method to one file, atomically; reload with :func:`bnn_pyro.load`.
+
+        The file holds the class name, the constructor settings, the ``state_dict`` and the
+        fitted state; it loads with ``torch.load(weights_only=True)``.
+
+        Args:
+            path: the file to write (its folder must exist).
+        """
+        from bnn_pyro.checkpoint import save_method
+
+        save_method(self, path)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, net: nn.Module | None = None, map_location: Any = None
+    ) -> BaseBayesianMethod:
+        """Rebuild a saved method around a fresh ``net`` of the saved architecture.
+
+        Args:
+            path: a file written by :meth:`save`.
+            net: an instance of the saved architecture (its weights are overwritten); methods
+                that build their own layers (``HiddenLayerBNN``, ``VariationalBayesNN``) take
+                ``None``.
+            map_location: as in ``torch.load``.
+
+        Returns:
+            The method, of this class (or a subclass).
+        """
+        from bnn_pyro.checkpoint import load_method
+
+        return load_method(path, net=net, map_location=map_location, expected=cls)
+
+    def predictive_gaussian(
+        self, x: torch.Tensor, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian predictive of a regression model as a mixture over samples.
+
+        The predictive density of ``y`` at ``x`` is ``1/S sum_s Normal(y; locs[s], scales[s])``.
+        ``locs`` are samples of the mean function (epistemic), ``scales`` the observation noise
+        standard deviation of each sample (aleatoric). This is what the Gaussian test
+        log-likelihood and CRPS in :mod:`bnn_pyro.metrics` consume.
+
+        The default uses ``self.noise_scale`` (homoscedastic noise); heteroscedastic models
+        override it.
+
+        Args:
+            x: ``(N, D)`` inputs.
+            **kwargs: passed to :meth:`predict`.
+
+        Returns:
+            ``locs`` ``(S, N, O)`` and ``scales`` broadcastable to ``(S, N, O)``.
+        """
+        noise_scale = getattr(self, "noise_scale", None)
+        if noise_scale is None:
+            raise NotImplementedError(_NO_NOISE.format(cls=type(self).__name__))
+        _, _, locs = self.predict(x, return_samples=True, normalize_output=False, **kwargs)
+        scales = torch.as_tensor(noise_scale, dtype=locs.dtype, device=locs.device)
+        if bool((scales <= 0).any()):
+            raise ValueError(f"noise_scale must be positive, got {noise_scale}")
+        return locs, scales

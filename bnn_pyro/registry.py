@@ -1,0 +1,159 @@
+"""The one method registry: names → method classes, :func:`make` and :func:`load`.
+
+The command line, the scikit-learn estimators and the benchmark harness all read
+:data:`METHODS`. Built-in names are listed here as ``"module:Class"`` strings (imported on first
+use, so this file imports no method); :func:`register_method` adds a user's own.
+
+=================  ===============================================================
+name               method
+=================  ===============================================================
+``vi``             ``VariationalBNN`` (Bayes by Backprop on Pyro)
+``lrt``            ``VariationalBNN(local_reparameterization=True)``
+``hidden_layer``   ``HiddenLayerBNN`` (an MLP of local-reparameterization layers)
+``dropout``        ``MCDropout``
+``ensemble``       ``DeepEnsemble`` (members: copies of the net, re-initialised)
+``swag``           ``SWAG``
+``laplace``        ``LaplaceApproximation``
+``vbnn``           ``VariationalBayesNN`` (pure-torch BBB of ``GaussianLinear`` layers)
+=================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
+
+if TYPE_CHECKING:
+    from bnn_pyro.base import BaseBayesianMethod
+    from bnn_pyro.likelihoods import Likelihood
+
+__all__ = ["METHODS", "load", "make", "method_class", "register_method"]
+
+_BUILTIN: dict[str, tuple[str, dict[str, Any]]] = {
+    "vi": ("bnn_pyro.bnn:VariationalBNN", {}),
+    "lrt": ("bnn_pyro.bnn:VariationalBNN", {"local_reparameterization": True}),
+    "hidden_layer": ("bnn_pyro.hidden_layer_bnn:HiddenLayerBNN", {}),
+    "dropout": ("bnn_pyro.methods.mc_dropout:MCDropout", {}),
+    "ensemble": ("bnn_pyro.methods.ensemble:DeepEnsemble", {}),
+    "swag": ("bnn_pyro.methods.swag:SWAG", {}),
+    "laplace": ("bnn_pyro.methods.laplace:LaplaceApproximation", {}),
+    "vbnn": ("bnn_pyro.methods.variational:VariationalBayesNN", {}),
+}
+_REGISTRY: dict[str, tuple[str | type, dict[str, Any]]] = dict(_BUILTIN)
+
+#: The registered method names and their ``(class or "module:Class", default options)``,
+#: read-only; ``list(bnn_pyro.METHODS)`` gives the names in table order.
+METHODS: Mapping[str, tuple[str | type, dict[str, Any]]] = MappingProxyType(_REGISTRY)
+
+
+def register_method(name: str, cls: type, **defaults: Any) -> None:
+    """Register ``cls`` (a ``BaseBayesianMethod`` subclass) under ``name`` for :func:`make`.
+
+    Args:
+        name: the registry key (a new one; built-in names cannot be replaced).
+        cls: a subclass of :class:`bnn_pyro.BaseBayesianMethod` whose constructor is
+            ``cls(net, likelihood=..., **options)``.
+        **defaults: options :func:`make` passes unless the call overrides them.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> class Tempered(bp.MCDropout):
+        ...     pass
+        >>> register_method("tempered_dropout", Tempered, dropout_rate=0.2)
+        >>> "tempered_dropout" in METHODS
+        True
+    """
+    from bnn_pyro.base import BaseBayesianMethod
+
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    if name in _BUILTIN:
+        raise ValueError(f"{name!r} is a built-in method name and cannot be replaced")
+    if not (isinstance(cls, type) and issubclass(cls, BaseBayesianMethod)):
+        raise TypeError(f"cls must be a BaseBayesianMethod subclass, got {cls!r}")
+    _REGISTRY[name] = (cls, dict(defaults))
+
+
+def method_class(name: str) -> type[BaseBayesianMethod]:
+    """The class registered under ``name``.
+
+    Example:
+        >>> method_class("swag").__name__
+        'SWAG'
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"method must be one of {tuple(_REGISTRY)}, got {name!r}")
+    target = _REGISTRY[name][0]
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(module), attr)
+    return target  # type: ignore[return-value]
+
+
+def make(name: str, net: nn.Module, likelihood: Likelihood, **options: Any) -> BaseBayesianMethod:
+    """Build the method called ``name`` around a plain ``net`` and a likelihood.
+
+    Args:
+        name: one of :data:`METHODS` (``"vi"``, ``"lrt"``, ``"hidden_layer"``, ``"dropout"``,
+            ``"ensemble"``, ``"swag"``, ``"laplace"``, ``"vbnn"``).
+        net: a ``torch.nn.Module`` mapping ``(N, D)`` to ``(N, O)``. Ensembles copy and
+            re-initialise it per member; ``hidden_layer`` and ``vbnn`` read the widths of an
+            MLP of ``nn.Linear`` layers (and refuse any other net with a clear error).
+        likelihood: a :class:`bnn_pyro.likelihoods.Likelihood`, e.g. ``Gaussian(scale="learned")``
+            or ``Categorical()``.
+        **options: the method's constructor options (e.g. ``num_samples``, ``dropout_rate``).
+
+    Returns:
+        The unfitted method.
+
+    Example:
+        >>> import torch, bnn_pyro as bp
+        >>> m = bp.make("swag", bp.nn.mlp(2, [8], 1), bp.Gaussian(scale="learned"))
+        >>> history = m.fit(torch.randn(32, 2), torch.randn(32), epochs=4, progress=False)
+        >>> m.predict(torch.randn(3, 2), num_samples=5)[0].shape
+        torch.Size([3, 1])
+    """
+    from bnn_pyro.likelihoods import Likelihood
+
+    cls = method_class(name)
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+    if not isinstance(likelihood, Likelihood):
+        raise TypeError(
+            "likelihood must be a bnn_pyro Likelihood (e.g. bp.Gaussian(), bp.Categorical()), "
+            f"got {type(likelihood).__name__}"
+        )
+    kwargs = {**_REGISTRY[name][1], **options}
+    return cls.from_net(net, likelihood, **kwargs)  # type: ignore[attr-defined]
+
+
+def load(
+    path: str | os.PathLike, net: nn.Module | None = None, map_location: Any = None
+) -> BaseBayesianMethod:
+    """Rebuild any saved method (see :meth:`bnn_pyro.BaseBayesianMethod.save`).
+
+    Args:
+        path: the checkpoint file.
+        net: a fresh instance of the saved net's architecture (``None`` for the methods that
+            build their own layers: ``HiddenLayerBNN``, ``VariationalBayesNN``).
+        map_location: as in ``torch.load``.
+
+    Returns:
+        The method, of the class the file names, with its fitted state.
+
+    Example:
+        >>> import os, tempfile, torch, bnn_pyro as bp
+        >>> m = bp.make("dropout", bp.nn.mlp(2, [8], 1, dropout=0.1), bp.Gaussian(0.5))
+        >>> _ = m.fit(torch.randn(16, 2), torch.randn(16), epochs=2, progress=False)
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.pt"); m.save(path)
+        >>> type(bp.load(path, net=bp.nn.mlp(2, [8], 1, dropout=0.1))).__name__
+        'MCDropout'
+    """
+    from bnn_pyro.checkpoint import load_method
+
+    return load_method(path, net=net, map_location=map_location)

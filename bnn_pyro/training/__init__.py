@@ -1,0 +1,56 @@
+"""Training: the one loop every ``fit`` runs, its steps, optimizers and callbacks.
+
+- :func:`train` (``loop.py``): epochs of minibatches, progress bar, :class:`History`, callbacks,
+  validation, divergence guard. A :class:`TrainingStep` says what one step is: a plain loss
+  (:class:`LossStep`) or an SVI step (:class:`SVIStep`).
+- :func:`make_optimizer` (``optim.py``): the optimizer spec every ``fit`` takes.
+- ``callbacks.py``: :class:`History`, :class:`EarlyStopping`, :class:`Checkpoint`,
+  :func:`linear_annealing`.
+- ``svi.py``: :class:`GuardedSVI`, :func:`make_elbo`, :func:`run_svi`.
+"""
+
+from bnn_pyro.training.callbacks import (
+    Checkpoint,
+    EarlyStopping,
+    History,
+    linear_annealing,
+    state_copy,
+)
+from bnn_pyro.training.loop import Batch, Callback, LossStep, TrainingStep, train
+from bnn_pyro.training.optim import (
+    OPTIMIZER_NAMES,
+    OptimizerSpec,
+    check_optimizer,
+    make_optimizer,
+)
+from bnn_pyro.training.svi import (
+    GuardedSVI,
+    KLWeightSpec,
+    SVIStep,
+    as_pyro_optim,
+    make_elbo,
+    run_svi,
+)
+
+__all__ = [
+    "OPTIMIZER_NAMES",
+    "OptimizerSpec",
+    "Batch",
+    "Callback",
+    "Checkpoint",
+    "EarlyStopping",
+    "GuardedSVI",
+    "History",
+    "KLWeightSpec",
+    "LossStep",
+    "SVIStep",
+    "TrainingStep",
+    "as_pyro_optim",
+    "check_optimizer",
+    "linear_annealing",
+    "make_elbo",
+    "make_optimizer",
+    "run_svi",
+    "state_copy",
+    "train",
+]

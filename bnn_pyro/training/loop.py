@@ -1,0 +1,181 @@
+"""The one training loop behind every gradient-trained method's ``fit``.
+
+:func:`train` runs the epochs: minibatches, a tqdm bar, the :class:`History`, callbacks, an
+optional validation score, and a divergence guard. What a step *is* lives in a
+:class:`TrainingStep`: :class:`LossStep` minimises a plain loss with a torch optimizer (MC
+dropout, ensembles, SWAG, the MAP phase of Laplace, ``VariationalBayesNN``);
+:class:`bnn_pyro.training.svi.SVIStep` takes one SVI step (``VariationalBNN``,
+``HiddenLayerBNN``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from bnn_pyro._progress import tqdm
+from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.training.callbacks import History, state_copy
+
+__all__ = ["Batch", "Callback", "LossStep", "TrainingStep", "train"]
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+Callback = Callable[[Any, int, History], "bool | None"]
+
+# The divergence guard restores a snapshot only when the parameters themselves became
+# non-finite; snapshots are refreshed at an epoch boundary at most this often, so the copy
+# stays off the hot path of small, fast epochs.
+_SNAPSHOT_SECONDS = 1.0
+
+
+class TrainingStep:
+    """One optimisation step of a method, plugged into :func:`train`.
+
+    A subclass implements :meth:`__call__` (one step on a minibatch, returning its loss; it
+    raises :class:`~bnn_pyro.TrainingDivergedError` on a non-finite loss *before* the optimizer
+    moves) and may override :meth:`start_epoch` and :meth:`end_epoch`.
+
+    Example:
+        >>> class Count(TrainingStep):  # a step that only counts its minibatches
+        ...     def __call__(self, xb, yb):
+        ...         return float(len(xb))
+        >>> history = train(torch.nn.Linear(1, 1), Count(), lambda: [(torch.ones(4, 1), None)],
+        ...                 epochs=2, progress=False)
+        >>> history["loss"]
+        [4.0, 4.0]
+    """
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called before the epoch's first step."""
+
+    def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+        raise NotImplementedError
+
+    def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, float]:
+        """The epoch's history row from its step losses and minibatch sizes (default: the mean
+        loss per point, each minibatch weighted by its size)."""
+        return {"loss": sum(x * n for x, n in zip(losses, sizes, strict=True)) / sum(sizes)}
+
+
+class LossStep(TrainingStep):
+    """Minimise ``batch_loss(xb, yb)`` with a torch optimizer.
+
+    Args:
+        batch_loss: the mean loss of a minibatch, differentiable in the parameters.
+        optimizer: a ``torch.optim.Optimizer`` over the trainable parameters.
+        desc: the method's name, for the divergence error.
+
+    Example:
+        >>> w = torch.nn.Parameter(torch.zeros(1))
+        >>> step = LossStep(lambda x, y: ((x * w - y) ** 2).mean(), torch.optim.SGD([w], lr=0.1))
+        >>> x = torch.ones(4); losses = [step(x, 2 * x) for _ in range(50)]
+        >>> round(w.detach().item(), 3)
+        2.0
+    """
+
+    def __init__(
+        self,
+        batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        desc: str = "fit",
+    ) -> None:
+        self.batch_loss = batch_loss
+        self.optimizer = optimizer
+        self.desc = desc
+
+    def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.batch_loss(xb, yb)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise TrainingDivergedError(f"{self.desc}: the loss is {value}")
+        loss.backward()
+        self.optimizer.step()
+        return value
+
+
+def _params_finite(module: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in module.parameters())
+
+
+def train(
+    module: torch.nn.Module,
+    step: TrainingStep,
+    batches: Callable[[], Iterable[Batch]],
+    *,
+    epochs: int,
+    callbacks: Iterable[Callback] = (),
+    validation: Callable[[], dict[str, float]] | None = None,
+    progress: bool = True,
+    desc: str = "fit",
+) -> History:
+    """Run ``epochs`` passes of ``step`` over ``batches()``; return the :class:`History`.
+
+    The divergence guard: a step that raises :class:`~bnn_pyro.TrainingDivergedError` stops
+    training with an error naming the epoch and step; if the parameters themselves became
+    non-finite, the last finite snapshot (at most a second old, taken at an epoch boundary) is
+    restored, so the model stays usable.
+
+    Args:
+        module: the model being trained (snapshots and callbacks see it).
+        step: one optimisation step (see :class:`TrainingStep`).
+        batches: called once per epoch; yields ``(x (B, ...), y (B, ...))`` minibatches.
+        epochs: number of passes (``>= 0``).
+        callbacks: ``fn(module, epoch, history)`` after each epoch; ``True`` stops training.
+        validation: returns extra history entries after each epoch (e.g. ``{"val_nll": ...}``).
+        progress: show a tqdm bar.
+        desc: the bar's label.
+
+    Returns:
+        The :class:`History`: one row per epoch with ``epoch``, the step's entries (``loss``
+        ...), the validation entries and ``seconds`` since the start.
+
+    Example:
+        >>> w = torch.nn.Linear(1, 1)
+        >>> step = LossStep(lambda x, y: ((w(x) - y) ** 2).mean(), torch.optim.SGD(w.parameters(), lr=0.1))
+        >>> x = torch.randn(32, 1)
+        >>> history = train(w, step, lambda: [(x, 3 * x)], epochs=200, progress=False)
+        >>> history["loss"][-1] < 1e-6
+        True
+    """  # noqa: E501
+    history = History()
+    callbacks = list(callbacks)
+    start = time.perf_counter()
+    bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, leave=False)
+    snapshot, snapshot_time = state_copy(module), time.perf_counter()
+    try:
+        for epoch in bar:
+            if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
+                snapshot, snapshot_time = state_copy(module), time.perf_counter()
+            step.start_epoch(epoch)
+            losses: list[float] = []
+            sizes: list[int] = []
+            for i, (xb, yb) in enumerate(batches()):
+                try:
+                    losses.append(step(xb, yb))
+                except TrainingDivergedError as err:
+                    if not _params_finite(module):
+                        module.load_state_dict(snapshot)
+                    raise TrainingDivergedError(
+                        f"{err} at epoch {epoch}, step {i}: training stopped and the model keeps "
+                        "its last finite parameters. A lower learning rate (a smaller lr), a "
+                        "smaller init_scale or standardised inputs and targets usually help."
+                    ) from None
+                sizes.append(len(xb))
+            if not losses:
+                raise ValueError("the training data yielded no minibatch")
+            row: dict[str, float] = {"epoch": epoch, **step.end_epoch(losses, sizes)}
+            if validation is not None:
+                row.update(validation())
+            row["seconds"] = time.perf_counter() - start
+            history.append(**row)
+            bar.set_postfix(loss=f"{row['loss']:.4g}", refresh=False)
+            if any([bool(cb(module, epoch, history)) for cb in callbacks]):
+                break
+    finally:
+        bar.close()
+    return history
