@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnn_pyro.datasets import load_uci_split, validation_split, write_uci_folder
-from bnn_pyro.uci_benchmark import (
+from benchmarks.uci import (
     BenchmarkSettings,
     DatasetInfo,
     MethodSpec,
@@ -19,6 +18,7 @@ from bnn_pyro.uci_benchmark import (
     available_methods,
     get_method,
     hidden_units,
+    load_uci_split,
     main,
     mean_stderr,
     parse_names,
@@ -27,9 +27,11 @@ from bnn_pyro.uci_benchmark import (
     run_task,
     select_hyperparameters,
     summarize,
+    validation_split,
+    write_uci_folder,
 )
-from bnn_pyro.uci_benchmark.cli import find_datasets
-from bnn_pyro.uci_benchmark.method import checkpoint_epochs
+from benchmarks.uci.cli import find_datasets
+from benchmarks.uci.method import checkpoint_epochs
 
 SHARED = Path("/work/shared/data/uci")
 POISON = 1.0e4  # feature value of split 0's test rows in the poisoned folder
@@ -323,7 +325,7 @@ def test_predictive_variants_are_scored_from_one_run(
 
 
 def test_runner_arguments_are_checked_before_work(toy_root: Path) -> None:
-    from bnn_pyro.uci_benchmark.parallel import run_tasks
+    from benchmarks.uci.parallel import run_tasks
 
     with pytest.raises(ValueError, match="validation_fraction must be in"):
         BenchmarkSettings(validation_fraction=1.0)
