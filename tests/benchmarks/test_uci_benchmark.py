@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,7 @@ from benchmarks.uci import (
 from benchmarks.uci.cli import find_datasets
 from benchmarks.uci.method import checkpoint_epochs
 
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared/data/uci")
 POISON = 1.0e4  # feature value of split 0's test rows in the poisoned folder
 
@@ -265,6 +268,21 @@ def test_smoke_run_synthetic(toy_root: Path, tmp_path: Path) -> None:
     (tmp_path / "uci.md").unlink()
     assert main(["--data", str(toy_root), "--out", str(tmp_path), "--render-only", "--quiet"]) == 0
     assert (tmp_path / "uci.md").read_text().startswith("# UCI regression benchmark")
+
+
+def test_python_m_benchmarks_uci_from_the_repository_root(toy_root: Path, tmp_path: Path) -> None:
+    # the documented command, in a fresh process: python -m benchmarks.uci records itself
+    argv = ["--data", str(toy_root), "--splits", "0", "--methods", "ensemble", "--quick"]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.uci", *argv, "--quiet", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    payload = _check_outputs(tmp_path, {"toy"}, ["ensemble"], [0])
+    assert "-m benchmarks.uci --data" in payload["command"]
 
 
 def test_render_only_needs_results(toy_root: Path, tmp_path: Path) -> None:
