@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NotFittedError", "TrainingDivergedError"]
+__all__ = ["CLIError", "NotFittedError", "TrainingDivergedError"]
 
 
 class NotFittedError(RuntimeError, ValueError):
@@ -28,4 +28,15 @@ class TrainingDivergedError(FloatingPointError):
     Example:
         >>> issubclass(TrainingDivergedError, FloatingPointError)
         True
+    """
+
+
+class CLIError(Exception):
+    """A user error of the ``bnn-pyro`` command: a bad file, a missing or non-numeric column, a
+    bad setting. :func:`bnn_pyro.cli.main` prints it in one line on stderr and exits with code 2.
+
+    Example:
+        >>> from bnn_pyro.cli import main
+        >>> main(["predict", "--model", "missing.pt", "--data", "x.csv"])  # a CLIError inside
+        2
     """

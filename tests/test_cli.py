@@ -181,23 +181,7 @@ def test_bad_arguments_exit_2_with_usage(capsys):
     assert "expected comma-separated layer widths" in capsys.readouterr().err
 
 
-def test_benchmark_forwards_its_arguments(monkeypatch):
-    seen = []
-    fake = types.ModuleType("bnn_pyro.uci_benchmark.cli")
-    fake.main = lambda argv: seen.append(argv) or 0
-    monkeypatch.setitem(sys.modules, "bnn_pyro.uci_benchmark.cli", fake)
-    assert main(["benchmark", "uci", "--data", "folder", "--quick"]) == 0
-    assert seen == [["--data", "folder", "--quick"]]
-
-
-def test_benchmark_without_the_module_is_a_one_line_error(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "bnn_pyro.uci_benchmark.cli", None)
-    assert main(["benchmark", "uci", "--quick"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "UCI benchmark" in err and "Traceback" not in err
-
-
-@pytest.mark.parametrize("command", [[], ["fit"], ["predict"], ["benchmark"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["fit"], ["predict"], ["demo"]])
 def test_help_everywhere(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*command, "--help"])
@@ -215,9 +199,17 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
     assert run.stderr == f"bnn-pyro fit: error: {tmp_path / 'nope.csv'}: no such file\n"
 
 
-def test_benchmark_reaches_the_real_uci_command(capsys):
-    pytest.importorskip("bnn_pyro.uci_benchmark.cli")
+def test_benchmark_is_not_a_subcommand(capsys):
+    # the UCI harness lives in the repository (python -m benchmarks.uci), not in the package
     with pytest.raises(SystemExit) as exc:
         main(["benchmark", "uci", "--help"])
-    assert exc.value.code == 0
-    assert "--data" in capsys.readouterr().out
+    assert exc.value.code == 2
+    assert "invalid choice: 'benchmark'" in capsys.readouterr().err
+
+
+def test_user_errors_are_cli_errors():
+    from bnn_pyro.cli.io import read_csv
+    from bnn_pyro.exceptions import CLIError
+
+    with pytest.raises(CLIError, match="no such file"):
+        read_csv("no-such-file.csv")

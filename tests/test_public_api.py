@@ -23,6 +23,12 @@ PUBLIC_MODULES = [
     "bnn_pyro.methods",
     "bnn_pyro.losses",
     "bnn_pyro.estimators",
+    "bnn_pyro.exceptions",
+    "bnn_pyro.cli",
+    "bnn_pyro.cli.demo",
+    "bnn_pyro.cli.fit",
+    "bnn_pyro.cli.predict",
+    "bnn_pyro.cli.io",
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from bnn_pyro.cli import main
-from bnn_pyro.demo import run_demo
+from bnn_pyro.cli.demo import run_demo
 
 
 def test_demo_writes_metrics_and_a_png(tmp_path, capsys):

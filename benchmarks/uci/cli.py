@@ -1,7 +1,7 @@
-"""``main(argv)``: the UCI benchmark command (``benchmarks/uci.py``, ``bnn-pyro benchmark uci``).
+"""``main(argv)``: the UCI benchmark command, ``python -m benchmarks.uci`` (repository root).
 
 Example:
-    ``python benchmarks/uci.py --data ../shared/data/uci --out benchmarks/results/uci --jobs 2``
+    ``python -m benchmarks.uci --data ../shared/data/uci --out benchmarks/results/uci --jobs 2``
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bnn_pyro.datasets import uci_num_splits
-from bnn_pyro.uci_benchmark.parallel import run_tasks
-from bnn_pyro.uci_benchmark.registry import METHODS, available_methods
-from bnn_pyro.uci_benchmark.results import (
+from benchmarks.uci.data import uci_num_splits
+from benchmarks.uci.parallel import run_tasks
+from benchmarks.uci.registry import METHODS, available_methods
+from benchmarks.uci.results import (
     markdown_report,
     read_jsonl,
     summarize,
     write_charts,
     write_json,
 )
-from bnn_pyro.uci_benchmark.runner import BenchmarkSettings, Task
-from bnn_pyro.uci_benchmark.selection import parse_names, parse_splits
+from benchmarks.uci.runner import BenchmarkSettings, Task
+from benchmarks.uci.selection import parse_names, parse_splits
 
 __all__ = ["build_parser", "find_datasets", "main", "render"]
 
@@ -52,7 +52,7 @@ def find_datasets(path: str | Path) -> dict[str, Path]:
 
     Example:
         >>> import tempfile, torch
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     _ = write_uci_folder(Path(tmp) / "toy", torch.randn(10, 2), torch.randn(10))
         ...     list(find_datasets(tmp)), list(find_datasets(Path(tmp) / "toy"))
@@ -71,7 +71,7 @@ def find_datasets(path: str | Path) -> dict[str, Path]:
     return found
 
 
-def build_parser(prog: str = "uci") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m benchmarks.uci") -> argparse.ArgumentParser:
     """The benchmark's argument parser.
 
     Example:
@@ -82,7 +82,7 @@ def build_parser(prog: str = "uci") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="UCI regression benchmark (Hernandez-Lobato & Adams 2015 protocol): "
-        "hyper-parameters chosen on the last 20%% of each training split, retrained, scored on "
+        "hyper-parameters chosen on the last 20% of each training split, retrained, scored on "
         "the test split in original units; mean ± standard error over splits.",
     )
     parser.add_argument("--data", required=True, help="a UCI data set folder, or a folder of them")
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Example:
         >>> import tempfile, torch
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     _ = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 2), torch.randn(40))
         ...     code = main(["--data", tmp, "--splits", "0", "--methods", "ensemble",

@@ -18,9 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from bnn_pyro.cli_io import CLIError, Table, read_csv
+from bnn_pyro.cli.io import Table, read_csv
+from bnn_pyro.exceptions import CLIError
 
-__all__ = ["run_fit", "evaluate", "parse_hidden"]
+__all__ = ["add_parser", "evaluate", "parse_hidden", "run_fit"]
+
+_METHODS = ("vi", "lrt", "dropout", "ensemble", "swag", "laplace")
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
@@ -143,7 +146,7 @@ def run_fit(args: argparse.Namespace) -> int:
         args: the parsed arguments of ``bnn-pyro fit`` (see :func:`bnn_pyro.cli.build_parser`).
 
     Returns:
-        0 (errors raise :class:`~bnn_pyro.cli_io.CLIError`, ``ValueError`` or ``TypeError``,
+        0 (errors raise :class:`~bnn_pyro.exceptions.CLIError`, ``ValueError`` or ``TypeError``,
         which :func:`bnn_pyro.cli.main` prints in one line with exit code 2).
 
     Example:
@@ -237,3 +240,63 @@ def run_fit(args: argparse.Namespace) -> int:
     print(f"{task} with {args.method} on {len(train)} rows; {where}: {summary}")
     print(f"wrote {os.path.join(args.out, 'model.pt')}, metrics.json, {report['plot']}")
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``fit`` to the ``bnn-pyro`` subcommands.
+
+    Args:
+        sub: the subparsers of the ``bnn-pyro`` parser.
+
+    Returns:
+        The ``fit`` parser (its ``func`` is :func:`run_fit`).
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="bnn-pyro")
+        >>> fit = add_parser(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["fit", "--data", "d.csv", "--target", "y", "--out", "run"])
+        >>> args.method, args.epochs, args.hidden, args.func is run_fit
+        ('vi', 200, (50,), True)
+    """
+    fit = sub.add_parser(
+        "fit",
+        help="train a BNN on a CSV file; write model.pt, metrics.json and a calibration plot",
+        description="Train a BNN on the columns of a CSV file (header line required) and write "
+        "DIR/model.pt, DIR/metrics.json and DIR/calibration.png (regression) or "
+        "DIR/reliability.png (classification). Inputs (and regression targets) are "
+        "standardised inside the model.",
+    )
+    fit.add_argument("--data", required=True, help="CSV file with a header line")
+    fit.add_argument("--target", required=True, help="name of the column to predict")
+    fit.add_argument(
+        "--task",
+        choices=("regression", "classification"),
+        help="default: regression for a numeric target, classification for text labels",
+    )
+    fit.add_argument("--method", choices=_METHODS, default="vi", help="default: vi")
+    fit.add_argument("--epochs", type=int, default=200, help="passes over the data (200)")
+    fit.add_argument(
+        "--hidden", type=parse_hidden, default=(50,), help="hidden layer widths, e.g. 50,50 (50)"
+    )
+    fit.add_argument(
+        "--features",
+        type=lambda s: [c.strip() for c in s.split(",")],
+        help="comma-separated input columns (default: all but the target)",
+    )
+    fit.add_argument("--batch-size", type=int, default=128, help="minibatch size (128)")
+    fit.add_argument("--lr", type=float, default=1e-2, help="learning rate (0.01)")
+    fit.add_argument(
+        "--num-samples", type=int, default=100, help="Monte Carlo samples per prediction (100)"
+    )
+    fit.add_argument("--prior-scale", type=float, default=1.0, help="prior std of weights (1)")
+    fit.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.2,
+        help="share of rows held out for validation metrics; 0 = none (0.2)",
+    )
+    fit.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    fit.add_argument("--out", required=True, help="output folder (created if missing)")
+    fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.set_defaults(func=run_fit)
+    return fit

@@ -1,7 +1,7 @@
 """The UCI protocol: normalised data, scores in original units, mean ± standard error, seeds.
 
 Hernández-Lobato & Adams (2015); Gal & Ghahramani (2016): inputs and targets are normalised on
-the training rows (:func:`bnn_pyro.datasets.load_uci_split` holds the statistics), models train
+the training rows (:func:`benchmarks.uci.data.load_uci_split` holds the statistics), models train
 and predict in normalised units, and the predictive is scored in the original units of ``y``
 (``y_scale`` of :mod:`bnn_pyro.metrics`). Results are averaged over the splits with the standard
 error ``std / sqrt(n)``.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bnn_pyro.datasets import UCISplit
+from benchmarks.uci.data import UCISplit
 from bnn_pyro.metrics import gaussian_log_likelihood, rmse
 
 __all__ = [
@@ -81,11 +81,11 @@ def hidden_units(n_rows: int) -> int:
 def prepare(split: UCISplit) -> RegressionData:
     """Normalise a split with its training statistics: train on ``X_train``, score ``X_test``.
 
-    Pass a :func:`bnn_pyro.datasets.validation_split` to get the validation pair (its
+    Pass a :func:`benchmarks.uci.data.validation_split` to get the validation pair (its
     ``X_test`` is the last 20% of the training rows; the real test rows are not in it).
 
     Args:
-        split: a :class:`bnn_pyro.datasets.UCISplit`.
+        split: a :class:`benchmarks.uci.data.UCISplit`.
 
     Returns:
         :class:`RegressionData` with ``x (N, D)``, ``y (N, 1)``, ``x_eval (M, D)``,
@@ -94,7 +94,7 @@ def prepare(split: UCISplit) -> RegressionData:
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> from bnn_pyro.datasets import load_uci_split, write_uci_folder
+        >>> from benchmarks.uci import load_uci_split, write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(30, 2), torch.randn(30))
         ...     data = prepare(load_uci_split(folder, 0))

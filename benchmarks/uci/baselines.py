@@ -26,10 +26,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from benchmarks.uci.method import Config, DatasetInfo, Report
+from benchmarks.uci.protocol import Predictor
 from bnn_pyro.methods import SWAG, DeepEnsemble, LaplaceApproximation, MCDropout
 from bnn_pyro.nn import mlp
-from bnn_pyro.uci_benchmark.method import Config, DatasetInfo, Report
-from bnn_pyro.uci_benchmark.protocol import Predictor
 
 __all__ = [
     "dropout_grid",

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from bnn_pyro.uci_benchmark import baselines, variational
-from bnn_pyro.uci_benchmark.method import MethodSpec
+from benchmarks.uci import baselines, variational
+from benchmarks.uci.method import MethodSpec
 
 __all__ = ["METHODS", "available_methods", "get_method"]
 

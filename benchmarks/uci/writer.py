@@ -1,4 +1,4 @@
-"""Write a data set in the UCI split-folder format read by :mod:`bnn_pyro.datasets.uci`."""
+"""Write a data set in the UCI split-folder format read by :mod:`benchmarks.uci.data`."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def write_uci_folder(
 
     Example:
         >>> import tempfile
-        >>> from bnn_pyro.datasets import load_uci_split, uci_num_splits
+        >>> from benchmarks.uci.data import load_uci_split, uci_num_splits
         >>> X, y = torch.arange(20.0).reshape(10, 2), torch.arange(10.0)
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", X, y, n_splits=3)

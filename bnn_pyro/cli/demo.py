@@ -1,4 +1,5 @@
-"""The README's main job: a BNN on a 1-D toy regression with a gap, metrics and a PNG.
+"""``bnn-pyro demo``, the README's main job: a BNN on a 1-D toy regression with a gap, metrics
+and a PNG.
 
 ``bnn-pyro demo`` (or ``make demo``) trains :class:`~bnn_pyro.VariationalBNN` on the embedded
 toy data of :func:`~bnn_pyro.datasets.toy_regression_1d` (``y = sin(2x) + x/2 + 0.1 eps`` on
@@ -9,6 +10,7 @@ no data (the observation noise, 0.1, is known and not drawn).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -23,7 +25,7 @@ from bnn_pyro.likelihoods import Gaussian
 from bnn_pyro.metrics import gaussian_log_likelihood, rmse
 from bnn_pyro.nn import mlp
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "add_parser", "format_result", "run", "run_demo"]
 
 NOISE_STD = 0.1
 GAP = (-1.0, 1.0)
@@ -40,6 +42,11 @@ class DemoResult:
         std_data / std_gap: mean epistemic standard deviation there.
         seconds: training time.
         png: path of the plot.
+
+    Example:
+        >>> result = DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")
+        >>> round(result.std_gap / result.std_data, 1)  # how much the band widens in the gap
+        8.0
     """
 
     rmse_data: float
@@ -62,6 +69,18 @@ def run_demo(
         epochs: full-batch SVI steps (5000 takes about 10 s on one CPU core).
         seed: seed of the data and of training.
         progress: show a progress bar.
+
+    Returns:
+        The metrics on fresh test points on the data and inside the gap, and the PNG's path.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     result = run_demo(tmp, epochs=50, progress=False)
+        ...     sorted(os.listdir(tmp))
+        ['demo.png', 'demo_metrics.json']
+        >>> result.std_gap > 0 and result.seconds > 0
+        True
     """
     epochs = check_int("epochs", epochs)
     os.makedirs(out_dir, exist_ok=True)
@@ -132,7 +151,23 @@ def _plot(bnn: VariationalBNN, X: torch.Tensor, y: torch.Tensor, png: str, seed:
 
 
 def format_result(result: DemoResult) -> str:
-    """The demo's printed report."""
+    """The demo's printed report: training time, a metrics table and the plot's path.
+
+    Args:
+        result: what :func:`run_demo` measured.
+
+    Returns:
+        The report, seven lines.
+
+    Example:
+        >>> print(format_result(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")))
+        trained in 9.8 s
+                         on the data    in the gap
+        RMSE                   0.100         0.500
+        test log-lik           0.800        -1.200
+        epistemic std          0.050         0.400   (x8.0 in the gap)
+        plot: demo.png
+    """
     widen = result.std_gap / result.std_data
     return (
         f"trained in {result.seconds:.1f} s\n"
@@ -143,3 +178,52 @@ def format_result(result: DemoResult) -> str:
         f"   (x{widen:.1f} in the gap)\n"
         f"plot: {result.png}"
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``bnn-pyro demo``: :func:`run_demo` with the parsed arguments; prints the report.
+
+    Args:
+        args: the parsed arguments of ``bnn-pyro demo`` (see :func:`add_parser`).
+
+    Returns:
+        0.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     run(argparse.Namespace(out=tmp, epochs=50, seed=0, quiet=True))
+        ... # doctest: +ELLIPSIS
+        trained in ...
+        0
+    """
+    result = run_demo(args.out, epochs=args.epochs, seed=args.seed, progress=not args.quiet)
+    print(format_result(result))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``demo`` to the ``bnn-pyro`` subcommands.
+
+    Args:
+        sub: the subparsers of the ``bnn-pyro`` parser.
+
+    Returns:
+        The ``demo`` parser (its ``func`` is :func:`run`).
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="bnn-pyro")
+        >>> demo = add_parser(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["demo", "--epochs", "100"])
+        >>> args.out, args.epochs, args.seed, args.func is run
+        ('demo_output', 100, 0, True)
+    """
+    demo = sub.add_parser(
+        "demo", help="train a BNN on a 1-D toy regression with a gap; print metrics, write a PNG"
+    )
+    demo.add_argument("--out", default="demo_output", help="output folder (default: demo_output)")
+    demo.add_argument("--epochs", type=int, default=5000, help="training steps (default: 5000)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.set_defaults(func=run)
+    return demo

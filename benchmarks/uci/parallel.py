@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from bnn_pyro.uci_benchmark.runner import BenchmarkSettings, Task, run_task
+from benchmarks.uci.runner import BenchmarkSettings, Task, run_task
 
 __all__ = ["run_tasks"]
 
@@ -84,7 +84,7 @@ def run_tasks(
     Example:
         >>> import tempfile, torch
         >>> from pathlib import Path
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     X, y = torch.randn(40, 2), torch.randn(40)
         ...     folder = str(write_uci_folder(Path(tmp) / "toy", X, y))

@@ -54,7 +54,7 @@ class UCISplit:
 
     Example:
         >>> import tempfile
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> X, y = torch.randn(20, 2), 100 + 10 * torch.randn(20)
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     split = load_uci_split(write_uci_folder(Path(tmp) / "toy", X, y), 0)
@@ -185,7 +185,7 @@ def uci_num_splits(folder: str | os.PathLike) -> int:
 
     Example:
         >>> import tempfile
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", torch.ones(10, 2), torch.ones(10), 4)
         ...     uci_num_splits(folder)
@@ -209,7 +209,7 @@ def load_uci_hyperparameters(folder: str | os.PathLike) -> UCIHyperparameters:
 
     Example:
         >>> import tempfile
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> settings = {"n_hidden.txt": "50", "n_epochs.txt": "40",
         ...             "dropout_rates.txt": "0.005 0.01", "tau_values.txt": "0.25 0.5"}
         >>> with tempfile.TemporaryDirectory() as tmp:
@@ -294,7 +294,7 @@ def load_uci_split(
 
     Example:
         >>> import tempfile
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> X, y = torch.randn(40, 3), 10 + 5 * torch.randn(40)
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     split = load_uci_split(write_uci_folder(Path(tmp) / "toy", X, y), 0)
@@ -356,7 +356,7 @@ def validation_split(split: UCISplit, fraction: float = 0.2) -> UCISplit:
 
     Example:
         >>> import tempfile
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(50, 2), torch.randn(50))
         ...     split = load_uci_split(folder, 0)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from bnn_pyro.datasets import UCIHyperparameters
+from benchmarks.uci.data import UCIHyperparameters
 
 __all__ = ["DatasetInfo", "MethodSpec", "TrainFn", "checkpoint_epochs"]
 

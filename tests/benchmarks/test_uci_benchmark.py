@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from bnn_pyro.datasets import load_uci_split, validation_split, write_uci_folder
-from bnn_pyro.uci_benchmark import (
+from benchmarks.uci import (
     BenchmarkSettings,
     DatasetInfo,
     MethodSpec,
@@ -19,6 +20,7 @@ from bnn_pyro.uci_benchmark import (
     available_methods,
     get_method,
     hidden_units,
+    load_uci_split,
     main,
     mean_stderr,
     parse_names,
@@ -27,10 +29,13 @@ from bnn_pyro.uci_benchmark import (
     run_task,
     select_hyperparameters,
     summarize,
+    validation_split,
+    write_uci_folder,
 )
-from bnn_pyro.uci_benchmark.cli import find_datasets
-from bnn_pyro.uci_benchmark.method import checkpoint_epochs
+from benchmarks.uci.cli import find_datasets
+from benchmarks.uci.method import checkpoint_epochs
 
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared/data/uci")
 POISON = 1.0e4  # feature value of split 0's test rows in the poisoned folder
 
@@ -265,6 +270,21 @@ def test_smoke_run_synthetic(toy_root: Path, tmp_path: Path) -> None:
     assert (tmp_path / "uci.md").read_text().startswith("# UCI regression benchmark")
 
 
+def test_python_m_benchmarks_uci_from_the_repository_root(toy_root: Path, tmp_path: Path) -> None:
+    # the documented command, in a fresh process: python -m benchmarks.uci records itself
+    argv = ["--data", str(toy_root), "--splits", "0", "--methods", "ensemble", "--quick"]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.uci", *argv, "--quiet", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    payload = _check_outputs(tmp_path, {"toy"}, ["ensemble"], [0])
+    assert "-m benchmarks.uci --data" in payload["command"]
+
+
 def test_render_only_needs_results(toy_root: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--data", str(toy_root), "--out", str(tmp_path), "--render-only", "--quiet"])
@@ -323,7 +343,7 @@ def test_predictive_variants_are_scored_from_one_run(
 
 
 def test_runner_arguments_are_checked_before_work(toy_root: Path) -> None:
-    from bnn_pyro.uci_benchmark.parallel import run_tasks
+    from benchmarks.uci.parallel import run_tasks
 
     with pytest.raises(ValueError, match="validation_fraction must be in"):
         BenchmarkSettings(validation_fraction=1.0)

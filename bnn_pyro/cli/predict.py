@@ -7,9 +7,10 @@ import os
 
 import numpy as np
 
-from bnn_pyro.cli_io import CLIError, read_csv, write_csv
+from bnn_pyro.cli.io import read_csv, write_csv
+from bnn_pyro.exceptions import CLIError
 
-__all__ = ["run_predict"]
+__all__ = ["add_parser", "run_predict"]
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -70,3 +71,33 @@ def run_predict(args: argparse.Namespace) -> int:
     rows = [[classes[int(np.argmax(p))], *p.tolist()] for p in mean]
     write_csv(args.out, header, rows)
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``predict`` to the ``bnn-pyro`` subcommands.
+
+    Args:
+        sub: the subparsers of the ``bnn-pyro`` parser.
+
+    Returns:
+        The ``predict`` parser (its ``func`` is :func:`run_predict`).
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="bnn-pyro")
+        >>> predict = add_parser(parser.add_subparsers(dest="command"))
+        >>> args = parser.parse_args(["predict", "--model", "run/model.pt", "--data", "d.csv"])
+        >>> args.model, args.out, args.func is run_predict
+        ('run/model.pt', None, True)
+    """
+    predict = sub.add_parser(
+        "predict",
+        help="predict with a model.pt: mean and std (or class probabilities) per row, as CSV",
+        description="Read the feature columns the model was trained on from a CSV file and "
+        "write one row per input: mean,std for regression (std: the total predictive std, "
+        "noise included); prediction,p_<class>... for classification.",
+    )
+    predict.add_argument("--model", required=True, help="model.pt written by bnn-pyro fit")
+    predict.add_argument("--data", required=True, help="CSV file with the feature columns")
+    predict.add_argument("--out", help="output CSV file (default: stdout)")
+    predict.set_defaults(func=run_predict)
+    return predict

@@ -1,8 +1,9 @@
 """Benchmark results: per-split records -> summary rows, the JSON file, the markdown table, charts.
 
-The summary rows use the results format of :func:`bnn_pyro.plots.plot_uci_results` and
-:data:`bnn_pyro.datasets.PUBLISHED_UCI`: ``{"dataset", "method", "metric", "mean", "stderr"}``
-(plus ``n_splits``), with ``metric`` ``"test_ll"`` or ``"rmse"``.
+The summary rows use the results format of :func:`~benchmarks.uci.plots.plot_uci_results` and
+:data:`~benchmarks.uci.published.PUBLISHED_UCI`:
+``{"dataset", "method", "metric", "mean", "stderr"}`` (plus ``n_splits``), with ``metric``
+``"test_ll"`` or ``"rmse"``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bnn_pyro.datasets import PUBLISHED_UCI
-from bnn_pyro.uci_benchmark.protocol import mean_stderr
-from bnn_pyro.uci_benchmark.targets import evaluate_targets, targets_markdown
+from benchmarks.uci.protocol import mean_stderr
+from benchmarks.uci.published import PUBLISHED_UCI
+from benchmarks.uci.targets import evaluate_targets, targets_markdown
 
 __all__ = [
     "METRICS",
@@ -128,7 +129,7 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
 
     Tables of test log-likelihood and RMSE (mean ± standard error over splits, original units,
     best of ours in bold) beside the published values (in italics in the header), the
-    issue's targets (:mod:`~bnn_pyro.uci_benchmark.targets`), then the chosen
+    issue's targets (:mod:`~benchmarks.uci.targets`), then the chosen
     hyper-parameters.
 
     Example:
@@ -237,7 +238,7 @@ def write_charts(
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    from bnn_pyro.plots import plot_uci_results
+    from benchmarks.uci.plots import plot_uci_results
 
     paths = []
     for metric, (title, _) in METRICS.items():

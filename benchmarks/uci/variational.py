@@ -30,11 +30,11 @@ from typing import Any
 import pyro.distributions as dist
 import torch
 
+from benchmarks.uci.method import Config, DatasetInfo, Report, checkpoint_epochs
 from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.likelihoods import Gaussian
 from bnn_pyro.nn import mlp
 from bnn_pyro.priors import LayerwiseNormalPrior
-from bnn_pyro.uci_benchmark.method import Config, DatasetInfo, Report, checkpoint_epochs
 
 __all__ = ["LRT_AVAILABLE", "lrt_train", "vi_checkpoints", "vi_grid", "vi_train"]
 
@@ -61,7 +61,7 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     counts; prior gain 1. ``quick`` gives one configuration of a few epochs for smoke tests.
 
     Example:
-        >>> from bnn_pyro.datasets import UCIHyperparameters
+        >>> from benchmarks.uci.data import UCIHyperparameters
         >>> ref = UCIHyperparameters(20, 50, 40, (0.005,), (0.1, 0.2))
         >>> grid = vi_grid(DatasetInfo("toy", 455, 13, ref))
         >>> [(c["noise_tau"], c["epochs"]) for c in grid]

@@ -1,6 +1,6 @@
 """Published results on the standard UCI regression splits, to draw beside our own.
 
-Each row is a dict in the results format of :func:`bnn_pyro.plots.plot_uci_results`:
+Each row is a dict in the results format of :func:`benchmarks.uci.plots.plot_uci_results`:
 ``{"dataset", "method", "metric", "mean", "stderr", "source"}`` with ``metric`` either
 ``"test_ll"`` (mean per-point test log-likelihood in original units, nats, higher is better)
 or ``"rmse"`` (original units, lower is better). ``stderr`` is the standard error over the 20

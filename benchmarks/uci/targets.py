@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bnn_pyro.datasets import PUBLISHED_UCI
+from benchmarks.uci.published import PUBLISHED_UCI
 
 __all__ = ["evaluate_targets", "targets_markdown"]
 
@@ -52,7 +52,7 @@ def evaluate_targets(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     """Check the issue's targets on the test log-likelihood rows of ``summary``.
 
     Args:
-        summary: rows of :func:`bnn_pyro.uci_benchmark.results.summarize`.
+        summary: rows of :func:`benchmarks.uci.results.summarize`.
 
     Returns:
         One row per (target, data set) that both sides have: ``target``, ``dataset``,

@@ -1,8 +1,8 @@
 """CSV in and out for the ``bnn-pyro`` command, with the standard library and numpy only.
 
 Every problem with a file (missing, unreadable, empty, ragged rows, a missing column, a column
-that is not numeric) raises :class:`CLIError` with a one-line message naming the file, the
-column and the line; the command prints it and exits with code 2.
+that is not numeric) raises :class:`~bnn_pyro.exceptions.CLIError` with a one-line message
+naming the file, the column and the line; the command prints it and exits with code 2.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CLIError", "Table", "read_csv", "write_csv"]
+from bnn_pyro.exceptions import CLIError
+
+__all__ = ["Table", "read_csv", "write_csv"]
 
 _MISSING = {"", "na", "nan", "n/a", "null", "none", "?"}
-
-
-class CLIError(Exception):
-    """A user error the command reports in one line (exit code 2)."""
 
 
 @dataclass
@@ -35,6 +33,11 @@ class Table:
         header: the column names ``(D,)``.
         rows: the data rows, each a list of ``len(header)`` cells.
         lines: the line number of each row in the file (for error messages).
+
+    Example:
+        >>> table = Table("f.csv", ["x", "y"], [["1", "a"], ["2", "b"]], [2, 3])
+        >>> table.numbers(["x"]).tolist(), table.labels("y")
+        ([[1.0], [2.0]], ['a', 'b'])
     """
 
     path: str
@@ -77,7 +80,7 @@ class Table:
             >>> t.numbers(["b"])
             Traceback (most recent call last):
               ...
-            bnn_pyro.cli_io.CLIError: f.csv: column 'b' is not numeric (line 3: 'x')
+            bnn_pyro.exceptions.CLIError: f.csv: column 'b' is not numeric (line 3: 'x')
         """
         out = np.empty((len(self.rows), len(columns)))
         for j, column in enumerate(columns):
@@ -92,7 +95,7 @@ class Table:
             >>> Table("f.csv", ["y"], [["cat"], ["NA"]], [2, 3]).labels("y")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
               ...
-            bnn_pyro.cli_io.CLIError: f.csv: column 'y' has a missing value on line 3; ...
+            bnn_pyro.exceptions.CLIError: f.csv: column 'y' has a missing value on line 3; ...
         """
         cells = self.texts(column)
         for cell, line in zip(cells, self.lines, strict=True):

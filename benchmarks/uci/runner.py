@@ -2,7 +2,7 @@
 
 A task is one (data set, split, method). Its hyper-parameters (and epochs) are chosen by the
 validation log-likelihood in original units on the last 20% of the split's training rows
-(:func:`bnn_pyro.datasets.validation_split`, normalised on the first 80%); the test rows never
+(:func:`benchmarks.uci.data.validation_split`, normalised on the first 80%); the test rows never
 enter the search. The chosen configuration is then retrained on the whole training split and
 scored once on the test rows. Every training run gets a seed derived from (data set, split,
 method, stage, configuration), so a task gives the same numbers in any process and any order.
@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from bnn_pyro.datasets import (
+from benchmarks.uci.data import (
     UCISplit,
     load_uci_hyperparameters,
     load_uci_split,
     validation_split,
 )
+from benchmarks.uci.method import DatasetInfo, MethodSpec
+from benchmarks.uci.protocol import Predictor, prepare, score, seed_for
+from benchmarks.uci.registry import get_method
 from bnn_pyro.exceptions import TrainingDivergedError
-from bnn_pyro.uci_benchmark.method import DatasetInfo, MethodSpec
-from bnn_pyro.uci_benchmark.protocol import Predictor, prepare, score, seed_for
-from bnn_pyro.uci_benchmark.registry import get_method
 
 __all__ = ["BenchmarkSettings", "Task", "run_task", "select_hyperparameters"]
 
@@ -106,14 +106,14 @@ def dataset_info(folder: str, split: UCISplit) -> DatasetInfo:
         split: one of its splits (for the sizes).
 
     Returns:
-        :class:`~bnn_pyro.uci_benchmark.method.DatasetInfo`; ``reference`` is ``None`` when
+        :class:`~benchmarks.uci.method.DatasetInfo`; ``reference`` is ``None`` when
         the folder lacks ``n_hidden.txt``/``n_epochs.txt``/``dropout_rates.txt``/
         ``tau_values.txt``.
 
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3), torch.randn(40))
         ...     info = dataset_info(str(folder), load_uci_split(folder, 0))
@@ -137,7 +137,7 @@ def select_hyperparameters(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Choose a configuration (with its epochs) on the validation rows of ``split``.
 
-    Only :func:`bnn_pyro.datasets.validation_split` of ``split`` is used: the model trains on
+    Only :func:`benchmarks.uci.data.validation_split` of ``split`` is used: the model trains on
     the first 80% of the training rows and is scored on the last 20%.
 
     Args:
@@ -157,8 +157,8 @@ def select_hyperparameters(
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> from bnn_pyro.datasets import write_uci_folder
-        >>> from bnn_pyro.uci_benchmark.registry import get_method
+        >>> from benchmarks.uci.writer import write_uci_folder
+        >>> from benchmarks.uci.registry import get_method
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3), torch.randn(40))
         ...     split = load_uci_split(folder, 0)
@@ -271,7 +271,7 @@ def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> from bnn_pyro.datasets import write_uci_folder
+        >>> from benchmarks.uci.writer import write_uci_folder
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     folder = write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3), torch.randn(40))
         ...     record = run_task(Task("toy", str(folder), 1, "ensemble"), BenchmarkSettings(True))
