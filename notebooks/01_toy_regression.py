@@ -143,15 +143,20 @@ print({name: f"{seconds:.1f} s" for name, seconds in fit_seconds.items()})
 # %%
 with clock("MC dropout"):
     dropout = bp.MCDropout(
-        make_net(dropout=0.05), num_samples=S, dropout_rate=0.05, likelihood="regression",
+        make_net(dropout=0.05),
+        num_samples=S,
+        dropout_rate=0.05,
+        likelihood="regression",
         noise_scale=NOISE,
     )
     dropout.fit(X, y, epochs=TORCH_EPOCHS, batch_size=100, lr=1e-2, progress=False, seed=0)
 with clock("deep ensemble"):
     torch.manual_seed(0)  # the members' initial weights
     ensemble = bp.DeepEnsemble(
-        lambda: bp.nn.mlp(1, [50], 1, activation="tanh"), num_models=5,
-        likelihood="regression", noise_scale=NOISE,
+        lambda: bp.nn.mlp(1, [50], 1, activation="tanh"),
+        num_models=5,
+        likelihood="regression",
+        noise_scale=NOISE,
     )
     ensemble.fit(X, y, epochs=TORCH_EPOCHS, batch_size=100, lr=1e-2, progress=False, seed=0)
 with clock("SWAG"):
@@ -159,8 +164,13 @@ with clock("SWAG"):
     swag.fit(X, y, epochs=SWAG_EPOCHS, batch_size=10, lr=1e-2, progress=False, seed=0)
 with clock("Laplace"):
     laplace = bp.LaplaceApproximation(
-        make_net(), "regression", num_samples=S, hessian="ggn", hessian_structure="full",
-        predictive="glm", noise_scale=NOISE,
+        make_net(),
+        "regression",
+        num_samples=S,
+        hessian="ggn",
+        hessian_structure="full",
+        predictive="glm",
+        noise_scale=NOISE,
     )
     laplace.fit(X, y, epochs=TORCH_EPOCHS, batch_size=100, lr=1e-2, progress=False, seed=0)
     print(f"Laplace prior precision from the evidence: {laplace.optimize_prior_precision():.3g}")
@@ -181,8 +191,10 @@ with clock("NUTS (reference)"):
     mcmc.run(X, y)
 posterior = mcmc.get_samples()  # {site: (draws, *shape)}, the same sites as the guide's
 n_eff = {k: float(v["n_eff"].median()) for k, v in mcmc.diagnostics().items() if "n_eff" in v}
-print(f"step size {kernel.step_size:.3g}; median n_eff per site:",
-      {k: round(v, 1) for k, v in n_eff.items()})
+print(
+    f"step size {kernel.step_size:.3g}; median n_eff per site:",
+    {k: round(v, 1) for k, v in n_eff.items()},
+)
 
 
 # %% [markdown]
@@ -191,6 +203,7 @@ print(f"step size {kernel.step_size:.3g}; median n_eff per site:",
 # Every method answers `predictive_gaussian(x)`: `locs` `(S, N, 1)`, one predictive mean per
 # weight sample (or member, or dropout mask), and the noise `scales`. The bands are the epistemic
 # `mean ± 1σ, 2σ` of the `locs`; the last panel overlays the epistemic std of all methods.
+
 
 # %%
 def rng():
@@ -245,8 +258,16 @@ for name, predict in predictive.items():
     ratio = gap / data if data > 0 else float("nan")  # a stuck (fast-mode) chain has data = 0
     rows.append([name, data, gap, ratio, ll_data, ll_gap, rmse_gap, fit_seconds[name]])
 
-header = ["method", "std on the data", "std in the gap", "gap / data", "test LL, data",
-          "test LL, gap", "RMSE, gap", "fit (s)"]
+header = [
+    "method",
+    "std on the data",
+    "std in the gap",
+    "gap / data",
+    "test LL, data",
+    "test LL, gap",
+    "RMSE, gap",
+    "fit (s)",
+]
 lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
 for name, *values, seconds in rows:
     cells = [name, *(f"{v:.3f}" for v in values), f"{seconds:.1f}"]

@@ -64,6 +64,7 @@ print("mode:", "fast (BNN_PYRO_NOTEBOOK_FAST=1)" if FAST else "full")
 
 def markdown_table(header, rows, digits=3):
     """A list of rows as a markdown table (floats rounded)."""
+
     def fmt(v):
         return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
@@ -106,8 +107,20 @@ for name, (bnn, seconds) in moons.items():
     scores = [accuracy(probs, y_test), nll(probs, y_test), ece]
     entropies = [near.total.mean(), far.total.mean(), near.epistemic.mean(), far.epistemic.mean()]
     rows.append([name, *scores, *(e.item() for e in entropies), f"{seconds:.1f}"])
-markdown_table(["estimator", "accuracy", "NLL", "ECE", "entropy, test", "entropy, far",
-                "MI, test", "MI, far", "fit (s)"], rows)
+markdown_table(
+    [
+        "estimator",
+        "accuracy",
+        "NLL",
+        "ECE",
+        "entropy, test",
+        "entropy, far",
+        "MI, test",
+        "MI, far",
+        "fit (s)",
+    ],
+    rows,
+)
 
 # %% [markdown]
 # Top row: the predictive probability of class 1. Bottom row: the mutual information (epistemic
@@ -126,8 +139,9 @@ fig, axes = plt.subplots(2, 3, figsize=(13, 8.5), sharex=True, sharey=True)
 for j, (name, (bnn, _)) in enumerate(moons.items()):
     probs, _, samples = bnn.predict(grid, return_samples=True, num_samples=S, seed=0)
     mi = entropy_decomposition(samples).epistemic
-    top = axes[0, j].contourf(g0, g1, probs[:, 1].reshape(g0.shape), levels=20, cmap="RdBu_r",
-                              vmin=0, vmax=1)
+    top = axes[0, j].contourf(
+        g0, g1, probs[:, 1].reshape(g0.shape), levels=20, cmap="RdBu_r", vmin=0, vmax=1
+    )
     bottom = axes[1, j].contourf(g0, g1, mi.reshape(g0.shape), levels=20, cmap="viridis")
     for ax in axes[:, j]:
         ax.scatter(*X.T, c=y, cmap="coolwarm", s=4, edgecolors="k", linewidths=0.2)
@@ -150,16 +164,29 @@ plt.show()
 digits = load_digits_split(seed=0)
 models = {}
 for name, estimator in ESTIMATORS.items():
-    models[name] = train(lambda: bp.nn.mlp(64, [100], 10), digits.X_train, digits.y_train,
-                         estimator, DIGITS_EPOCHS, 128)
+    models[name] = train(
+        lambda: bp.nn.mlp(64, [100], 10),
+        digits.X_train,
+        digits.y_train,
+        estimator,
+        DIGITS_EPOCHS,
+        128,
+    )
 
 rows, test_probs = [], {}
 for name, (bnn, seconds) in models.items():
     probs = bnn.predict(digits.X_test, num_samples=S, seed=0)[0]
     test_probs[name] = probs
-    rows.append([name, accuracy(probs, digits.y_test), nll(probs, digits.y_test),
-                 expected_calibration_error(probs, digits.y_test),
-                 brier_score(probs, digits.y_test), f"{seconds:.1f}"])
+    rows.append(
+        [
+            name,
+            accuracy(probs, digits.y_test),
+            nll(probs, digits.y_test),
+            expected_calibration_error(probs, digits.y_test),
+            brier_score(probs, digits.y_test),
+            f"{seconds:.1f}",
+        ]
+    )
 markdown_table(["estimator", "accuracy", "NLL", "ECE", "Brier", "fit (s)"], rows)
 
 # %% [markdown]
@@ -194,10 +221,25 @@ for name, (bnn, _) in models.items():
     for kind, x in inputs.items():
         parts = entropy_decomposition(bnn.predict(x, True, num_samples=S, seed=0)[2])
         mi_values[name, kind] = parts.epistemic
-        rows.append([name, kind, parts.total.mean().item(), parts.aleatoric.mean().item(),
-                     parts.epistemic.mean().item()])
-markdown_table(["estimator", "inputs", "predictive entropy", "expected entropy (aleatoric)",
-                "mutual information (epistemic)"], rows)
+        rows.append(
+            [
+                name,
+                kind,
+                parts.total.mean().item(),
+                parts.aleatoric.mean().item(),
+                parts.epistemic.mean().item(),
+            ]
+        )
+markdown_table(
+    [
+        "estimator",
+        "inputs",
+        "predictive entropy",
+        "expected entropy (aleatoric)",
+        "mutual information (epistemic)",
+    ],
+    rows,
+)
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(14, 3.5), sharey=True)

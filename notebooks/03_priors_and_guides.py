@@ -87,8 +87,16 @@ for name, (model_kw, fit_kw) in CONFIGS.items():
     torch.manual_seed(0)  # the same initial weights for every configuration
     bnn = bp.VariationalBNN(bp.nn.mlp(64, [50], 10), bp.Categorical(), **model_kw)
     start = time.perf_counter()
-    history = bnn.fit(digits.X_train, digits.y_train, epochs=EPOCHS, batch_size=128, lr=1e-2,
-                      progress=False, seed=0, **fit_kw)
+    history = bnn.fit(
+        digits.X_train,
+        digits.y_train,
+        epochs=EPOCHS,
+        batch_size=128,
+        lr=1e-2,
+        progress=False,
+        seed=0,
+        **fit_kw,
+    )
     seconds = time.perf_counter() - start
     probs = bnn.predict(digits.X_test, num_samples=S, seed=0)[0]
     results[name] = {"bnn": bnn, "history": history, "probs": probs, "seconds": seconds}
@@ -105,8 +113,9 @@ for name, r in results.items():
     p = r["probs"]
     r["metrics"] = {"test_ll": -nll(p, y_test), "ece": expected_calibration_error(p, y_test)}
     cells = [-nll(p, y_test), accuracy(p, y_test), r["metrics"]["ece"], brier_score(p, y_test)]
-    lines.append("| " + " | ".join([name, *(f"{c:.4f}" for c in cells),
-                                     f"{r['seconds']:.1f}"]) + " |")
+    lines.append(
+        "| " + " | ".join([name, *(f"{c:.4f}" for c in cells), f"{r['seconds']:.1f}"]) + " |"
+    )
 display(Markdown("\n".join(lines)))
 
 # %%

@@ -40,7 +40,6 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto, no ipywidgets
-from bnn_pyro.datasets import PUBLISHED_UCI  # noqa: E402
 from bnn_pyro.plots import plot_uci_results  # noqa: E402
 from bnn_pyro.uci_benchmark import markdown_report  # noqa: E402
 
@@ -56,8 +55,9 @@ if not path.is_file():
     )
 payload = json.loads(path.read_text())
 labels = {name: info["label"] for name, info in payload["methods"].items()}
-summary = [{**row, "method": labels.get(row["method"], row["method"])}
-           for row in payload["summary"]]
+summary = [
+    {**row, "method": labels.get(row["method"], row["method"])} for row in payload["summary"]
+]
 n_splits = sorted({row["n_splits"] for row in payload["summary"]})
 print(f"{path.name}: {payload['date']}, {payload['wall_time']}, splits per cell: {n_splits}")
 print("settings:", json.dumps(payload["settings"], sort_keys=True))
@@ -106,8 +106,10 @@ met = sum(r["met"] for r in rows)
 print(f"{met} of {len(rows)} targets met")
 for r in rows:
     if not r["met"]:
-        print(f"  missed: {r['dataset']}: {r['target']}: {r['ours']:.2f} ± {r['ours_stderr']:.2f} "
-              f"vs {r['published']:.2f} ({r['difference']:+.2f})")
+        print(
+            f"  missed: {r['dataset']}: {r['target']}: {r['ours']:.2f} ± {r['ours_stderr']:.2f} "
+            f"vs {r['published']:.2f} ({r['difference']:+.2f})"
+        )
 datasets = list(dict.fromkeys(r["dataset"] for r in summary))
 
 # %% [markdown]
@@ -124,8 +126,9 @@ for ax, d in zip(axes[0], datasets, strict=True):
     for i, m in enumerate(methods):
         values = [r["test_ll"] for r in runs if r["dataset"] == d and r["method"] == m]
         ax.plot([i] * len(values), values, "o", alpha=0.5, ms=4)
-    ax.set_xticks(range(len(methods)), [labels[m] for m in methods], rotation=60, ha="right",
-                  fontsize="small")
+    ax.set_xticks(
+        range(len(methods)), [labels[m] for m in methods], rotation=60, ha="right", fontsize="small"
+    )
     ax.set_title(d)
 axes[0, 0].set_ylabel("test log-likelihood")
 fig.tight_layout()
