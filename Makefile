@@ -20,8 +20,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check bnn_pyro tests benchmarks
-	$(VENV)/bin/ruff format --check bnn_pyro tests benchmarks
+	$(VENV)/bin/ruff check bnn_pyro tests benchmarks notebooks
+	$(VENV)/bin/ruff format --check bnn_pyro tests benchmarks notebooks
 
 bench: $(STAMP)
 	$(PY) benchmarks/step_time.py
