@@ -60,8 +60,7 @@ def _smoke_results(folder: Path) -> Path:
     when the full results are not in the repository."""
     import torch
 
-    from bnn_pyro.datasets import write_uci_folder
-    from bnn_pyro.uci_benchmark import main
+    from benchmarks.uci import main, write_uci_folder
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(80, 3, generator=g)
