@@ -1,0 +1,146 @@
+"""The documentation site builds with warnings as errors, and documents every public name.
+
+The build (``mkdocs build --strict``, about 15 s) runs once per session into a temporary
+folder. It needs the ``docs`` extra (also in ``dev``); without mkdocs these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS_PACKAGES = ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_jupyter")
+
+
+def _missing() -> list[str]:
+    missing = []
+    for name in DOCS_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+needs_mkdocs = pytest.mark.skipif(
+    bool(_missing()),
+    reason=f"the docs tools are not installed ({', '.join(_missing())}): pip install -e '.[docs]'",
+)
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return site, result
+
+
+@needs_mkdocs
+def test_strict_build_has_no_warnings(built_site):
+    site, result = built_site
+    log = result.stdout + result.stderr
+    warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert result.returncode == 0 and not warnings, "mkdocs build --strict failed:\n" + log
+    assert (site / "index.html").exists()
+    assert (site / "notebooks" / "01_toy_regression" / "index.html").exists()
+
+
+def _runtime_object(path: str):
+    """The object a dotted identifier names at run time (longest importable module, then
+    attributes), or a sentinel."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return _runtime_object
+        return obj
+    return _runtime_object
+
+
+def _public_namespaces() -> list[str]:
+    import bnn_pyro
+
+    modules = ["bnn_pyro", "bnn_pyro.estimators"]
+    for name in bnn_pyro.__all__:
+        obj = getattr(bnn_pyro, name)
+        if getattr(obj, "__name__", "").startswith("bnn_pyro.") and hasattr(obj, "__all__"):
+            modules.append(obj.__name__)
+    return sorted(set(modules))
+
+
+@needs_mkdocs
+@pytest.mark.parametrize("module_name", _public_namespaces())
+def test_every_public_name_has_an_api_entry(built_site, module_name):
+    """Every name in ``__all__`` of ``bnn_pyro`` and of its public subpackages has a heading on
+    an API page whose identifier names that very object (``bnn_pyro.VariationalBNN`` is
+    documented as ``bnn_pyro.bnn.VariationalBNN``)."""
+    site, _ = built_site
+    ids = set()
+    for page in (site / "api").rglob("*.html"):
+        ids.update(re.findall(r'id="(bnn_pyro(?:\.[\w]+)*)"', page.read_text()))
+    assert ids, "no API pages were built"
+    module = importlib.import_module(module_name)
+    objects = [_runtime_object(identifier) for identifier in ids]  # kept alive: ids stay unique
+    documented = {id(obj) for obj in objects}
+    missing = [
+        name
+        for name in module.__all__
+        if f"{module_name}.{name}" not in ids and id(getattr(module, name)) not in documented
+    ]
+    assert not missing, f"{module_name}: no API entry for {missing}"
+
+
+# ------------------------------------------------------------------------------------------
+# the docstring-role extension on its own (griffe only, no mkdocs build)
+
+
+def _roles_extension():
+    griffe = pytest.importorskip("griffe", reason="griffe comes with mkdocstrings[python]")
+    return griffe, griffe.load_extensions(str(ROOT / "docs" / "griffe_roles.py") + ":SphinxRoles")
+
+
+def test_roles_become_links_to_the_documented_object():
+    griffe, extensions = _roles_extension()
+    pkg = griffe.load("bnn_pyro", search_paths=[str(ROOT)], extensions=extensions)
+    nn_doc = pkg["nn"].docstring.value
+    assert "[`mlp`][bnn_pyro.nn.mlp.mlp]" in nn_doc  # the function, not the module
+    assert "[`VariationalBNN`][bnn_pyro.bnn.VariationalBNN]" in nn_doc  # ~ shortens the text
+    assert ":class:" not in nn_doc
+
+
+def test_an_unresolvable_role_is_a_warning(tmp_path, caplog):
+    griffe, extensions = _roles_extension()
+    package = tmp_path / "bnn_pyro"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        '"""Toy.\n\nSee :class:`Thing`, :func:`helper`, :class:`torch.nn.Module`, '
+        ':class:`ValueError` and :class:`Nothing`."""\n\n'
+        'class Thing:\n    """A thing."""\n\n\ndef helper():\n    """Help."""\n'
+    )
+    with caplog.at_level("WARNING"):
+        pkg = griffe.load(package, extensions=extensions)  # this folder, not the installed one
+    doc = pkg.docstring.value
+    assert "[`Thing`][bnn_pyro.Thing]" in doc and "[`helper`][bnn_pyro.helper]" in doc
+    assert "`torch.nn.Module`" in doc and "`ValueError`" in doc  # outside: code, no link
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and ":class:`Nothing`" in warnings[0], warnings
