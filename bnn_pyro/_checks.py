@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["as_tensor", "check_int", "check_float", "check_finite"]
+__all__ = [
+    "as_tensor",
+    "check_bool",
+    "check_choice",
+    "check_finite",
+    "check_float",
+    "check_int",
+    "check_module",
+    "check_seed",
+    "check_tensor",
+]
+
+# Every check takes the argument's name first, then its value, and returns the value (as the
+# plain Python type where one is checked) or raises TypeError/ValueError naming the argument,
+# the expected and the received value.
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
-    """Return ``value`` if it is an int ``>= minimum``, else raise naming ``name``."""
+    """Return ``value`` if it is an int (not a bool) ``>= minimum``, else raise naming ``name``.
+
+    Example:
+        >>> check_int("epochs", 3)
+        3
+        >>> check_int("epochs", 0)
+        Traceback (most recent call last):
+          ...
+        ValueError: epochs must be >= 1, got 0
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     if value < minimum:
@@ -21,9 +45,24 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
 
 
 def check_float(
-    name: str, value: Any, *, minimum: float = -math.inf, strict: bool = False
+    name: str,
+    value: Any,
+    *,
+    minimum: float = -math.inf,
+    strict: bool = False,
+    maximum: float = math.inf,
 ) -> float:
-    """Return ``float(value)`` if finite and above ``minimum`` (``>`` when ``strict``)."""
+    """Return ``float(value)`` if it is a finite real ``>= minimum`` (``>`` when ``strict``) and
+    ``< maximum``, else raise naming ``name``.
+
+    Example:
+        >>> check_float("lr", 0.01, minimum=0.0, strict=True)
+        0.01
+        >>> check_float("lr", 0, minimum=0.0, strict=True)
+        Traceback (most recent call last):
+          ...
+        ValueError: lr must be finite and > 0.0, got 0.0
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__} ({value!r})")
     value = float(value)
@@ -31,14 +70,86 @@ def check_float(
     if bad or not math.isfinite(value):
         relation = ">" if strict else ">="
         raise ValueError(f"{name} must be finite and {relation} {minimum}, got {value}")
+    if value >= maximum:
+        raise ValueError(f"{name} must be < {maximum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool, else raise ``TypeError`` naming ``name``.
+
+    Example:
+        >>> check_bool("progress", False)
+        False
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise ``ValueError`` naming them.
+
+    Example:
+        >>> check_choice("hessian", "ggn", ("fisher", "ggn"))
+        'ggn'
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_seed(name: str, value: Any) -> int | None:
+    """``None``, or an int ``>= 0``.
+
+    Example:
+        >>> check_seed("seed", None), check_seed("seed", 7)
+        (None, 7)
+    """
+    return None if value is None else check_int(name, value, minimum=0)
+
+
+def check_module(name: str, value: Any) -> torch.nn.Module:
+    """Return ``value`` if it is a ``torch.nn.Module``, else raise ``TypeError``.
+
+    Example:
+        >>> check_module("net", torch.nn.Linear(1, 1)).out_features
+        1
+    """
+    if not isinstance(value, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
+    return value
+
+
+def check_tensor(name: str, value: Any, floating: bool = True) -> torch.Tensor:
+    """Return ``value`` if it is a tensor (a floating one when ``floating``), else raise.
+
+    Example:
+        >>> check_tensor("x", torch.zeros(2)).shape
+        torch.Size([2])
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(value).__name__}; convert with "
+            "torch.as_tensor"
+        )
+    if floating and not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
     return value
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """Raise ``ValueError`` naming ``name`` if ``tensor`` holds NaN or inf."""
+    """Raise ``ValueError`` naming ``name`` if ``tensor`` holds NaN or inf; return it.
+
+    Example:
+        >>> check_finite("y", torch.tensor([1.0, float("nan")]))
+        Traceback (most recent call last):
+          ...
+        ValueError: y must be finite, got 1 NaN or infinite value(s)
+    """
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
         bad = int((~torch.isfinite(tensor)).sum())
-        raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+        raise ValueError(f"{name} must be finite, got {bad} NaN or infinite value(s)")
     return tensor
 
 

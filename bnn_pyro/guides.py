@@ -36,10 +36,24 @@ from bnn_pyro.nn.pyro_net import param_statement
 from bnn_pyro.poutine.kl_weight import KLWeight
 from bnn_pyro.weight_distributions import ReparamNormal
 
-__all__ = ["MeanFieldNormalGuide", "KLWeight", "AutoGuideWrapper", "build_guide", "GUIDE_NAMES"]
+__all__ = [
+    "MeanFieldNormalGuide",
+    "KLWeight",
+    "AutoGuideWrapper",
+    "build_guide",
+    "GUIDE_NAMES",
+    "inverse_softplus",
+]
 
 
-def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    """``rho`` with ``softplus(rho) = x`` (``x > 0``), stable for small and large ``x``.
+
+    Example:
+        >>> x = torch.tensor([1e-3, 1.0, 30.0])
+        >>> torch.allclose(torch.nn.functional.softplus(inverse_softplus(x)), x)
+        True
+    """
     return x + torch.log(-torch.expm1(-x))
 
 
@@ -151,7 +165,7 @@ class MeanFieldNormalGuide(nn.Module):
                     f"{tuple(spec.shape)}"
                 )
             loc = spec.transform.inv(value).detach().clone()
-            rho = _inverse_softplus(torch.full_like(loc, self.init_scale))
+            rho = inverse_softplus(torch.full_like(loc, self.init_scale))
             self.locs[self._key(name)] = nn.Parameter(loc)
             self.rhos[self._key(name)] = nn.Parameter(rho)
             self._sites.append(spec)

@@ -26,7 +26,7 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.distributions import HiddenLayer
-from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide
+from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide, inverse_softplus
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import ACTIVATION_BUDGET
 from bnn_pyro.nn.mlp import ACTIVATIONS, mlp_architecture
@@ -43,10 +43,6 @@ _NO_GUIDE_SITE = "Found vars in model but not guide"
 
 def _identity(a: torch.Tensor) -> torch.Tensor:
     return a
-
-
-def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
-    return x + torch.log(-torch.expm1(-x))
 
 
 class HiddenLayerBNN(SVIModel):
@@ -119,7 +115,7 @@ class HiddenLayerBNN(SVIModel):
             init = nn.Linear(d_in, d_out)  # (D + 1, H): the last row is the bias
             loc = torch.cat([init.weight.detach().t(), init.bias.detach().unsqueeze(0)])
             self.locs.append(nn.Parameter(loc))
-            self.rhos.append(nn.Parameter(_inverse_softplus(torch.full_like(loc, init_scale))))
+            self.rhos.append(nn.Parameter(inverse_softplus(torch.full_like(loc, init_scale))))
         self.hidden_sizes = hidden
         self.site_names = [f"layer{i}" for i in range(len(self.locs))]
         self.guide = self._make_guide()

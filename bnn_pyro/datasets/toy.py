@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import torch
 
+from bnn_pyro._checks import check_float, check_int
+
 __all__ = [
     "ClassificationSplit",
     "load_digits_split",
@@ -18,22 +20,6 @@ __all__ = [
     "toy_regression_1d",
     "two_moons",
 ]
-
-
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _check_nonnegative(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
-    return float(value)
 
 
 def toy_function(x: torch.Tensor) -> torch.Tensor:
@@ -85,9 +71,9 @@ def toy_regression_1d(
         >>> X.shape, y.shape, bool(((X > -1) & (X < 1)).any())
         (torch.Size([50, 1]), torch.Size([50, 1]), False)
     """
-    _check_int(n, "n", 1)
-    _check_int(seed, "seed", 0)
-    noise_std = _check_nonnegative(noise_std, "noise_std")
+    check_int("n", n, minimum=1)
+    check_int("seed", seed, minimum=0)
+    noise_std = check_float("noise_std", noise_std, minimum=0.0)
     lo, hi = map(float, x_range)
     g_lo, g_hi = map(float, gap) if gap is not None else (hi, hi)
     if not (lo < hi and (gap is None or lo < g_lo < g_hi < hi)):
@@ -125,9 +111,9 @@ def two_moons(
         >>> X[0].tolist(), labels.tolist()
         ([1.0, 0.0], [0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
     """
-    _check_int(n, "n", 2)
-    _check_int(seed, "seed", 0)
-    noise = _check_nonnegative(noise, "noise")
+    check_int("n", n, minimum=2)
+    check_int("seed", seed, minimum=0)
+    noise = check_float("noise", noise, minimum=0.0)
     g = torch.Generator().manual_seed(seed)
     n_out = n // 2
     t_out = torch.linspace(0, math.pi, n_out, dtype=torch.float64)
@@ -182,7 +168,7 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.2) -> Classificati
         >>> split.X_train.shape, split.X_test.shape, int(split.y_test.max())
         (torch.Size([1347, 64]), torch.Size([450, 64]), 9)
     """
-    _check_int(seed, "seed", 0)
+    check_int("seed", seed, minimum=0)
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)):
         raise TypeError(f"test_fraction must be a float, got {type(test_fraction).__name__}")
     if not 0 < test_fraction < 1:

@@ -1,13 +1,13 @@
-"""Argument checks shared by the methods: clear errors, raised before any work starts."""
+"""The classic methods' data checks (inputs, targets, outputs, noise, likelihood), raised before
+any work starts; the generic checks are in :mod:`bnn_pyro._checks`."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn as nn
+
+from bnn_pyro._checks import check_float
 
 if TYPE_CHECKING:
     from bnn_pyro.likelihoods import Likelihood
@@ -18,44 +18,6 @@ _LIKELIHOODS = {
     "regression": "regression",
     "gaussian": "regression",
 }
-
-
-def check_int(value: object, name: str, minimum: int = 1) -> int:
-    """Return ``value`` if it is an int (not a bool) ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return value
-
-
-def check_float(value: object, name: str, minimum: float = 0.0, strict: bool = True) -> float:
-    """Return ``float(value)`` if it is a finite real ``> minimum`` (``>=`` if not strict)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    ok = value > minimum if strict else value >= minimum
-    if not (math.isfinite(value) and ok):
-        op = ">" if strict else ">="
-        raise ValueError(f"{name} must be a finite float {op} {minimum}, got {value}")
-    return float(value)
-
-
-def check_bool(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
-
-
-def check_choice(value: object, name: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value  # type: ignore[return-value]
-
-
-def check_seed(seed: object) -> int | None:
-    if seed is None:
-        return None
-    return check_int(seed, "seed", minimum=0)
 
 
 def resolve_likelihood(
@@ -115,12 +77,6 @@ def resolve_likelihood(
     )
 
 
-def check_module(value: object, name: str = "model") -> nn.Module:
-    if not isinstance(value, nn.Module):
-        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
-    return value
-
-
 def check_noise_scale(value: object) -> float | torch.Tensor | None:
     """``None``, a float > 0, or a tensor of positive finite values."""
     if value is None:
@@ -129,7 +85,7 @@ def check_noise_scale(value: object) -> float | torch.Tensor | None:
         if not bool(torch.isfinite(value).all()) or not bool((value > 0).all()):
             raise ValueError(f"noise_scale must be finite and > 0, got {value}")
         return value
-    return check_float(value, "noise_scale")
+    return check_float("noise_scale", value, minimum=0.0, strict=True)
 
 
 def check_inputs(x: object, name: str = "x") -> torch.Tensor:

@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 
+from bnn_pyro._checks import check_seed
 from bnn_pyro._rng import seed_from
 from bnn_pyro.likelihoods import likelihood_from_config
-from bnn_pyro.methods._checks import check_inputs, check_seed, check_targets
+from bnn_pyro.methods._checks import check_inputs, check_targets
 
 __all__ = ["ClassicContract"]
 
@@ -36,7 +37,7 @@ class ClassicContract:
         """The seed of a ``predict`` call: ``seed``, else one drawn from ``generator``."""
         if seed is not None and generator is not None:
             raise ValueError("pass seed or generator, not both")
-        return check_seed(seed) if generator is None else seed_from(generator)
+        return check_seed("seed", seed) if generator is None else seed_from(generator)
 
     def _validation(
         self, data: Any, device: torch.device

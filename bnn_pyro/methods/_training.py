@@ -10,14 +10,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.methods._checks import (
-    check_bool,
-    check_float,
-    check_int,
-    check_noise_scale,
-    check_seed,
-)
+from bnn_pyro.methods._checks import check_noise_scale
 from bnn_pyro.training import Callback, History, LossStep, check_optimizer, make_optimizer, train
 
 
@@ -45,13 +40,13 @@ def check_fit_args(
     min_epochs: int = 1,
 ) -> TrainSettings:
     """Validate the arguments every ``fit`` shares; return them as :class:`TrainSettings`."""
-    check_int(epochs, "epochs", minimum=min_epochs)
-    check_int(batch_size, "batch_size")
-    check_float(lr, "lr")
-    check_float(weight_decay, "weight_decay", strict=False)
+    check_int("epochs", epochs, minimum=min_epochs)
+    check_int("batch_size", batch_size)
+    check_float("lr", lr, minimum=0.0, strict=True)
+    check_float("weight_decay", weight_decay, minimum=0.0, strict=False)
     check_optimizer(optimizer)
-    check_bool(progress, "progress")
-    check_seed(seed)
+    check_bool("progress", progress)
+    check_seed("seed", seed)
     return TrainSettings(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
 
 

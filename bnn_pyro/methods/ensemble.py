@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.func import stack_module_state
 from torch.utils.data import DataLoader
 
+from bnn_pyro._checks import check_bool, check_int
 from bnn_pyro.base import (
     BaseBayesianMethod,
     PredictOutput,
@@ -20,14 +21,7 @@ from bnn_pyro.base import (
     to_probabilities,
 )
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import (
-    check_bool,
-    check_inputs,
-    check_int,
-    check_outputs,
-    check_targets,
-    resolve_likelihood,
-)
+from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
 from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
@@ -87,11 +81,11 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         super().__init__()
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
-        check_int(num_models, "num_models")
+        check_int("num_models", num_models)
         self.likelihood, self.task, noise_scale = resolve_likelihood(
             likelihood, noise_scale, "DeepEnsemble", heteroscedastic=True
         )
-        check_bool(gaussian_nll, "gaussian_nll")
+        check_bool("gaussian_nll", gaussian_nll)
         if self.task == "heteroscedastic":  # HeteroscedasticGaussian: the variance-head members
             self.task, gaussian_nll = "regression", True
         if gaussian_nll and self.task != "regression":
@@ -184,7 +178,7 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             warnings.warn(
                 "return_all is deprecated; use return_samples", DeprecationWarning, stacklevel=2
             )
-        out = self._member_outputs(x, vectorize=check_bool(vectorize, "vectorize"))
+        out = self._member_outputs(x, vectorize=check_bool("vectorize", vectorize))
         samples = self._split_heads(out)[0] if self.gaussian_nll else out
         samples = to_probabilities(samples, self._normalize(normalize_output))
         return summarize_samples(samples, return_samples or return_all)
@@ -244,10 +238,10 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> len(ens.train_member(0, data, opt, nn.CrossEntropyLoss(), num_epochs=2))
             2
         """
-        check_int(model_idx, "model_idx", minimum=0)
+        check_int("model_idx", model_idx, minimum=0)
         if model_idx >= self.num_models:
             raise ValueError(f"model_idx must be < num_models = {self.num_models}, got {model_idx}")
-        check_int(num_epochs, "num_epochs")
+        check_int("num_epochs", num_epochs)
         model = self.models[model_idx]
         device = torch.device(device) if device is not None else module_device(model)
         model.to(device)

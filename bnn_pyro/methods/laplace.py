@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
+from bnn_pyro._checks import check_choice, check_float, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.base import (
     BaseBayesianMethod,
@@ -19,16 +20,7 @@ from bnn_pyro.base import (
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods import _gaussian_posterior as gp
-from bnn_pyro.methods._checks import (
-    check_choice,
-    check_float,
-    check_inputs,
-    check_int,
-    check_module,
-    check_outputs,
-    check_targets,
-    resolve_likelihood,
-)
+from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
 from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._curvature import curvature, residual_sigma
 from bnn_pyro.methods._params import (
@@ -113,18 +105,20 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
         noise_scale: float | torch.Tensor | None = None,
     ) -> None:
         super().__init__()
-        self.model = check_module(model)
+        self.model = check_module("model", model)
         self.likelihood, self.task, noise_scale = resolve_likelihood(
             likelihood, noise_scale, "LaplaceApproximation"
         )
-        self.prior_precision = check_float(prior_precision, "prior_precision")
-        self.num_samples = check_int(num_samples, "num_samples")
-        self.hessian = check_choice(hessian, "hessian", ("fisher", "ggn"))
-        self.hessian_structure = check_choice(
-            hessian_structure, "hessian_structure", ("diag", "full")
+        self.prior_precision = check_float(
+            "prior_precision", prior_precision, minimum=0.0, strict=True
         )
-        self.subset = check_choice(subset, "subset", ("all", "last_layer"))
-        self.predictive = check_choice(predictive, "predictive", ("nn", "glm"))
+        self.num_samples = check_int("num_samples", num_samples)
+        self.hessian = check_choice("hessian", hessian, ("fisher", "ggn"))
+        self.hessian_structure = check_choice(
+            "hessian_structure", hessian_structure, ("diag", "full")
+        )
+        self.subset = check_choice("subset", subset, ("all", "last_layer"))
+        self.predictive = check_choice("predictive", predictive, ("nn", "glm"))
         self.noise_scale = noise_scale
         params = dict(model.named_parameters())
         if subset == "last_layer":
@@ -202,7 +196,7 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
         """
         mean, h = self._require_fit()
         lam = self.prior_precision if prior_precision is None else prior_precision
-        lam = check_float(lam, "prior_precision")
+        lam = check_float("prior_precision", lam, minimum=0.0, strict=True)
         return gp.log_evidence(self._loglik, mean, h, lam, self.hessian_structure)
 
     def optimize_prior_precision(self, bounds: tuple[float, float] = (1e-8, 1e8)) -> float:
@@ -221,7 +215,7 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
             True
         """
         mean, h = self._require_fit()
-        lo, hi = (check_float(b, "bounds") for b in bounds)
+        lo, hi = (check_float("bounds", b, minimum=0.0, strict=True) for b in bounds)
         if lo >= hi:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
         self.prior_precision = gp.optimal_prior_precision(mean, h, self.hessian_structure, (lo, hi))
@@ -349,7 +343,7 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
     def sample_parameters(self, num_samples: int) -> dict[str, torch.Tensor]:
         """``{name: (S, *shape)}`` draws of the Bayesian parameters from the posterior."""
         mean, h = self._require_fit()
-        check_int(num_samples, "num_samples")
+        check_int("num_samples", num_samples)
         flat = gp.sample(mean, h, self.prior_precision, self.hessian_structure, num_samples)
         return unflatten(flat, self._shapes)
 

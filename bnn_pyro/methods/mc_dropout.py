@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from bnn_pyro._checks import check_bool, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.base import (
     BaseBayesianMethod,
@@ -17,15 +18,7 @@ from bnn_pyro.base import (
     to_probabilities,
 )
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import (
-    check_bool,
-    check_inputs,
-    check_int,
-    check_module,
-    check_outputs,
-    check_targets,
-    resolve_likelihood,
-)
+from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
 from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._training import (
     NoiseScaleMixin,
@@ -100,8 +93,8 @@ class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         samples_per_pass: int | None = None,
     ) -> None:
         super().__init__()
-        check_module(model)
-        check_int(num_samples, "num_samples")
+        check_module("model", model)
+        check_int("num_samples", num_samples)
         if dropout_rate is not None:
             if isinstance(dropout_rate, bool) or not isinstance(dropout_rate, (int, float)):
                 raise TypeError(
@@ -109,9 +102,9 @@ class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
                 )
             if not 0 <= dropout_rate < 1:
                 raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
-        check_bool(functional_dropout, "functional_dropout")
+        check_bool("functional_dropout", functional_dropout)
         if samples_per_pass is not None:
-            check_int(samples_per_pass, "samples_per_pass")
+            check_int("samples_per_pass", samples_per_pass)
         self.likelihood, self.task, noise_scale = resolve_likelihood(
             likelihood, noise_scale, "MCDropout"
         )

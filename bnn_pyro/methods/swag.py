@@ -14,6 +14,7 @@ from torch.nn.utils import vector_to_parameters
 from torch.optim.swa_utils import update_bn
 from torch.utils.data import DataLoader, TensorDataset
 
+from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.base import (
     BaseBayesianMethod,
@@ -23,15 +24,7 @@ from bnn_pyro.base import (
 )
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import (
-    check_float,
-    check_inputs,
-    check_int,
-    check_module,
-    check_outputs,
-    check_targets,
-    resolve_likelihood,
-)
+from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
 from bnn_pyro.methods._contract import ClassicContract
 from bnn_pyro.methods._params import batched_call, flatten, unflatten
 from bnn_pyro.methods._training import (
@@ -110,13 +103,13 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         bn_loader: object | None = None,
     ) -> None:
         super().__init__()
-        check_module(model)
+        check_module("model", model)
         if not any(True for _ in model.parameters()):
             raise ValueError("model must have parameters for SWAG, got a module without any")
-        check_int(num_samples, "num_samples")
-        check_float(var_clamp, "var_clamp", strict=False)
-        check_int(max_num_models, "max_num_models", minimum=0)
-        check_float(scale, "scale")
+        check_int("num_samples", num_samples)
+        check_float("var_clamp", var_clamp, minimum=0.0, strict=False)
+        check_int("max_num_models", max_num_models, minimum=0)
+        check_float("scale", scale, minimum=0.0, strict=True)
         self.likelihood, self.task, noise_scale = resolve_likelihood(
             likelihood, noise_scale, "SWAG"
         )
@@ -177,7 +170,7 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> swag.n_models
             2
         """
-        model = self.model if model is None else check_module(model)
+        model = self.model if model is None else check_module("model", model)
         shapes = {n: p.shape for n, p in model.named_parameters()}
         if shapes != self._shapes:
             raise ValueError(
@@ -246,7 +239,7 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> swag.sample_parameters(4)["weight"].shape
             torch.Size([4, 1, 2])
         """
-        s = 1 if num_samples is None else check_int(num_samples, "num_samples")
+        s = 1 if num_samples is None else check_int("num_samples", num_samples)
         with seeded(seed_from(generator), self.swag_mean.device):
             flat = self._sample_flat(s)
         return unflatten(flat[0] if num_samples is None else flat, self._shapes)
@@ -353,7 +346,9 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         check_inputs(x)
         yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
-        swa_start = epochs // 2 if swa_start is None else check_int(swa_start, "swa_start", 0)
+        swa_start = (
+            epochs // 2 if swa_start is None else check_int("swa_start", swa_start, minimum=0)
+        )
         if swa_start >= epochs:
             raise ValueError(f"swa_start must be < epochs = {epochs}, got {swa_start}")
         check_outputs(probe(self.model, self.model, x), yt, self.task)

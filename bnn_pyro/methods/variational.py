@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.base import (
     BaseBayesianMethod,
@@ -19,9 +20,7 @@ from bnn_pyro.base import (
 )
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import (
-    check_float,
     check_inputs,
-    check_int,
     check_noise_scale,
     check_outputs,
     check_targets,
@@ -90,13 +89,13 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         dataset_size: int | None = None,
     ) -> None:
         super().__init__()
-        check_int(num_samples, "num_samples")
-        check_float(prior_std, "prior_std")
+        check_int("num_samples", num_samples)
+        check_float("prior_std", prior_std, minimum=0.0, strict=True)
         self.likelihood, self.task, noise_scale = resolve_likelihood(
             likelihood, noise_scale, "VariationalBayesNN"
         )
         if dataset_size is not None:
-            check_int(dataset_size, "dataset_size")
+            check_int("dataset_size", dataset_size)
         self.net = BayesianMLP(in_features, hidden_sizes, out_features, activation, prior_std)
         self._architecture = (in_features, list(hidden_sizes), out_features, activation)
         self.prior_std = float(prior_std)
@@ -160,10 +159,10 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         if likelihood is not None:
             lik = resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
         yt = check_targets(x, y, lik)
-        check_int(num_samples, "num_samples")
-        check_float(kl_weight, "kl_weight", strict=False)
+        check_int("num_samples", num_samples)
+        check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         n = dataset_size if dataset_size is not None else self.dataset_size or len(x)
-        check_int(n, "dataset_size")
+        check_int("dataset_size", n)
         sigma = None
         if lik == "regression":
             sigma = self.noise_scale if noise_scale is None else noise_scale
@@ -258,8 +257,8 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         check_inputs(x)
         yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
-        check_int(train_samples, "train_samples")
-        check_float(kl_weight, "kl_weight", strict=False)
+        check_int("train_samples", train_samples)
+        check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         with torch.no_grad():
             check_outputs(self.net(x[:2], sample=False), yt, self.task)
         device = module_device(self)

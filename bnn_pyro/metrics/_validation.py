@@ -4,25 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from bnn_pyro._checks import check_finite, check_tensor
+
 _REDUCTIONS = ("mean", "none")
 # Rows of a probability matrix may miss 1 by float rounding (a float32 softmax is off by ~1e-7
 # per class); anything further off is a user error such as passing logits.
 _SUM_TOL = 1e-4
-
-
-def check_tensor(value: object, name: str, floating: bool = True) -> torch.Tensor:
-    """Return ``value`` if it is a (floating-point) tensor, else raise ``TypeError``."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    if floating and not value.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
-    return value
-
-
-def check_finite(value: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` if ``value`` holds NaN or infinity."""
-    if not bool(torch.isfinite(value).all()):
-        raise ValueError(f"{name} must be finite, got NaN or infinite entries")
 
 
 def check_reduction(reduction: str) -> None:
@@ -33,26 +20,26 @@ def check_reduction(reduction: str) -> None:
 
 def check_samples(samples: object, name: str) -> torch.Tensor:
     """Check an ``(S, N[, O])`` floating tensor with ``S >= 1`` and ``N >= 1``."""
-    samples = check_tensor(samples, name)
+    samples = check_tensor(name, samples)
     if samples.dim() not in (2, 3):
         raise ValueError(f"{name} must have shape (S, N) or (S, N, O), got {tuple(samples.shape)}")
     if samples.shape[0] < 1 or samples.shape[1] < 1:
         raise ValueError(
             f"{name} needs S >= 1 samples and N >= 1 points, got {tuple(samples.shape)}"
         )
-    check_finite(samples, name)
+    check_finite(name, samples)
     return samples
 
 
 def check_target(y: object, expected: torch.Size, name: str = "y") -> torch.Tensor:
     """Check that ``y`` is a finite floating tensor of exactly the ``expected`` shape."""
-    y = check_tensor(y, name)
+    y = check_tensor(name, y)
     if y.shape != expected:
         raise ValueError(
             f"{name} must have shape {tuple(expected)} (the prediction shape without the sample "
             f"dimension), got {tuple(y.shape)}; reshape it explicitly, e.g. y.reshape(-1, 1)"
         )
-    check_finite(y, name)
+    check_finite(name, y)
     return y
 
 
@@ -103,7 +90,7 @@ def check_y_scale(y_scale: object, y: torch.Tensor) -> torch.Tensor | None:
 
 def check_probs(probs: object, name: str, ndim: int) -> torch.Tensor:
     """Check probabilities over classes in the last dimension: ``ndim`` dims, ``C >= 2``."""
-    probs = check_tensor(probs, name)
+    probs = check_tensor(name, probs)
     layout = "(N, C)" if ndim == 2 else "(S, N, C)"
     if probs.dim() != ndim:
         raise ValueError(

@@ -13,13 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from bnn_pyro.metrics._validation import (
-    check_finite,
-    check_samples,
-    check_scales,
-    check_target,
-    check_tensor,
-)
+from bnn_pyro._checks import check_finite, check_tensor
+from bnn_pyro.metrics._validation import check_samples, check_scales, check_target
 
 __all__ = ["RegressionCalibration", "gaussian_mixture_cdf", "regression_calibration"]
 
@@ -108,10 +103,10 @@ def regression_calibration(
     """
     if levels is None:
         levels = torch.arange(1, 20, dtype=torch.float64) / 20
-    levels = check_tensor(levels, "levels")
+    levels = check_tensor("levels", levels)
     if levels.dim() != 1 or levels.numel() == 0:
         raise ValueError(f"levels must have shape (L,) with L >= 1, got {tuple(levels.shape)}")
-    check_finite(levels, "levels")
+    check_finite("levels", levels)
     if bool(((levels < 0) | (levels > 1)).any()):
         raise ValueError("levels must lie in [0, 1] (nominal coverage probabilities)")
     pit = gaussian_mixture_cdf(locs, scales, y).double().reshape(-1)

@@ -19,13 +19,12 @@ import math
 
 import torch
 
+from bnn_pyro._checks import check_finite, check_tensor
 from bnn_pyro.metrics._validation import (
-    check_finite,
     check_reduction,
     check_samples,
     check_scales,
     check_target,
-    check_tensor,
     check_y_scale,
 )
 
@@ -57,10 +56,10 @@ def rmse(mean: torch.Tensor, y: torch.Tensor, y_scale: torch.Tensor | float | No
         >>> rmse(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 4.0]), y_scale=2.0)
         3.1622776601683795
     """
-    mean = check_tensor(mean, "mean")
+    mean = check_tensor("mean", mean)
     if mean.dim() < 1 or mean.shape[0] < 1:
         raise ValueError(f"mean must have shape (N[, O]) with N >= 1, got {tuple(mean.shape)}")
-    check_finite(mean, "mean")
+    check_finite("mean", mean)
     y = check_target(y, mean.shape)
     scale = check_y_scale(y_scale, y)
     err = mean.double() - y.double()

@@ -9,40 +9,16 @@ prior, ready for :func:`bnn_pyro.losses.elbo_loss`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.nn.gaussian_linear import GaussianLinear
+from bnn_pyro.nn.mlp import ACTIVATIONS
 
-__all__ = ["ACTIVATIONS", "BayesianMLP", "bayesian_dense", "build"]
-
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": F.relu,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "gelu": F.gelu,
-    "elu": F.elu,
-    "silu": F.silu,
-    "softplus": F.softplus,
-}
-
-
-def _check_int(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def _check_sigma(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite float > 0, got {value}")
+__all__ = ["BayesianMLP", "bayesian_dense", "build"]
 
 
 def bayesian_dense(
@@ -64,9 +40,9 @@ def bayesian_dense(
         >>> layer(torch.randn(2, 8)).shape, layer.name
         (torch.Size([2, 4]), 'hidden_0')
     """
-    _check_int(in_features, "in_features")
-    _check_int(units, "units")
-    _check_sigma(prior_sigma, "prior_sigma")
+    check_int("in_features", in_features)
+    check_int("units", units)
+    check_float("prior_sigma", prior_sigma, minimum=0.0, strict=True)
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, got {name!r}")
     layer = GaussianLinear(in_features, units, prior_std=prior_sigma)
@@ -81,7 +57,7 @@ class BayesianMLP(nn.Module):
         input_size: input size ``D``.
         hidden_sizes: sizes of the hidden layers (may be empty).
         output_size: output size ``O``.
-        activation: a name in :data:`ACTIVATIONS` or a callable on tensors.
+        activation: a name in :data:`bnn_pyro.nn.mlp.ACTIVATIONS` or a callable on tensors.
         prior_sigma: standard deviation of the weight prior (> 0).
 
     Shapes:
@@ -102,28 +78,28 @@ class BayesianMLP(nn.Module):
         prior_sigma: float = 1.0,
     ) -> None:
         super().__init__()
-        _check_int(input_size, "input_size")
-        _check_int(output_size, "output_size")
+        check_int("input_size", input_size)
+        check_int("output_size", output_size)
         if isinstance(hidden_sizes, (str, bytes)) or not isinstance(hidden_sizes, Sequence):
             raise TypeError(
                 f"hidden_sizes must be a sequence of ints, got {type(hidden_sizes).__name__}"
             )
         for i, size in enumerate(hidden_sizes):
-            _check_int(size, f"hidden_sizes[{i}]")
+            check_int(f"hidden_sizes[{i}]", size)
         if isinstance(activation, str):
             if activation not in ACTIVATIONS:
                 raise ValueError(
                     f"activation must be one of {sorted(ACTIVATIONS)} or a callable, "
                     f"got {activation!r}"
                 )
-            self.activation = ACTIVATIONS[activation]
+            self.activation = ACTIVATIONS[activation]()
         elif callable(activation):
             self.activation = activation
         else:
             raise TypeError(
                 f"activation must be a str or a callable, got {type(activation).__name__}"
             )
-        _check_sigma(prior_sigma, "prior_sigma")
+        check_float("prior_sigma", prior_sigma, minimum=0.0, strict=True)
         sizes = [input_size, *hidden_sizes, output_size]
         self.layers = nn.ModuleList(
             bayesian_dense(i, o, prior_sigma, name=f"bayesian_dense_{k}")

@@ -8,23 +8,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.losses import gaussian_kl
 
 __all__ = ["GaussianLinear"]
-
-
-def _check_positive_int(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def _check_positive_float(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite float > 0, got {value}")
 
 
 class GaussianLinear(nn.Module):
@@ -70,12 +57,12 @@ class GaussianLinear(nn.Module):
         init_std: float | None = None,
     ) -> None:
         super().__init__()
-        _check_positive_int(in_features, "in_features")
-        _check_positive_int(out_features, "out_features")
-        _check_positive_float(prior_std, "prior_std")
+        check_int("in_features", in_features)
+        check_int("out_features", out_features)
+        check_float("prior_std", prior_std, minimum=0.0, strict=True)
         if init_std is None:
             init_std = 0.1 / math.sqrt(in_features)
-        _check_positive_float(init_std, "init_std")
+        check_float("init_std", init_std, minimum=0.0, strict=True)
         self.in_features = in_features
         self.out_features = out_features
         self.prior_std = float(prior_std)
@@ -112,7 +99,7 @@ class GaussianLinear(nn.Module):
                 weight = weight + F.softplus(self.weight_rho) * torch.randn_like(weight)
                 bias = bias + F.softplus(self.bias_rho) * torch.randn_like(bias)
             return F.linear(x, weight, bias)
-        _check_positive_int(num_samples, "num_samples")
+        check_int("num_samples", num_samples)
         if not (x.dim() == 2 or (x.dim() == 3 and x.shape[0] == num_samples)):
             raise ValueError(
                 f"x must have shape (N, {self.in_features}) or ({num_samples}, N, "

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch.nn as nn
 
+from bnn_pyro._checks import check_int
 from bnn_pyro.nn.layers import Linear
 
 __all__ = ["mlp", "mlp_architecture", "ACTIVATIONS"]
@@ -21,14 +22,6 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "leaky_relu": nn.LeakyReLU,
     "softplus": nn.Softplus,
 }
-
-
-def _check_size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 def mlp(
@@ -65,13 +58,13 @@ def mlp(
           (2): Linear(in_features=50, out_features=1, bias=True)
         )
     """
-    _check_size("in_features", in_features)
-    _check_size("out_features", out_features)
+    check_int("in_features", in_features)
+    check_int("out_features", out_features)
     if isinstance(hidden_sizes, (str, bytes)) or not isinstance(hidden_sizes, Sequence):
         raise TypeError(
             f"hidden_sizes must be a sequence of ints, got {type(hidden_sizes).__name__}"
         )
-    hidden = [_check_size(f"hidden_sizes[{i}]", h) for i, h in enumerate(hidden_sizes)]
+    hidden = [check_int(f"hidden_sizes[{i}]", h) for i, h in enumerate(hidden_sizes)]
     if isinstance(activation, str):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
