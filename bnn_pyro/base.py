@@ -155,8 +155,24 @@ class BaseBayesianMethod(nn.Module, ABC):
 
     @abstractmethod
     def fit(self, X: Any, y: Any = None, **kwargs: Any) -> History:
-        """Train on ``X (N, ...)``, ``y (N,)``/``(N, O)`` or a ``DataLoader``; return the
-        :class:`~bnn_pyro.training.History`."""
+        """Train on ``X (N, ...)`` and ``y (N,)``/``(N, O)``; return the
+        :class:`~bnn_pyro.training.History`.
+
+        The arguments every method's ``fit`` takes (through the one loop,
+        :func:`bnn_pyro.training.train`):
+
+        Args:
+            X: ``(N, D)`` inputs (``VariationalBNN``, ``HiddenLayerBNN`` and
+                ``LaplaceApproximation`` also take a ``DataLoader`` of ``(x, y)``).
+            y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
+            **kwargs: ``epochs``; ``batch_size``; ``lr``; ``optimizer`` (see
+                :func:`bnn_pyro.training.make_optimizer`); ``seed`` (shuffling and every draw of
+                the run, without touching the global RNG); ``progress`` (a tqdm bar);
+                ``callbacks`` (``fn(method, epoch, history)`` after each epoch, ``True`` stops);
+                ``validation_data`` (``(X_val, y_val)``, scored after each epoch as ``val_nll``
+                by the SVI methods, as ``val_loss``, the training loss, by the others); and the
+                method's own options.
+        """
 
     @abstractmethod
     def predict(

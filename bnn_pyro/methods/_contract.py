@@ -1,25 +1,128 @@
-"""What the classic (plain-torch) methods share to answer the one contract of
-:class:`~bnn_pyro.BaseBayesianMethod`: the predict options and the checkpoint settings."""
+"""``ClassicMethod``: what the plain-torch methods share to answer the one contract of
+:class:`~bnn_pyro.BaseBayesianMethod`: the likelihood, the noise scale, ``predict`` and the
+plumbing of ``fit``.
+
+A subclass implements :meth:`ClassicMethod._sample_outputs` (``S`` raw net outputs), ``fit``
+(through :meth:`ClassicMethod._fit_data` and :meth:`ClassicMethod._train`) and the checkpoint
+hooks ``_config``/``_from_config``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.nn as nn
 
 from bnn_pyro._checks import check_seed
 from bnn_pyro._rng import seed_from
-from bnn_pyro.likelihoods import likelihood_from_config
-from bnn_pyro.methods._checks import check_inputs, check_targets
+from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples, to_probabilities
+from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
+from bnn_pyro.methods._checks import (
+    check_inputs,
+    check_noise_scale,
+    check_outputs,
+    check_targets,
+    resolve_likelihood,
+)
+from bnn_pyro.methods._training import (
+    TrainSettings,
+    module_device,
+    probe,
+    residual_noise_scale,
+    train_epochs,
+)
+from bnn_pyro.training import Callback, History
 
-__all__ = ["ClassicContract"]
+__all__ = ["ClassicMethod"]
+
+Data = tuple[torch.Tensor, torch.Tensor]
 
 
-class ClassicContract:
-    """Mixin of the classic methods (``self.task`` is ``"classification"`` or ``"regression"``,
-    ``self.likelihood`` the matching :class:`~bnn_pyro.likelihoods.Likelihood`)."""
+class ClassicMethod(BaseBayesianMethod):
+    """Base of the classic methods (MC dropout, ensembles, SWAG, Laplace, ``VariationalBayesNN``).
+
+    ``self.likelihood`` is a :class:`~bnn_pyro.likelihoods.Likelihood`, ``self.task`` the loss
+    it implies (``"classification"`` or ``"regression"``), ``noise_scale`` the homoscedastic
+    Gaussian noise std of a regression model: a value the user sets (in the constructor, through
+    ``Gaussian(scale=s)``, or by assignment) is kept by ``fit``; a value that ``fit`` estimated
+    is re-estimated by the next ``fit``; ``None`` means "not known yet".
+    """
 
     task: str
+    _noise_scale: float | torch.Tensor | None = None
+    _noise_from_user: bool = False
+
+    def _set_likelihood(
+        self, likelihood: Likelihood | str, noise_scale: Any, heteroscedastic: bool = False
+    ) -> None:
+        """Resolve the likelihood (a :class:`Likelihood` or the seed's name) and the noise."""
+        self.likelihood, self.task, noise = resolve_likelihood(
+            likelihood, noise_scale, type(self).__name__, heteroscedastic
+        )
+        self.noise_scale = noise
+
+    # ------------------------------------------------------------------ noise
+    @property
+    def noise_scale(self) -> float | torch.Tensor | None:
+        """Observation noise standard deviation (float, or ``(O,)`` tensor), or ``None``."""
+        return self._noise_scale
+
+    @noise_scale.setter
+    def noise_scale(self, value: float | torch.Tensor | None) -> None:
+        self._noise_scale = check_noise_scale(value)
+        self._noise_from_user = value is not None
+
+    def _estimate_noise(self, value: float | torch.Tensor) -> None:
+        if not self._noise_from_user:
+            self._noise_scale = value
+
+    def get_extra_state(self) -> dict[str, object]:
+        """Saved by ``state_dict`` under ``_extra_state`` (loads with ``weights_only=True``)."""
+        return {"noise_scale": self._noise_scale, "noise_from_user": self._noise_from_user}
+
+    def set_extra_state(self, state: dict[str, object]) -> None:
+        self._noise_scale = state["noise_scale"]  # type: ignore[assignment]
+        self._noise_from_user = bool(state["noise_from_user"])
+
+    # ------------------------------------------------------------------ predict
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool = False,
+        normalize_output: bool | None = None,
+        *,
+        num_samples: int | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> PredictOutput:
+        """Monte Carlo predictive over ``S`` samples of the method's posterior, vectorized.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return the samples.
+            normalize_output: softmax multi-column outputs (see
+                :func:`~bnn_pyro.base.to_probabilities`); ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``).
+            seed: makes the draws reproducible without touching the global RNG.
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
+
+        Returns:
+            ``mean (N, O)``, ``variance (N, O)`` (epistemic) and, if asked,
+            ``samples (S, N, O)``.
+        """
+        check_inputs(x)
+        samples = self._sample_outputs(
+            x, self._samples_to_draw(num_samples), self._predict_seed(seed, generator)
+        )
+        samples = to_probabilities(samples, self._normalize(normalize_output))
+        return summarize_samples(samples, return_samples)
+
+    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
+        """``(S, N, O)`` raw net outputs for ``S`` posterior samples (seeded draws)."""
+        raise NotImplementedError
 
     def _normalize(self, normalize_output: bool | None) -> bool:
         """Softmax the samples? ``None``: for a classifier only (the seed's ``True`` also
@@ -39,18 +142,70 @@ class ClassicContract:
             raise ValueError("pass seed or generator, not both")
         return check_seed("seed", seed) if generator is None else seed_from(generator)
 
-    def _validation(
-        self, data: Any, device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``validation_data=(x_val, y_val)`` checked and moved to ``device`` (or None)."""
-        if data is None:
-            return None
-        if not (isinstance(data, (tuple, list)) and len(data) == 2):
-            raise ValueError("validation_data must be a pair (x_val, y_val)")
-        xv = check_inputs(data[0], "x_val")
-        yv = check_targets(xv, data[1], self.task)
-        return xv.to(device), yv.to(device)
+    # ------------------------------------------------------------------ fit
+    def _fit_data(
+        self,
+        x: Any,
+        y: Any,
+        net: Callable[[torch.Tensor], torch.Tensor] | None,
+        module: nn.Module,
+        validation_data: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, Data | None]:
+        """Check ``x``, ``y`` (and ``net``'s output on two rows, unless ``net`` is None) and
+        ``validation_data``; return them on ``module``'s device, ``y`` as ``(N, O)`` for
+        regression."""
+        check_inputs(x)
+        yt = check_targets(x, y, self.task)
+        if net is not None:
+            check_outputs(probe(net, module, x), yt, self.task)
+        device = module_device(module)
+        validation = None
+        if validation_data is not None:
+            if not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
+                raise ValueError("validation_data must be a pair (x_val, y_val)")
+            xv = check_inputs(validation_data[0], "x_val")
+            validation = (
+                xv.to(device),
+                check_targets(xv, validation_data[1], self.task).to(device),
+            )
+        return x.to(device), yt.to(device), validation
+
+    def _train(
+        self,
+        params: Iterable[torch.Tensor],
+        batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        data: Data,
+        settings: TrainSettings,
+        *,
+        module: nn.Module,
+        desc: str,
+        callbacks: Iterable[Callback],
+        validation: Data | None,
+        seed: int | None = None,
+    ) -> History:
+        """The one training loop over ``data`` (see :func:`~bnn_pyro.methods._training.train_epochs`);
+        callbacks see this method."""  # noqa: E501
+        return train_epochs(
+            params,
+            batch_loss,
+            *data,
+            settings,
+            module=module,
+            desc=desc,
+            seed=seed,
+            callbacks=callbacks,
+            validation=validation,
+            history_module=self,
+        )
+
+    def _refit_noise(self, x: torch.Tensor, yt: torch.Tensor, seed: int | None) -> None:
+        """After a regression fit: unless the user set it, ``noise_scale`` becomes the
+        maximum-likelihood std of the training residuals of the predictive mean."""
+        if self.task == "regression" and not self._noise_from_user:
+            gen = None if seed is None else torch.Generator().manual_seed(seed)
+            mean, _ = self.predict(x, normalize_output=False, generator=gen)
+            self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
 
     @staticmethod
-    def _likelihood_from(config: dict[str, Any]) -> Any:
+    def _likelihood_from(config: dict[str, Any]) -> Likelihood:
         return likelihood_from_config(config["likelihood"])

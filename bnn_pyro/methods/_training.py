@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.methods._checks import check_noise_scale
 from bnn_pyro.training import Callback, History, LossStep, check_optimizer, make_optimizer, train
 
 
@@ -152,36 +151,3 @@ def residual_noise_scale(mean: torch.Tensor, y: torch.Tensor) -> float | torch.T
     """
     sigma = ((y - mean) ** 2).mean(dim=0).sqrt().clamp_min(1e-6).detach()
     return float(sigma) if sigma.numel() == 1 else sigma
-
-
-class NoiseScaleMixin:
-    """``noise_scale``: the homoscedastic Gaussian noise std of a regression model.
-
-    A value the user sets (in the constructor or by assignment) is kept by ``fit``; a value that
-    ``fit`` estimated is re-estimated by the next ``fit``. ``None`` means "not known yet".
-    """
-
-    _noise_scale: float | torch.Tensor | None = None
-    _noise_from_user: bool = False
-
-    @property
-    def noise_scale(self) -> float | torch.Tensor | None:
-        """Observation noise standard deviation (float, or ``(O,)`` tensor), or ``None``."""
-        return self._noise_scale
-
-    @noise_scale.setter
-    def noise_scale(self, value: float | torch.Tensor | None) -> None:
-        self._noise_scale = check_noise_scale(value)
-        self._noise_from_user = value is not None
-
-    def _estimate_noise(self, value: float | torch.Tensor) -> None:
-        if not self._noise_from_user:
-            self._noise_scale = value
-
-    def get_extra_state(self) -> dict[str, object]:
-        """Saved by ``state_dict`` under ``_extra_state`` (loads with ``weights_only=True``)."""
-        return {"noise_scale": self._noise_scale, "noise_from_user": self._noise_from_user}
-
-    def set_extra_state(self, state: dict[str, object]) -> None:
-        self._noise_scale = state["noise_scale"]  # type: ignore[assignment]
-        self._noise_from_user = bool(state["noise_from_user"])

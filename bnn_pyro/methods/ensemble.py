@@ -15,24 +15,20 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_bool, check_int
 from bnn_pyro.base import (
-    BaseBayesianMethod,
     PredictOutput,
     summarize_samples,
     to_probabilities,
 )
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
-from bnn_pyro.methods._contract import ClassicContract
+from bnn_pyro.methods._checks import check_inputs, check_outputs
+from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
-    NoiseScaleMixin,
     check_fit_args,
     modes,
     module_device,
     probe,
-    residual_noise_scale,
     task_loss,
-    train_epochs,
 )
 from bnn_pyro.training import Callback, History, OptimizerSpec
 
@@ -41,7 +37,7 @@ __all__ = ["DeepEnsemble"]
 _VAR_FLOOR = 1e-6
 
 
-class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
+class DeepEnsemble(ClassicMethod):
     """An ensemble of independently trained nets; the spread of their outputs is the uncertainty.
 
     :meth:`predict` runs all members in one vectorized call (``torch.func.stack_module_state``
@@ -82,9 +78,7 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
         check_int("num_models", num_models)
-        self.likelihood, self.task, noise_scale = resolve_likelihood(
-            likelihood, noise_scale, "DeepEnsemble", heteroscedastic=True
-        )
+        self._set_likelihood(likelihood, noise_scale, heteroscedastic=True)
         check_bool("gaussian_nll", gaussian_nll)
         if self.task == "heteroscedastic":  # HeteroscedasticGaussian: the variance-head members
             self.task, gaussian_nll = "regression", True
@@ -101,7 +95,6 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         self.num_models = num_models
         self.gaussian_nll = gaussian_nll
         self.models = nn.ModuleList(models)
-        self.noise_scale = noise_scale
 
     @property
     def num_samples(self) -> int:  # type: ignore[override]
@@ -295,11 +288,9 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
             epochs, batch_size, lr, weight_decay, optimizer: the training loop per member.
             progress: show a tqdm bar per member.
-            seed: seeds each member's run; the global RNG is left untouched.
-            callbacks: run in each member's training, ``fn(ensemble, epoch, member_history)``;
-                ``True`` stops that member.
-            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (each member's training loss
-                on it, averaged over members) to the history.
+            seed: member i's run is seeded with ``seed + i``; the global RNG is left untouched.
+            callbacks, validation_data: see :meth:`bnn_pyro.BaseBayesianMethod.fit`; callbacks
+                run in each member's training, with that member's history.
 
         Returns:
             The :class:`~bnn_pyro.training.History`: per epoch, ``loss`` (and ``val_loss``)
@@ -315,9 +306,8 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
-        check_inputs(x)
-        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+        x, yt, validation = self._fit_data(x, y, None, self.models[0], validation_data)
         out = probe(self.models[0], self.models[0], x)
         if self.gaussian_nll:
             if out.dim() != 2 or out.shape[1] != 2 * yt.shape[1]:
@@ -330,25 +320,24 @@ class DeepEnsemble(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         runs = []
         for i, member in enumerate(self.models):
             device = module_device(member)
-            xd, yd = x.to(device), yt.to(device)
+            val = (
+                None if validation is None else (validation[0].to(device), validation[1].to(device))
+            )
             runs.append(
-                train_epochs(
+                self._train(
                     member.parameters(),
                     self._loss(member),
-                    xd,
-                    yd,
+                    (x.to(device), yt.to(device)),
                     settings,
                     module=member,
                     seed=None if seed is None else seed + i,
                     desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
                     callbacks=callbacks,
-                    validation=self._validation(validation_data, device),
-                    history_module=self,
+                    validation=val,
                 )
             )
-        if self.task == "regression" and not self.gaussian_nll:
-            mean, _ = self.predict(x.to(module_device(self.models[0])), normalize_output=False)
-            self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
+        if not self.gaussian_nll:
+            self._refit_noise(x, yt, None)
         return _mean_history(runs)
 
     def _config(self) -> dict[str, Any]:

@@ -11,17 +11,11 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_choice, check_float, check_int, check_module
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods import _gaussian_posterior as gp
-from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
-from bnn_pyro.methods._contract import ClassicContract
+from bnn_pyro.methods._checks import check_inputs
+from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._curvature import curvature, residual_sigma
 from bnn_pyro.methods._params import (
     batched_call,
@@ -31,13 +25,10 @@ from bnn_pyro.methods._params import (
     unflatten,
 )
 from bnn_pyro.methods._training import (
-    NoiseScaleMixin,
     check_fit_args,
     modes,
     module_device,
-    probe,
     task_loss,
-    train_epochs,
 )
 from bnn_pyro.training import Callback, History, OptimizerSpec
 
@@ -46,7 +37,7 @@ __all__ = ["LaplaceApproximation"]
 _NOT_FITTED = "LaplaceApproximation is not fitted: call fit() first"
 
 
-class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
+class LaplaceApproximation(ClassicMethod):
     """Gaussian posterior ``N(θ*, (H + λ I)⁻¹)`` around the trained weights θ*.
 
     ``H`` is the curvature of the negative log-likelihood summed over the training data:
@@ -106,9 +97,7 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
     ) -> None:
         super().__init__()
         self.model = check_module("model", model)
-        self.likelihood, self.task, noise_scale = resolve_likelihood(
-            likelihood, noise_scale, "LaplaceApproximation"
-        )
+        self._set_likelihood(likelihood, noise_scale)
         self.prior_precision = check_float(
             "prior_precision", prior_precision, minimum=0.0, strict=True
         )
@@ -119,7 +108,6 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
         )
         self.subset = check_choice("subset", subset, ("all", "last_layer"))
         self.predictive = check_choice("predictive", predictive, ("nn", "glm"))
-        self.noise_scale = noise_scale
         params = dict(model.named_parameters())
         if subset == "last_layer":
             params = last_layer_parameters(model)
@@ -277,13 +265,10 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
             data: a ``DataLoader`` (or any re-iterable sequence) of ``(x, y)`` batches, or
                 ``x: (N, D)``.
             y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with ``x`` only).
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
-            progress: show a tqdm bar.
-            seed: seeds the shuffling of the training loop.
+            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, callbacks,
+                validation_data: the MAP phase's training loop, see
+                :meth:`bnn_pyro.BaseBayesianMethod.fit` (``epochs=0``: no MAP phase).
             device: moves the net there first; None keeps the net's device.
-            callbacks: ``fn(method, epoch, history)`` after each MAP epoch; ``True`` stops.
-            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the MAP loss on it) to the
-                history.
 
         Returns:
             The :class:`~bnn_pyro.training.History` of the MAP phase (empty when there is none:
@@ -305,28 +290,23 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
                 raise TypeError(f"data must be a DataLoader or a tensor, got {type(data).__name__}")
             self._fit_posterior(data, self._move(device))
             return History()
-        x = check_inputs(data, "x")
-        yt = check_targets(x, y, self.task)
         settings = check_fit_args(
             epochs, batch_size, lr, weight_decay, optimizer, progress, seed, min_epochs=0
         )
-        check_outputs(probe(self.model, self.model, x), yt, self.task)
+        check_inputs(data, "x")
         dev = self._move(device)
-        x, yt = x.to(dev), yt.to(dev)
-        validation = self._validation(validation_data, dev)
+        x, yt, validation = self._fit_data(data, y, self.model, self.model, validation_data)
         history = History()
         if epochs > 0:
-            history = train_epochs(
+            history = self._train(
                 self.model.parameters(),
                 lambda xb, yb: task_loss(self.model(xb), yb, self.task),
-                x,
-                yt,
+                (x, yt),
                 settings,
                 module=self.model,
                 desc="Laplace (MAP)",
                 callbacks=callbacks,
                 validation=validation,
-                history_module=self,
             )
         step = max(batch_size, 256)  # curvature batches: views, no DataLoader collation
         self._fit_posterior(
@@ -347,44 +327,17 @@ class LaplaceApproximation(ClassicContract, NoiseScaleMixin, BaseBayesianMethod)
         flat = gp.sample(mean, h, self.prior_precision, self.hessian_structure, num_samples)
         return unflatten(flat, self._shapes)
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> PredictOutput:
-        """Monte Carlo predictive over S posterior weight samples (vmapped).
-
-        ``predictive="nn"``: the net on each sample; ``"glm"``: the linearised net.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
-                ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: for reproducible samples (the global RNG is not touched).
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
-        """
-        check_inputs(x)
+    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
+        """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""
         self._require_fit()
-        with seeded(self._predict_seed(seed, generator), module_device(self.model)):
-            stacked = self.sample_parameters(self._samples_to_draw(num_samples))
+        with seeded(seed, module_device(self.model)):
+            stacked = self.sample_parameters(num_samples)
         with modes(self.model, lambda m: False):
             if self.predictive == "nn":
                 samples = batched_call(self.model, stacked, x)
             else:
                 samples = linearized_call(self.model, self.mean, stacked, x)
-        samples = to_probabilities(samples, self._normalize(normalize_output))
-        return summarize_samples(samples, return_samples)
+        return samples
 
     # --- state --------------------------------------------------------------------------
     def get_extra_state(self) -> dict[str, object]:

@@ -11,24 +11,13 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_bool, check_int, check_module
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
-from bnn_pyro.methods._contract import ClassicContract
+from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._training import (
-    NoiseScaleMixin,
     check_fit_args,
     modes,
     module_device,
-    probe,
-    residual_noise_scale,
     task_loss,
-    train_epochs,
 )
 from bnn_pyro.training import Callback, History, OptimizerSpec
 
@@ -45,7 +34,7 @@ DROPOUT_TYPES = (
 _MAX_ROWS = 65536  # rows per batched forward pass: S_chunk * N <= _MAX_ROWS
 
 
-class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
+class MCDropout(ClassicMethod):
     """Monte Carlo dropout: S stochastic forward passes with dropout on at test time.
 
     During :meth:`predict` only the dropout modules are put in train mode; every other module
@@ -105,15 +94,12 @@ class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         check_bool("functional_dropout", functional_dropout)
         if samples_per_pass is not None:
             check_int("samples_per_pass", samples_per_pass)
-        self.likelihood, self.task, noise_scale = resolve_likelihood(
-            likelihood, noise_scale, "MCDropout"
-        )
+        self._set_likelihood(likelihood, noise_scale)
         self.model = model
         self.num_samples = num_samples
         self.dropout_rate = dropout_rate
         self.functional_dropout = functional_dropout
         self.samples_per_pass = samples_per_pass
-        self.noise_scale = noise_scale
         dropouts = [m for m in model.modules() if isinstance(m, DROPOUT_TYPES)]
         for m in dropouts:
             if dropout_rate is not None:
@@ -155,43 +141,16 @@ class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             return not isinstance(m, nn.modules.batchnorm._NormBase)
         return isinstance(m, DROPOUT_TYPES)
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> PredictOutput:
-        """Monte Carlo prediction.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
-                ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: makes the dropout masks reproducible without touching the global RNG.
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
-        """
-        check_inputs(x)
-        seed = self._predict_seed(seed, generator)
-        n, s_total = len(x), self._samples_to_draw(num_samples)
+    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
+        n = len(x)
         per_pass = self.samples_per_pass or max(1, _MAX_ROWS // n)
         chunks = []
         with seeded(seed, module_device(self.model)), modes(self.model, self._mc_mode):
-            for start in range(0, s_total, per_pass):
-                k = min(per_pass, s_total - start)
+            for start in range(0, num_samples, per_pass):
+                k = min(per_pass, num_samples - start)
                 out = self.model(x.repeat(k, *([1] * (x.dim() - 1))))
                 chunks.append(out.reshape(k, n, *out.shape[1:]))
-        samples = to_probabilities(torch.cat(chunks), self._normalize(normalize_output))
-        return summarize_samples(samples, return_samples)
+        return torch.cat(chunks)
 
     def predict_entropy(
         self, x: torch.Tensor, *, generator: torch.Generator | None = None
@@ -243,14 +202,9 @@ class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop (``weight_decay``
-                is an L2 penalty on the mean loss; ``optimizer``: see
-                :func:`bnn_pyro.training.make_optimizer`).
-            progress: show a tqdm bar.
-            seed: seeds shuffling and dropout masks (the global RNG is left untouched).
-            callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
-            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss on it,
-                dropout off) to the history.
+            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, callbacks,
+                validation_data: the one training loop, see :meth:`bnn_pyro.BaseBayesianMethod.fit`
+                (``seed`` also fixes the dropout masks; ``val_loss`` is scored dropout off).
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
@@ -263,27 +217,17 @@ class MCDropout(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> mc.noise_scale > 0
             True
         """
-        check_inputs(x)
-        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
-        check_outputs(probe(self.model, self.model, x), yt, self.task)
-        device = module_device(self.model)
-        x, yt = x.to(device), yt.to(device)
-        validation = self._validation(validation_data, device)
-        history = train_epochs(
+        x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
+        history = self._train(
             self.model.parameters(),
             lambda xb, yb: task_loss(self.model(xb), yb, self.task),
-            x,
-            yt,
+            (x, yt),
             settings,
             module=self.model,
             desc="MCDropout",
             callbacks=callbacks,
             validation=validation,
-            history_module=self,
         )
-        if self.task == "regression":
-            gen = None if seed is None else torch.Generator().manual_seed(seed)
-            mean, _ = self.predict(x, normalize_output=False, generator=gen)
-            self._estimate_noise(residual_noise_scale(mean, yt))
+        self._refit_noise(x, yt, seed)
         return history

@@ -16,33 +16,22 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seed_from, seeded
-from bnn_pyro.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import check_inputs, check_outputs, check_targets, resolve_likelihood
-from bnn_pyro.methods._contract import ClassicContract
+from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._params import batched_call, flatten, unflatten
 from bnn_pyro.methods._training import (
-    NoiseScaleMixin,
     check_fit_args,
     modes,
     module_device,
-    probe,
-    residual_noise_scale,
     task_loss,
-    train_epochs,
 )
 from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["SWAG"]
 
 
-class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
+class SWAG(ClassicMethod):
     """SWAG: diagonal plus low-rank Gaussian posterior from SGD iterates.
 
     :meth:`collect_model` folds one snapshot θ_i of the weights into running moments. The mean
@@ -110,15 +99,12 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         check_float("var_clamp", var_clamp, minimum=0.0, strict=False)
         check_int("max_num_models", max_num_models, minimum=0)
         check_float("scale", scale, minimum=0.0, strict=True)
-        self.likelihood, self.task, noise_scale = resolve_likelihood(
-            likelihood, noise_scale, "SWAG"
-        )
+        self._set_likelihood(likelihood, noise_scale)
         self.model = model
         self.num_samples = num_samples
         self.var_clamp = float(var_clamp)
         self.max_num_models = max_num_models
         self.scale = float(scale)
-        self.noise_scale = noise_scale
         self.bn_loader = bn_loader
         self._shapes = {n: p.shape for n, p in model.named_parameters()}
         ref = flatten(dict(model.named_parameters())).detach()
@@ -244,36 +230,11 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             flat = self._sample_flat(s)
         return unflatten(flat[0] if num_samples is None else flat, self._shapes)
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> PredictOutput:
-        """Bayesian model average over S SWAG weight samples.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
-                ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: for reproducible samples (the global RNG is not touched).
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
-        """
-        check_inputs(x)
+    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         if self.n_models == 0:
             raise NotFittedError("SWAG has no snapshots: call collect_model() or fit() first")
-        with seeded(self._predict_seed(seed, generator), self.swag_mean.device):
-            flat = self._sample_flat(self._samples_to_draw(num_samples))
+        with seeded(seed, self.swag_mean.device):
+            flat = self._sample_flat(num_samples)
         has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
         if has_bn and self.bn_loader is not None:
             net = copy.deepcopy(self.model)
@@ -294,8 +255,7 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
                 )
             with modes(self.model, lambda m: False):
                 samples = batched_call(self.model, unflatten(flat, self._shapes), x)
-        samples = to_probabilities(samples, self._normalize(normalize_output))
-        return summarize_samples(samples, return_samples)
+        return samples
 
     def fit(
         self,
@@ -324,14 +284,10 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
+            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, callbacks,
+                validation_data: the one training loop, see :meth:`bnn_pyro.BaseBayesianMethod.fit`
+                (callbacks run after each epoch's snapshot).
             swa_start: first epoch (0-based) whose end is collected; default ``epochs // 2``.
-            progress: show a tqdm bar.
-            seed: seeds shuffling and the prediction used for the noise estimate.
-            callbacks: ``fn(method, epoch, history)`` after each epoch (and after that epoch's
-                snapshot); ``True`` stops.
-            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss of the
-                current weights on it) to the history.
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
@@ -343,42 +299,32 @@ class SWAG(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> swag.n_models, len(history["loss"])
             (2, 4)
         """
-        check_inputs(x)
-        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         swa_start = (
             epochs // 2 if swa_start is None else check_int("swa_start", swa_start, minimum=0)
         )
         if swa_start >= epochs:
             raise ValueError(f"swa_start must be < epochs = {epochs}, got {swa_start}")
-        check_outputs(probe(self.model, self.model, x), yt, self.task)
-        device = module_device(self.model)
-        x, yt = x.to(device), yt.to(device)
-        validation = self._validation(validation_data, device)
+        x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
         self.reset()
 
         def collect(method: SWAG, epoch: int, history: History) -> None:
             if epoch >= swa_start:
                 self.collect_model()
 
-        history = train_epochs(
+        history = self._train(
             self.model.parameters(),
             lambda xb, yb: task_loss(self.model(xb), yb, self.task),
-            x,
-            yt,
+            (x, yt),
             settings,
             module=self.model,
             desc="SWAG",
             callbacks=[collect, *callbacks],
             validation=validation,
-            history_module=self,
         )
         if self.bn_loader is None and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         ):
             self.bn_loader = DataLoader(TensorDataset(x), batch_size=batch_size)
-        if self.task == "regression":
-            gen = None if seed is None else torch.Generator().manual_seed(seed)
-            mean, _ = self.predict(x, normalize_output=False, generator=gen)
-            self._estimate_noise(residual_noise_scale(mean, yt))
+        self._refit_noise(x, yt, seed)
         return history

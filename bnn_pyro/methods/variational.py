@@ -12,12 +12,6 @@ import torch.nn.functional as F
 
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import (
-    BaseBayesianMethod,
-    PredictOutput,
-    summarize_samples,
-    to_probabilities,
-)
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import (
     check_inputs,
@@ -26,12 +20,10 @@ from bnn_pyro.methods._checks import (
     check_targets,
     resolve_likelihood,
 )
-from bnn_pyro.methods._contract import ClassicContract
+from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._training import (
-    NoiseScaleMixin,
     check_fit_args,
     module_device,
-    train_epochs,
 )
 from bnn_pyro.nn.functional import BayesianMLP
 from bnn_pyro.nn.mlp import mlp_architecture
@@ -42,7 +34,7 @@ __all__ = ["VariationalBayesNN"]
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
+class VariationalBayesNN(ClassicMethod):
     """A mean-field Gaussian BNN trained by maximising the ELBO (Bayes by Backprop).
 
     The net is a :class:`~bnn_pyro.nn.functional.BayesianMLP` of
@@ -91,9 +83,7 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         super().__init__()
         check_int("num_samples", num_samples)
         check_float("prior_std", prior_std, minimum=0.0, strict=True)
-        self.likelihood, self.task, noise_scale = resolve_likelihood(
-            likelihood, noise_scale, "VariationalBayesNN"
-        )
+        self._set_likelihood(likelihood, noise_scale)
         if dataset_size is not None:
             check_int("dataset_size", dataset_size)
         self.net = BayesianMLP(in_features, hidden_sizes, out_features, activation, prior_std)
@@ -101,7 +91,6 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         self.prior_std = float(prior_std)
         self.num_samples = num_samples
         self.dataset_size = dataset_size
-        self.noise_scale = noise_scale
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -177,36 +166,9 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
         check_outputs(out[0], yt, lik)
         return self._nll(out, yt, lik, sigma) + kl_weight * self.kl_divergence() / n
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> PredictOutput:
-        """Predictive from S weight draws in one vectorized pass.
-
-        Args:
-            x: ``(N, D)`` inputs.
-            return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
-                ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: for reproducible draws (the global RNG is not touched).
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` and, if asked, ``samples (S, N, O)``.
-        """
-        check_inputs(x)
-        with seeded(self._predict_seed(seed, generator), module_device(self)):
-            samples = self.net(x, num_samples=self._samples_to_draw(num_samples))
-        samples = to_probabilities(samples, self._normalize(normalize_output))
-        return summarize_samples(samples, return_samples)
+    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
+        with seeded(seed, module_device(self)):
+            return self.net(x, num_samples=num_samples)
 
     def fit(
         self,
@@ -238,11 +200,8 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             epochs, batch_size, lr, weight_decay, optimizer: the training loop.
             train_samples: Monte Carlo weight draws per step.
             kl_weight: β on the KL term.
-            progress: show a tqdm bar.
-            seed: seeds shuffling and weight noise (the global RNG is left untouched).
-            callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
-            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the negative ELBO per datum
-                on it) to the history.
+            progress, seed, callbacks, validation_data: the one training loop, see
+                :meth:`bnn_pyro.BaseBayesianMethod.fit` (``seed`` also fixes the weight noise).
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
@@ -254,16 +213,12 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
             >>> vb.dataset_size, vb.noise_scale > 0
             (32, True)
         """
-        check_inputs(x)
-        yt = check_targets(x, y, self.task)
         settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         check_int("train_samples", train_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
-        with torch.no_grad():
-            check_outputs(self.net(x[:2], sample=False), yt, self.task)
-        device = module_device(self)
-        x, yt = x.to(device), yt.to(device)
-        validation = self._validation(validation_data, device)
+        net = lambda v: self.net(v, sample=False)  # noqa: E731 - the mean net, for the shapes
+        x, yt, validation = self._fit_data(x, y, net, self, validation_data)
+        device = x.device
         params = list(self.parameters())
         log_sigma = None
         if self.task == "regression" and not self._noise_from_user:
@@ -278,11 +233,10 @@ class VariationalBayesNN(ClassicContract, NoiseScaleMixin, BaseBayesianMethod):
                 xb, yb, train_samples, kl_weight, dataset_size=len(x), noise_scale=sigma
             )
 
-        history = train_epochs(
+        history = self._train(
             params,
             loss,
-            x,
-            yt,
+            (x, yt),
             settings,
             module=self,
             desc="VariationalBayesNN",
