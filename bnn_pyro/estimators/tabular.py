@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.estimators import _methods
 from bnn_pyro.estimators._params import check_hyperparameters
 from bnn_pyro.estimators._persistence import Persistence
@@ -110,7 +111,7 @@ class TabularBNN(Persistence):
             dropout_rate=dropout_rate,
             ensemble_size=ensemble_size,
         )
-        self.module: torch.nn.Module | None = None
+        self.module: BaseBayesianMethod | None = None
         self.metadata: dict[str, Any] = {}
 
     @property
@@ -151,11 +152,13 @@ class TabularBNN(Persistence):
         scaled = noise / y_scale
         if scaled.size == 1:
             return float(scaled[0])
-        if self.params["method"] in ("vi", "lrt"):
+        method = self.params["method"]
+        if method in _methods.SCALAR_NOISE:
             if not np.allclose(scaled, scaled[0]):
                 raise ValueError(
                     "noise as a float with several target columns of different scales needs "
-                    "standardize=False or noise='learned' for method='vi'/'lrt'"
+                    f"standardize=False or noise='learned' for method={method!r} (one noise "
+                    "scale for all columns)"
                 )
             return float(scaled[0])
         return torch.as_tensor(scaled, dtype=_methods.DTYPE)
@@ -250,7 +253,7 @@ class TabularBNN(Persistence):
             raise ValueError(
                 "predictive_gaussian is for task='regression'; use predict or probability_samples"
             )
-        locs, scales = _methods.gaussian(self.module, self.params, inputs, self.seed)
+        locs, scales = self.module.predictive_gaussian(inputs, seed=self.seed)
         y_scale = torch.as_tensor(self.y_scale, dtype=locs.dtype)
         locs = locs * y_scale + torch.as_tensor(self.y_mean, dtype=locs.dtype)
         return locs, torch.as_tensor(scales, dtype=locs.dtype) * y_scale
@@ -274,7 +277,7 @@ class TabularBNN(Persistence):
         inputs = self._fitted(X)
         if self.task != "classification":
             raise ValueError("probability_samples is for task='classification'")
-        return _methods.probabilities(self.module, self.params, inputs, self.seed)
+        return self.module.predict(inputs, return_samples=True, seed=self.seed)[2]
 
     def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and std per row, float64 numpy.
