@@ -35,7 +35,7 @@ def _normal_prior(p: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Constructor options beyond ``num_samples``: the prior ``N(0, prior_scale²)`` where the method
-#: has one, and the method's own settings.
+#: has one, and the method's own settings (none for a method a user registered).
 _OPTIONS: dict[str, _Options] = {
     "vi": _normal_prior,
     "lrt": _normal_prior,

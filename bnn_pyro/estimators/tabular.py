@@ -1,8 +1,9 @@
 """``TabularBNN``: a BNN for a table of numbers, the engine of the estimators and the CLI.
 
-It standardises the inputs (and regression targets), trains one of six methods in float64,
-maps predictions back to the units of ``y``, and saves everything to one file that loads with
-``torch.load(weights_only=True)``. It needs no scikit-learn.
+It standardises the inputs (and regression targets), trains one of the registry's methods
+(:data:`bnn_pyro.METHODS`) in float64, maps predictions back to the units of ``y``, and saves
+everything to one file that loads with ``torch.load(weights_only=True)``. It needs no
+scikit-learn.
 """
 
 from __future__ import annotations
@@ -47,21 +48,24 @@ class TabularBNN(Persistence):
 
     Args:
         task: ``"regression"`` or ``"classification"``.
-        method: ``"vi"`` (mean-field variational inference, :class:`~bnn_pyro.VariationalBNN`),
-            ``"lrt"`` (the same with local reparameterization), ``"dropout"`` (MC dropout),
-            ``"ensemble"`` (deep ensemble), ``"swag"`` or ``"laplace"`` (GGN Laplace with the
-            linearised predictive).
+        method: a name from :data:`bnn_pyro.METHODS`: ``"vi"`` (mean-field variational
+            inference, :class:`~bnn_pyro.VariationalBNN`), ``"lrt"`` (the same with local
+            reparameterization), ``"hidden_layer"`` (:class:`~bnn_pyro.HiddenLayerBNN`),
+            ``"vbnn"`` (:class:`~bnn_pyro.VariationalBayesNN`, pure-torch Bayes by Backprop),
+            ``"dropout"`` (MC dropout), ``"ensemble"`` (deep ensemble), ``"swag"`` or
+            ``"laplace"`` (GGN Laplace with the linearised predictive).
         hidden_sizes: widths of the hidden layers of the MLP.
         activation: a name from :data:`bnn_pyro.nn.mlp.ACTIVATIONS`.
         epochs: passes over the data.
         batch_size: minibatch size; ``None`` = full batch.
         lr: Adam's learning rate (SGD's for SWAG).
         num_samples: Monte Carlo samples per prediction (ensemble: the members instead).
-        prior_scale: std of the Gaussian prior ``N(0, prior_scale²)`` on every weight (VI,
-            Laplace), or the matching L2 penalty ``1 / (prior_scale² N)`` on the mean loss
-            (the methods trained to a point estimate).
-        noise: regression noise std: ``"learned"`` (VI: a latent with a posterior; the others:
-            the maximum-likelihood std of the training residuals) or a float in the units of
+        prior_scale: std of the Gaussian prior ``N(0, prior_scale²)`` on every weight (the
+            variational methods, Laplace), or the matching L2 penalty ``1 / (prior_scale² N)``
+            on the mean loss (the methods trained to a point estimate).
+        noise: regression noise std: ``"learned"`` (``"vi"``, ``"lrt"``, ``"hidden_layer"``: a
+            latent with a posterior; ``"vbnn"``: optimised with the ELBO; the others: the
+            maximum-likelihood std of the training residuals) or a float in the units of
             ``y``.
         standardize: standardise the columns of ``X`` (and of ``y`` for regression) inside.
         dropout_rate: dropout probability (``method="dropout"``).
