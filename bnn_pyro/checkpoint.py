@@ -33,8 +33,10 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT_VERSION",
     "atomic_save",
+    "check_format",
     "create_guide_parameters",
     "load_method",
+    "method_state",
     "read_checkpoint",
     "save_method",
 ]
@@ -75,6 +77,27 @@ def _plain(value: Any) -> Any:
     return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
+def method_state(method: BaseBayesianMethod) -> dict[str, Any]:
+    """The checkpoint dict of ``method``: what :func:`save_method` writes (see the module
+    docstring), for a caller that keeps it inside a file of its own.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> m = bp.MCDropout(bp.nn.mlp(2, [8], 1, dropout=0.1), likelihood=bp.Gaussian(0.3))
+        >>> sorted(method_state(m))
+        ['class', 'config', 'fitted', 'format_version', 'state']
+    """
+    if not isinstance(method, BaseBayesianMethod):
+        raise TypeError(f"method must be a BaseBayesianMethod, got {type(method).__name__}")
+    return {
+        "format_version": FORMAT_VERSION,
+        "class": type(method).__name__,
+        "config": method._config(),
+        "fitted": method._fitted_state(),
+        "state": {k: _plain(v) for k, v in method.state_dict().items()},
+    }
+
+
 def save_method(method: BaseBayesianMethod, path: str | os.PathLike) -> None:
     """Write ``method`` to ``path`` (see the module docstring for the contents).
 
@@ -89,16 +112,39 @@ def save_method(method: BaseBayesianMethod, path: str | os.PathLike) -> None:
         >>> read_checkpoint(path)["class"]
         'MCDropout'
     """
-    if not isinstance(method, BaseBayesianMethod):
-        raise TypeError(f"method must be a BaseBayesianMethod, got {type(method).__name__}")
-    state = {
-        "format_version": FORMAT_VERSION,
-        "class": type(method).__name__,
-        "config": method._config(),
-        "fitted": method._fitted_state(),
-        "state": {k: _plain(v) for k, v in method.state_dict().items()},
-    }
-    atomic_save(state, path)
+    atomic_save(method_state(method), path)
+
+
+def check_format(state: Any, source: str) -> dict[str, Any]:
+    """``state`` itself, checked to be a bnn_pyro checkpoint dict of the format this version
+    reads (:data:`FORMAT_VERSION`); ``source`` names it in the errors (e.g. a quoted path).
+
+    Raises:
+        ValueError: not a bnn_pyro checkpoint, or another format version.
+
+    Example:
+        >>> check_format({"format_version": FORMAT_VERSION, "a": 1}, "the dict")["a"]
+        1
+        >>> check_format({"a": 1}, "the dict")
+        Traceback (most recent call last):
+          ...
+        ValueError: the dict is not a bnn_pyro checkpoint
+    """
+    if not isinstance(state, dict) or "format_version" not in state:
+        raise ValueError(f"{source} is not a bnn_pyro checkpoint")
+    version = state["format_version"]
+    if version > FORMAT_VERSION:
+        raise ValueError(
+            f"{source} has format version {version}; this bnn_pyro reads {FORMAT_VERSION}: "
+            "upgrade bnn_pyro"
+        )
+    if version < FORMAT_VERSION:
+        raise ValueError(
+            f"{source} has format version {version}, written by an older bnn_pyro (this one "
+            f"reads {FORMAT_VERSION}): save the model again with the version that wrote it "
+            "installed, or retrain"
+        )
+    return state
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
@@ -117,21 +163,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[s
         ValueError: ... is not a bnn_pyro checkpoint
     """
     state = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(state, dict) or "format_version" not in state:
-        raise ValueError(f"{os.fspath(path)!r} is not a bnn_pyro checkpoint")
-    version = state["format_version"]
-    if version > FORMAT_VERSION:
-        raise ValueError(
-            f"{os.fspath(path)!r} has format version {version}; this bnn_pyro reads "
-            f"{FORMAT_VERSION}: upgrade bnn_pyro"
-        )
-    if version < FORMAT_VERSION:
-        raise ValueError(
-            f"{os.fspath(path)!r} has format version {version}, written by an older bnn_pyro "
-            f"(this one reads {FORMAT_VERSION}): save the model again with the version that "
-            "wrote it installed, or retrain"
-        )
-    return state
+    return check_format(state, repr(os.fspath(path)))
 
 
 def load_method(

@@ -12,7 +12,8 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from bnn_pyro.estimators import METHODS, BNNClassifier, BNNRegressor, _methods, _params
+import bnn_pyro as bp
+from bnn_pyro.estimators import METHODS, BNNClassifier, BNNRegressor, _methods
 
 TINY = dict(hidden_sizes=(16,), epochs=15, batch_size=None, lr=0.05, num_samples=20)
 
@@ -89,18 +90,22 @@ def test_multi_output_regression(reg_data):
     assert np.corrcoef(mean[:, 0], mean[:, 1])[0, 1] < -0.9
 
 
-def test_lrt_uses_local_reparameterization(reg_data):
-    if not _params.has_local_reparameterization():
-        pytest.skip("VariationalBNN has no local_reparameterization argument")
+def test_the_methods_are_the_registry_s():
+    assert METHODS == tuple(bp.METHODS)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_module_is_the_registry_s_method(reg_data, method):
     X, y = reg_data
-    reg = BNNRegressor(method="lrt", random_state=0, **TINY).fit(X, y)
-    assert reg.model_.module.local_reparameterization == "local"
-
-
-def test_lrt_without_support_is_a_clear_error(reg_data, monkeypatch):
-    monkeypatch.setattr(_params, "has_local_reparameterization", lambda: False)
-    with pytest.raises(ValueError, match="method='lrt' needs VariationalBNN"):
-        BNNRegressor(method="lrt").fit(*reg_data)
+    reg = BNNRegressor(method=method, random_state=0, **TINY).fit(X, y)
+    assert type(reg.model_.module) is bp.registry.method_class(method)
+    assert all(
+        t.dtype == torch.float64
+        for t in reg.model_.module.state_dict().values()
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+    )
+    if method == "lrt":
+        assert reg.model_.module.local_reparameterization == "local"
 
 
 def test_classifier_with_string_labels(clf_data):
@@ -166,15 +171,19 @@ def test_dropout_needs_a_hidden_layer(reg_data):
         BNNRegressor(method="dropout", hidden_sizes=()).fit(*reg_data)
 
 
-def test_float_noise_with_targets_of_different_scales_for_vi(reg_data):
+@pytest.mark.parametrize("method", METHODS)
+def test_float_noise_with_targets_of_different_scales(reg_data, method):
     X, y = reg_data
-    with pytest.raises(ValueError, match="noise as a float with several target columns"):
-        BNNRegressor(noise=0.1, **TINY).fit(X, np.c_[y, 100 * y])
-    # the methods with a per-column noise take it
-    BNNRegressor(method="swag", noise=0.1, **TINY).fit(X, np.c_[y, 100 * y])
+    reg = BNNRegressor(method=method, noise=0.1, **TINY)
+    if method in _methods.SCALAR_NOISE:  # one Gaussian scale for all the columns
+        with pytest.raises(ValueError, match="noise as a float with several target columns"):
+            reg.fit(X, np.c_[y, 100 * y])
+    else:  # the methods with a per-column noise take it
+        std = reg.fit(X, np.c_[y, 100 * y]).predict(X, return_std=True)[1]
+        assert (std >= 0.1 * (1 - 1e-9)).all()  # the noise of each column, in its units
 
 
-@pytest.mark.parametrize("method", ["vi", "laplace"])
+@pytest.mark.parametrize("method", ["vi", "hidden_layer", "vbnn", "laplace"])
 def test_pickle_round_trip(clf_data, method):
     X, y = clf_data
     clf = BNNClassifier(method=method, random_state=0, **TINY).fit(X, y)

@@ -38,6 +38,7 @@ def test_save_and_load_give_the_same_predictions(tmp_path, data, method, task):
     model.save(path)
     state = torch.load(path, weights_only=True)  # plain tensors and settings only
     assert state["params"]["method"] == method
+    assert state["module"]["class"] == type(model.module).__name__  # a method checkpoint
     loaded = TabularBNN.load(path)
     assert loaded.metadata == model.metadata and loaded.task == task
     for a, b in zip(model.predict(X), loaded.predict(X), strict=True):
@@ -80,5 +81,11 @@ def test_errors(tmp_path, data):
     torch.save({"a": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a saved bnn_pyro TabularBNN"):
         TabularBNN.load(tmp_path / "other.pt")
+    state = model.state_dict()
+    torch.save(dict(state, format_version=state["format_version"] - 1), tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="old.pt' has format version .* older bnn_pyro"):
+        TabularBNN.load(tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="the saved TabularBNN has format version .* upgrade"):
+        TabularBNN.from_state_dict(dict(state, format_version=state["format_version"] + 1))
     with pytest.raises(FileNotFoundError):
         TabularBNN.load(tmp_path / "missing.pt")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from bnn_pyro import registry
 from bnn_pyro.nn.mlp import ACTIVATIONS
 
-#: The values of ``method``: variational inference (weight or local reparameterization),
-#: MC dropout, deep ensembles, SWAG and the Laplace approximation.
-METHODS = ("vi", "lrt", "dropout", "ensemble", "swag", "laplace")
+#: The values of ``method``: the names in the method registry (:data:`bnn_pyro.METHODS`) when
+#: the estimators are imported. Every built-in method takes the estimators' MLP: variational
+#: inference (weight or local reparameterization, ``"hidden_layer"``'s HiddenLayer sites, the
+#: pure-torch ``"vbnn"``), MC dropout, deep ensembles, SWAG and the Laplace approximation. (A
+#: method registered before that import is offered too, built with ``num_samples`` only.)
+METHODS = tuple(registry.METHODS)
 TASKS = ("regression", "classification")
 
 
@@ -57,18 +60,6 @@ def hidden_sizes(value: Any) -> tuple[int, ...]:
             f"{type(value).__name__} ({value!r})"
         )
     return tuple(_int(f"hidden_sizes[{i}]", h) for i, h in enumerate(value))
-
-
-def has_local_reparameterization() -> bool:
-    """Whether this bnn_pyro's ``VariationalBNN`` takes ``local_reparameterization``.
-
-    Example:
-        >>> isinstance(has_local_reparameterization(), bool)
-        True
-    """
-    from bnn_pyro.bnn import VariationalBNN
-
-    return "local_reparameterization" in inspect.signature(VariationalBNN).parameters
 
 
 def check_hyperparameters(**params: Any) -> dict[str, Any]:
@@ -117,9 +108,4 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
     p["ensemble_size"] = _int("ensemble_size", p["ensemble_size"])
     if p["method"] == "dropout" and not p["hidden_sizes"]:
         raise ValueError("method='dropout' needs at least one hidden layer, got hidden_sizes=()")
-    if p["method"] == "lrt" and not has_local_reparameterization():
-        raise ValueError(
-            "method='lrt' needs VariationalBNN(..., local_reparameterization=True), which this "
-            "version of bnn_pyro does not have; use method='vi'"
-        )
     return p

@@ -1,8 +1,12 @@
 """Saving a :class:`~bnn_pyro.estimators.TabularBNN`: one dict of tensors, numbers and strings.
 
-The file loads with ``torch.load(weights_only=True)`` and is written atomically (a temporary
-name, then a rename). Pickling goes through the same dict, so a pickled model never depends on
-how torch or Pyro pickle their modules.
+The dict is a :mod:`bnn_pyro.checkpoint` of its own kind: the estimator's settings and
+standardisation, and under ``"module"`` the method as
+:func:`~bnn_pyro.checkpoint.method_state` holds it (what ``method.save`` writes). It carries the
+checkpoint ``format_version``, checked by :func:`~bnn_pyro.checkpoint.check_format`. The file
+loads with ``torch.load(weights_only=True)`` and is written by
+:func:`~bnn_pyro.checkpoint.atomic_save` (a temporary name, then a rename). Pickling goes through
+the same dict, so a pickled model never depends on how torch or Pyro pickle their modules.
 """
 
 from __future__ import annotations
@@ -13,12 +17,11 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from bnn_pyro.checkpoint import atomic_save
+from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save, check_format, method_state
 from bnn_pyro.estimators import _methods
 from bnn_pyro.exceptions import NotFittedError
 
 FORMAT = "bnn_pyro.TabularBNN"
-FORMAT_VERSION = 1
 
 _T = TypeVar("_T", bound="Persistence")
 
@@ -31,8 +34,8 @@ class Persistence:
 
         Returns:
             A dict that ``torch.save`` writes and ``torch.load(weights_only=True)`` reads; the
-            method's own ``state_dict`` is under ``"module"``, :attr:`metadata` under
-            ``"metadata"``.
+            method's checkpoint (:func:`~bnn_pyro.checkpoint.method_state`) is under
+            ``"module"``, :attr:`metadata` under ``"metadata"``.
 
         Example:
             >>> from bnn_pyro.estimators import TabularBNN
@@ -63,7 +66,7 @@ class Persistence:
             "y_mean": tensor(self.y_mean),
             "y_scale": tensor(self.y_scale),
             "noise_std": noise.clone() if isinstance(noise, torch.Tensor) else noise,
-            "module": _methods.state(self.module),
+            "module": method_state(self.module),
             "metadata": dict(self.metadata),
         }
 
@@ -78,15 +81,16 @@ class Persistence:
             The fitted :class:`TabularBNN`, predicting exactly as the saved one.
 
         Raises:
-            ValueError: ``state`` is not a saved :class:`TabularBNN`, or is from a newer format.
+            ValueError: ``state`` is not a saved :class:`TabularBNN`, or is of another format
+                version.
         """
+        return cls._rebuild(state, "the saved TabularBNN")
+
+    @classmethod
+    def _rebuild(cls: type[_T], state: Any, source: str) -> _T:
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError("not a saved bnn_pyro TabularBNN (no 'format' entry)")
-        if state["format_version"] > FORMAT_VERSION:
-            raise ValueError(
-                f"the model has format version {state['format_version']}; this bnn_pyro reads up "
-                f"to {FORMAT_VERSION}: upgrade bnn_pyro"
-            )
+        check_format(state, source)
         model = cls(**dict(state["params"], hidden_sizes=tuple(state["params"]["hidden_sizes"])))
 
         def array(t: torch.Tensor | None) -> np.ndarray | None:
@@ -101,7 +105,8 @@ class Persistence:
         module = _methods.build(
             model.params, model.n_features, model.n_outputs, model.noise_std, model.seed
         )
-        _methods.restore(module, model.params, state["module"], model.n_train)
+        module._restore_fitted_state(state["module"]["fitted"])
+        module.load_state_dict(state["module"]["state"])
         model.module = module
         return model
 
@@ -138,7 +143,8 @@ class Persistence:
 
         Raises:
             FileNotFoundError: no such file.
-            ValueError: the file is not a saved :class:`TabularBNN`.
+            ValueError: the file is not a saved :class:`TabularBNN`, or is of another format
+                version.
         """
         try:
             state = torch.load(path, map_location=map_location, weights_only=True)
@@ -150,7 +156,7 @@ class Persistence:
             raise ValueError(
                 f"{os.fspath(path)!r} is not a bnn_pyro model file ({type(err).__name__})"
             ) from None
-        return cls.from_state_dict(state)
+        return cls._rebuild(state, repr(os.fspath(path)))
 
     def __getstate__(self) -> dict[str, Any]:
         if self.module is None:

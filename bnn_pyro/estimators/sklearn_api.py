@@ -25,15 +25,18 @@ __all__ = ["BNNClassifier", "BNNRegressor"]
 _COMMON_ARGS = """
         hidden_sizes: widths of the hidden layers of the MLP, e.g. ``(50,)`` or ``(50, 50)``.
         activation: ``"relu"``, ``"tanh"``, ``"gelu"``, ... (:data:`bnn_pyro.nn.mlp.ACTIVATIONS`).
-        method: ``"vi"`` (mean-field variational inference), ``"lrt"`` (the same trained with
-            local reparameterization), ``"dropout"`` (MC dropout), ``"ensemble"`` (deep
-            ensemble), ``"swag"`` or ``"laplace"`` (GGN Laplace, linearised predictive).
+        method: a name from :data:`bnn_pyro.METHODS`: ``"vi"`` (mean-field variational
+            inference), ``"lrt"`` (the same trained with local reparameterization),
+            ``"hidden_layer"`` (HiddenLayer sites), ``"vbnn"`` (pure-torch Bayes by Backprop),
+            ``"dropout"`` (MC dropout), ``"ensemble"`` (deep ensemble), ``"swag"`` or
+            ``"laplace"`` (GGN Laplace, linearised predictive).
         epochs: passes over the training data.
         batch_size: minibatch size; ``None`` = full batch.
         lr: learning rate (Adam; SGD with momentum for SWAG).
         num_samples: Monte Carlo samples per prediction (``"ensemble"``: the members instead).
-        prior_scale: std of the prior ``N(0, prior_scale²)`` on every weight (VI, Laplace), or
-            the matching L2 penalty for the methods trained to a point estimate.
+        prior_scale: std of the prior ``N(0, prior_scale²)`` on every weight (the variational
+            methods, Laplace), or the matching L2 penalty for the methods trained to a point
+            estimate.
         standardize: standardise the input columns inside the estimator (predictions come back
             in the original units)."""
 
@@ -87,9 +90,9 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
     runs in float64 on the CPU.
 
     Args:{common}
-        noise: the observation noise std: ``"learned"`` (VI: inferred with the weights; the
-            other methods: the maximum-likelihood std of the training residuals) or a fixed
-            float in the units of ``y``.{tail}
+        noise: the observation noise std: ``"learned"`` (the variational methods: inferred
+            with the weights; the others: the maximum-likelihood std of the training residuals)
+            or a fixed float in the units of ``y``.{tail}
 
     Attributes:
         n_features_in_: D, the number of input columns.

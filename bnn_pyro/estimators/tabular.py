@@ -1,8 +1,9 @@
 """``TabularBNN``: a BNN for a table of numbers, the engine of the estimators and the CLI.
 
-It standardises the inputs (and regression targets), trains one of six methods in float64,
-maps predictions back to the units of ``y``, and saves everything to one file that loads with
-``torch.load(weights_only=True)``. It needs no scikit-learn.
+It standardises the inputs (and regression targets), trains one of the registry's methods
+(:data:`bnn_pyro.METHODS`) in float64, maps predictions back to the units of ``y``, and saves
+everything to one file that loads with ``torch.load(weights_only=True)``. It needs no
+scikit-learn.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.estimators import _methods
 from bnn_pyro.estimators._params import check_hyperparameters
 from bnn_pyro.estimators._persistence import Persistence
@@ -46,21 +48,24 @@ class TabularBNN(Persistence):
 
     Args:
         task: ``"regression"`` or ``"classification"``.
-        method: ``"vi"`` (mean-field variational inference, :class:`~bnn_pyro.VariationalBNN`),
-            ``"lrt"`` (the same with local reparameterization), ``"dropout"`` (MC dropout),
-            ``"ensemble"`` (deep ensemble), ``"swag"`` or ``"laplace"`` (GGN Laplace with the
-            linearised predictive).
+        method: a name from :data:`bnn_pyro.METHODS`: ``"vi"`` (mean-field variational
+            inference, :class:`~bnn_pyro.VariationalBNN`), ``"lrt"`` (the same with local
+            reparameterization), ``"hidden_layer"`` (:class:`~bnn_pyro.HiddenLayerBNN`),
+            ``"vbnn"`` (:class:`~bnn_pyro.VariationalBayesNN`, pure-torch Bayes by Backprop),
+            ``"dropout"`` (MC dropout), ``"ensemble"`` (deep ensemble), ``"swag"`` or
+            ``"laplace"`` (GGN Laplace with the linearised predictive).
         hidden_sizes: widths of the hidden layers of the MLP.
         activation: a name from :data:`bnn_pyro.nn.mlp.ACTIVATIONS`.
         epochs: passes over the data.
         batch_size: minibatch size; ``None`` = full batch.
         lr: Adam's learning rate (SGD's for SWAG).
         num_samples: Monte Carlo samples per prediction (ensemble: the members instead).
-        prior_scale: std of the Gaussian prior ``N(0, prior_scale²)`` on every weight (VI,
-            Laplace), or the matching L2 penalty ``1 / (prior_scale² N)`` on the mean loss
-            (the methods trained to a point estimate).
-        noise: regression noise std: ``"learned"`` (VI: a latent with a posterior; the others:
-            the maximum-likelihood std of the training residuals) or a float in the units of
+        prior_scale: std of the Gaussian prior ``N(0, prior_scale²)`` on every weight (the
+            variational methods, Laplace), or the matching L2 penalty ``1 / (prior_scale² N)``
+            on the mean loss (the methods trained to a point estimate).
+        noise: regression noise std: ``"learned"`` (``"vi"``, ``"lrt"``, ``"hidden_layer"``: a
+            latent with a posterior; ``"vbnn"``: optimised with the ELBO; the others: the
+            maximum-likelihood std of the training residuals) or a float in the units of
             ``y``.
         standardize: standardise the columns of ``X`` (and of ``y`` for regression) inside.
         dropout_rate: dropout probability (``method="dropout"``).
@@ -110,7 +115,7 @@ class TabularBNN(Persistence):
             dropout_rate=dropout_rate,
             ensemble_size=ensemble_size,
         )
-        self.module: torch.nn.Module | None = None
+        self.module: BaseBayesianMethod | None = None
         self.metadata: dict[str, Any] = {}
 
     @property
@@ -151,11 +156,13 @@ class TabularBNN(Persistence):
         scaled = noise / y_scale
         if scaled.size == 1:
             return float(scaled[0])
-        if self.params["method"] in ("vi", "lrt"):
+        method = self.params["method"]
+        if method in _methods.SCALAR_NOISE:
             if not np.allclose(scaled, scaled[0]):
                 raise ValueError(
                     "noise as a float with several target columns of different scales needs "
-                    "standardize=False or noise='learned' for method='vi'/'lrt'"
+                    f"standardize=False or noise='learned' for method={method!r} (one noise "
+                    "scale for all columns)"
                 )
             return float(scaled[0])
         return torch.as_tensor(scaled, dtype=_methods.DTYPE)
@@ -250,7 +257,7 @@ class TabularBNN(Persistence):
             raise ValueError(
                 "predictive_gaussian is for task='regression'; use predict or probability_samples"
             )
-        locs, scales = _methods.gaussian(self.module, self.params, inputs, self.seed)
+        locs, scales = self.module.predictive_gaussian(inputs, seed=self.seed)
         y_scale = torch.as_tensor(self.y_scale, dtype=locs.dtype)
         locs = locs * y_scale + torch.as_tensor(self.y_mean, dtype=locs.dtype)
         return locs, torch.as_tensor(scales, dtype=locs.dtype) * y_scale
@@ -274,7 +281,7 @@ class TabularBNN(Persistence):
         inputs = self._fitted(X)
         if self.task != "classification":
             raise ValueError("probability_samples is for task='classification'")
-        return _methods.probabilities(self.module, self.params, inputs, self.seed)
+        return self.module.predict(inputs, return_samples=True, seed=self.seed)[2]
 
     def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and std per row, float64 numpy.
