@@ -51,6 +51,7 @@ def test_readme_results_are_the_benchmark_outputs():
     module = _update_readme_module()
     text = README.read_text()
     assert set(m.group("name") for m in module.BLOCK.finditer(text)) == {
+        "demo",
         "step_time",
         "local_reparam",
         "methods",
