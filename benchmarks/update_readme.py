@@ -4,7 +4,12 @@ Each results block in ``README.md`` sits between ``<!-- results:NAME -->`` and
 ``<!-- /results:NAME -->`` and is rewritten from ``benchmarks/results/NAME.md`` (for the UCI
 benchmark, ``benchmarks/results/uci/uci.md``: its header lines, the two tables and the targets
 table; the chosen hyper-parameters stay in the linked file). The README therefore shows exactly
-what the scripts printed. ``tests/test_readme.py`` checks the README is up to date.
+what the scripts printed, and its prose quotes no measured figure of its own: it points at these
+blocks. ``tests/test_readme.py`` checks both.
+
+The blocks: ``step_time``, ``local_reparam``, ``methods`` (the timing benchmarks), ``uci`` (the
+UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
+by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 
 Run: ``python benchmarks/update_readme.py [--check]`` after a benchmark run.
 """

@@ -1,4 +1,4 @@
-"""Smoke runs of benchmarks/step_time.py and benchmarks/methods.py --quick.
+"""Smoke runs of benchmarks/step_time.py and benchmarks/methods.py --quick (and demo.py --help).
 
 No timing is asserted (tests never do); what is checked is that each script runs, prints its
 table, and, for methods.py, that the vectorized side computes the same numbers as the loop.
@@ -39,3 +39,10 @@ def test_step_time_quick_prints_both_tables():
     text = _run("step_time.py", "--quick")
     assert "| 13→50→1 |" in text and "| 784→400→400→10 |" in text
     assert "| Predictive(parallel=False) |" in text
+
+
+def test_demo_script_runs_as_a_script():
+    # the full run is tests/core/test_demo_cli.py's (it compares a fresh demo with the committed
+    # benchmarks/results/demo.md); here only that the script starts from the command line
+    text = _run("demo.py", "--help")
+    assert "--output" in text

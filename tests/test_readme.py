@@ -51,6 +51,7 @@ def test_readme_results_are_the_benchmark_outputs():
     module = _update_readme_module()
     text = README.read_text()
     assert set(m.group("name") for m in module.BLOCK.finditer(text)) == {
+        "demo",
         "step_time",
         "local_reparam",
         "methods",
@@ -66,3 +67,29 @@ def test_update_readme_rewrites_a_stale_block():
     assert "old table" not in fresh
     assert "HiddenLayer: construction" in fresh  # a heading of local_reparam.md, demoted
     assert fresh.startswith("x\n") and fresh.endswith("<!-- /results:local_reparam -->\ny\n")
+
+
+def _prose(text: str) -> str:
+    """The README as typed by hand, tables included: less its results blocks, code (blocks and
+    spans), images and version numbers (``Pyro 1.9``)."""
+    text = re.sub(r"<!-- results:(\w+) -->.*?<!-- /results:\1 -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    text = re.sub(r"\b(Pyro|pyro|torch|Python) \d+(\.\d+)+", "", text)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("!["))
+
+
+def test_readme_prose_quotes_no_measured_figure():
+    """Measured figures (times, speed-ups, log-likelihoods) live only in the results blocks,
+    which the scripts write; the prose points at them."""
+    prose = _prose(README.read_text())
+    patterns = [
+        r"\d\s*(×|x\b)",  # speed-ups and ratios: 2.07×, 35x
+        r"\d\s*(ms|µs|s)\b",  # times: 15 s, 0.34 ms
+        r"[−-]\d+\.\d",  # log-likelihoods: -2.35
+        r"\d+\.\d+",  # any other decimal
+        r"\b20\d\d-\d\d-\d\d\b",  # dates of runs
+        r"\d\s*%",  # percentages
+    ]
+    found = [m.group(0) for p in patterns for m in re.finditer(p, prose)]
+    assert not found, found

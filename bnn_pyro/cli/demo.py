@@ -25,7 +25,7 @@ from bnn_pyro.likelihoods import Gaussian
 from bnn_pyro.metrics import gaussian_log_likelihood, rmse
 from bnn_pyro.nn import mlp
 
-__all__ = ["DemoResult", "add_parser", "format_result", "run", "run_demo"]
+__all__ = ["DemoResult", "add_parser", "format_result", "format_table", "run", "run_demo"]
 
 NOISE_STD = 0.1
 GAP = (-1.0, 1.0)
@@ -66,7 +66,7 @@ def run_demo(
 
     Args:
         out_dir: folder for ``demo.png`` and ``demo_metrics.json`` (created if missing).
-        epochs: full-batch SVI steps (5000 takes about 10 s on one CPU core).
+        epochs: full-batch SVI steps.
         seed: seed of the data and of training.
         progress: show a progress bar.
 
@@ -150,14 +150,45 @@ def _plot(bnn: VariationalBNN, X: torch.Tensor, y: torch.Tensor, png: str, seed:
     plt.close(fig)
 
 
-def format_result(result: DemoResult) -> str:
-    """The demo's printed report: training time, a metrics table and the plot's path.
+def format_table(result: DemoResult) -> str:
+    """The demo's metrics table: RMSE, test log-likelihood and epistemic std on the data and in
+    the gap, to three decimals.
+
+    The part of the report that depends only on the seed and the settings (not on the machine's
+    speed): ``benchmarks/demo.py`` writes it to ``benchmarks/results/demo.md`` for the README.
 
     Args:
         result: what :func:`run_demo` measured.
 
     Returns:
-        The report, seven lines.
+        The table, four lines.
+
+    Example:
+        >>> print(format_table(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")))
+                         on the data    in the gap
+        RMSE                   0.100         0.500
+        test log-lik           0.800        -1.200
+        epistemic std          0.050         0.400   (x8.0 in the gap)
+    """
+    widen = result.std_gap / result.std_data
+    return (
+        f"{'':14}{'on the data':>14}{'in the gap':>14}\n"
+        f"{'RMSE':14}{result.rmse_data:14.3f}{result.rmse_gap:14.3f}\n"
+        f"{'test log-lik':14}{result.test_ll_data:14.3f}{result.test_ll_gap:14.3f}\n"
+        f"{'epistemic std':14}{result.std_data:14.3f}{result.std_gap:14.3f}"
+        f"   (x{widen:.1f} in the gap)"
+    )
+
+
+def format_result(result: DemoResult) -> str:
+    """The demo's printed report: training time, the metrics table of :func:`format_table` and
+    the plot's path.
+
+    Args:
+        result: what :func:`run_demo` measured.
+
+    Returns:
+        The report, six lines.
 
     Example:
         >>> print(format_result(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")))
@@ -168,16 +199,7 @@ def format_result(result: DemoResult) -> str:
         epistemic std          0.050         0.400   (x8.0 in the gap)
         plot: demo.png
     """
-    widen = result.std_gap / result.std_data
-    return (
-        f"trained in {result.seconds:.1f} s\n"
-        f"{'':14}{'on the data':>14}{'in the gap':>14}\n"
-        f"{'RMSE':14}{result.rmse_data:14.3f}{result.rmse_gap:14.3f}\n"
-        f"{'test log-lik':14}{result.test_ll_data:14.3f}{result.test_ll_gap:14.3f}\n"
-        f"{'epistemic std':14}{result.std_data:14.3f}{result.std_gap:14.3f}"
-        f"   (x{widen:.1f} in the gap)\n"
-        f"plot: {result.png}"
-    )
+    return f"trained in {result.seconds:.1f} s\n{format_table(result)}\nplot: {result.png}"
 
 
 def run(args: argparse.Namespace) -> int:

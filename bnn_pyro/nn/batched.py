@@ -25,11 +25,9 @@ from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 __all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "same_results"]
 
 # Elements of one (S, rows, width) activation per pass: 256K floats (1 MB), so memory stays
-# bounded whatever N is. Measured side by side on this 2-core machine (S=100, N=1000, width 50,
-# one thread, 2026-11-23; in brackets with a memory-bound process on the other core): 13-row
-# (256 KB) blocks 9.9 ms (10.0), 52-row (1 MB) blocks 6.3 ms (6.3), 104-row blocks 5.0 ms (5.5)
-# but with occasional 25 ms outliers, one 1000-row block 31 ms: the large blocks pay for fresh
-# pages of memory on every pass, the small ones for Python overhead per pass.
+# bounded whatever N is. The size trades the two costs of a pass: much smaller blocks pay Python
+# overhead per pass, much larger ones fresh pages of memory on every pass (the timings behind it:
+# benchmarks/results/library_measurements.md).
 ACTIVATION_BUDGET = 1 << 18
 
 

@@ -1,0 +1,73 @@
+"""The table ``make demo`` prints, and its plot, written to ``benchmarks/results/`` for the README.
+
+Runs :func:`bnn_pyro.cli.demo.run_demo` with its default settings (those of ``make demo``) on
+one torch thread and writes
+
+* ``benchmarks/results/demo.md``: the metrics table of :func:`bnn_pyro.cli.demo.format_table`
+  (the printed report less its training time and the plot's path, which change from run to
+  run) and a line naming the versions and settings;
+* ``benchmarks/results/demo.png``: the demo's plot.
+
+The demo is seeded, so a run prints the same table every time; ``tests/core/test_demo_cli.py``
+runs it and compares the table with the committed ``demo.md``.
+
+Run from the repository root: ``python benchmarks/demo.py [--output PATH]``, then
+``python benchmarks/update_readme.py`` to copy the table into the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import shutil
+import sys
+import tempfile
+
+import pyro
+import torch
+
+from bnn_pyro.cli.demo import DemoResult, format_table, run_demo
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "demo.md")
+
+
+def report(result: DemoResult) -> str:
+    """The contents of ``demo.md`` for a :func:`~bnn_pyro.cli.demo.run_demo` with its defaults.
+
+    Example:
+        >>> text = report(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png"))
+        >>> text.startswith("# make demo") and "(x8.0 in the gap)" in text and "9.8" not in text
+        True
+    """
+    defaults = inspect.signature(run_demo).parameters
+    epochs, seed = defaults["epochs"].default, defaults["seed"].default
+    return (
+        "# make demo\n\n"
+        "```\n"
+        f"{format_table(result)}\n"
+        "```\n\n"
+        f"torch {torch.__version__}, pyro {pyro.__version__}, 1 thread; the defaults, seed {seed} "
+        f"and {epochs} epochs: the same table on every run; command: python benchmarks/demo.py "
+        "(it also writes the plot, demo.png)\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # as the tests run it
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_demo(tmp, progress=False)
+        text = report(result)
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        shutil.copyfile(result.png, os.path.splitext(args.output)[0] + ".png")
+    with open(args.output, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
