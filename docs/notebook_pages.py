@@ -1,4 +1,5 @@
-"""MkDocs hook: the executed notebooks ``notebooks/*.ipynb`` as pages.
+"""MkDocs hook: the executed notebooks ``notebooks/*.ipynb`` as pages, and the benchmark
+figures the pages show (``benchmarks/results/*.png``, as written by the scripts).
 
 The notebooks live outside ``docs/``; this hook adds every ``notebooks/*.ipynb`` (a glob, so a
 new notebook is picked up, and the jupytext ``.py`` twins are not) to the build and to the
@@ -30,6 +31,15 @@ def on_config(config):
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns them into notebook pages
 def on_files(files, config):
+    for png in sorted((ROOT / "benchmarks" / "results").glob("*.png")):
+        files.append(
+            File(
+                f"benchmarks/results/{png.name}",
+                src_dir=str(ROOT),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     for nb in notebooks():
         files.append(
             File(

@@ -265,8 +265,8 @@ class LaplaceApproximation(ClassicMethod):
             data: a ``DataLoader`` (or any re-iterable sequence) of ``(x, y)`` batches, or
                 ``x: (N, D)``.
             y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with ``x`` only).
-            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, callbacks,
-                validation_data: the MAP phase's training loop, see
+            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
+            progress, seed, callbacks, validation_data: the MAP phase's training loop, see
                 :meth:`bnn_pyro.BaseBayesianMethod.fit` (``epochs=0``: no MAP phase).
             device: moves the net there first; None keeps the net's device.
 

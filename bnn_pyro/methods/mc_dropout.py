@@ -202,9 +202,10 @@ class MCDropout(ClassicMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, callbacks,
-                validation_data: the one training loop, see :meth:`bnn_pyro.BaseBayesianMethod.fit`
-                (``seed`` also fixes the dropout masks; ``val_loss`` is scored dropout off).
+            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
+            progress, seed, callbacks, validation_data: the one training loop, see
+                :meth:`bnn_pyro.BaseBayesianMethod.fit` (``seed`` also fixes the dropout masks;
+                ``val_loss`` is scored with dropout off).
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch).

@@ -284,9 +284,9 @@ class SWAG(ClassicMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, callbacks,
-                validation_data: the one training loop, see :meth:`bnn_pyro.BaseBayesianMethod.fit`
-                (callbacks run after each epoch's snapshot).
+            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
+            progress, seed, callbacks, validation_data: the one training loop, see
+                :meth:`bnn_pyro.BaseBayesianMethod.fit` (callbacks run after each epoch's snapshot).
             swa_start: first epoch (0-based) whose end is collected; default ``epochs // 2``.
 
         Returns:
