@@ -75,7 +75,7 @@ METHODS: dict[str, MethodSpec] = _keyed(
             label="SWAG",
             description="SGD momentum 0.9, 200 epochs, snapshots over the second half, rank 20",
             grid=baselines.swag_grid,
-            train=baselines.swag_train,
+            train=functools.partial(baselines.swag_laplace_train, method="swag"),
             cost=4.0,
         ),
         MethodSpec(
@@ -83,7 +83,7 @@ METHODS: dict[str, MethodSpec] = _keyed(
             label="Laplace (GGN, GLM)",
             description="MAP (Adam, weight decay), full GGN Laplace, GLM predictive, evidence",
             grid=baselines.laplace_grid,
-            train=baselines.laplace_train,
+            train=functools.partial(baselines.swag_laplace_train, method="laplace"),
             cost=3.0,
         ),
     ]
