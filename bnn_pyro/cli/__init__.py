@@ -11,8 +11,7 @@ Usage::
 * :mod:`~bnn_pyro.cli.fit` / :mod:`~bnn_pyro.cli.predict`: a BNN on a CSV file, and its
   predictions; :mod:`~bnn_pyro.cli.io`: their CSV reading and writing. ``--method`` takes a
   :data:`bnn_pyro.METHODS` name that the estimators train
-  (:func:`~bnn_pyro.cli.fit.method_choices`: ``vi``, ``lrt``, ``dropout``, ``ensemble``,
-  ``swag``, ``laplace``).
+  (:func:`~bnn_pyro.cli.fit.method_choices`; ``bnn-pyro fit --help`` lists them).
 
 A user error (a bad file, a missing column, a non-numeric column, a bad setting) raises
 :class:`~bnn_pyro.exceptions.CLIError`; :func:`main` prints it in one line on stderr and exits
