@@ -115,6 +115,18 @@ def test_every_method_round_trips(files, tmp_path, method):
     assert TabularBNN.load(out / "model.pt").params["method"] == method
 
 
+def test_method_choices_are_registry_names(files, tmp_path, capsys):
+    import bnn_pyro
+    from bnn_pyro.cli.fit import method_choices
+
+    assert method_choices() == tuple(m for m in bnn_pyro.METHODS if m in METHODS)
+    args = ["fit", "--data", files.reg, "--target", "y", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--method", "magic"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'magic'" in capsys.readouterr().err
+
+
 def _bad_csv(folder, name, text):
     path = folder / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())

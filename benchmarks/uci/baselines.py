@@ -28,8 +28,11 @@ import torch.nn as nn
 
 from benchmarks.uci.method import Config, DatasetInfo, Report
 from benchmarks.uci.protocol import Predictor
-from bnn_pyro.methods import SWAG, DeepEnsemble, LaplaceApproximation, MCDropout
+from bnn_pyro._rng import seed_from
+from bnn_pyro.base import BaseBayesianMethod
+from bnn_pyro.likelihoods import Gaussian, HeteroscedasticGaussian
 from bnn_pyro.nn import mlp
+from bnn_pyro.registry import make
 
 __all__ = [
     "dropout_grid",
@@ -37,18 +40,54 @@ __all__ = [
     "ensemble_grid",
     "ensemble_train",
     "laplace_grid",
-    "laplace_train",
     "swag_grid",
-    "swag_train",
+    "swag_laplace_train",
 ]
 
 _LENGTHSCALE = 1e-2  # Gal's prior length-scale
 _DEFAULT_DROPOUT = (0.005, 0.01, 0.05, 0.1)
 _DEFAULT_TAU = (0.1, 0.15, 0.2)  # used only when the folder has no tau_values.txt
+#: ``(make options, fit options)`` of the methods :func:`swag_laplace_train` trains.
+_WEIGHT_DECAY_SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "swag": ({}, {"optimizer": "sgd"}),
+    "laplace": ({"hessian": "ggn", "hessian_structure": "full", "predictive": "glm"}, {}),
+}
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+def _prediction_seed(seed: int) -> int:
+    """The ``predict(seed=...)`` of a run seeded ``seed``: the seed that
+    ``predict(generator=torch.Generator().manual_seed(seed))`` draws, so the numbers stay those
+    of the results computed with that call."""
+    return seed_from(torch.Generator().manual_seed(seed))
+
+
+def _fit(
+    name: str,
+    net: nn.Module,
+    likelihood: Any,
+    config: Mapping[str, Any],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    seed: int,
+    options: Mapping[str, Any] | None = None,
+    **fit_options: Any,
+) -> BaseBayesianMethod:
+    """``bnn_pyro.make(name, net, likelihood, **options)`` fitted on ``(x, y)`` for ``epochs``
+    with the config's ``batch_size`` and ``lr`` (and ``fit_options``, e.g. ``weight_decay``)."""
+    model = make(name, net, likelihood, **(options or {}))
+    model.fit(
+        x,
+        y,
+        epochs=epochs,
+        batch_size=int(config["batch_size"]),
+        lr=float(config["lr"]),
+        progress=False,
+        seed=seed,
+        **fit_options,
+    )
+    return model
 
 
 # ---------------------------------------------------------------------------- MC dropout
@@ -116,16 +155,18 @@ def dropout_train(
     net = nn.Sequential(
         nn.Dropout(p), nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Dropout(p), nn.Linear(hidden, 1)
     )
-    model = MCDropout(net, num_samples, dropout_rate=p, likelihood="regression")
-    model.fit(
+    options = {"num_samples": num_samples, "dropout_rate": p}
+    model = _fit(
+        "dropout",
+        net,
+        Gaussian(scale="learned"),
+        config,
         x,
         y,
         epochs=max(checkpoints),
-        batch_size=int(config["batch_size"]),
-        lr=float(config["lr"]),
-        weight_decay=2.0 * reg,
-        progress=False,
         seed=seed,
+        options=options,
+        weight_decay=2.0 * reg,
     )
     cache: list[tuple[torch.Tensor, torch.Tensor]] = []  # (inputs, samples): one MC run
 
@@ -134,9 +175,7 @@ def dropout_train(
 
         def predictor(x_eval: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             if not cache or cache[0][0] is not x_eval:  # the same masks for every tau
-                samples = model.predict(
-                    x_eval, return_samples=True, normalize_output=False, generator=_generator(seed)
-                )[2]
+                samples = model.predict(x_eval, return_samples=True, seed=_prediction_seed(seed))[2]
                 cache[:] = [(x_eval, samples)]
             return cache[0][1], noise
 
@@ -183,21 +222,18 @@ def ensemble_train(
         >>> out[0][0].shape, out[0][1].shape  # one Gaussian per member
         (torch.Size([5, 40, 1]), torch.Size([5, 40, 1]))
     """
-    torch.manual_seed(seed)
-    model = DeepEnsemble(
-        lambda: mlp(x.shape[1], [hidden], 2),
-        int(config["members"]),
-        likelihood="regression",
-        gaussian_nll=True,
-    )
-    model.fit(
+    net = mlp(x.shape[1], [hidden], 2)  # mean and variance heads; a template, re-initialised
+    torch.manual_seed(seed)  # the members' initial weights
+    model = _fit(
+        "ensemble",
+        net,
+        HeteroscedasticGaussian(),
+        config,
         x,
         y,
         epochs=max(checkpoints),
-        batch_size=int(config["batch_size"]),
-        lr=float(config["lr"]),
-        progress=False,
         seed=seed,
+        options={"num_models": int(config["members"])},
     )
     report(max(checkpoints), model.predictive_gaussian)
 
@@ -219,45 +255,6 @@ def swag_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     ]
 
 
-def swag_train(
-    config: Mapping[str, Any],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    y_std: float,
-    hidden: int,
-    seed: int,
-    checkpoints: Sequence[int],
-    report: Report,
-    num_samples: int,
-) -> None:
-    """Train :class:`~bnn_pyro.methods.SWAG` (SGD, momentum 0.9, constant learning rate).
-
-    Example:
-        >>> x, y = torch.randn(40, 3), torch.randn(40, 1)
-        >>> config = swag_grid(DatasetInfo("toy", 40, 3), quick=True)[0]
-        >>> out = []
-        >>> swag_train(config, x, y, y_std=1.0, hidden=8, seed=0, checkpoints=[2],
-        ...            report=lambda e, p: out.append(p(x)), num_samples=5)
-        >>> out[0][0].shape
-        torch.Size([5, 40, 1])
-    """
-    torch.manual_seed(seed)
-    model = SWAG(mlp(x.shape[1], [hidden], 1), num_samples, likelihood="regression")
-    model.fit(
-        x,
-        y,
-        epochs=max(checkpoints),
-        batch_size=int(config["batch_size"]),
-        lr=float(config["lr"]),
-        weight_decay=float(config["weight_decay"]),
-        optimizer="sgd",
-        progress=False,
-        seed=seed,
-    )
-    report(max(checkpoints), lambda xe: model.predictive_gaussian(xe, generator=_generator(seed)))
-
-
 # ---------------------------------------------------------------------------- Laplace
 def laplace_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     """Laplace grid: the MAP's weight decay and epochs (Adam, lr 1e-3, batch 32).
@@ -275,7 +272,7 @@ def laplace_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     ]
 
 
-def laplace_train(
+def swag_laplace_train(
     config: Mapping[str, Any],
     x: torch.Tensor,
     y: torch.Tensor,
@@ -286,36 +283,45 @@ def laplace_train(
     checkpoints: Sequence[int],
     report: Report,
     num_samples: int,
+    method: str,
 ) -> None:
-    """MAP training, then :class:`~bnn_pyro.methods.LaplaceApproximation` (full GGN, GLM).
+    """Train ``method`` (``"swag"`` or ``"laplace"``) with the config's weight decay.
+
+    ``swag``: :class:`~bnn_pyro.methods.SWAG` (SGD, momentum 0.9, constant learning rate).
+    ``laplace``: MAP training (Adam), then :class:`~bnn_pyro.methods.LaplaceApproximation`
+    (full GGN, GLM predictive) with the prior precision chosen by the evidence.
 
     Example:
         >>> x, y = torch.randn(40, 3), torch.randn(40, 1)
-        >>> config = laplace_grid(DatasetInfo("toy", 40, 3), quick=True)[0]
         >>> out = []
-        >>> laplace_train(config, x, y, y_std=1.0, hidden=8, seed=0, checkpoints=[2],
-        ...               report=lambda e, p: out.append(p(x)), num_samples=5)
-        >>> out[0][0].shape
-        torch.Size([5, 40, 1])
+        >>> for method, grid in (("swag", swag_grid), ("laplace", laplace_grid)):
+        ...     config = grid(DatasetInfo("toy", 40, 3), quick=True)[0]
+        ...     swag_laplace_train(config, x, y, y_std=1.0, hidden=8, seed=0, checkpoints=[2],
+        ...                        report=lambda e, p: out.append(p(x)), num_samples=5,
+        ...                        method=method)
+        >>> out[0][0].shape, out[1][0].shape
+        (torch.Size([5, 40, 1]), torch.Size([5, 40, 1]))
     """
+    if method not in _WEIGHT_DECAY_SETUPS:
+        raise ValueError(f"method must be one of {tuple(_WEIGHT_DECAY_SETUPS)}, got {method!r}")
+    options, fit_options = _WEIGHT_DECAY_SETUPS[method]
     torch.manual_seed(seed)
-    model = LaplaceApproximation(
+    model = _fit(
+        method,
         mlp(x.shape[1], [hidden], 1),
-        "regression",
-        num_samples=num_samples,
-        hessian="ggn",
-        hessian_structure="full",
-        predictive="glm",
-    )
-    model.fit(
+        Gaussian(scale="learned"),
+        config,
         x,
         y,
         epochs=max(checkpoints),
-        batch_size=int(config["batch_size"]),
-        lr=float(config["lr"]),
-        weight_decay=float(config["weight_decay"]),
-        progress=False,
         seed=seed,
+        options={"num_samples": num_samples, **options},
+        weight_decay=float(config["weight_decay"]),
+        **fit_options,
     )
-    model.optimize_prior_precision()
-    report(max(checkpoints), lambda xe: model.predictive_gaussian(xe, generator=_generator(seed)))
+    if method == "laplace":
+        model.optimize_prior_precision()  # type: ignore[attr-defined]
+    report(
+        max(checkpoints),
+        lambda x_eval: model.predictive_gaussian(x_eval, seed=_prediction_seed(seed)),
+    )

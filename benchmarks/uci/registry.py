@@ -1,16 +1,38 @@
-"""The benchmarked methods by name: ``vi``, ``lrt`` (when available), ``dropout``, ``ensemble``,
-``swag``, ``laplace``."""
+"""The benchmarked methods, keyed by the library's registry names (:data:`bnn_pyro.METHODS`).
+
+The harness adds what a benchmark needs to a library method (a grid, a label, a cost); it does
+not name methods of its own: importing this module fails if a name here is not one of
+``bnn_pyro.METHODS``. Benchmarked: ``vi``, ``lrt``, ``dropout``, ``ensemble``, ``swag``,
+``laplace``.
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+
+import bnn_pyro
 from benchmarks.uci import baselines, variational
 from benchmarks.uci.method import MethodSpec
 
 __all__ = ["METHODS", "available_methods", "get_method"]
 
 
-def _specs() -> dict[str, MethodSpec]:
-    specs = [
+def _keyed(specs: Iterable[MethodSpec]) -> dict[str, MethodSpec]:
+    """``{spec.name: spec}``; raises ``RuntimeError`` on a name ``bnn_pyro.METHODS`` lacks."""
+    keyed = {spec.name: spec for spec in specs}
+    unknown = [name for name in keyed if name not in bnn_pyro.METHODS]
+    if unknown:
+        raise RuntimeError(
+            f"benchmark methods {unknown} are not in bnn_pyro.METHODS {list(bnn_pyro.METHODS)}: "
+            "the harness benchmarks the library's methods under the library's names"
+        )
+    return keyed
+
+
+#: Every benchmarked method, in table order, keyed by its ``bnn_pyro.METHODS`` name.
+METHODS: dict[str, MethodSpec] = _keyed(
+    [
         MethodSpec(
             name="vi",
             label="VI (VariationalBNN)",
@@ -25,7 +47,7 @@ def _specs() -> dict[str, MethodSpec]:
             label="VI, local reparam.",
             description="vi with VariationalBNN(local_reparameterization=True)",
             grid=variational.vi_grid,
-            train=variational.lrt_train,
+            train=functools.partial(variational.vi_train, method="lrt"),
             checkpoints=variational.vi_checkpoints,
             cost=40.0,
         ),
@@ -53,7 +75,7 @@ def _specs() -> dict[str, MethodSpec]:
             label="SWAG",
             description="SGD momentum 0.9, 200 epochs, snapshots over the second half, rank 20",
             grid=baselines.swag_grid,
-            train=baselines.swag_train,
+            train=functools.partial(baselines.swag_laplace_train, method="swag"),
             cost=4.0,
         ),
         MethodSpec(
@@ -61,24 +83,22 @@ def _specs() -> dict[str, MethodSpec]:
             label="Laplace (GGN, GLM)",
             description="MAP (Adam, weight decay), full GGN Laplace, GLM predictive, evidence",
             grid=baselines.laplace_grid,
-            train=baselines.laplace_train,
+            train=functools.partial(baselines.swag_laplace_train, method="laplace"),
             cost=3.0,
         ),
     ]
-    return {spec.name: spec for spec in specs if spec.name != "lrt" or variational.LRT_AVAILABLE}
-
-
-#: Every method this installation can run, in table order (``lrt`` only when
-#: ``VariationalBNN`` has the ``local_reparameterization`` option).
-METHODS: dict[str, MethodSpec] = _specs()
+)
 
 
 def available_methods() -> list[str]:
-    """Names of the methods this installation can run, in table order.
+    """Names of the benchmarked methods, in table order.
 
     Example:
         >>> available_methods()[:1], "dropout" in available_methods()
         (['vi'], True)
+        >>> import bnn_pyro
+        >>> set(available_methods()) <= set(bnn_pyro.METHODS)
+        True
     """
     return list(METHODS)
 
@@ -97,8 +117,6 @@ def get_method(name: str) -> MethodSpec:
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if name not in METHODS:
-        hint = (
-            " (VariationalBNN has no local_reparameterization option yet)" if name == "lrt" else ""
-        )
+        hint = " (a bnn_pyro method without a benchmark setup)" if name in bnn_pyro.METHODS else ""
         raise ValueError(f"unknown method {name!r}{hint}; available: {available_methods()}")
     return METHODS[name]

@@ -1,4 +1,5 @@
-"""The VariationalBNN rows: mean-field VI (``vi``) and its local-reparameterization variant.
+"""The VariationalBNN rows: mean-field VI (``vi``) and its local-reparameterization variant
+(``lrt``), both built by ``bnn_pyro.make``.
 
 Setup: one hidden ReLU layer; a ``LayerwiseNormalPrior("radford", gain)`` (std
 ``gain / sqrt(fan_in)`` per layer, weights and biases); the exact mean-field guide started at the
@@ -22,7 +23,6 @@ counts.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,15 +31,14 @@ import pyro.distributions as dist
 import torch
 
 from benchmarks.uci.method import Config, DatasetInfo, Report, checkpoint_epochs
-from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.likelihoods import Gaussian
 from bnn_pyro.nn import mlp
 from bnn_pyro.priors import LayerwiseNormalPrior
+from bnn_pyro.registry import make
 
-__all__ = ["LRT_AVAILABLE", "lrt_train", "vi_checkpoints", "vi_grid", "vi_train"]
+__all__ = ["vi_checkpoints", "vi_grid", "vi_train"]
 
-#: Whether this VariationalBNN has the ``local_reparameterization`` option.
-LRT_AVAILABLE = "local_reparameterization" in inspect.signature(VariationalBNN).parameters
+_METHODS = ("vi", "lrt")  # the bnn_pyro.METHODS names trained here
 
 _CHECKPOINTS = 4
 _STEPS = 10_000  # optimisation steps per configuration in the search
@@ -100,55 +99,6 @@ def vi_checkpoints(config: Mapping[str, Any]) -> list[int]:
     return checkpoint_epochs(int(config["epochs"]), _CHECKPOINTS)
 
 
-def _train(
-    config: Mapping[str, Any],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    y_std: float,
-    hidden: int,
-    seed: int,
-    checkpoints: Sequence[int],
-    report: Report,
-    num_samples: int,
-    local: bool,
-) -> None:
-    tau = config["noise_tau"]
-    if tau is None:
-        likelihood = Gaussian(scale="learned", scale_prior=dist.LogNormal(math.log(0.1), 1.0))
-    else:
-        likelihood = Gaussian(scale=1.0 / (math.sqrt(float(tau)) * y_std))
-    extra = {"local_reparameterization": True} if local else {}
-    torch.manual_seed(seed)  # the net's initial weights (the guide's initial means)
-    bnn = VariationalBNN(
-        mlp(x.shape[1], [hidden], 1),
-        likelihood,
-        prior=LayerwiseNormalPrior("radford", gain=float(config["prior_gain"])),
-        init_scale=float(config["init_scale"]),
-        **extra,
-    )
-    wanted = set(checkpoints)
-
-    def predictor(x_eval: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return bnn.predictive_gaussian(x_eval, num_samples=num_samples, seed=seed)
-
-    def callback(model: VariationalBNN, epoch: int, history: Any) -> None:
-        if epoch + 1 in wanted:
-            report(epoch + 1, predictor)
-
-    bnn.fit(
-        x,
-        y,
-        epochs=max(checkpoints),
-        batch_size=int(config["batch_size"]),
-        lr=float(config["lr"]),
-        elbo=str(config["elbo"]),
-        progress=False,
-        seed=seed,
-        callbacks=[callback],
-    )
-
-
 def vi_train(
     config: Mapping[str, Any],
     x: torch.Tensor,
@@ -160,6 +110,7 @@ def vi_train(
     checkpoints: Sequence[int],
     report: Report,
     num_samples: int,
+    method: str = "vi",
 ) -> None:
     """Train a mean-field :class:`~bnn_pyro.VariationalBNN` (see the module docstring).
 
@@ -174,6 +125,8 @@ def vi_train(
         checkpoints: epoch counts at which ``report`` is called.
         report: ``report(epoch, predictor)``.
         num_samples: posterior samples per prediction.
+        method: the :data:`bnn_pyro.METHODS` name, ``"vi"`` or ``"lrt"``
+            (``VariationalBNN(local_reparameterization=True)``).
 
     Example:
         >>> x, y = torch.randn(40, 3), torch.randn(40, 1)
@@ -184,48 +137,38 @@ def vi_train(
         >>> seen
         [(2, torch.Size([5, 40, 1])), (4, torch.Size([5, 40, 1]))]
     """
-    _train(
-        config,
-        x,
-        y,
-        y_std=y_std,
-        hidden=hidden,
-        seed=seed,
-        checkpoints=checkpoints,
-        report=report,
-        num_samples=num_samples,
-        local=False,
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    tau = config["noise_tau"]
+    if tau is None:
+        likelihood = Gaussian(scale="learned", scale_prior=dist.LogNormal(math.log(0.1), 1.0))
+    else:
+        likelihood = Gaussian(scale=1.0 / (math.sqrt(float(tau)) * y_std))
+    torch.manual_seed(seed)  # the net's initial weights (the guide's initial means)
+    bnn = make(
+        method,
+        mlp(x.shape[1], [hidden], 1),
+        likelihood,
+        prior=LayerwiseNormalPrior("radford", gain=float(config["prior_gain"])),
+        init_scale=float(config["init_scale"]),
     )
+    wanted = set(checkpoints)
 
+    def predictor(x_eval: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return bnn.predictive_gaussian(x_eval, num_samples=num_samples, seed=seed)
 
-def lrt_train(
-    config: Mapping[str, Any],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    y_std: float,
-    hidden: int,
-    seed: int,
-    checkpoints: Sequence[int],
-    report: Report,
-    num_samples: int,
-) -> None:
-    """:func:`vi_train` with ``VariationalBNN(..., local_reparameterization=True)``.
+    def callback(model: Any, epoch: int, history: Any) -> None:
+        if epoch + 1 in wanted:
+            report(epoch + 1, predictor)
 
-    Raises:
-        RuntimeError: if this VariationalBNN has no ``local_reparameterization`` option.
-    """
-    if not LRT_AVAILABLE:
-        raise RuntimeError("VariationalBNN has no local_reparameterization option yet")
-    _train(
-        config,
+    bnn.fit(
         x,
         y,
-        y_std=y_std,
-        hidden=hidden,
+        epochs=max(checkpoints),
+        batch_size=int(config["batch_size"]),
+        lr=float(config["lr"]),
+        elbo=str(config["elbo"]),
+        progress=False,
         seed=seed,
-        checkpoints=checkpoints,
-        report=report,
-        num_samples=num_samples,
-        local=True,
+        callbacks=[callback],
     )

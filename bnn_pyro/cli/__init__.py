@@ -4,13 +4,14 @@ Usage::
 
     bnn-pyro demo [--out DIR] [--epochs N] [--seed S] [--quiet]
     bnn-pyro fit --data FILE.csv --target COL [--task regression|classification]
-                 [--method vi|lrt|dropout|ensemble|swag|laplace] [--epochs N] [--hidden 50,50]
-                 --out DIR
+                 [--method NAME] [--epochs N] [--hidden 50,50] --out DIR
     bnn-pyro predict --model DIR/model.pt --data FILE.csv [--out preds.csv]
 
 * :mod:`~bnn_pyro.cli.demo`: the README's main job (a toy regression with a gap).
 * :mod:`~bnn_pyro.cli.fit` / :mod:`~bnn_pyro.cli.predict`: a BNN on a CSV file, and its
-  predictions; :mod:`~bnn_pyro.cli.io`: their CSV reading and writing.
+  predictions; :mod:`~bnn_pyro.cli.io`: their CSV reading and writing. ``--method`` takes a
+  :data:`bnn_pyro.METHODS` name that the estimators train
+  (:func:`~bnn_pyro.cli.fit.method_choices`; ``bnn-pyro fit --help`` lists them).
 
 A user error (a bad file, a missing column, a non-numeric column, a bad setting) raises
 :class:`~bnn_pyro.exceptions.CLIError`; :func:`main` prints it in one line on stderr and exits

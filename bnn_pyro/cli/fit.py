@@ -20,10 +20,24 @@ import torch
 
 from bnn_pyro.cli.io import Table, read_csv
 from bnn_pyro.exceptions import CLIError
+from bnn_pyro.registry import METHODS
 
-__all__ = ["add_parser", "evaluate", "parse_hidden", "run_fit"]
+__all__ = ["add_parser", "evaluate", "method_choices", "parse_hidden", "run_fit"]
 
-_METHODS = ("vi", "lrt", "dropout", "ensemble", "swag", "laplace")
+
+def method_choices() -> tuple[str, ...]:
+    """The ``--method`` choices: the :data:`bnn_pyro.METHODS` names ``bnn-pyro fit`` can train.
+
+    ``fit`` trains through :class:`~bnn_pyro.estimators.TabularBNN`, so these are the registry
+    names that the estimators offer (``bnn_pyro.estimators.METHODS``), in registry order.
+
+    Example:
+        >>> method_choices()[:2], set(method_choices()) <= set(METHODS)
+        (('vi', 'lrt'), True)
+    """
+    from bnn_pyro.estimators import METHODS as trainable
+
+    return tuple(name for name in METHODS if name in trainable)
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
@@ -273,7 +287,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         choices=("regression", "classification"),
         help="default: regression for a numeric target, classification for text labels",
     )
-    fit.add_argument("--method", choices=_METHODS, default="vi", help="default: vi")
+    fit.add_argument("--method", choices=method_choices(), default="vi", help="default: vi")
     fit.add_argument("--epochs", type=int, default=200, help="passes over the data (200)")
     fit.add_argument(
         "--hidden", type=parse_hidden, default=(50,), help="hidden layer widths, e.g. 50,50 (50)"

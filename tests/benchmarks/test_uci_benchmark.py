@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import bnn_pyro
 from benchmarks.uci import (
     BenchmarkSettings,
     DatasetInfo,
@@ -34,6 +35,7 @@ from benchmarks.uci import (
 )
 from benchmarks.uci.cli import find_datasets
 from benchmarks.uci.method import checkpoint_epochs
+from benchmarks.uci.variational import vi_train
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared/data/uci")
@@ -160,6 +162,19 @@ def test_small_helpers_reject_bad_input() -> None:
     with pytest.raises(TypeError, match="name must be a str"):
         get_method(1)  # type: ignore[arg-type]
     assert available_methods()[:1] == ["vi"]
+
+
+def test_harness_names_are_the_library_names() -> None:
+    assert set(available_methods()) <= set(bnn_pyro.METHODS)
+    assert all(spec.name == name for name, spec in registry.METHODS.items())
+    with pytest.raises(ValueError, match="without a benchmark setup"):
+        get_method("vbnn")
+    invented = MethodSpec("magic", "Magic", "", lambda info, quick: [], lambda *a, **k: None)
+    with pytest.raises(RuntimeError, match=r"\['magic'\] are not in bnn_pyro.METHODS"):
+        registry._keyed([get_method("vi"), invented])
+    fixed = {"y_std": 1.0, "hidden": 2, "seed": 0, "checkpoints": [1], "num_samples": 1}
+    with pytest.raises(ValueError, match="method must be one of"):
+        vi_train({}, torch.zeros(2, 1), torch.zeros(2, 1), report=print, method="vbnn", **fixed)
 
 
 # ---------------------------------------------------------------------------- test-row isolation
