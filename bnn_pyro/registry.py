@@ -67,6 +67,7 @@ def register_method(name: str, cls: type, **defaults: Any) -> None:
         >>> register_method("tempered_dropout", Tempered, dropout_rate=0.2)
         >>> "tempered_dropout" in METHODS
         True
+        >>> del _REGISTRY["tempered_dropout"]  # tidy up: the doctests share one process
     """
     from bnn_pyro.base import BaseBayesianMethod
 
