@@ -180,3 +180,25 @@ def test_a_users_own_likelihood_and_prior_reload(tmp_path):
     torch.testing.assert_close(
         loaded.predict(X, seed=1)[0], bnn.predict(X, seed=1)[0], rtol=1e-5, atol=1e-6
     )
+
+
+def test_the_seed_calls_keep_working():
+    """Seed 001's positional constructors and calls, unchanged."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    X, y = _data("classification")
+    net = bp.nn.mlp(D_IN, HIDDEN, CLASSES)
+    laplace = bp.LaplaceApproximation(net, "classification", 1.0, 20)  # (model, lik, λ, S)
+    assert laplace.fit(DataLoader(TensorDataset(X, y), batch_size=16), "cpu") == {}
+    assert laplace.predict(X)[0].shape == (len(X), CLASSES)
+    mc = bp.MCDropout(_net(CLASSES), 10, 0.2)  # (model, num_samples, dropout_rate)
+    assert mc.predict(X, return_samples=True)[2].shape == (10, len(X), CLASSES)
+    swag = bp.SWAG(net, 5)  # (model, num_samples)
+    swag.collect_model(net)
+    assert swag.predict(X)[0].shape == (len(X), CLASSES)
+    ensemble = bp.DeepEnsemble(lambda: bp.nn.mlp(D_IN, HIDDEN, CLASSES), 2)
+    opt = torch.optim.SGD(ensemble.models[0].parameters(), lr=0.1)
+    losses = ensemble.train_member(
+        0, DataLoader(TensorDataset(X, y), batch_size=16), opt, torch.nn.CrossEntropyLoss(), 2
+    )
+    assert len(losses) == 2

@@ -28,12 +28,13 @@ from bnn_pyro.methods._checks import (
 )
 from bnn_pyro.methods._training import (
     TrainSettings,
+    check_fit_args,
     module_device,
     probe,
     residual_noise_scale,
     train_epochs,
 )
-from bnn_pyro.training import Callback, History
+from bnn_pyro.training import Callback, History, OptimizerSpec
 
 __all__ = ["ClassicMethod"]
 
@@ -143,6 +144,72 @@ class ClassicMethod(BaseBayesianMethod):
         return check_seed("seed", seed) if generator is None else seed_from(generator)
 
     # ------------------------------------------------------------------ fit
+    #: The ``lr`` and ``optimizer`` that ``fit`` uses when the call does not give them.
+    fit_defaults: dict[str, Any] = {"lr": 1e-3, "optimizer": "adam"}
+    _min_epochs = 1
+
+    def fit(
+        self,
+        x: Any,
+        y: Any = None,
+        *,
+        epochs: int = 100,
+        batch_size: int = 32,
+        lr: float | None = None,
+        weight_decay: float = 0.0,
+        optimizer: OptimizerSpec = None,
+        progress: bool = True,
+        seed: int | None = None,
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **options: Any,
+    ) -> History:
+        """Train on ``(x, y)`` with the one loop, then fit the method's posterior.
+
+        Args:
+            x: ``(N, D)`` inputs.
+            y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
+            epochs: passes over the data.
+            batch_size: rows per minibatch (reshuffled every epoch).
+            lr: learning rate (default: the class's ``fit_defaults``, ``1e-3``; SWAG ``1e-2``).
+            weight_decay: an L2 penalty on the mean loss (a Gaussian prior on the weights).
+            optimizer: ``"adam"``, ``"sgd"`` (momentum 0.9), a torch optimizer class, instance
+                or factory (see :func:`bnn_pyro.training.make_optimizer`); default the class's
+                ``fit_defaults`` (Adam; SWAG: SGD).
+            progress: show a tqdm bar.
+            seed: seeds shuffling and every draw of the run (the global RNG is left untouched).
+            callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
+            validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss on it,
+                in eval mode) to the history.
+            **options: the method's own (SWAG: ``swa_start``; ``VariationalBayesNN``:
+                ``train_samples``, ``kl_weight``; Laplace: ``device``).
+
+        Returns:
+            The :class:`~bnn_pyro.training.History` (``loss`` per epoch, ``val_loss``).
+        """
+        settings = check_fit_args(
+            epochs,
+            batch_size,
+            self.fit_defaults["lr"] if lr is None else lr,
+            weight_decay,
+            self.fit_defaults["optimizer"] if optimizer is None else optimizer,
+            progress,
+            seed,
+            min_epochs=self._min_epochs,
+        )
+        return self._fit(x, y, settings, list(callbacks), validation_data, **options)
+
+    def _fit(
+        self,
+        x: Any,
+        y: Any,
+        settings: TrainSettings,
+        callbacks: list[Callback],
+        validation_data: Any,
+    ) -> History:
+        """The method's training and posterior fit, with checked ``settings``."""
+        raise NotImplementedError
+
     def _fit_data(
         self,
         x: Any,

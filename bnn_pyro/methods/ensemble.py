@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,13 +24,13 @@ from bnn_pyro.methods._checks import check_inputs, check_outputs
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
-    check_fit_args,
+    TrainSettings,
     modes,
     module_device,
     probe,
     task_loss,
 )
-from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training import Callback, History
 
 __all__ = ["DeepEnsemble"]
 
@@ -262,20 +262,13 @@ class DeepEnsemble(ClassicMethod):
 
         return nll
 
-    def fit(
+    def _fit(
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        *,
-        epochs: int = 100,
-        batch_size: int = 32,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        optimizer: OptimizerSpec = "adam",
-        progress: bool = True,
-        seed: int | None = None,
-        callbacks: Iterable[Callback] = (),
-        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+        settings: TrainSettings,
+        callbacks: list[Callback],
+        validation_data: Any,
     ) -> History:
         """Train every member independently (own shuffling; seed ``seed + i`` for member i).
 
@@ -286,8 +279,6 @@ class DeepEnsemble(ClassicMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop per member.
-            progress: show a tqdm bar per member.
             seed: member i's run is seeded with ``seed + i``; the global RNG is left untouched.
             callbacks, validation_data: see :meth:`bnn_pyro.BaseBayesianMethod.fit`; callbacks
                 run in each member's training, with that member's history.
@@ -306,7 +297,6 @@ class DeepEnsemble(ClassicMethod):
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
-        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         x, yt, validation = self._fit_data(x, y, None, self.models[0], validation_data)
         out = probe(self.models[0], self.models[0], x)
         if self.gaussian_nll:
@@ -330,7 +320,7 @@ class DeepEnsemble(ClassicMethod):
                     (x.to(device), yt.to(device)),
                     settings,
                     module=member,
-                    seed=None if seed is None else seed + i,
+                    seed=None if settings.seed is None else settings.seed + i,
                     desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
                     callbacks=callbacks,
                     validation=val,

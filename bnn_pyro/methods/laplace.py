@@ -25,12 +25,12 @@ from bnn_pyro.methods._params import (
     unflatten,
 )
 from bnn_pyro.methods._training import (
-    check_fit_args,
+    TrainSettings,
     modes,
     module_device,
     task_loss,
 )
-from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training import Callback, History
 
 __all__ = ["LaplaceApproximation"]
 
@@ -235,40 +235,28 @@ class LaplaceApproximation(ClassicMethod):
         self._mean = flatten(params).clone()
         self._hessian, self._loglik, self._n_data = h, loglik, n
 
-    def fit(
-        self,
-        data: torch.Tensor | DataLoader,
-        y: torch.Tensor | None = None,
-        *,
-        epochs: int = 100,
-        batch_size: int = 32,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        optimizer: OptimizerSpec = "adam",
-        progress: bool = True,
-        seed: int | None = None,
-        device: str | torch.device | None = None,
-        callbacks: Iterable[Callback] = (),
-        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> History:
+    _min_epochs = 0  # fit(x, y, epochs=0): the net is taken as trained
+
+    def fit(self, x: Any, y: Any = None, **kwargs: Any) -> History:
         """Fit the posterior: ``fit(loader)`` at the current weights, or train then fit.
 
-        ``fit(data_loader)`` (seed API): the net is taken as trained; ``H`` is summed over the
-        loader's ``(x, y)`` batches. ``fit(x, y, epochs=...)``: first trains the net for
-        ``epochs`` epochs (0 = already trained) on cross-entropy or squared error with an L2
-        ``weight_decay`` on the mean loss, then fits the posterior on ``(x, y)``. That is the MAP
-        under a prior precision ``λ = N · weight_decay`` (classification) or
-        ``N · weight_decay / (2σ²)`` (regression); ``prior_precision`` need not match it, and
-        :meth:`optimize_prior_precision` tunes it afterwards.
+        ``fit(data_loader)`` or ``fit(data_loader, device)`` (seed API): the net is taken as
+        trained; ``H`` is summed over the loader's ``(x, y)`` batches. ``fit(x, y, epochs=...)``:
+        first a MAP phase (the one loop, see :meth:`ClassicMethod.fit
+        <bnn_pyro.methods._contract.ClassicMethod.fit>`; ``epochs=0``: none) on cross-entropy or
+        squared error with an L2 ``weight_decay`` on the mean loss, then the posterior on
+        ``(x, y)``. That is the MAP under a prior precision ``λ = N · weight_decay``
+        (classification) or ``N · weight_decay / (2σ²)`` (regression); ``prior_precision`` need
+        not match it, and :meth:`optimize_prior_precision` tunes it afterwards.
 
         Args:
-            data: a ``DataLoader`` (or any re-iterable sequence) of ``(x, y)`` batches, or
-                ``x: (N, D)``.
-            y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with ``x`` only).
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
-            progress, seed, callbacks, validation_data: the MAP phase's training loop, see
-                :meth:`bnn_pyro.BaseBayesianMethod.fit` (``epochs=0``: no MAP phase).
-            device: moves the net there first; None keeps the net's device.
+            x: a ``DataLoader`` (or any re-iterable sequence) of ``(x, y)`` batches, or
+                ``(N, D)`` inputs.
+            y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with inputs only); with a
+                loader, the seed's positional ``device``.
+            **kwargs: the training options of :meth:`ClassicMethod.fit
+                <bnn_pyro.methods._contract.ClassicMethod.fit>`, and ``device`` (moves the net
+                there first; None keeps the net's device).
 
         Returns:
             The :class:`~bnn_pyro.training.History` of the MAP phase (empty when there is none:
@@ -283,21 +271,35 @@ class LaplaceApproximation(ClassicMethod):
             >>> la.posterior_covariance().shape
             torch.Size([33, 33])
         """
-        if isinstance(data, DataLoader) and y is not None:
+        seed_device = isinstance(y, (str, torch.device))  # the seed's fit(data_loader, device)
+        if isinstance(x, DataLoader) and y is not None and not seed_device:
             raise TypeError("y must be None when data is a DataLoader (it yields (x, y))")
-        if not isinstance(data, torch.Tensor) and y is None:
-            if not isinstance(data, Iterable):
-                raise TypeError(f"data must be a DataLoader or a tensor, got {type(data).__name__}")
-            self._fit_posterior(data, self._move(device))
-            return History()
-        settings = check_fit_args(
-            epochs, batch_size, lr, weight_decay, optimizer, progress, seed, min_epochs=0
-        )
-        check_inputs(data, "x")
+        if isinstance(x, torch.Tensor) or (y is not None and not seed_device):
+            return super().fit(x, y, **kwargs)
+        if not isinstance(x, Iterable):
+            raise TypeError(f"data must be a DataLoader or a tensor, got {type(x).__name__}")
+        device = kwargs.pop("device", None)
+        if seed_device:
+            y, device = None, y
+        if kwargs:
+            raise TypeError(f"fit(data_loader) takes only device=, got {sorted(kwargs)}")
+        self._fit_posterior(x, self._move(device))
+        return History()
+
+    def _fit(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        settings: TrainSettings,
+        callbacks: list[Callback],
+        validation_data: Any,
+        device: str | torch.device | None = None,
+    ) -> History:
+        check_inputs(x, "x")
         dev = self._move(device)
-        x, yt, validation = self._fit_data(data, y, self.model, self.model, validation_data)
+        x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
         history = History()
-        if epochs > 0:
+        if settings.epochs > 0:
             history = self._train(
                 self.model.parameters(),
                 lambda xb, yb: task_loss(self.model(xb), yb, self.task),
@@ -308,7 +310,7 @@ class LaplaceApproximation(ClassicMethod):
                 callbacks=callbacks,
                 validation=validation,
             )
-        step = max(batch_size, 256)  # curvature batches: views, no DataLoader collation
+        step = max(settings.batch_size, 256)  # curvature batches: views, no DataLoader collation
         self._fit_posterior(
             [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -14,12 +13,12 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._training import (
-    check_fit_args,
+    TrainSettings,
     modes,
     module_device,
     task_loss,
 )
-from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training import Callback, History
 
 __all__ = ["DROPOUT_TYPES", "MCDropout"]
 
@@ -178,20 +177,13 @@ class MCDropout(ClassicMethod):
             )
         return -(mean * torch.log(mean.clamp_min(1e-30))).sum(dim=-1)
 
-    def fit(
+    def _fit(
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        *,
-        epochs: int = 100,
-        batch_size: int = 32,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        optimizer: OptimizerSpec = "adam",
-        progress: bool = True,
-        seed: int | None = None,
-        callbacks: Iterable[Callback] = (),
-        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+        settings: TrainSettings,
+        callbacks: list[Callback],
+        validation_data: Any,
     ) -> History:
         """Train the net with dropout on (cross-entropy or squared error), then set the noise.
 
@@ -202,10 +194,6 @@ class MCDropout(ClassicMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
-            progress, seed, callbacks, validation_data: the one training loop, see
-                :meth:`bnn_pyro.BaseBayesianMethod.fit` (``seed`` also fixes the dropout masks;
-                ``val_loss`` is scored with dropout off).
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
@@ -218,7 +206,6 @@ class MCDropout(ClassicMethod):
             >>> mc.noise_scale > 0
             True
         """
-        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
         history = self._train(
             self.model.parameters(),
@@ -230,5 +217,5 @@ class MCDropout(ClassicMethod):
             callbacks=callbacks,
             validation=validation,
         )
-        self._refit_noise(x, yt, seed)
+        self._refit_noise(x, yt, settings.seed)
         return history

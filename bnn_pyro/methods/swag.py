@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -21,12 +20,12 @@ from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._params import batched_call, flatten, unflatten
 from bnn_pyro.methods._training import (
-    check_fit_args,
+    TrainSettings,
     modes,
     module_device,
     task_loss,
 )
-from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training import Callback, History
 
 __all__ = ["SWAG"]
 
@@ -112,6 +111,8 @@ class SWAG(ClassicMethod):
         self.register_buffer("swag_m2", torch.zeros_like(ref))
         self.register_buffer("swag_deviations", ref.new_zeros(max_num_models, ref.numel()))
         self.register_buffer("swag_n_models", torch.zeros((), dtype=torch.long))
+
+    fit_defaults = {"lr": 1e-2, "optimizer": "sgd"}  # constant-lr SGD, as Maddox et al.
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -257,21 +258,14 @@ class SWAG(ClassicMethod):
                 samples = batched_call(self.model, unflatten(flat, self._shapes), x)
         return samples
 
-    def fit(
+    def _fit(
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        *,
-        epochs: int = 100,
-        batch_size: int = 32,
-        lr: float = 1e-2,
-        weight_decay: float = 0.0,
-        optimizer: OptimizerSpec = "sgd",
+        settings: TrainSettings,
+        callbacks: list[Callback],
+        validation_data: Any,
         swa_start: int | None = None,
-        progress: bool = True,
-        seed: int | None = None,
-        callbacks: Iterable[Callback] = (),
-        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> History:
         """Train at a constant learning rate and collect one snapshot per epoch from ``swa_start``.
 
@@ -284,9 +278,6 @@ class SWAG(ClassicMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
-            progress, seed, callbacks, validation_data: the one training loop, see
-                :meth:`bnn_pyro.BaseBayesianMethod.fit` (callbacks run after each epoch's snapshot).
             swa_start: first epoch (0-based) whose end is collected; default ``epochs // 2``.
 
         Returns:
@@ -299,12 +290,13 @@ class SWAG(ClassicMethod):
             >>> swag.n_models, len(history["loss"])
             (2, 4)
         """
-        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         swa_start = (
-            epochs // 2 if swa_start is None else check_int("swa_start", swa_start, minimum=0)
+            settings.epochs // 2
+            if swa_start is None
+            else check_int("swa_start", swa_start, minimum=0)
         )
-        if swa_start >= epochs:
-            raise ValueError(f"swa_start must be < epochs = {epochs}, got {swa_start}")
+        if swa_start >= settings.epochs:
+            raise ValueError(f"swa_start must be < epochs = {settings.epochs}, got {swa_start}")
         x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
         self.reset()
 
@@ -325,6 +317,6 @@ class SWAG(ClassicMethod):
         if self.bn_loader is None and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         ):
-            self.bn_loader = DataLoader(TensorDataset(x), batch_size=batch_size)
-        self._refit_noise(x, yt, seed)
+            self.bn_loader = DataLoader(TensorDataset(x), batch_size=settings.batch_size)
+        self._refit_noise(x, yt, settings.seed)
         return history

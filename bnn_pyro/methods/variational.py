@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -22,12 +22,12 @@ from bnn_pyro.methods._checks import (
 )
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._training import (
-    check_fit_args,
+    TrainSettings,
     module_device,
 )
 from bnn_pyro.nn.functional import BayesianMLP
 from bnn_pyro.nn.mlp import mlp_architecture
-from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training import Callback, History
 
 __all__ = ["VariationalBayesNN"]
 
@@ -170,22 +170,15 @@ class VariationalBayesNN(ClassicMethod):
         with seeded(seed, module_device(self)):
             return self.net(x, num_samples=num_samples)
 
-    def fit(
+    def _fit(
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        *,
-        epochs: int = 100,
-        batch_size: int = 32,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        optimizer: OptimizerSpec = "adam",
+        settings: TrainSettings,
+        callbacks: list[Callback],
+        validation_data: Any,
         train_samples: int = 1,
         kl_weight: float = 1.0,
-        progress: bool = True,
-        seed: int | None = None,
-        callbacks: Iterable[Callback] = (),
-        validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> History:
         """Minimise :meth:`variational_loss` over minibatches with ``dataset_size = len(x)``.
 
@@ -197,11 +190,8 @@ class VariationalBayesNN(ClassicMethod):
         Args:
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
-            epochs, batch_size, lr, weight_decay, optimizer: the training loop.
             train_samples: Monte Carlo weight draws per step.
             kl_weight: β on the KL term.
-            progress, seed, callbacks, validation_data: the one training loop, see
-                :meth:`bnn_pyro.BaseBayesianMethod.fit` (``seed`` also fixes the weight noise).
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch).
@@ -213,7 +203,6 @@ class VariationalBayesNN(ClassicMethod):
             >>> vb.dataset_size, vb.noise_scale > 0
             (32, True)
         """
-        settings = check_fit_args(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
         check_int("train_samples", train_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         net = lambda v: self.net(v, sample=False)  # noqa: E731 - the mean net, for the shapes
