@@ -196,17 +196,12 @@ class ClassicMethod(BaseBayesianMethod):
             progress,
             seed,
             min_epochs=self._min_epochs,
+            callbacks=callbacks,
+            validation_data=validation_data,
         )
-        return self._fit(x, y, settings, list(callbacks), validation_data, **options)
+        return self._fit(x, y, settings, **options)
 
-    def _fit(
-        self,
-        x: Any,
-        y: Any,
-        settings: TrainSettings,
-        callbacks: list[Callback],
-        validation_data: Any,
-    ) -> History:
+    def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:
         """The method's training and posterior fit, with checked ``settings``."""
         raise NotImplementedError
 
@@ -246,12 +241,12 @@ class ClassicMethod(BaseBayesianMethod):
         *,
         module: nn.Module,
         desc: str,
-        callbacks: Iterable[Callback],
         validation: Data | None,
         seed: int | None = None,
+        before: Iterable[Callback] = (),
     ) -> History:
         """The one training loop over ``data`` (see :func:`~bnn_pyro.methods._training.train_epochs`);
-        callbacks see this method."""  # noqa: E501
+        callbacks (the method's own ``before`` first, then the user's) see this method."""  # noqa: E501
         return train_epochs(
             params,
             batch_loss,
@@ -260,7 +255,7 @@ class ClassicMethod(BaseBayesianMethod):
             module=module,
             desc=desc,
             seed=seed,
-            callbacks=callbacks,
+            callbacks=[*before, *settings.callbacks],
             validation=validation,
             history_module=self,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -26,6 +27,8 @@ class TrainSettings:
     optimizer: object
     progress: bool
     seed: int | None
+    callbacks: tuple[Callback, ...] = ()
+    validation_data: Any = None
 
 
 def check_fit_args(
@@ -37,6 +40,8 @@ def check_fit_args(
     progress: object,
     seed: object,
     min_epochs: int = 1,
+    callbacks: Iterable[Callback] = (),
+    validation_data: Any = None,
 ) -> TrainSettings:
     """Validate the arguments every ``fit`` shares; return them as :class:`TrainSettings`."""
     check_int("epochs", epochs, minimum=min_epochs)
@@ -46,7 +51,17 @@ def check_fit_args(
     check_optimizer(optimizer)
     check_bool("progress", progress)
     check_seed("seed", seed)
-    return TrainSettings(epochs, batch_size, lr, weight_decay, optimizer, progress, seed)
+    return TrainSettings(
+        epochs,
+        batch_size,
+        lr,
+        weight_decay,
+        optimizer,
+        progress,
+        seed,
+        tuple(callbacks),
+        validation_data,
+    )
 
 
 def module_device(module: nn.Module) -> torch.device:

@@ -30,7 +30,7 @@ from bnn_pyro.methods._training import (
     probe,
     task_loss,
 )
-from bnn_pyro.training import Callback, History
+from bnn_pyro.training import History
 
 __all__ = ["DeepEnsemble"]
 
@@ -262,14 +262,7 @@ class DeepEnsemble(ClassicMethod):
 
         return nll
 
-    def _fit(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        settings: TrainSettings,
-        callbacks: list[Callback],
-        validation_data: Any,
-    ) -> History:
+    def _fit(self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings) -> History:
         """Train every member independently (own shuffling; seed ``seed + i`` for member i).
 
         Loss: cross-entropy, squared error, or the Gaussian NLL for ``gaussian_nll`` members.
@@ -297,7 +290,7 @@ class DeepEnsemble(ClassicMethod):
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
-        x, yt, validation = self._fit_data(x, y, None, self.models[0], validation_data)
+        x, yt, validation = self._fit_data(x, y, None, self.models[0], settings.validation_data)
         out = probe(self.models[0], self.models[0], x)
         if self.gaussian_nll:
             if out.dim() != 2 or out.shape[1] != 2 * yt.shape[1]:
@@ -322,7 +315,6 @@ class DeepEnsemble(ClassicMethod):
                     module=member,
                     seed=None if settings.seed is None else settings.seed + i,
                     desc=f"DeepEnsemble member {i + 1}/{self.num_models}",
-                    callbacks=callbacks,
                     validation=val,
                 )
             )

@@ -30,7 +30,7 @@ from bnn_pyro.methods._training import (
     module_device,
     task_loss,
 )
-from bnn_pyro.training import Callback, History
+from bnn_pyro.training import History
 
 __all__ = ["LaplaceApproximation"]
 
@@ -291,13 +291,11 @@ class LaplaceApproximation(ClassicMethod):
         x: torch.Tensor,
         y: torch.Tensor,
         settings: TrainSettings,
-        callbacks: list[Callback],
-        validation_data: Any,
         device: str | torch.device | None = None,
     ) -> History:
         check_inputs(x, "x")
         dev = self._move(device)
-        x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
+        x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
         history = History()
         if settings.epochs > 0:
             history = self._train(
@@ -307,7 +305,6 @@ class LaplaceApproximation(ClassicMethod):
                 settings,
                 module=self.model,
                 desc="Laplace (MAP)",
-                callbacks=callbacks,
                 validation=validation,
             )
         step = max(settings.batch_size, 256)  # curvature batches: views, no DataLoader collation

@@ -18,7 +18,7 @@ from bnn_pyro.methods._training import (
     module_device,
     task_loss,
 )
-from bnn_pyro.training import Callback, History
+from bnn_pyro.training import History
 
 __all__ = ["DROPOUT_TYPES", "MCDropout"]
 
@@ -177,14 +177,7 @@ class MCDropout(ClassicMethod):
             )
         return -(mean * torch.log(mean.clamp_min(1e-30))).sum(dim=-1)
 
-    def _fit(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        settings: TrainSettings,
-        callbacks: list[Callback],
-        validation_data: Any,
-    ) -> History:
+    def _fit(self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings) -> History:
         """Train the net with dropout on (cross-entropy or squared error), then set the noise.
 
         For regression, ``noise_scale`` (unless set by the user) becomes the maximum-likelihood
@@ -206,7 +199,7 @@ class MCDropout(ClassicMethod):
             >>> mc.noise_scale > 0
             True
         """
-        x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
+        x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
         history = self._train(
             self.model.parameters(),
             lambda xb, yb: task_loss(self.model(xb), yb, self.task),
@@ -214,7 +207,6 @@ class MCDropout(ClassicMethod):
             settings,
             module=self.model,
             desc="MCDropout",
-            callbacks=callbacks,
             validation=validation,
         )
         self._refit_noise(x, yt, settings.seed)

@@ -25,7 +25,7 @@ from bnn_pyro.methods._training import (
     module_device,
     task_loss,
 )
-from bnn_pyro.training import Callback, History
+from bnn_pyro.training import History
 
 __all__ = ["SWAG"]
 
@@ -263,8 +263,6 @@ class SWAG(ClassicMethod):
         x: torch.Tensor,
         y: torch.Tensor,
         settings: TrainSettings,
-        callbacks: list[Callback],
-        validation_data: Any,
         swa_start: int | None = None,
     ) -> History:
         """Train at a constant learning rate and collect one snapshot per epoch from ``swa_start``.
@@ -297,7 +295,7 @@ class SWAG(ClassicMethod):
         )
         if swa_start >= settings.epochs:
             raise ValueError(f"swa_start must be < epochs = {settings.epochs}, got {swa_start}")
-        x, yt, validation = self._fit_data(x, y, self.model, self.model, validation_data)
+        x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
         self.reset()
 
         def collect(method: SWAG, epoch: int, history: History) -> None:
@@ -311,7 +309,7 @@ class SWAG(ClassicMethod):
             settings,
             module=self.model,
             desc="SWAG",
-            callbacks=[collect, *callbacks],
+            before=[collect],
             validation=validation,
         )
         if self.bn_loader is None and any(

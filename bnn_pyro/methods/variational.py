@@ -27,7 +27,7 @@ from bnn_pyro.methods._training import (
 )
 from bnn_pyro.nn.functional import BayesianMLP
 from bnn_pyro.nn.mlp import mlp_architecture
-from bnn_pyro.training import Callback, History
+from bnn_pyro.training import History
 
 __all__ = ["VariationalBayesNN"]
 
@@ -175,8 +175,6 @@ class VariationalBayesNN(ClassicMethod):
         x: torch.Tensor,
         y: torch.Tensor,
         settings: TrainSettings,
-        callbacks: list[Callback],
-        validation_data: Any,
         train_samples: int = 1,
         kl_weight: float = 1.0,
     ) -> History:
@@ -206,7 +204,7 @@ class VariationalBayesNN(ClassicMethod):
         check_int("train_samples", train_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         net = lambda v: self.net(v, sample=False)  # noqa: E731 - the mean net, for the shapes
-        x, yt, validation = self._fit_data(x, y, net, self, validation_data)
+        x, yt, validation = self._fit_data(x, y, net, self, settings.validation_data)
         device = x.device
         params = list(self.parameters())
         log_sigma = None
@@ -229,7 +227,6 @@ class VariationalBayesNN(ClassicMethod):
             settings,
             module=self,
             desc="VariationalBayesNN",
-            callbacks=callbacks,
             validation=validation,
         )
         if log_sigma is not None:
