@@ -15,6 +15,7 @@ __all__ = [
     "check_choice",
     "check_finite",
     "check_float",
+    "check_instance",
     "check_int",
     "check_module",
     "check_seed",
@@ -116,8 +117,21 @@ def check_module(name: str, value: Any) -> torch.nn.Module:
         >>> check_module("net", torch.nn.Linear(1, 1)).out_features
         1
     """
-    if not isinstance(value, torch.nn.Module):
-        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
+    return check_instance(name, value, torch.nn.Module, "a torch.nn.Module")
+
+
+def check_instance(name: str, value: Any, cls: type | tuple[type, ...], what: str) -> Any:
+    """Return ``value`` if it is an instance of ``cls``, else raise ``TypeError`` saying
+    ``what`` is expected (e.g. ``"a bnn_pyro Likelihood (e.g. bp.Gaussian(), bp.Categorical())"``).
+
+    Example:
+        >>> check_instance("net", 3, torch.nn.Module, "a torch.nn.Module")
+        Traceback (most recent call last):
+          ...
+        TypeError: net must be a torch.nn.Module, got int
+    """
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
     return value
 
 

@@ -18,9 +18,9 @@ import torch
 import torch.nn as nn
 from pyro.infer import autoguide
 
-from bnn_pyro._checks import check_float, check_int
+from bnn_pyro._checks import check_float, check_instance, check_int, check_module
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
-from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
+from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.pyro_net import make_bayesian_
 from bnn_pyro.posterior import NetEvaluator, draw_posterior
@@ -93,13 +93,8 @@ class VariationalBNN(SVIModel):
         num_samples: int = 100,
     ) -> None:
         super().__init__()
-        if not isinstance(net, nn.Module):
-            raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
-        if not isinstance(likelihood, Likelihood):
-            raise TypeError(
-                "likelihood must be a bnn_pyro.likelihoods.Likelihood (e.g. Gaussian(), "
-                f"Categorical()), got {type(likelihood).__name__}"
-            )
+        check_module("net", net)
+        check_instance("likelihood", likelihood, Likelihood, LIKELIHOOD_EXPECTED)
         prior = _default_prior() if prior is None else prior
         if not isinstance(prior, Prior):
             raise TypeError(f"prior must be a bnn_pyro.priors.Prior, got {type(prior).__name__}")

@@ -24,10 +24,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
-from bnn_pyro._checks import check_float, check_int
+from bnn_pyro._checks import check_float, check_instance, check_int
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide, inverse_softplus
-from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
+from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import ACTIVATION_BUDGET
 from bnn_pyro.nn.mlp import ACTIVATIONS, mlp_architecture
 from bnn_pyro.nn.pyro_net import param_statement
@@ -92,11 +92,7 @@ class HiddenLayerBNN(SVIModel):
         if isinstance(hidden_sizes, (str, bytes)) or not isinstance(hidden_sizes, Sequence):
             raise TypeError(f"hidden_sizes must be a sequence of ints, got {hidden_sizes!r}")
         hidden = [check_int(f"hidden_sizes[{i}]", h) for i, h in enumerate(hidden_sizes)]
-        if not isinstance(likelihood, Likelihood):
-            raise TypeError(
-                f"likelihood must be a bnn_pyro.likelihoods.Likelihood, got "
-                f"{type(likelihood).__name__}"
-            )
+        check_instance("likelihood", likelihood, Likelihood, LIKELIHOOD_EXPECTED)
         self.activation_name = activation if isinstance(activation, str) else None
         if isinstance(activation, str):
             if activation not in ACTIVATIONS:

@@ -52,6 +52,10 @@ def _data_plate(batch: int, dataset_size: int | None, dim: int = -1) -> pyro.pla
     return pyro.plate("data", size=size, subsample=subsample, dim=dim)
 
 
+#: How argument errors describe a likelihood argument.
+LIKELIHOOD_EXPECTED = "a bnn_pyro.likelihoods.Likelihood (e.g. Gaussian(), Categorical())"
+
+
 class Likelihood(ABC):
     """Base class of the observation models.
 

@@ -119,16 +119,12 @@ def make(name: str, net: nn.Module, likelihood: Likelihood, **options: Any) -> B
         >>> m.predict(torch.randn(3, 2), num_samples=5)[0].shape
         torch.Size([3, 1])
     """
-    from bnn_pyro.likelihoods import Likelihood
+    from bnn_pyro._checks import check_instance, check_module
+    from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood
 
     cls = method_class(name)
-    if not isinstance(net, nn.Module):
-        raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
-    if not isinstance(likelihood, Likelihood):
-        raise TypeError(
-            "likelihood must be a bnn_pyro Likelihood (e.g. bp.Gaussian(), bp.Categorical()), "
-            f"got {type(likelihood).__name__}"
-        )
+    check_module("net", net)
+    check_instance("likelihood", likelihood, Likelihood, LIKELIHOOD_EXPECTED)
     kwargs = {**_REGISTRY[name][1], **options}
     return cls.from_net(net, likelihood, **kwargs)  # type: ignore[attr-defined]
 

@@ -6,18 +6,5 @@
 harness in the repository, ``benchmarks/uci/``, not in the installed package.)
 """
 
-from bnn_pyro.datasets.toy import (
-    ClassificationSplit,
-    load_digits_split,
-    toy_function,
-    toy_regression_1d,
-    two_moons,
-)
-
-__all__ = [
-    "ClassificationSplit",
-    "load_digits_split",
-    "toy_function",
-    "toy_regression_1d",
-    "two_moons",
-]
+from bnn_pyro.datasets.toy import *  # noqa: F403 - the package is its one module's public names
+from bnn_pyro.datasets.toy import __all__ as __all__

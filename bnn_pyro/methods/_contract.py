@@ -32,6 +32,7 @@ from bnn_pyro.methods._training import (
     module_device,
     probe,
     residual_noise_scale,
+    task_loss,
     train_epochs,
 )
 from bnn_pyro.training import Callback, History, OptimizerSpec
@@ -98,6 +99,7 @@ class ClassicMethod(BaseBayesianMethod):
         num_samples: int | None = None,
         seed: int | None = None,
         generator: torch.Generator | None = None,
+        **options: Any,
     ) -> PredictOutput:
         """Monte Carlo predictive over ``S`` samples of the method's posterior, vectorized.
 
@@ -109,6 +111,7 @@ class ClassicMethod(BaseBayesianMethod):
             num_samples: ``S`` (default: the constructor's ``num_samples``).
             seed: makes the draws reproducible without touching the global RNG.
             generator: the same through a ``torch.Generator`` (instead of ``seed``).
+            **options: the method's own (``DeepEnsemble``: ``vectorize``).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` (epistemic) and, if asked,
@@ -116,7 +119,7 @@ class ClassicMethod(BaseBayesianMethod):
         """
         check_inputs(x)
         samples = self._sample_outputs(
-            x, self._samples_to_draw(num_samples), self._predict_seed(seed, generator)
+            x, self._samples_to_draw(num_samples), self._predict_seed(seed, generator), **options
         )
         samples = to_probabilities(samples, self._normalize(normalize_output))
         return summarize_samples(samples, return_samples)
@@ -258,6 +261,27 @@ class ClassicMethod(BaseBayesianMethod):
             callbacks=[*before, *settings.callbacks],
             validation=validation,
             history_module=self,
+        )
+
+    def _train_net(
+        self,
+        data: Data,
+        settings: TrainSettings,
+        validation: Data | None,
+        desc: str,
+        before: Iterable[Callback] = (),
+    ) -> History:
+        """:meth:`_train` of ``self.model`` on the task loss (cross-entropy or squared error)."""
+        model = self.model
+        return self._train(
+            model.parameters(),
+            lambda xb, yb: task_loss(model(xb), yb, self.task),
+            data,
+            settings,
+            module=model,
+            desc=desc,
+            validation=validation,
+            before=before,
         )
 
     def _refit_noise(self, x: torch.Tensor, yt: torch.Tensor, seed: int | None) -> None:

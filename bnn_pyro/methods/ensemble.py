@@ -16,8 +16,6 @@ from torch.utils.data import DataLoader
 from bnn_pyro._checks import check_bool, check_int
 from bnn_pyro.base import (
     PredictOutput,
-    summarize_samples,
-    to_probabilities,
 )
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import check_inputs, check_outputs
@@ -131,7 +129,6 @@ class DeepEnsemble(ClassicMethod):
         o = out.shape[-1] // 2
         return out[..., :o], F.softplus(out[..., o:]) + _VAR_FLOOR
 
-    @torch.no_grad()
     def predict(
         self,
         x: torch.Tensor,
@@ -140,9 +137,7 @@ class DeepEnsemble(ClassicMethod):
         normalize_output: bool | None = None,
         *,
         vectorize: bool = True,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
+        **kwargs: Any,
     ) -> PredictOutput:
         """Ensemble prediction; the samples are the M members' outputs.
 
@@ -150,31 +145,35 @@ class DeepEnsemble(ClassicMethod):
             x: ``(N, ...)`` inputs.
             return_samples: also return the ``(M, N, O)`` member outputs.
             return_all: deprecated alias of ``return_samples`` (seed API).
-            normalize_output: softmax multi-column outputs (see :func:`to_probabilities`);
-                ``None``: for a classifier only.
+            normalize_output: softmax multi-column outputs; ``None``: for a classifier only.
             vectorize: run members with vmap (True) or in a Python loop (False).
-            num_samples: must be None or ``num_models``: the samples are the members.
-            seed, generator: accepted for the one ``predict`` signature; unused (deterministic).
+            **kwargs: ``num_samples`` (None or ``num_models``: the samples are the members),
+                ``seed`` and ``generator`` (accepted for the one signature; the members are
+                deterministic).
 
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` (epistemic: the members' disagreement) and, if
             asked, ``samples (M, N, O)``; for ``gaussian_nll`` members the samples are the means.
         """
-        check_inputs(x)
-        self._predict_seed(seed, generator)
-        if num_samples is not None and num_samples != self.num_models:
-            raise ValueError(
-                f"a DeepEnsemble's samples are its {self.num_models} members: num_samples must be "
-                f"None or {self.num_models}, got {num_samples!r}"
-            )
         if return_all:
             warnings.warn(
                 "return_all is deprecated; use return_samples", DeprecationWarning, stacklevel=2
             )
-        out = self._member_outputs(x, vectorize=check_bool("vectorize", vectorize))
-        samples = self._split_heads(out)[0] if self.gaussian_nll else out
-        samples = to_probabilities(samples, self._normalize(normalize_output))
-        return summarize_samples(samples, return_samples or return_all)
+        check_bool("vectorize", vectorize)
+        return super().predict(
+            x, return_samples or return_all, normalize_output, vectorize=vectorize, **kwargs
+        )
+
+    def _sample_outputs(
+        self, x: torch.Tensor, num_samples: int, seed: int | None, vectorize: bool = True
+    ) -> torch.Tensor:
+        if num_samples != self.num_models:
+            raise ValueError(
+                f"a DeepEnsemble's samples are its {self.num_models} members: num_samples must be "
+                f"None or {self.num_models}, got {num_samples!r}"
+            )
+        out = self._member_outputs(x, vectorize=vectorize)
+        return self._split_heads(out)[0] if self.gaussian_nll else out
 
     @torch.no_grad()
     def predictive_gaussian(

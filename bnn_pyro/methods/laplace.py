@@ -28,7 +28,6 @@ from bnn_pyro.methods._training import (
     TrainSettings,
     modes,
     module_device,
-    task_loss,
 )
 from bnn_pyro.training import History
 
@@ -298,15 +297,7 @@ class LaplaceApproximation(ClassicMethod):
         x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
         history = History()
         if settings.epochs > 0:
-            history = self._train(
-                self.model.parameters(),
-                lambda xb, yb: task_loss(self.model(xb), yb, self.task),
-                (x, yt),
-                settings,
-                module=self.model,
-                desc="Laplace (MAP)",
-                validation=validation,
-            )
+            history = self._train_net((x, yt), settings, validation, "Laplace (MAP)")
         step = max(settings.batch_size, 256)  # curvature batches: views, no DataLoader collation
         self._fit_posterior(
             [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev

@@ -16,7 +16,6 @@ from bnn_pyro.methods._training import (
     TrainSettings,
     modes,
     module_device,
-    task_loss,
 )
 from bnn_pyro.training import History
 
@@ -200,14 +199,6 @@ class MCDropout(ClassicMethod):
             True
         """
         x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
-        history = self._train(
-            self.model.parameters(),
-            lambda xb, yb: task_loss(self.model(xb), yb, self.task),
-            (x, yt),
-            settings,
-            module=self.model,
-            desc="MCDropout",
-            validation=validation,
-        )
+        history = self._train_net((x, yt), settings, validation, "MCDropout")
         self._refit_noise(x, yt, settings.seed)
         return history

@@ -23,7 +23,6 @@ from bnn_pyro.methods._training import (
     TrainSettings,
     modes,
     module_device,
-    task_loss,
 )
 from bnn_pyro.training import History
 
@@ -302,16 +301,7 @@ class SWAG(ClassicMethod):
             if epoch >= swa_start:
                 self.collect_model()
 
-        history = self._train(
-            self.model.parameters(),
-            lambda xb, yb: task_loss(self.model(xb), yb, self.task),
-            (x, yt),
-            settings,
-            module=self.model,
-            desc="SWAG",
-            before=[collect],
-            validation=validation,
-        )
+        history = self._train_net((x, yt), settings, validation, "SWAG", before=[collect])
         if self.bn_loader is None and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
         ):
