@@ -59,7 +59,8 @@ LIKELIHOOD_EXPECTED = "a bnn_pyro.likelihoods.Likelihood (e.g. Gaussian(), Categ
 class Likelihood(ABC):
     """Base class of the observation models.
 
-    Subclasses define :meth:`observe` (the Pyro site), :meth:`mean` (the predictive mean of ``y``
+    Subclasses define :meth:`distribution` (of ``y`` given one net output; the Pyro site of
+    :meth:`observe` and :meth:`log_prob` use it), :meth:`mean` (the predictive mean of ``y``
     given one net output) and :meth:`check_targets`; likelihoods with latent variables of their
     own (a learned noise scale) also :meth:`sample_latents`. ``name`` is the observation site.
 
@@ -84,7 +85,14 @@ class Likelihood(ABC):
         """Declare the likelihood's own latent sites (none by default) for net output ``f``."""
         return {}
 
-    @abstractmethod
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        """The distribution of each row's ``y`` given net output ``f: (*S, N, O)``: batch shape
+        ``(*S, N)``, the output columns in its event. Subclasses define it (or override both
+        :meth:`observe` and :meth:`log_prob`)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no distribution()")
+
     def observe(
         self,
         f: torch.Tensor,
@@ -101,17 +109,19 @@ class Likelihood(ABC):
             dataset_size: total number of data points; the ``N`` rows stand for it (their
                 log-likelihood is scaled by ``dataset_size / N``). ``None``: the rows are all.
         """
+        with _data_plate(f.shape[-2], dataset_size):
+            pyro.sample(self.name, self.distribution(f, latents), obs=y)
 
     @abstractmethod
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         """The predictive mean of ``y`` given net output ``f: (S, N, O)`` → ``(S, N, O')``."""
 
-    @abstractmethod
     def log_prob(
         self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         """``log p(y_n | f_s)`` for net outputs ``f: (S, N, O)`` and checked targets ``y`` →
         ``(S, N)`` (summed over output columns)."""
+        return self.distribution(f, latents).log_prob(y)
 
     def noise_variance(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
@@ -176,25 +186,14 @@ class GaussianLikelihood(Likelihood):
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def observe(
-        self,
-        f: torch.Tensor,
-        y: torch.Tensor | None,
-        latents: dict[str, torch.Tensor],
-        dataset_size: int | None = None,
-    ) -> None:
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
         loc, scale = self._loc_scale(f, latents)
-        with _data_plate(f.shape[-2], dataset_size):
-            pyro.sample(self.name, dist.Normal(loc, scale, validate_args=False).to_event(1), obs=y)
+        return dist.Normal(loc, scale, validate_args=False).to_event(1)
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return f[..., : self.target_dim(f.shape[-1])]
-
-    def log_prob(
-        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        loc, scale = self._loc_scale(f, latents)
-        return dist.Normal(loc, scale, validate_args=False).log_prob(y).sum(-1)
 
     def noise_variance(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
@@ -359,23 +358,13 @@ class Categorical(Likelihood):
             )
         return y
 
-    def observe(
-        self,
-        f: torch.Tensor,
-        y: torch.Tensor | None,
-        latents: dict[str, torch.Tensor],
-        dataset_size: int | None = None,
-    ) -> None:
-        with _data_plate(f.shape[-2], dataset_size):
-            pyro.sample(self.name, dist.Categorical(logits=f, validate_args=False), obs=y)
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        return dist.Categorical(logits=f, validate_args=False)
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.softmax(f, dim=-1)
-
-    def log_prob(
-        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        return dist.Categorical(logits=f, validate_args=False).log_prob(y)
 
 
 class Bernoulli(Likelihood):
@@ -392,23 +381,13 @@ class Bernoulli(Likelihood):
             raise ValueError("y must hold binary targets in {0, 1} for a Bernoulli likelihood")
         return y
 
-    def observe(
-        self,
-        f: torch.Tensor,
-        y: torch.Tensor | None,
-        latents: dict[str, torch.Tensor],
-        dataset_size: int | None = None,
-    ) -> None:
-        with _data_plate(f.shape[-2], dataset_size):
-            pyro.sample(self.name, dist.Bernoulli(logits=f, validate_args=False).to_event(1), obs=y)
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        return dist.Bernoulli(logits=f, validate_args=False).to_event(1)
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(f)
-
-    def log_prob(
-        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        return dist.Bernoulli(logits=f, validate_args=False).log_prob(y).sum(-1)
 
 
 def likelihood_from_config(config: dict[str, Any]) -> Likelihood:

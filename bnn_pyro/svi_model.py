@@ -56,14 +56,9 @@ class SVIModel(BaseBayesianMethod):
 
     # ------------------------------------------------------------------ hooks
     @abstractmethod
-    def model(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor | None = None,
-        dataset_size: int | None = None,
-        kl_weight: float = 1.0,
-    ) -> torch.Tensor:
-        """The Pyro model."""
+    def model(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The Pyro model, ``model(x, y=None, dataset_size=None, kl_weight=1.0) -> f``: the net
+        output for ``x (B, ...)``, observing ``y`` in a data plate of size ``dataset_size``."""
 
     @abstractmethod
     def _draw_posterior(

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.losses import gaussian_kl
+from bnn_pyro.nn.gaussian_linear import init_mean_field
 
 __all__ = ["BayesianLinear"]
 
@@ -52,23 +52,14 @@ class BayesianLinear(nn.Module):
         init_std: float | None = None,
     ) -> None:
         super().__init__()
-        check_int("in_features", in_features)
-        check_int("out_features", out_features)
-        check_float("prior_std", prior_std, minimum=0.0, strict=True)
-        if init_std is None:
-            init_std = 0.1 / math.sqrt(in_features)
-        check_float("init_std", init_std, minimum=0.0, strict=True)
-        self.in_features = in_features
-        self.out_features = out_features
-        self.prior_std = float(prior_std)
-        bound = 1.0 / math.sqrt(in_features)
-        log_std = math.log(init_std)
-        self.weight_mean = nn.Parameter(
-            torch.empty(out_features, in_features).uniform_(-bound, bound)
+        weight, bias, init_std = init_mean_field(
+            self, in_features, out_features, prior_std, init_std
         )
-        self.weight_log_std = nn.Parameter(torch.full((out_features, in_features), log_std))
-        self.bias_mean = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
-        self.bias_log_std = nn.Parameter(torch.full((out_features,), log_std))
+        log_std = math.log(init_std)
+        self.weight_mean = nn.Parameter(weight)
+        self.weight_log_std = nn.Parameter(torch.full_like(weight, log_std))
+        self.bias_mean = nn.Parameter(bias)
+        self.bias_log_std = nn.Parameter(torch.full_like(bias, log_std))
 
     def forward(self, x: torch.Tensor, sample: bool = True) -> torch.Tensor:
         """Apply the layer with one reparameterized weight draw (or the means).

@@ -14,6 +14,38 @@ from bnn_pyro.losses import gaussian_kl
 __all__ = ["GaussianLinear"]
 
 
+def init_mean_field(
+    layer: nn.Module,
+    in_features: int,
+    out_features: int,
+    prior_std: float,
+    init_std: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Check a mean-field linear layer's settings, set them on ``layer`` and draw its means.
+
+    The means start at ``nn.Linear``'s uniform init, ``U(-1/sqrt(in), 1/sqrt(in))`` (weight
+    first, then bias); the default ``init_std`` is ``0.1 / sqrt(in)``.
+
+    Returns:
+        ``weight (out, in)``, ``bias (out,)`` and the checked ``init_std``.
+
+    Example:
+        >>> w, b, s = init_mean_field(nn.Module(), 4, 3, 1.0, None)
+        >>> w.shape, b.shape, s
+        (torch.Size([3, 4]), torch.Size([3]), 0.05)
+    """
+    check_int("in_features", in_features)
+    check_int("out_features", out_features)
+    layer.prior_std = check_float("prior_std", prior_std, minimum=0.0, strict=True)
+    if init_std is None:
+        init_std = 0.1 / math.sqrt(in_features)
+    init_std = check_float("init_std", init_std, minimum=0.0, strict=True)
+    layer.in_features, layer.out_features = in_features, out_features
+    bound = 1.0 / math.sqrt(in_features)
+    weight = torch.empty(out_features, in_features).uniform_(-bound, bound)
+    return weight, torch.empty(out_features).uniform_(-bound, bound), init_std
+
+
 class GaussianLinear(nn.Module):
     """Linear layer with Gaussian weights ``W = mu + softplus(rho) * eps`` (Bayes by Backprop).
 
@@ -57,23 +89,14 @@ class GaussianLinear(nn.Module):
         init_std: float | None = None,
     ) -> None:
         super().__init__()
-        check_int("in_features", in_features)
-        check_int("out_features", out_features)
-        check_float("prior_std", prior_std, minimum=0.0, strict=True)
-        if init_std is None:
-            init_std = 0.1 / math.sqrt(in_features)
-        check_float("init_std", init_std, minimum=0.0, strict=True)
-        self.in_features = in_features
-        self.out_features = out_features
-        self.prior_std = float(prior_std)
-        bound = 1.0 / math.sqrt(in_features)
-        rho = math.log(math.expm1(init_std))  # inverse softplus
-        self.weight_mu = nn.Parameter(
-            torch.empty(out_features, in_features).uniform_(-bound, bound)
+        weight, bias, init_std = init_mean_field(
+            self, in_features, out_features, prior_std, init_std
         )
-        self.weight_rho = nn.Parameter(torch.full((out_features, in_features), rho))
-        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
-        self.bias_rho = nn.Parameter(torch.full((out_features,), rho))
+        rho = math.log(math.expm1(init_std))  # inverse softplus
+        self.weight_mu = nn.Parameter(weight)
+        self.weight_rho = nn.Parameter(torch.full_like(weight, rho))
+        self.bias_mu = nn.Parameter(bias)
+        self.bias_rho = nn.Parameter(torch.full_like(bias, rho))
 
     def forward(
         self, x: torch.Tensor, sample: bool = True, num_samples: int | None = None
