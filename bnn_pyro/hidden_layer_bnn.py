@@ -257,16 +257,10 @@ class HiddenLayerBNN(SVIModel):
 
     @classmethod
     def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> HiddenLayerBNN:
-        return cls(
-            config["in_features"],
-            config["hidden_sizes"],
-            config["out_features"],
-            likelihood_from_config(config["likelihood"]),
-            activation=config["activation"],
-            prior_scale=config["prior_scale"],
-            init_scale=config["init_scale"],
-            num_samples=config["num_samples"],
-        ).to(getattr(torch, config["dtype"]))
+        config = dict(config)
+        dtype = getattr(torch, config.pop("dtype"))
+        likelihood = likelihood_from_config(config.pop("likelihood"))
+        return cls(**config, likelihood=likelihood).to(dtype)
 
     @classmethod
     def from_net(cls, net: nn.Module, likelihood: Likelihood, **options: Any) -> HiddenLayerBNN:

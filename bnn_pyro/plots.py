@@ -193,12 +193,9 @@ def plot_reliability_diagram(
         lefts + 0.5 / n_bins, curve.confidences.numpy()[filled], "o", color="C3", label="confidence"
     )
     dots.set_gid("confidence")
-    (diag,) = ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
-    diag.set_gid("diagonal")
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy")
-    ax.set_title(f"Reliability diagram (ECE = {ece:.4f})")
-    ax.legend(loc="upper left", fontsize="small")
-    return ax
+    return _calibration_frame(
+        ax, "confidence", "accuracy", f"Reliability diagram (ECE = {ece:.4f})"
+    )
 
 
 def plot_regression_calibration(
@@ -238,9 +235,19 @@ def plot_regression_calibration(
         result.levels.double().numpy(), result.coverage.double().numpy(), "o-", label="model"
     )
     line.set_gid("coverage")
+    return _calibration_frame(
+        ax,
+        "nominal level",
+        "observed coverage",
+        f"Interval calibration (error = {result.error:.4f})",
+    )
+
+
+def _calibration_frame(ax: Axes, xlabel: str, ylabel: str, title: str) -> Axes:
+    """The unit square of a calibration plot: the diagonal (gid ``"diagonal"``), labels, title."""
     (diag,) = ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
     diag.set_gid("diagonal")
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="nominal level", ylabel="observed coverage")
-    ax.set_title(f"Interval calibration (error = {result.error:.4f})")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title)
     ax.legend(loc="upper left", fontsize="small")
     return ax

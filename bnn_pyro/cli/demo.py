@@ -191,13 +191,10 @@ def format_result(result: DemoResult) -> str:
         The report, six lines.
 
     Example:
-        >>> print(format_result(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")))
-        trained in 9.8 s
-                         on the data    in the gap
-        RMSE                   0.100         0.500
-        test log-lik           0.800        -1.200
-        epistemic std          0.050         0.400   (x8.0 in the gap)
-        plot: demo.png
+        >>> report = format_result(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png"))
+        >>> lines = report.splitlines()
+        >>> lines[0], lines[-1], len(lines)
+        ('trained in 9.8 s', 'plot: demo.png', 6)
     """
     return f"trained in {result.seconds:.1f} s\n{format_table(result)}\nplot: {result.png}"
 
@@ -225,18 +222,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``demo`` to the ``bnn-pyro`` subcommands.
-
-    Args:
-        sub: the subparsers of the ``bnn-pyro`` parser.
-
-    Returns:
-        The ``demo`` parser (its ``func`` is :func:`run`).
+    """Add ``demo`` to the subcommands ``sub`` of ``bnn-pyro``; return its parser, whose
+    ``func`` is :func:`run`.
 
     Example:
-        >>> parser = argparse.ArgumentParser(prog="bnn-pyro")
-        >>> demo = add_parser(parser.add_subparsers(dest="command"))
-        >>> args = parser.parse_args(["demo", "--epochs", "100"])
+        >>> from bnn_pyro.cli.io import parse_with
+        >>> args = parse_with(add_parser, ["demo", "--epochs", "100"])
         >>> args.out, args.epochs, args.seed, args.func is run
         ('demo_output', 100, 0, True)
     """

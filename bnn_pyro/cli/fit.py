@@ -257,18 +257,12 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``fit`` to the ``bnn-pyro`` subcommands.
-
-    Args:
-        sub: the subparsers of the ``bnn-pyro`` parser.
-
-    Returns:
-        The ``fit`` parser (its ``func`` is :func:`run_fit`).
+    """Add ``fit`` to the subcommands ``sub`` of ``bnn-pyro``; return its parser, whose
+    ``func`` is :func:`run_fit`.
 
     Example:
-        >>> parser = argparse.ArgumentParser(prog="bnn-pyro")
-        >>> fit = add_parser(parser.add_subparsers(dest="command"))
-        >>> args = parser.parse_args(["fit", "--data", "d.csv", "--target", "y", "--out", "run"])
+        >>> from bnn_pyro.cli.io import parse_with
+        >>> args = parse_with(add_parser, ["fit", "--data", "d", "--target", "y", "--out", "o"])
         >>> args.method, args.epochs, args.hidden, args.func is run_fit
         ('vi', 200, (50,), True)
     """

@@ -7,12 +7,13 @@ naming the file, the column and the line; the command prints it and exits with c
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,3 +225,18 @@ def write_csv(path: str | None, header: Sequence[str], rows: Sequence[Sequence[o
             write(handle)
     except OSError as err:
         raise CLIError(f"{path}: cannot write ({err.strerror or err})") from None
+
+
+def parse_with(
+    add_parser: Callable[[argparse._SubParsersAction], argparse.ArgumentParser], argv: list[str]
+) -> argparse.Namespace:
+    """Parse ``argv`` with a ``bnn-pyro`` parser holding the one subcommand ``add_parser`` adds.
+
+    Example:
+        >>> from bnn_pyro.cli.predict import add_parser
+        >>> parse_with(add_parser, ["predict", "--model", "m.pt", "--data", "d.csv"]).model
+        'm.pt'
+    """
+    parser = argparse.ArgumentParser(prog="bnn-pyro")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)

@@ -74,18 +74,12 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``predict`` to the ``bnn-pyro`` subcommands.
-
-    Args:
-        sub: the subparsers of the ``bnn-pyro`` parser.
-
-    Returns:
-        The ``predict`` parser (its ``func`` is :func:`run_predict`).
+    """Add ``predict`` to the subcommands ``sub`` of ``bnn-pyro``; return its parser, whose
+    ``func`` is :func:`run_predict`.
 
     Example:
-        >>> parser = argparse.ArgumentParser(prog="bnn-pyro")
-        >>> predict = add_parser(parser.add_subparsers(dest="command"))
-        >>> args = parser.parse_args(["predict", "--model", "run/model.pt", "--data", "d.csv"])
+        >>> from bnn_pyro.cli.io import parse_with
+        >>> args = parse_with(add_parser, ["predict", "--model", "run/model.pt", "--data", "d.csv"])
         >>> args.model, args.out, args.func is run_predict
         ('run/model.pt', None, True)
     """

@@ -292,6 +292,22 @@ class ClassicMethod(BaseBayesianMethod):
             mean, _ = self.predict(x, normalize_output=False, generator=gen)
             self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
 
+    # ------------------------------------------------------------------ checkpoint hooks
+    #: The constructor arguments saved by ``save`` (each also an attribute), besides the net
+    #: and the likelihood.
+    _config_keys: tuple[str, ...] = ()
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "likelihood": self.likelihood.config(),
+            **{key: getattr(self, key) for key in self._config_keys},
+        }
+
+    @classmethod
+    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> BaseBayesianMethod:
+        options = {k: v for k, v in config.items() if k != "likelihood"}
+        return cls(net, likelihood=cls._likelihood_from(config), **options)  # type: ignore[call-arg]
+
     @staticmethod
     def _likelihood_from(config: dict[str, Any]) -> Likelihood:
         return likelihood_from_config(config["likelihood"])

@@ -63,6 +63,8 @@ class DeepEnsemble(ClassicMethod):
         torch.Size([4, 6, 2])
     """
 
+    _config_keys = ("num_models", "gaussian_nll")
+
     def __init__(
         self,
         model_fn: Callable[[], nn.Module],
@@ -321,23 +323,12 @@ class DeepEnsemble(ClassicMethod):
             self._refit_noise(x, yt, None)
         return _mean_history(runs)
 
-    def _config(self) -> dict[str, Any]:
-        return {
-            "num_models": self.num_models,
-            "likelihood": self.likelihood.config(),
-            "gaussian_nll": self.gaussian_nll,
-        }
-
     @classmethod
     def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> DeepEnsemble:
         if net is None:
             raise ValueError("loading a DeepEnsemble needs net=: one member's architecture")
-        return cls(
-            lambda: copy.deepcopy(net),
-            config["num_models"],
-            likelihood=cls._likelihood_from(config),
-            gaussian_nll=config["gaussian_nll"],
-        )
+        options = {k: v for k, v in config.items() if k != "likelihood"}
+        return cls(lambda: copy.deepcopy(net), likelihood=cls._likelihood_from(config), **options)
 
     @classmethod
     def from_net(cls, net: nn.Module, likelihood: Any, **options: Any) -> DeepEnsemble:

@@ -81,6 +81,15 @@ class LaplaceApproximation(ClassicMethod):
         torch.Size([4, 3])
     """
 
+    _config_keys = (
+        "prior_precision",
+        "num_samples",
+        "hessian",
+        "hessian_structure",
+        "subset",
+        "predictive",
+    )
+
     def __init__(
         self,
         model: nn.Module,
@@ -117,30 +126,6 @@ class LaplaceApproximation(ClassicMethod):
         self._hessian: torch.Tensor | None = None
         self._loglik = 0.0
         self._n_data = 0
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            "likelihood": self.likelihood.config(),
-            "prior_precision": self.prior_precision,
-            "num_samples": self.num_samples,
-            "hessian": self.hessian,
-            "hessian_structure": self.hessian_structure,
-            "subset": self.subset,
-            "predictive": self.predictive,
-        }
-
-    @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> LaplaceApproximation:
-        return cls(
-            net,  # type: ignore[arg-type]
-            cls._likelihood_from(config),
-            config["prior_precision"],
-            config["num_samples"],
-            hessian=config["hessian"],
-            hessian_structure=config["hessian_structure"],
-            subset=config["subset"],
-            predictive=config["predictive"],
-        )
 
     # --- posterior ----------------------------------------------------------------------
     @property
@@ -334,17 +319,19 @@ class LaplaceApproximation(ClassicMethod):
         """Posterior and settings, saved by ``state_dict`` (loads with ``weights_only=True``)."""
         state = super().get_extra_state()
         state.update(
-            mean=self._mean,
-            hessian_matrix=self._hessian,
-            loglik=self._loglik,
-            n_data=self._n_data,
-            prior_precision=self.prior_precision,
-            likelihood=self.task,
-            hessian=self.hessian,
-            hessian_structure=self.hessian_structure,
-            subset=self.subset,
-            num_samples=self.num_samples,
-            predictive=self.predictive,
+            {
+                "mean": self._mean,
+                "hessian_matrix": self._hessian,
+                "loglik": self._loglik,
+                "n_data": self._n_data,
+                "prior_precision": self.prior_precision,
+                "likelihood": self.task,
+                "hessian": self.hessian,
+                "hessian_structure": self.hessian_structure,
+                "subset": self.subset,
+                "num_samples": self.num_samples,
+                "predictive": self.predictive,
+            }
         )
         return state
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -68,6 +67,8 @@ class MCDropout(ClassicMethod):
         (torch.Size([5, 3]), torch.Size([8, 5, 3]))
     """
 
+    _config_keys = ("num_samples", "dropout_rate", "functional_dropout", "samples_per_pass")
+
     def __init__(
         self,
         model: nn.Module,
@@ -109,26 +110,6 @@ class MCDropout(ClassicMethod):
                 "functional_dropout=True if the net calls F.dropout itself.",
                 stacklevel=2,
             )
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            "num_samples": self.num_samples,
-            "dropout_rate": self.dropout_rate,
-            "functional_dropout": self.functional_dropout,
-            "likelihood": self.likelihood.config(),
-            "samples_per_pass": self.samples_per_pass,
-        }
-
-    @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> MCDropout:
-        return cls(
-            net,  # type: ignore[arg-type]
-            config["num_samples"],
-            config["dropout_rate"],
-            functional_dropout=config["functional_dropout"],
-            likelihood=cls._likelihood_from(config),
-            samples_per_pass=config["samples_per_pass"],
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """One forward pass of the wrapped net (in its current mode)."""

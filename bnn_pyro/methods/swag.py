@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -77,6 +76,8 @@ class SWAG(ClassicMethod):
         torch.Size([6, 1])
     """
 
+    _config_keys = ("num_samples", "var_clamp", "max_num_models", "scale")
+
     def __init__(
         self,
         model: nn.Module,
@@ -90,8 +91,7 @@ class SWAG(ClassicMethod):
         bn_loader: object | None = None,
     ) -> None:
         super().__init__()
-        check_module("model", model)
-        if not any(True for _ in model.parameters()):
+        if not any(True for _ in check_module("model", model).parameters()):
             raise ValueError("model must have parameters for SWAG, got a module without any")
         check_int("num_samples", num_samples)
         check_float("var_clamp", var_clamp, minimum=0.0, strict=False)
@@ -112,26 +112,6 @@ class SWAG(ClassicMethod):
         self.register_buffer("swag_n_models", torch.zeros((), dtype=torch.long))
 
     fit_defaults = {"lr": 1e-2, "optimizer": "sgd"}  # constant-lr SGD, as Maddox et al.
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            "num_samples": self.num_samples,
-            "var_clamp": self.var_clamp,
-            "max_num_models": self.max_num_models,
-            "scale": self.scale,
-            "likelihood": self.likelihood.config(),
-        }
-
-    @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> SWAG:
-        return cls(
-            net,  # type: ignore[arg-type]
-            config["num_samples"],
-            config["var_clamp"],
-            config["max_num_models"],
-            scale=config["scale"],
-            likelihood=cls._likelihood_from(config),
-        )
 
     @property
     def n_models(self) -> int:

@@ -13,13 +13,7 @@ import torch.nn.functional as F
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import (
-    check_inputs,
-    check_noise_scale,
-    check_outputs,
-    check_targets,
-    resolve_likelihood,
-)
+from bnn_pyro.methods import _checks as checks
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._training import (
     TrainSettings,
@@ -143,11 +137,11 @@ class VariationalBayesNN(ClassicMethod):
         Returns:
             Scalar loss.
         """
-        check_inputs(x)
+        checks.check_inputs(x)
         lik = self.task
         if likelihood is not None:
-            lik = resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
-        yt = check_targets(x, y, lik)
+            lik = checks.resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
+        yt = checks.check_targets(x, y, lik)
         check_int("num_samples", num_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         n = dataset_size if dataset_size is not None else self.dataset_size or len(x)
@@ -160,10 +154,10 @@ class VariationalBayesNN(ClassicMethod):
                     "noise_scale is None: pass noise_scale, set model.noise_scale, or use fit()"
                 )
             if not (isinstance(sigma, torch.Tensor) and sigma.requires_grad):
-                check_noise_scale(sigma)
+                checks.check_noise_scale(sigma)
             sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
         out = self.net(x, num_samples=num_samples)
-        check_outputs(out[0], yt, lik)
+        checks.check_outputs(out[0], yt, lik)
         return self._nll(out, yt, lik, sigma) + kl_weight * self.kl_divergence() / n
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
@@ -252,15 +246,7 @@ class VariationalBayesNN(ClassicMethod):
 
     @classmethod
     def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> VariationalBayesNN:
-        return cls(
-            config["in_features"],
-            config["hidden_sizes"],
-            config["out_features"],
-            config["prior_std"],
-            config["num_samples"],
-            likelihood=cls._likelihood_from(config),
-            activation=config["activation"],
-        )
+        return cls(**{**config, "likelihood": cls._likelihood_from(config)})
 
     def _fitted_state(self) -> dict[str, Any]:
         return {"dataset_size": self.dataset_size}
