@@ -25,17 +25,19 @@ def run_predict(args: argparse.Namespace) -> int:
         0 (errors raise, and :func:`bnn_pyro.cli.main` prints them in one line, exit code 2).
 
     Example:
-        >>> import os, tempfile
+        >>> import tempfile
+        >>> from pathlib import Path
         >>> from bnn_pyro.cli import main
-        >>> folder = tempfile.mkdtemp(); data = os.path.join(folder, "d.csv")
-        >>> with open(data, "w") as f:
-        ...     _ = f.write("x,y\\n" + "".join(f"{i},{i % 2}\\n" for i in range(20)))
-        >>> main(["fit", "--data", data, "--target", "y", "--task", "classification",
-        ...       "--method", "ensemble", "--epochs", "2", "--out", folder, "--quiet"])
-        ... # doctest: +ELLIPSIS
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> rows = "".join(f"{i},{i % 2}\\n" for i in range(20))
+        >>> _ = (folder / "d.csv").write_text("x,y\\n" + rows)
+        >>> main(["fit", "--data", str(folder / "d.csv"), "--target", "y", "--task",
+        ...       "classification", "--method", "ensemble", "--epochs", "2", "--out", str(folder),
+        ...       "--quiet"])  # doctest: +ELLIPSIS
         classification with ensemble ...
         0
-        >>> main(["predict", "--model", os.path.join(folder, "model.pt"), "--data", data])
+        >>> data = str(folder / "d.csv")
+        >>> main(["predict", "--model", str(folder / "model.pt"), "--data", data])
         ... # doctest: +ELLIPSIS
         prediction,p_0,p_1
         ...
