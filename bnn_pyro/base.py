@@ -190,6 +190,21 @@ class BaseBayesianMethod(nn.Module, ABC):
             ``(mean, variance)`` or ``(mean, variance, samples)``.
         """
 
+    @property
+    def device(self) -> torch.device:
+        """The device of the method's tensors."""
+        for tensor in (*self.buffers(), *self.parameters()):
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating dtype of the method's tensors."""
+        for tensor in (*self.buffers(), *self.parameters()):
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
     def _samples_to_draw(self, num_samples: int | None) -> int:
         """``num_samples`` of a ``predict`` call, or the constructor's default; checked."""
         from bnn_pyro._checks import check_int

@@ -31,10 +31,9 @@ from bnn_pyro.training import (
     make_elbo,
     run_svi,
 )
+from bnn_pyro.training.batches import loader_batches, shuffled_batches
 
 __all__ = ["SVIModel"]
-
-Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
 
 class SVIModel(BaseBayesianMethod):
@@ -105,21 +104,6 @@ class SVIModel(BaseBayesianMethod):
         create_guide_parameters(self)  # created, then overwritten by the saved state
 
     # ------------------------------------------------------------------ inputs
-    @property
-    def device(self) -> torch.device:
-        """The device of the model's tensors."""
-        for tensor in (*self.buffers(), *self.parameters()):
-            return tensor.device
-        return torch.device("cpu")
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The floating dtype of the model's tensors."""
-        for tensor in (*self.buffers(), *self.parameters()):
-            if tensor.is_floating_point():
-                return tensor.dtype
-        return torch.get_default_dtype()
-
     def _inputs(self, X: Any, name: str = "X") -> torch.Tensor:
         X = as_tensor(name, X, dtype=self.dtype, device=self.device, min_dim=2)
         expected = self.input_shape or self._expected_features()
@@ -131,13 +115,26 @@ class SVIModel(BaseBayesianMethod):
             )
         return X
 
-    def _targets(self, y: Any, X: torch.Tensor, name: str = "y") -> torch.Tensor:
+    def _targets(
+        self, y: Any, X: torch.Tensor, name: str = "y", out_dim: int | None = None
+    ) -> torch.Tensor:
         y = as_tensor(name, y, device=self.device)
         if y.shape[0] != X.shape[0]:
             raise ValueError(
                 f"X and {name} must have the same number of rows, got {X.shape[0]} and {y.shape[0]}"
             )
-        return self.likelihood.check_targets(y, self._output_dim(X))
+        return self.likelihood.check_targets(y, out_dim or self._output_dim(X))
+
+    def _batch_targets(self) -> Callable[[Any, torch.Tensor, str], torch.Tensor]:
+        """``_targets`` for a loader's batches: the net's output width is found once."""
+        width: list[int] = []
+
+        def targets(y: Any, X: torch.Tensor, name: str) -> torch.Tensor:
+            if not width:
+                width.append(self._output_dim(X))
+            return self._targets(y, X, name, width[0])
+
+        return targets
 
     # ------------------------------------------------------------------ training
     def fit(
@@ -198,7 +195,7 @@ class SVIModel(BaseBayesianMethod):
         if isinstance(X, DataLoader):
             if y is not None:
                 raise ValueError("pass either a DataLoader or (X, y), not both")
-            batches, n, first_x, first_y = self._loader_batches(X)
+            batches, n, first_x, first_y = loader_batches(X, self._inputs, self._batch_targets())
         else:
             if y is None:
                 raise ValueError("y is required when X is not a DataLoader")
@@ -207,7 +204,7 @@ class SVIModel(BaseBayesianMethod):
             n = X.shape[0]
             if batch_size is not None:
                 batch_size = check_int("batch_size", batch_size)
-            batches = self._tensor_batches(X, y, min(batch_size or n, n), shuffle, seed)
+            batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
         validation = self._validation_fn(validation_data) if validation_data is not None else None
         self.input_shape = tuple(first_x.shape[1:])
@@ -238,47 +235,6 @@ class SVIModel(BaseBayesianMethod):
                 )
             finally:
                 self.train(was_training)
-
-    def _tensor_batches(
-        self, X: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool, seed: int | None
-    ) -> Batches:
-        n = X.shape[0]
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed(seed if seed is not None else int(torch.randint(2**31, ()).item()))
-
-        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-            if batch_size >= n:
-                yield X, y
-                return
-            order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-            order = order.to(X.device)
-            for start in range(0, n, batch_size):
-                idx = order[start : start + batch_size]
-                yield X[idx], y[idx]
-
-        return batches
-
-    def _loader_batches(
-        self, loader: DataLoader
-    ) -> tuple[Batches, int, torch.Tensor, torch.Tensor]:
-        try:
-            n = len(loader.dataset)  # type: ignore[arg-type]
-        except TypeError:
-            raise ValueError("the DataLoader's dataset must have a length (N)") from None
-        first = next(iter(loader))
-        if not (isinstance(first, (tuple, list)) and len(first) == 2):
-            raise ValueError("the DataLoader must yield (x, y) pairs")
-        first_x = self._inputs(first[0], "x batch")
-        first_y = self._targets(first[1], first_x, "y batch")
-        out_dim = self._output_dim(first_x)
-
-        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-            for xb, yb in loader:
-                xb = self._inputs(xb, "x batch")
-                yb = as_tensor("y batch", yb, device=self.device)
-                yield xb, self.likelihood.check_targets(yb, out_dim)
-
-        return batches, n, first_x, first_y
 
     def _validation_fn(self, data: tuple[Any, Any]) -> Callable[[], float]:
         if not (isinstance(data, (tuple, list)) and len(data) == 2):

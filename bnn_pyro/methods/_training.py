@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.training import Callback, History, LossStep, check_optimizer, make_optimizer, train
+from bnn_pyro.training.batches import permuted_batches
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,6 @@ def train_epochs(
     in eval mode, without gradients). Callbacks see ``history_module`` (default ``module``).
     """
     seed = settings.seed if seed is None else seed
-    n = len(x)
-
-    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        perm = torch.randperm(n).to(x.device)
-        for start in range(0, n, settings.batch_size):
-            idx = perm[start : start + settings.batch_size]
-            yield x[idx], y[idx]
 
     def val_loss() -> dict[str, float]:
         xv, yv = validation  # type: ignore[misc]
@@ -145,7 +139,7 @@ def train_epochs(
         return train(
             history_module or module,
             step,
-            batches,
+            permuted_batches(x, y, settings.batch_size),
             epochs=settings.epochs,
             callbacks=callbacks,
             validation=None if validation is None else val_loss,

@@ -1,0 +1,160 @@
+"""The :class:`Likelihood` base class: the observation site of a BNN, its registry of
+subclasses (so a checkpoint names its likelihood's class), and the data plate."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+
+__all__ = ["LIKELIHOOD_EXPECTED", "Likelihood", "likelihood_from_config"]
+
+
+def _data_plate(batch: int, dataset_size: int | None, dim: int = -1) -> pyro.plate:
+    size = batch if dataset_size is None else dataset_size
+    if size < batch:
+        raise ValueError(
+            f"dataset_size must be >= the number of rows passed, got dataset_size={size}, "
+            f"batch={batch}"
+        )
+    subsample = None if size == batch else torch.arange(batch)
+    return pyro.plate("data", size=size, subsample=subsample, dim=dim)
+
+
+#: How argument errors describe a likelihood argument.
+LIKELIHOOD_EXPECTED = "a bnn_pyro.likelihoods.Likelihood (e.g. Gaussian(), Categorical())"
+
+
+class Likelihood(ABC):
+    """Base class of the observation models.
+
+    Subclasses define :meth:`distribution` (of ``y`` given one net output; the Pyro site of
+    :meth:`observe` and :meth:`log_prob` use it), :meth:`mean` (the predictive mean of ``y``
+    given one net output) and :meth:`check_targets`; likelihoods with latent variables of their
+    own (a learned noise scale) also :meth:`sample_latents`. ``name`` is the observation site.
+
+    Example:
+        >>> from bnn_pyro.likelihoods import Categorical
+        >>> lik: Likelihood = Categorical()
+        >>> lik.mean(torch.zeros(1, 2, 4)).shape  # (S, N, C) logits -> class probabilities
+        torch.Size([1, 2, 4])
+    """
+
+    name = "obs"
+
+    def output_dim(self, target_dim: int) -> int:
+        """The net output width needed for targets of width ``target_dim``."""
+        return target_dim
+
+    @abstractmethod
+    def check_targets(self, y: torch.Tensor, out_dim: int) -> torch.Tensor:
+        """Validate ``y`` against a net output of width ``out_dim`` and return it in the shape and
+        dtype the observation site needs (raises ``ValueError``/``TypeError``)."""
+
+    def sample_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Declare the likelihood's own latent sites (none by default) for net output ``f``."""
+        return {}
+
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        """The distribution of each row's ``y`` given net output ``f: (*S, N, O)``: batch shape
+        ``(*S, N)``, the output columns in its event. Subclasses define it (or override both
+        :meth:`observe` and :meth:`log_prob`)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no distribution()")
+
+    def observe(
+        self,
+        f: torch.Tensor,
+        y: torch.Tensor | None,
+        latents: dict[str, torch.Tensor],
+        dataset_size: int | None = None,
+    ) -> None:
+        """Declare the observation site for net output ``f`` inside the data plate.
+
+        Args:
+            f: ``(N, O)`` or ``(*S, N, O)`` net output.
+            y: targets as returned by :meth:`check_targets`, or ``None`` to sample.
+            latents: what :meth:`sample_latents` returned.
+            dataset_size: total number of data points; the ``N`` rows stand for it (their
+                log-likelihood is scaled by ``dataset_size / N``). ``None``: the rows are all.
+        """
+        with _data_plate(f.shape[-2], dataset_size):
+            pyro.sample(self.name, self.distribution(f, latents), obs=y)
+
+    @abstractmethod
+    def mean(self, f: torch.Tensor) -> torch.Tensor:
+        """The predictive mean of ``y`` given net output ``f: (S, N, O)`` → ``(S, N, O')``."""
+
+    def log_prob(
+        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``log p(y_n | f_s)`` for net outputs ``f: (S, N, O)`` and checked targets ``y`` →
+        ``(S, N)`` (summed over output columns)."""
+        return self.distribution(f, latents).log_prob(y)
+
+    def noise_variance(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        """Aleatoric variance per sample, broadcastable to :meth:`mean`; None if not Gaussian."""
+        return None
+
+    _subclasses: dict[str, type[Likelihood]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Likelihood._subclasses[cls.__name__] = cls
+
+    @classmethod
+    def _from_config(cls, own: dict[str, Any]) -> Likelihood:
+        """The inverse of :meth:`config` (``own``: the settings without ``type``)."""
+        return cls(**own)
+
+    def config(self) -> dict[str, Any]:
+        """A ``weights_only``-safe description, inverse of :func:`likelihood_from_config`."""
+        return {"type": type(self).__name__, **self._own_config()}
+
+    def _own_config(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        own = ", ".join(f"{k}={v!r}" for k, v in self._own_config().items())
+        return f"{type(self).__name__}({own})"
+
+
+def float_targets(y: torch.Tensor, out_dim: int, what: str) -> torch.Tensor:
+    if not torch.is_floating_point(y):
+        y = y.float()
+    if y.dim() == 1:
+        y = y.unsqueeze(-1)
+    if y.dim() != 2 or y.shape[1] != out_dim:
+        raise ValueError(
+            f"y must have shape (N,) or (N, {out_dim}) for {what} with {out_dim} output(s), "
+            f"got {tuple(y.shape)}"
+        )
+    return y
+
+
+def likelihood_from_config(config: dict[str, Any]) -> Likelihood:
+    """Rebuild a likelihood from :meth:`Likelihood.config` (used when loading a checkpoint).
+
+    The ``type`` names a :class:`Likelihood` subclass: every subclass is registered by its
+    class name when it is defined, so a user's own likelihood reloads once its module is
+    imported.
+
+    Example:
+        >>> from bnn_pyro.likelihoods import Gaussian
+        >>> likelihood_from_config(Gaussian(scale=0.5).config())
+        Gaussian(scale=0.5)
+    """
+    config = dict(config)
+    kind = config.pop("type", None)
+    if kind not in Likelihood._subclasses:
+        raise ValueError(
+            f"unknown likelihood type {kind!r} in checkpoint (known: "
+            f"{sorted(Likelihood._subclasses)}); import the module that defines it before loading"
+        )
+    return Likelihood._subclasses[kind]._from_config(config)

@@ -1,0 +1,67 @@
+"""Likelihoods of discrete targets: ``Categorical`` (class labels) and ``Bernoulli`` (binary)."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+import torch
+
+from bnn_pyro.likelihoods.base import Likelihood, float_targets
+
+__all__ = ["Bernoulli", "Categorical"]
+
+
+class Categorical(Likelihood):
+    """``y ~ Categorical(logits=f(x))`` for class labels ``0..C-1``.
+
+    Example:
+        >>> Categorical().check_targets(torch.tensor([0, 2, 1]), out_dim=3)
+        tensor([0, 2, 1])
+    """
+
+    def check_targets(self, y: torch.Tensor, out_dim: int) -> torch.Tensor:
+        if y.dim() == 2 and y.shape[1] == 1:
+            y = y.squeeze(1)
+        if y.dim() != 1:
+            raise ValueError(f"y must be a vector of class labels (N,), got shape {tuple(y.shape)}")
+        if y.dtype == torch.bool:
+            raise TypeError("y must hold integer class labels, got a bool tensor")
+        if torch.is_floating_point(y) and not bool((y == y.round()).all()):
+            raise ValueError("y must hold integer class labels, got non-integer values")
+        y = y.long()
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= out_dim):
+            raise ValueError(
+                f"y labels must be in [0, {out_dim - 1}] for a net with {out_dim} outputs, got "
+                f"labels in [{int(y.min())}, {int(y.max())}]"
+            )
+        return y
+
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        return dist.Categorical(logits=f, validate_args=False)
+
+    def mean(self, f: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(f, dim=-1)
+
+
+class Bernoulli(Likelihood):
+    """``y ~ Bernoulli(logits=f(x))`` for binary targets in {0, 1} (one or several columns).
+
+    Example:
+        >>> Bernoulli().check_targets(torch.tensor([0, 1, 1]), out_dim=1).shape
+        torch.Size([3, 1])
+    """
+
+    def check_targets(self, y: torch.Tensor, out_dim: int) -> torch.Tensor:
+        y = float_targets(y, out_dim, "a Bernoulli likelihood")
+        if not bool(((y == 0) | (y == 1)).all()):
+            raise ValueError("y must hold binary targets in {0, 1} for a Bernoulli likelihood")
+        return y
+
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        return dist.Bernoulli(logits=f, validate_args=False).to_event(1)
+
+    def mean(self, f: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(f)

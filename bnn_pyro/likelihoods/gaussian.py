@@ -1,0 +1,186 @@
+"""Gaussian likelihoods: fixed or learned homoscedastic noise, and heteroscedastic."""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+
+from bnn_pyro.likelihoods.base import Likelihood, float_targets
+
+__all__ = ["NOISE_SITE", "Gaussian", "GaussianLikelihood", "HeteroscedasticGaussian"]
+
+NOISE_SITE = "likelihood.scale"
+
+
+class GaussianLikelihood(Likelihood):
+    """``y ~ Normal(loc, scale)`` independent over rows and columns; subclasses say where
+    ``loc`` and ``scale`` come from.
+
+    Example:
+        >>> f = torch.zeros(3, 5, 1)  # (S, N, O)
+        >>> Gaussian(scale=0.5).noise_variance(f, {})
+        tensor(0.2500)
+    """
+
+    def target_dim(self, out_dim: int) -> int:
+        return out_dim
+
+    def check_targets(self, y: torch.Tensor, out_dim: int) -> torch.Tensor:
+        return float_targets(y, self.target_dim(out_dim), "a Gaussian likelihood")
+
+    @abstractmethod
+    def _loc_scale(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def distribution(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> dist.TorchDistribution:
+        loc, scale = self._loc_scale(f, latents)
+        return dist.Normal(loc, scale, validate_args=False).to_event(1)
+
+    def mean(self, f: torch.Tensor) -> torch.Tensor:
+        return f[..., : self.target_dim(f.shape[-1])]
+
+    def noise_variance(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor | None:
+        return self._loc_scale(f, latents)[1] ** 2
+
+
+class Gaussian(GaussianLikelihood):
+    """``y ~ Normal(f(x), scale)``, independent over rows and output columns.
+
+    Args:
+        scale: the noise standard deviation: a positive float (fixed, known noise) or
+            ``"learned"`` (a latent site ``"likelihood.scale"`` of shape ``(O,)``, one noise
+            level per output, with prior ``scale_prior``).
+        scale_prior: prior of the learned scale; default ``LogNormal(0, 1)`` (median 1, 95% of
+            its mass in [0.14, 7.1]), suited to standardised targets.
+
+    Example:
+        >>> Gaussian(scale=0.1)
+        Gaussian(scale=0.1)
+    """
+
+    def __init__(
+        self, scale: float | str = 1.0, scale_prior: dist.TorchDistribution | None = None
+    ) -> None:
+        if isinstance(scale, str):
+            if scale != "learned":
+                raise ValueError(f"scale must be a positive float or 'learned', got {scale!r}")
+        elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"scale must be a positive float or 'learned', got {scale!r}")
+        elif not (scale > 0 and math.isfinite(scale)):
+            raise ValueError(f"scale must be positive and finite, got {scale}")
+        if scale_prior is not None and scale != "learned":
+            raise ValueError("scale_prior is only used with scale='learned'")
+        if scale_prior is None:
+            scale_prior = dist.LogNormal(0.0, 1.0)
+        if scale_prior.support is not dist.constraints.positive or scale_prior.batch_shape != ():
+            raise ValueError(
+                "scale_prior must be a scalar distribution on the positive reals, got "
+                f"{scale_prior!r}"
+            )
+        self.scale = scale if isinstance(scale, str) else float(scale)
+        self.scale_prior = scale_prior
+        self._prior_cache: dict[tuple, dist.TorchDistribution] = {}
+
+    @property
+    def learned(self) -> bool:
+        """Whether the noise scale is a latent site (``scale="learned"``)."""
+        return self.scale == "learned"
+
+    def sample_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not self.learned:
+            return {}
+        key = (f.shape[-1], f.device, f.dtype)
+        prior = self._prior_cache.get(key)
+        if prior is None:
+            from bnn_pyro.priors import _rebuild
+
+            prior = _rebuild(self.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
+            self._prior_cache[key] = prior
+        return {NOISE_SITE: pyro.sample(NOISE_SITE, prior)}
+
+    def _loc_scale(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.learned:
+            return f, torch.as_tensor(self.scale, dtype=f.dtype, device=f.device)
+        scale = latents[NOISE_SITE]  # (O,), or (*S, 1, O) under sample plates
+        if scale.dim() == 2:  # (S, O) posterior samples: align with f's (S, N, O)
+            scale = scale.unsqueeze(-2)
+        return f, scale
+
+    @classmethod
+    def _from_config(cls, own: dict[str, Any]) -> Likelihood:
+        prior = own.get("scale_prior")
+        if prior is not None:
+            prior = getattr(dist, prior["distribution"])(**prior["params"])
+        return cls(scale=own["scale"], scale_prior=prior)
+
+    def _own_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"scale": self.scale}
+        if self.learned:
+            prior = self.scale_prior
+            config["scale_prior"] = {
+                "distribution": type(prior).__name__,
+                "params": {k: torch.as_tensor(getattr(prior, k)) for k in prior.arg_constraints},
+            }
+        return config
+
+    def __repr__(self) -> str:
+        if self.learned:
+            return f"Gaussian(scale='learned', scale_prior={self.scale_prior!r})"
+        return f"Gaussian(scale={self.scale!r})"
+
+
+class HeteroscedasticGaussian(GaussianLikelihood):
+    """``y ~ Normal(loc(x), scale(x))``: the net predicts its own noise.
+
+    The net has ``2*O`` outputs: the first ``O`` are the location, the last ``O`` pass through
+    ``softplus(.) + min_scale`` to give the scale (Nix & Weigend 1994; Lakshminarayanan et al.
+    2017).
+
+    Args:
+        min_scale: a floor on the predicted scale, for numerical stability.
+
+    Example:
+        >>> lik = HeteroscedasticGaussian()
+        >>> lik.output_dim(1)
+        2
+    """
+
+    def __init__(self, min_scale: float = 1e-3) -> None:
+        if isinstance(min_scale, bool) or not isinstance(min_scale, (int, float)):
+            raise TypeError(f"min_scale must be a float >= 0, got {min_scale!r}")
+        if not (min_scale >= 0 and math.isfinite(min_scale)):
+            raise ValueError(f"min_scale must be a finite float >= 0, got {min_scale!r}")
+        self.min_scale = float(min_scale)
+
+    def output_dim(self, target_dim: int) -> int:
+        return 2 * target_dim
+
+    def target_dim(self, out_dim: int) -> int:
+        if out_dim % 2:
+            raise ValueError(
+                "HeteroscedasticGaussian needs an even number of net outputs (a loc and a scale "
+                f"per target), got {out_dim}"
+            )
+        return out_dim // 2
+
+    def _loc_scale(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        o = self.target_dim(f.shape[-1])
+        return f[..., :o], F.softplus(f[..., o:]) + self.min_scale
+
+    def _own_config(self) -> dict[str, Any]:
+        return {"min_scale": self.min_scale}

@@ -1,0 +1,95 @@
+"""The minibatches of the one loop: ``batches()`` callables, called once per epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+__all__ = ["Batches", "loader_batches", "permuted_batches", "shuffled_batches"]
+
+Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+
+
+def shuffled_batches(
+    X: torch.Tensor, y: torch.Tensor, batch_size: int, shuffle: bool, seed: int | None
+) -> Batches:
+    """Minibatches of ``(X (N, ...), y (N, ...))`` in an order drawn from a generator of their
+    own (seeded with ``seed``; drawn from the global RNG when ``None``), reshuffled each epoch;
+    ``batch_size >= N`` gives the whole data set as one batch.
+
+    Example:
+        >>> batches = shuffled_batches(torch.arange(5.0), torch.arange(5.0), 2, True, seed=0)
+        >>> [len(xb) for xb, _ in batches()]
+        [2, 2, 1]
+    """
+    n = X.shape[0]
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed if seed is not None else int(torch.randint(2**31, ()).item()))
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if batch_size >= n:
+            yield X, y
+            return
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        order = order.to(X.device)
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            yield X[idx], y[idx]
+
+    return batches
+
+
+def permuted_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> Batches:
+    """Minibatches in an order of ``torch.randperm`` from the *global* RNG, which the classic
+    methods fork and seed around their loop (so dropout masks and order share one stream).
+
+    Example:
+        >>> batches = permuted_batches(torch.zeros(5, 1), torch.zeros(5), 4)
+        >>> [len(xb) for xb, _ in batches()]
+        [4, 1]
+    """
+    n = len(x)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        perm = torch.randperm(n).to(x.device)
+        for start in range(0, n, batch_size):
+            idx = perm[start : start + batch_size]
+            yield x[idx], y[idx]
+
+    return batches
+
+
+def loader_batches(
+    loader: DataLoader,
+    inputs: Callable[[Any, str], torch.Tensor],
+    targets: Callable[[Any, torch.Tensor, str], torch.Tensor],
+) -> tuple[Batches, int, torch.Tensor, torch.Tensor]:
+    """The batches of a ``DataLoader`` of ``(x, y)`` pairs, each checked by ``inputs(x, name)``
+    and ``targets(y, x, name)``; also ``N`` (the dataset's length) and the first batch.
+
+    Example:
+        >>> from torch.utils.data import TensorDataset
+        >>> loader = DataLoader(TensorDataset(torch.zeros(6, 2), torch.ones(6)), batch_size=4)
+        >>> batches, n, x0, y0 = loader_batches(loader, lambda x, _: x, lambda y, x, _: y)
+        >>> n, x0.shape, [len(xb) for xb, _ in batches()]
+        (6, torch.Size([4, 2]), [4, 2])
+    """
+    try:
+        n = len(loader.dataset)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError("the DataLoader's dataset must have a length (N)") from None
+    first = next(iter(loader))
+    if not (isinstance(first, (tuple, list)) and len(first) == 2):
+        raise ValueError("the DataLoader must yield (x, y) pairs")
+    first_x = inputs(first[0], "x batch")
+    first_y = targets(first[1], first_x, "y batch")
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for xb, yb in loader:
+            xb = inputs(xb, "x batch")
+            yield xb, targets(yb, xb, "y batch")
+
+    return batches, n, first_x, first_y
