@@ -83,6 +83,32 @@ def test_predict_answers_the_contract(saved, name, task):
         assert not torch.equal(other, mean)  # the seed matters: the samples are random
 
 
+@pytest.mark.parametrize("name", list(bp.METHODS))
+def test_fit_takes_a_dataloader(name):
+    """``fit(loader)`` is ``fit(X, y)`` on the loader's rows (the same numbers, same seed)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    X, y = _data("regression")
+    by_tensors = bp.make(name, _net(1), bp.Gaussian(scale=0.3))
+    by_loader = bp.make(name, _net(1), bp.Gaussian(scale=0.3))
+    kwargs = dict(epochs=2, batch_size=16, seed=0, progress=False)
+    by_tensors.fit(X, y, **kwargs)
+    loader = DataLoader(TensorDataset(X, y), batch_size=10)  # the loader's own batch size
+    if name == "laplace":  # a loader means the seed's fit(loader): no MAP phase
+        by_tensors = bp.make(name, _net(1), bp.Gaussian(scale=0.3))
+        by_tensors.fit(X, y, epochs=0, progress=False)
+        by_loader.fit(loader)
+    elif name in ("vi", "lrt", "hidden_layer"):  # the SVI loop runs the loader's batches
+        history = by_loader.fit(loader, **kwargs)
+        assert len(history["loss"]) == 2
+        return
+    else:
+        by_loader.fit(loader, **kwargs)
+    torch.testing.assert_close(
+        by_loader.predict(X, seed=1)[0], by_tensors.predict(X, seed=1)[0], rtol=1e-5, atol=1e-6
+    )
+
+
 def test_every_method_takes_the_seed_likelihood_names_too():
     X, y = _data("regression")
     for cls in (bp.MCDropout, bp.SWAG, bp.LaplaceApproximation):

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_seed
 from bnn_pyro._rng import seed_from
@@ -170,7 +171,8 @@ class ClassicMethod(BaseBayesianMethod):
         """Train on ``(x, y)`` with the one loop, then fit the method's posterior.
 
         Args:
-            x: ``(N, D)`` inputs.
+            x: ``(N, D)`` inputs, or a ``DataLoader`` of ``(x, y)`` batches (then ``y`` is
+                None; its rows are gathered into one tensor each, so it must fit in memory).
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
             epochs: passes over the data.
             batch_size: rows per minibatch (reshuffled every epoch).
@@ -190,6 +192,8 @@ class ClassicMethod(BaseBayesianMethod):
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch, ``val_loss``).
         """
+        if isinstance(x, DataLoader):
+            x, y = _gather(x, y)
         settings = check_fit_args(
             epochs,
             batch_size,
@@ -311,3 +315,20 @@ class ClassicMethod(BaseBayesianMethod):
     @staticmethod
     def _likelihood_from(config: dict[str, Any]) -> Likelihood:
         return likelihood_from_config(config["likelihood"])
+
+
+def _gather(loader: DataLoader, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(x, y)`` batches of ``loader`` concatenated (each checked to be a pair of tensors)."""
+    if y is not None:
+        raise TypeError("y must be None when x is a DataLoader (it yields (x, y))")
+    xs, ys = [], []
+    for i, batch in enumerate(loader):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise ValueError(f"the DataLoader must yield (x, y) pairs, got {type(batch).__name__}")
+        xs.append(check_inputs(batch[0], f"x of batch {i}"))
+        if not isinstance(batch[1], torch.Tensor):
+            raise TypeError(f"y of batch {i} must be a torch.Tensor, got {type(batch[1]).__name__}")
+        ys.append(batch[1])
+    if not xs:
+        raise ValueError("the DataLoader yielded no batch")
+    return torch.cat(xs), torch.cat(ys)
