@@ -15,12 +15,24 @@ from bnn_pyro.metrics import expected_calibration_error, regression_calibration,
 
 __all__ = [
     "plot_predictive_1d",
+    "get_axes",
     "plot_regression_calibration",
     "plot_reliability_diagram",
 ]
 
 
-def _axes(ax: object) -> Axes:
+def get_axes(ax: object = None) -> Axes:
+    """``ax``, or the axes of a new figure when ``None`` (every plot here takes ``ax=``).
+
+    Raises:
+        TypeError: ``ax`` is neither a matplotlib ``Axes`` nor ``None``.
+
+    Example:
+        >>> ax = get_axes()
+        >>> get_axes(ax) is ax
+        True
+        >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
+    """
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -108,7 +120,7 @@ def plot_predictive_1d(
             noise = _column(noise_std, "noise_std", n)
         if not np.isfinite(noise).all() or (noise < 0).any():
             raise ValueError("noise_std must be finite and >= 0")
-    ax = _axes(ax)
+    ax = get_axes(ax)
 
     order = np.argsort(xs, kind="stable")
     xs, mu, sd = xs[order], mu[order], sd[order]
@@ -177,7 +189,7 @@ def plot_reliability_diagram(
     with torch.no_grad():  # probabilities that require grad are fine to plot
         curve = reliability_curve(probs, labels, n_bins=n_bins)
         ece = expected_calibration_error(probs, labels, n_bins=n_bins)
-    ax = _axes(ax)
+    ax = get_axes(ax)
     filled = (curve.counts > 0).numpy()
     lefts = np.arange(n_bins)[filled] / n_bins
     ax.bar(
@@ -230,7 +242,7 @@ def plot_regression_calibration(
     """
     with torch.no_grad():
         result = regression_calibration(locs, scales, y, levels)
-    ax = _axes(ax)
+    ax = get_axes(ax)
     (line,) = ax.plot(
         result.levels.double().numpy(), result.coverage.double().numpy(), "o-", label="model"
     )

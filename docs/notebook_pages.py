@@ -29,24 +29,19 @@ def on_config(config):
     return config
 
 
+def _file(path: str, config) -> File:
+    return File(
+        path,
+        src_dir=str(ROOT),
+        dest_dir=config["site_dir"],
+        use_directory_urls=config["use_directory_urls"],
+    )
+
+
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns them into notebook pages
 def on_files(files, config):
     for png in sorted((ROOT / "benchmarks" / "results").glob("*.png")):
-        files.append(
-            File(
-                f"benchmarks/results/{png.name}",
-                src_dir=str(ROOT),
-                dest_dir=config["site_dir"],
-                use_directory_urls=config["use_directory_urls"],
-            )
-        )
+        files.append(_file(f"benchmarks/results/{png.name}", config))
     for nb in notebooks():
-        files.append(
-            File(
-                f"notebooks/{nb.name}",
-                src_dir=str(ROOT),
-                dest_dir=config["site_dir"],
-                use_directory_urls=config["use_directory_urls"],
-            )
-        )
+        files.append(_file(f"notebooks/{nb.name}", config))
     return files

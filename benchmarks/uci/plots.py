@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from benchmarks.uci.published import PUBLISHED_UCI
+from bnn_pyro.plots import get_axes
 
 __all__ = ["plot_uci_results"]
 
@@ -20,18 +21,6 @@ _METRIC_LABELS = {
     "test_ll": "test log-likelihood (nats, higher is better)",
     "rmse": "test RMSE (lower is better)",
 }
-
-
-def _axes(ax: object) -> Axes:
-    """``ax``, or the axes of a new figure when ``None``; a ``TypeError`` for anything else."""
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        _, ax = plt.subplots()
-        return ax
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
-    return ax
 
 
 def _checked_rows(rows: object, name: str) -> list[Mapping[str, object]]:
@@ -122,7 +111,7 @@ def plot_uci_results(
                 math.nan if stderr is None else stderr,
             )
 
-    ax = _axes(ax)
+    ax = get_axes(ax)
     width = 0.8 / len(series)
     for j, ((method, published), values) in enumerate(series.items()):
         index = sorted(datasets.index(d) for d in values)
