@@ -36,12 +36,12 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
         >>> check_int("epochs", 0)
         Traceback (most recent call last):
           ...
-        ValueError: epochs must be >= 1, got 0
+        ValueError: epochs must be an int >= 1, got 0
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
     return int(value)
 
 
@@ -62,17 +62,20 @@ def check_float(
         >>> check_float("lr", 0, minimum=0.0, strict=True)
         Traceback (most recent call last):
           ...
-        ValueError: lr must be finite and > 0.0, got 0.0
+        ValueError: lr must be a finite float > 0.0, got 0.0
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__} ({value!r})")
     value = float(value)
-    bad = value <= minimum if strict else value < minimum
-    if bad or not math.isfinite(value):
-        relation = ">" if strict else ">="
-        raise ValueError(f"{name} must be finite and {relation} {minimum}, got {value}")
-    if value >= maximum:
-        raise ValueError(f"{name} must be < {maximum}, got {value}")
+    below = value <= minimum if strict else value < minimum
+    if below or value >= maximum or not math.isfinite(value):
+        if maximum < math.inf:
+            bounds = f" in {'(' if strict else '['}{minimum}, {maximum})"
+        elif minimum > -math.inf:
+            bounds = f" {'>' if strict else '>='} {minimum}"
+        else:
+            bounds = ""
+        raise ValueError(f"{name} must be a finite float{bounds}, got {value}")
     return value
 
 

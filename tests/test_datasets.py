@@ -75,13 +75,13 @@ def test_digits_split_without_sklearn_says_what_to_install(monkeypatch):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: toy_regression_1d(n=0), ValueError, "n must be >= 1"),
+        (lambda: toy_regression_1d(n=0), ValueError, "n must be an int >= 1"),
         (lambda: toy_regression_1d(n=10.0), TypeError, "n must be an int"),
         (lambda: toy_regression_1d(noise_std=-1.0), ValueError, "noise_std"),
         (lambda: toy_regression_1d(noise_std="0.1"), TypeError, "noise_std"),
         (lambda: toy_regression_1d(gap=(1.0, -1.0)), ValueError, "gap"),
         (lambda: toy_regression_1d(gap=(-4.0, 1.0)), ValueError, "x_range"),
-        (lambda: two_moons(n=1), ValueError, "n must be >= 2"),
+        (lambda: two_moons(n=1), ValueError, "n must be an int >= 2"),
         (lambda: two_moons(seed=-1), ValueError, "seed"),
         (lambda: load_digits_split(test_fraction=1.0), ValueError, "test_fraction"),
         (lambda: load_digits_split(test_fraction="0.2"), TypeError, "test_fraction"),

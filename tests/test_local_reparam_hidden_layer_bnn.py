@@ -112,14 +112,14 @@ def test_classification_learned_noise_and_predictive():
 @pytest.mark.parametrize(
     "args, kwargs, error, match",
     [
-        ((0, [4], 1), {}, ValueError, "in_features must be >= 1"),
+        ((0, [4], 1), {}, ValueError, "in_features must be an int >= 1"),
         ((3, "4", 1), {}, TypeError, "hidden_sizes must be a sequence"),
         ((3, [4.0], 1), {}, TypeError, r"hidden_sizes\[0\] must be an int"),
         ((3, [4], 1), dict(likelihood="gaussian"), TypeError, "likelihood must be"),
         ((3, [4], 1), dict(activation="swish"), ValueError, "activation must be one of"),
         ((3, [4], 1), dict(activation=3), TypeError, "activation must be a name or a callable"),
-        ((3, [4], 1), dict(prior_scale=0.0), ValueError, "prior_scale must be finite and >"),
-        ((3, [4], 1), dict(init_scale=-1.0), ValueError, "init_scale must be finite and >"),
+        ((3, [4], 1), dict(prior_scale=0.0), ValueError, "prior_scale must be a finite float >"),
+        ((3, [4], 1), dict(init_scale=-1.0), ValueError, "init_scale must be a finite float >"),
     ],
 )
 def test_bad_constructor_arguments(args, kwargs, error, match):
@@ -134,10 +134,10 @@ def test_bad_constructor_arguments(args, kwargs, error, match):
         (torch.randn(8, 4), torch.randn(8), {}, ValueError, r"X must have 3 feature\(s\)"),
         (torch.randn(8), torch.randn(8), {}, ValueError, "X must have at least 2"),
         (torch.randn(8, 3), torch.randn(7), {}, ValueError, "same number of rows"),
-        (torch.randn(8, 3), torch.randn(8), dict(epochs=-1), ValueError, "epochs must be >= 0"),
+        (torch.randn(8, 3), torch.randn(8), dict(epochs=-1), ValueError, "epochs must be an int >= 0"),
         (torch.randn(8, 3), torch.randn(8), dict(batch_size=0), ValueError, "batch_size must be"),
-        (torch.randn(8, 3), torch.randn(8), dict(lr=0.0), ValueError, "lr must be finite"),
-        (torch.randn(8, 3), torch.randn(8), dict(seed=-1), ValueError, "seed must be >= 0"),
+        (torch.randn(8, 3), torch.randn(8), dict(lr=0.0), ValueError, "lr must be a finite float"),
+        (torch.randn(8, 3), torch.randn(8), dict(seed=-1), ValueError, "seed must be an int >= 0"),
         (
             torch.randn(8, 3),
             torch.randn(8),
@@ -160,7 +160,7 @@ def test_predict_needs_a_fit_and_valid_arguments():
     with pytest.raises(NotFittedError):
         bnn.predict(torch.randn(2, 3))
     bnn.fit(torch.randn(8, 3), torch.randn(8), epochs=1, progress=False, seed=0)
-    with pytest.raises(ValueError, match="num_samples must be >= 1"):
+    with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
         bnn.predict(torch.randn(2, 3), num_samples=0)
     with pytest.raises(ValueError, match="include_noise=True needs a Gaussian"):
         clf = HiddenLayerBNN(3, [4], 2, bp.Categorical())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from bnn_pyro import registry
+from bnn_pyro._checks import check_choice, check_float, check_int
 from bnn_pyro.nn.mlp import ACTIVATIONS
 
 #: The values of ``method``: the names in the method registry (:data:`bnn_pyro.METHODS`) when
@@ -18,31 +18,6 @@ from bnn_pyro.nn.mlp import ACTIVATIONS
 #: method registered before that import is offered too, built with ``num_samples`` only.)
 METHODS = tuple(registry.METHODS)
 TASKS = ("regression", "classification")
-
-
-def _int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return int(value)
-
-
-def _float(name: str, value: Any, lower: float = 0.0, upper: float = math.inf) -> float:
-    """A finite float in the open interval ``(lower, upper)``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__} ({value!r})")
-    value = float(value)
-    if not (math.isfinite(value) and lower < value < upper):
-        bounds = f"> {lower}" if upper == math.inf else f"in ({lower}, {upper})"
-        raise ValueError(f"{name} must be a finite float {bounds}, got {value}")
-    return value
-
-
-def _choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
 
 
 def hidden_sizes(value: Any) -> tuple[int, ...]:
@@ -59,7 +34,7 @@ def hidden_sizes(value: Any) -> tuple[int, ...]:
             f"hidden_sizes must be a tuple of ints such as (50,) or (50, 50), got "
             f"{type(value).__name__} ({value!r})"
         )
-    return tuple(_int(f"hidden_sizes[{i}]", h) for i, h in enumerate(value))
+    return tuple(check_int(f"hidden_sizes[{i}]", h) for i, h in enumerate(value))
 
 
 def check_hyperparameters(**params: Any) -> dict[str, Any]:
@@ -84,28 +59,30 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
         ValueError: epochs must be an int >= 1, got 0
     """
     p = dict(params)
-    p["task"] = _choice("task", p["task"], TASKS)
-    p["method"] = _choice("method", p["method"], METHODS)
+    p["task"] = check_choice("task", p["task"], TASKS)
+    p["method"] = check_choice("method", p["method"], METHODS)
     p["hidden_sizes"] = hidden_sizes(p["hidden_sizes"])
     if not isinstance(p["activation"], str) or p["activation"] not in ACTIVATIONS:
         raise ValueError(
             f"activation must be one of {sorted(ACTIVATIONS)}, got {p['activation']!r}"
         )
-    p["epochs"] = _int("epochs", p["epochs"])
+    p["epochs"] = check_int("epochs", p["epochs"])
     if p["batch_size"] is not None:
-        p["batch_size"] = _int("batch_size", p["batch_size"])
-    p["lr"] = _float("lr", p["lr"])
-    p["num_samples"] = _int("num_samples", p["num_samples"])
-    p["prior_scale"] = _float("prior_scale", p["prior_scale"])
+        p["batch_size"] = check_int("batch_size", p["batch_size"])
+    p["lr"] = check_float("lr", p["lr"], minimum=0.0, strict=True)
+    p["num_samples"] = check_int("num_samples", p["num_samples"])
+    p["prior_scale"] = check_float("prior_scale", p["prior_scale"], minimum=0.0, strict=True)
     if p["noise"] != "learned":
         if isinstance(p["noise"], str):
             raise ValueError(f"noise must be 'learned' or a float > 0, got {p['noise']!r}")
-        p["noise"] = _float("noise", p["noise"])
+        p["noise"] = check_float("noise", p["noise"], minimum=0.0, strict=True)
     if not isinstance(p["standardize"], (bool, np.bool_)):
         raise TypeError(f"standardize must be a bool, got {type(p['standardize']).__name__}")
     p["standardize"] = bool(p["standardize"])
-    p["dropout_rate"] = _float("dropout_rate", p["dropout_rate"], upper=1.0)
-    p["ensemble_size"] = _int("ensemble_size", p["ensemble_size"])
+    p["dropout_rate"] = check_float(
+        "dropout_rate", p["dropout_rate"], minimum=0.0, strict=True, maximum=1.0
+    )
+    p["ensemble_size"] = check_int("ensemble_size", p["ensemble_size"])
     if p["method"] == "dropout" and not p["hidden_sizes"]:
         raise ValueError("method='dropout' needs at least one hidden layer, got hidden_sizes=()")
     return p

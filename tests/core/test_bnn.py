@@ -154,7 +154,7 @@ def test_bad_settings_are_refused(regression_data):
         with pytest.raises((ValueError, TypeError), match=words):
             bnn.fit(X, y, progress=False, **kwargs)
     bnn.fit(X, y, epochs=1, progress=False)
-    with pytest.raises(ValueError, match="num_samples must be >= 1"):
+    with pytest.raises(ValueError, match="num_samples must be an int >= 1"):
         bnn.predict(X, num_samples=0)
     with pytest.raises(ValueError, match="3 feature"):
         bnn.predict(torch.randn(4, 2))
