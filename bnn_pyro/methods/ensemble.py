@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -28,7 +28,7 @@ from bnn_pyro.methods._training import (
     probe,
     task_loss,
 )
-from bnn_pyro.training import History
+from bnn_pyro.training import History, LossStep, train
 
 __all__ = ["DeepEnsemble"]
 
@@ -222,7 +222,7 @@ class DeepEnsemble(ClassicMethod):
             device: moves the member (and batches) there; None keeps the member's device.
 
         Returns:
-            The mean batch loss of each epoch.
+            The mean loss per sample of each epoch.
 
         Example:
             >>> from torch.utils.data import DataLoader, TensorDataset
@@ -239,19 +239,15 @@ class DeepEnsemble(ClassicMethod):
         model = self.models[model_idx]
         device = torch.device(device) if device is not None else module_device(model)
         model.to(device)
-        history = []
-        with modes(model, lambda m: True):
-            for _ in range(num_epochs):
-                total, count = 0.0, 0
-                for batch_x, batch_y in train_loader:
-                    batch_x, batch_y = batch_x.to(device), batch_y.to(device)
-                    optimizer.zero_grad()
-                    loss = criterion(model(batch_x), batch_y)
-                    loss.backward()
-                    optimizer.step()
-                    total, count = total + loss.item(), count + 1
-                history.append(total / max(count, 1))
-        return history
+
+        def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            for batch_x, batch_y in train_loader:
+                yield batch_x.to(device), batch_y.to(device)
+
+        step = LossStep(lambda xb, yb: criterion(model(xb), yb), optimizer, desc="train_member")
+        with modes(model, lambda m: True):  # the one loop, with the caller's optimizer and loss
+            history = train(model, step, batches, epochs=num_epochs, progress=False)
+        return history["loss"]
 
     def _loss(self, member: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         if not self.gaussian_nll:
