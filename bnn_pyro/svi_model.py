@@ -32,6 +32,7 @@ from bnn_pyro.training import (
     run_svi,
 )
 from bnn_pyro.training.batches import loader_batches, shuffled_batches
+from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
 __all__ = ["SVIModel"]
 
@@ -154,6 +155,8 @@ class SVIModel(BaseBayesianMethod):
         shuffle: bool = True,
         progress: bool = True,
         seed: int | None = None,
+        lr_schedule: LRScheduleSpec = None,
+        average: float | None = None,
     ) -> History:
         """Train the posterior by SVI on ``(X, y)`` or a ``DataLoader`` of ``(x, y)`` batches.
 
@@ -179,6 +182,12 @@ class SVIModel(BaseBayesianMethod):
             progress: show a progress bar.
             seed: makes the run reproducible (given the net's initial weights) without touching
                 the global RNG.
+            lr_schedule: the learning rate over the epochs: ``None`` (constant), ``"cosine"``,
+                ``"step"``, ``"warmup_cosine"``, a callable ``progress -> factor`` or a torch
+                scheduler class (see :func:`bnn_pyro.training.schedules.make_lr_schedule`).
+            average: a fraction in (0, 1]: the guide ends at the mean of its iterates over that
+                last share of the epochs (Polyak averaging), which removes the jitter a
+                constant step leaves around the optimum.
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
@@ -190,6 +199,7 @@ class SVIModel(BaseBayesianMethod):
             check_float("kl_weight", kl_weight, minimum=0.0)
         if seed is not None:
             check_int("seed", seed, minimum=0)
+        check_schedule_args(lr_schedule, average)
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
         if isinstance(X, DataLoader):
@@ -232,6 +242,8 @@ class SVIModel(BaseBayesianMethod):
                     callbacks=list(callbacks),
                     validation=validation,
                     progress=progress,
+                    lr_schedule=lr_schedule,
+                    average=average,
                 )
             finally:
                 self.train(was_training)

@@ -166,6 +166,8 @@ class ClassicMethod(BaseBayesianMethod):
         seed: int | None = None,
         callbacks: Iterable[Callback] = (),
         validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
+        lr_schedule: Any = None,
+        average: float | None = None,
         **options: Any,
     ) -> History:
         """Train on ``(x, y)`` with the one loop, then fit the method's posterior.
@@ -186,6 +188,8 @@ class ClassicMethod(BaseBayesianMethod):
             callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
             validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss on it,
                 in eval mode) to the history.
+            lr_schedule, average: the learning rate over the epochs and Polyak averaging of
+                the last iterates (see :func:`bnn_pyro.training.train`).
             **options: the method's own (SWAG: ``swa_start``; ``VariationalBayesNN``:
                 ``train_samples``, ``kl_weight``; Laplace: ``device``).
 
@@ -205,6 +209,8 @@ class ClassicMethod(BaseBayesianMethod):
             min_epochs=self._min_epochs,
             callbacks=callbacks,
             validation_data=validation_data,
+            lr_schedule=lr_schedule,
+            average=average,
         )
         return self._fit(x, y, settings, **options)
 

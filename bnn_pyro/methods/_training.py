@@ -15,6 +15,7 @@ from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.training import Callback, History, LossStep, check_optimizer, make_optimizer, train
 from bnn_pyro.training.batches import permuted_batches
+from bnn_pyro.training.schedules import check_schedule_args
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class TrainSettings:
     seed: int | None
     callbacks: tuple[Callback, ...] = ()
     validation_data: Any = None
+    lr_schedule: Any = None
+    average: float | None = None
 
 
 def check_fit_args(
@@ -43,6 +46,8 @@ def check_fit_args(
     min_epochs: int = 1,
     callbacks: Iterable[Callback] = (),
     validation_data: Any = None,
+    lr_schedule: Any = None,
+    average: float | None = None,
 ) -> TrainSettings:
     """Validate the arguments every ``fit`` shares; return them as :class:`TrainSettings`."""
     check_int("epochs", epochs, minimum=min_epochs)
@@ -52,6 +57,7 @@ def check_fit_args(
     check_optimizer(optimizer)
     check_bool("progress", progress)
     check_seed("seed", seed)
+    check_schedule_args(lr_schedule, average)
     return TrainSettings(
         epochs,
         batch_size,
@@ -62,6 +68,8 @@ def check_fit_args(
         seed,
         tuple(callbacks),
         validation_data,
+        lr_schedule,
+        average,
     )
 
 
@@ -145,6 +153,8 @@ def train_epochs(
             validation=None if validation is None else val_loss,
             progress=settings.progress,
             desc=desc,
+            lr_schedule=settings.lr_schedule,
+            average=settings.average,
         )
 
 

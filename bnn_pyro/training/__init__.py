@@ -23,6 +23,12 @@ from bnn_pyro.training.optim import (
     check_optimizer,
     make_optimizer,
 )
+from bnn_pyro.training.schedules import (
+    LR_SCHEDULES,
+    IterateAverage,
+    LRScheduleSpec,
+    make_lr_schedule,
+)
 from bnn_pyro.training.svi import (
     GuardedSVI,
     KLWeightSpec,
@@ -33,7 +39,10 @@ from bnn_pyro.training.svi import (
 )
 
 __all__ = [
+    "LR_SCHEDULES",
     "OPTIMIZER_NAMES",
+    "IterateAverage",
+    "LRScheduleSpec",
     "OptimizerSpec",
     "Batch",
     "Callback",
@@ -49,6 +58,7 @@ __all__ = [
     "check_optimizer",
     "linear_annealing",
     "make_elbo",
+    "make_lr_schedule",
     "make_optimizer",
     "run_svi",
     "state_copy",

@@ -20,6 +20,7 @@ import torch
 from bnn_pyro._progress import tqdm
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.training.callbacks import History, state_copy
+from bnn_pyro.training.schedules import IterateAverage, LRScheduleSpec, make_lr_schedule
 
 __all__ = ["Batch", "Callback", "LossStep", "TrainingStep", "train"]
 
@@ -48,6 +49,9 @@ class TrainingStep:
         >>> history["loss"]
         [4.0, 4.0]
     """
+
+    #: The torch optimizer the step moves (what ``lr_schedule`` drives), or ``None``.
+    optimizer: torch.optim.Optimizer | None = None
 
     def start_epoch(self, epoch: int) -> None:
         """Called before the epoch's first step."""
@@ -112,6 +116,8 @@ def train(
     validation: Callable[[], dict[str, float]] | None = None,
     progress: bool = True,
     desc: str = "fit",
+    lr_schedule: LRScheduleSpec = None,
+    average: float | None = None,
 ) -> History:
     """Run ``epochs`` passes of ``step`` over ``batches()``; return the :class:`History`.
 
@@ -129,10 +135,18 @@ def train(
         validation: returns extra history entries after each epoch (e.g. ``{"val_nll": ...}``).
         progress: show a tqdm bar.
         desc: the bar's label.
+        lr_schedule: the learning rate over the epochs (see
+            :func:`~bnn_pyro.training.schedules.make_lr_schedule`): ``None``/``"constant"``,
+            ``"cosine"``, ``"step"``, ``"warmup_cosine"``, a callable ``progress -> factor`` or a
+            torch scheduler class; needs ``step.optimizer``.
+        average: if given, a fraction in (0, 1]: the parameters end at the mean of their
+            iterates over that last share of the epochs (every step; see
+            :class:`~bnn_pyro.training.schedules.IterateAverage`).
 
     Returns:
         The :class:`History`: one row per epoch with ``epoch``, the step's entries (``loss``
-        ...), the validation entries and ``seconds`` since the start.
+        ...), ``lr`` (when a schedule runs), the validation entries and ``seconds`` since the
+        start.
 
     Example:
         >>> w = torch.nn.Linear(1, 1)
@@ -144,6 +158,8 @@ def train(
     """  # noqa: E501
     history = History()
     callbacks = list(callbacks)
+    set_epoch = make_lr_schedule(lr_schedule, step.optimizer, epochs)
+    averager = None if average is None else IterateAverage(module, average, epochs)
     start = time.perf_counter()
     bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, leave=False)
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
@@ -151,6 +167,8 @@ def train(
         for epoch in bar:
             if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
                 snapshot, snapshot_time = state_copy(module), time.perf_counter()
+            if set_epoch is not None:
+                set_epoch(epoch)
             step.start_epoch(epoch)
             losses: list[float] = []
             sizes: list[int] = []
@@ -166,9 +184,13 @@ def train(
                         "smaller init_scale or standardised inputs and targets usually help."
                     ) from None
                 sizes.append(len(xb))
+                if averager is not None:
+                    averager.update(epoch)
             if not losses:
                 raise ValueError("the training data yielded no minibatch")
             row: dict[str, float] = {"epoch": epoch, **step.end_epoch(losses, sizes)}
+            if set_epoch is not None:
+                row["lr"] = step.optimizer.param_groups[0]["lr"]  # type: ignore[union-attr]
             if validation is not None:
                 row.update(validation())
             row["seconds"] = time.perf_counter() - start
@@ -178,4 +200,6 @@ def train(
                 break
     finally:
         bar.close()
+    if averager is not None:
+        averager.apply()
     return history

@@ -180,6 +180,8 @@ class SVIStep(TrainingStep):
     def __init__(self, svi: GuardedSVI, dataset_size: int, kl_weight: KLWeightSpec = 1.0) -> None:
         self.svi, self.dataset_size, self.kl_weight = svi, dataset_size, kl_weight
         self.beta, self.nll_total = 1.0, 0.0
+        if isinstance(svi.optim, _TorchOptim):
+            self.optimizer = svi.optim.optimizer
 
     def start_epoch(self, epoch: int) -> None:
         beta = self.kl_weight(epoch) if callable(self.kl_weight) else self.kl_weight
@@ -212,6 +214,8 @@ def run_svi(
     callbacks: Iterable[Callback] = (),
     validation: Callable[[], float] | None = None,
     progress: bool = True,
+    lr_schedule: Any = None,
+    average: float | None = None,
 ) -> History:
     """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`
     (:func:`bnn_pyro.training.train` with an :class:`SVIStep`).
@@ -226,6 +230,7 @@ def run_svi(
         callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
         validation: returns the validation NLL per point, evaluated after each epoch.
         progress: show a tqdm progress bar.
+        lr_schedule, average: see :func:`bnn_pyro.training.train`.
 
     Example:
         >>> import bnn_pyro as bp
@@ -244,4 +249,6 @@ def run_svi(
         callbacks=callbacks,
         validation=val,
         progress=progress,
+        lr_schedule=lr_schedule,
+        average=average,
     )
