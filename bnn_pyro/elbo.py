@@ -118,6 +118,10 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         self.fast = False  # decided from the traces of the first, fully checked, call
         self._fast_candidate = True
 
+    def _guide_log_prob(self, site: dict) -> torch.Tensor:
+        """The scaled log-density of a guide site (a hook: STL detaches its parameters)."""
+        return _site_log_prob(site)
+
     def _get_traces(self, model: Any, guide: Any, args: Any, kwargs: Any):
         for model_trace, guide_trace in super()._get_traces(model, guide, args, kwargs):
             self._fast_candidate = self._fast_candidate and _fast_path_applies(
@@ -143,7 +147,7 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
                 nll = -log_p.detach()
         for site in guide_rec.sites.values():
             if not site["is_observed"]:
-                elbo = elbo - _site_log_prob(site)
+                elbo = elbo - self._guide_log_prob(site)
         return -elbo, nll
 
     def _fast_loss(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor | None:

@@ -47,7 +47,7 @@ class SVIModel(BaseBayesianMethod):
 
     likelihood: Likelihood
     site_names: list[str]
-    elbos: tuple[str, ...] = ("trace", "meanfield")
+    elbos: tuple[str, ...] = ("trace", "meanfield", "stl")
 
     def __init__(self) -> None:
         super().__init__()
@@ -171,8 +171,10 @@ class SVIModel(BaseBayesianMethod):
             batch_size: minibatch size; ``None`` = full batch. Ignored for a DataLoader.
             lr: learning rate of the default ``torch.optim.Adam`` (or of an optimizer class).
             optimizer: see :func:`bnn_pyro.training.as_pyro_optim`.
-            elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL) or ``"meanfield"``
-                (``TraceMeanField_ELBO``: closed-form KL where the prior allows), or an ELBO.
+            elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL), ``"meanfield"``
+                (``TraceMeanField_ELBO``: closed-form KL where the prior allows), ``"stl"``
+                (``Trace_ELBO`` with the "sticking the landing" gradient, Roeder et al. 2017:
+                less variance near the optimum; Normal guides), or an ELBO.
             num_particles: samples per step, vectorized (``vectorize_particles=True``).
             kl_weight: beta, a float or ``fn(epoch) -> float`` (e.g.
                 :func:`bnn_pyro.training.linear_annealing`); 1 is the ELBO.
@@ -182,12 +184,9 @@ class SVIModel(BaseBayesianMethod):
             progress: show a progress bar.
             seed: makes the run reproducible (given the net's initial weights) without touching
                 the global RNG.
-            lr_schedule: the learning rate over the epochs: ``None`` (constant), ``"cosine"``,
-                ``"step"``, ``"warmup_cosine"``, a callable ``progress -> factor`` or a torch
-                scheduler class (see :func:`bnn_pyro.training.schedules.make_lr_schedule`).
-            average: a fraction in (0, 1]: the guide ends at the mean of its iterates over that
-                last share of the epochs (Polyak averaging), which removes the jitter a
-                constant step leaves around the optimum.
+            lr_schedule, average: the learning rate over the epochs (``"cosine"``, ...) and
+                Polyak averaging of the guide over the last share of them (see
+                :func:`bnn_pyro.training.train`): the posterior without a constant step's jitter.
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.

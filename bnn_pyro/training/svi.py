@@ -18,6 +18,7 @@ from pyro.optim import PyroOptim
 
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Batch, Callback, TrainingStep, train
 from bnn_pyro.training.optim import make_optimizer
@@ -56,8 +57,9 @@ def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -
 
 def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbo.FastTrace_ELBO`), ``"meanfield"`` →
-    ``TraceMeanField_ELBO``, both recording the NLL part for the history; or an ``ELBO`` instance
-    used as given.
+    ``TraceMeanField_ELBO``, ``"stl"`` → ``Trace_ELBO`` with the "sticking the landing" gradient
+    (:class:`~bnn_pyro.stl_elbo.StickingTheLanding_ELBO`), all recording the NLL part for the
+    history; or an ``ELBO`` instance used as given.
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
@@ -65,9 +67,13 @@ def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     """
     if isinstance(elbo, ELBO):
         return elbo
-    classes = {"trace": FastTrace_ELBO, "meanfield": RecordingMeanField_ELBO}
+    classes = {
+        "trace": FastTrace_ELBO,
+        "meanfield": RecordingMeanField_ELBO,
+        "stl": StickingTheLanding_ELBO,
+    }
     if elbo not in classes:
-        raise ValueError(f"elbo must be 'trace', 'meanfield' or a pyro ELBO, got {elbo!r}")
+        raise ValueError(f"elbo must be one of {tuple(classes)} or a pyro ELBO, got {elbo!r}")
     if not isinstance(num_particles, int) or num_particles < 1:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
     return classes[elbo](
