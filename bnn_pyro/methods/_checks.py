@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bnn_pyro._checks import check_float
+from bnn_pyro._checks import check_finite, check_float, check_tensor
 
 if TYPE_CHECKING:
     from bnn_pyro.likelihoods import Likelihood
@@ -90,10 +90,7 @@ def check_noise_scale(value: object) -> float | torch.Tensor | None:
 
 def check_inputs(x: object, name: str = "x") -> torch.Tensor:
     """``x`` must be a floating tensor ``(N, D, ...)`` with N >= 1 and finite values."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor, got {type(x).__name__}; convert with torch.as_tensor"
-        )
+    check_tensor(name, x, floating=False)
     if not x.is_floating_point():
         raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
     if x.dim() < 2 or len(x) == 0:
@@ -101,9 +98,7 @@ def check_inputs(x: object, name: str = "x") -> torch.Tensor:
             f"{name} must have shape (N, D, ...) with N >= 1, got {tuple(x.shape)}"
             + ("; for 1-D features use x.unsqueeze(-1)" if x.dim() == 1 else "")
         )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite, got {int((~torch.isfinite(x)).sum())} NaN/inf")
-    return x
+    return check_finite(name, x)
 
 
 def check_targets(x: torch.Tensor, y: object, likelihood: str) -> torch.Tensor:
@@ -111,10 +106,7 @@ def check_targets(x: torch.Tensor, y: object, likelihood: str) -> torch.Tensor:
 
     Classification: integer class indices ``(N,)``. Regression: floating ``(N,)`` or ``(N, O)``.
     """
-    if not isinstance(y, torch.Tensor):
-        raise TypeError(
-            f"y must be a torch.Tensor, got {type(y).__name__}; convert with torch.as_tensor"
-        )
+    check_tensor("y", y, floating=False)
     if y.dim() == 0 or len(y) != len(x):
         raise ValueError(f"y must have {len(x)} rows (len(x)), got shape {tuple(y.shape)}")
     if likelihood == "classification":
@@ -130,8 +122,7 @@ def check_targets(x: torch.Tensor, y: object, likelihood: str) -> torch.Tensor:
         raise TypeError(f"y must have a floating dtype for regression, got {y.dtype}")
     if y.dim() not in (1, 2):
         raise ValueError(f"y must have shape (N,) or (N, O) for regression, got {tuple(y.shape)}")
-    if not bool(torch.isfinite(y).all()):
-        raise ValueError(f"y must be finite, got {int((~torch.isfinite(y)).sum())} NaN/inf")
+    check_finite("y", y)
     return y if y.dim() == 2 else y.unsqueeze(-1)
 
 
