@@ -131,9 +131,13 @@ def train_epochs(
     with ``seed`` (default ``settings.seed``); each epoch's order is ``torch.randperm`` of that
     RNG. A NaN/inf batch loss raises :class:`TrainingDivergedError` naming the epoch.
     ``validation``: ``(x_val, y_val)``, scored after each epoch as ``val_loss`` (``batch_loss``
-    in eval mode, without gradients). Callbacks see ``history_module`` (default ``module``).
+    in eval mode, without gradients). The loop's snapshots and iterate average hold
+    ``module`` alone (one ensemble member, not the whole ensemble); callbacks see
+    ``history_module`` (default ``module``).
     """
     seed = settings.seed if seed is None else seed
+    owner = module if history_module is None else history_module
+    seen_by_owner = [lambda _, epoch, history, cb=cb: cb(owner, epoch, history) for cb in callbacks]
 
     def val_loss() -> dict[str, float]:
         xv, yv = validation  # type: ignore[misc]
@@ -145,11 +149,11 @@ def train_epochs(
     step = LossStep(batch_loss, opt, desc=f"{desc} (lr={settings.lr})")
     with seeded(seed, x.device), modes(module, lambda m: True):
         return train(
-            history_module or module,
+            module,
             step,
             permuted_batches(x, y, settings.batch_size),
             epochs=settings.epochs,
-            callbacks=callbacks,
+            callbacks=seen_by_owner,
             validation=None if validation is None else val_loss,
             progress=settings.progress,
             desc=desc,
