@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 
+from bnn_pyro._checks import check_int, check_seed
+from bnn_pyro._rng import seed_from
+
 if TYPE_CHECKING:
     from bnn_pyro.training import History
 
@@ -207,9 +210,14 @@ class BaseBayesianMethod(nn.Module, ABC):
 
     def _samples_to_draw(self, num_samples: int | None) -> int:
         """``num_samples`` of a ``predict`` call, or the constructor's default; checked."""
-        from bnn_pyro._checks import check_int
-
         return self.num_samples if num_samples is None else check_int("num_samples", num_samples)
+
+    @staticmethod
+    def _predict_seed(seed: int | None, generator: torch.Generator | None) -> int | None:
+        """The seed of a ``predict`` call: ``seed``, else one drawn from ``generator``."""
+        if seed is not None and generator is not None:
+            raise ValueError("pass seed or generator, not both")
+        return check_seed("seed", seed) if generator is None else seed_from(generator)
 
     # ------------------------------------------------------------------ checkpoints
     def _config(self) -> dict[str, Any]:

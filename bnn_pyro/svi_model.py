@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
-from bnn_pyro._rng import seed_from, seeded
+from bnn_pyro._rng import seeded
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
@@ -334,7 +334,7 @@ class SVIModel(BaseBayesianMethod):
         if chunk_size is not None:
             chunk_size = check_int("chunk_size", chunk_size)
         X = self._inputs(x, "x")
-        seed = seed if generator is None else seed_from(generator)
+        seed = self._predict_seed(seed, generator)
         samples = self._resolve_samples(num_samples, posterior_samples, seed)
         f = self._outputs(X, samples, chunk_size)
         means = self.likelihood.mean(f)
@@ -364,7 +364,7 @@ class SVIModel(BaseBayesianMethod):
             )
         X = self._inputs(x, "x")
         num_samples = self._samples_to_draw(num_samples)
-        seed = seed if kwargs.get("generator") is None else seed_from(kwargs["generator"])
+        seed = self._predict_seed(seed, kwargs.get("generator"))
         samples = self._resolve_samples(num_samples, kwargs.get("posterior_samples"), seed)
         f = self._outputs(X, samples, kwargs.get("chunk_size"))
         return self.likelihood.mean(f), self.likelihood.noise_variance(f, samples).sqrt()

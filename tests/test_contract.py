@@ -43,9 +43,19 @@ def _fitted(name: str, task: str) -> bp.BaseBayesianMethod:
     likelihood, out = TASKS[task]
     method = bp.make(name, _net(out), likelihood)
     X, y = _data(task)
+    seen = []
     history = method.fit(
-        X, y, epochs=3, batch_size=16, lr=1e-2, seed=0, progress=False, validation_data=(X, y)
+        X,
+        y,
+        epochs=3,
+        batch_size=16,
+        lr=1e-2,
+        seed=0,
+        progress=False,
+        validation_data=(X, y),
+        callbacks=[lambda m, epoch, h: seen.append(m)],
     )
+    assert seen and all(m is method for m in seen)  # callbacks see the method itself
     assert isinstance(history, bp.History)
     assert len(history["loss"]) == 3 and len(history["epoch"]) == 3
     assert any(key.startswith("val_") for key in history)  # validation_data is scored
@@ -72,6 +82,8 @@ def test_predict_answers_the_contract(saved, name, task):
     mean, var = method.predict(X, seed=3)
     assert mean.shape == var.shape == (5, width)
     assert bool((var >= 0).all())
+    with pytest.raises(ValueError, match="seed or generator, not both"):
+        method.predict(X, seed=3, generator=torch.Generator().manual_seed(3))
     mean_s, var_s, samples = method.predict(X, return_samples=True, seed=3)
     assert torch.equal(mean_s, mean) and torch.equal(var_s, var)  # same seed, same numbers
     assert samples.shape == (method.num_samples, 5, width)

@@ -16,8 +16,6 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro._checks import check_seed
-from bnn_pyro._rng import seed_from
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples, to_probabilities
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.methods._checks import (
@@ -139,13 +137,6 @@ class ClassicMethod(BaseBayesianMethod):
                 f"normalize_output must be a bool or None, got {type(normalize_output).__name__}"
             )
         return normalize_output
-
-    @staticmethod
-    def _predict_seed(seed: int | None, generator: torch.Generator | None) -> int | None:
-        """The seed of a ``predict`` call: ``seed``, else one drawn from ``generator``."""
-        if seed is not None and generator is not None:
-            raise ValueError("pass seed or generator, not both")
-        return check_seed("seed", seed) if generator is None else seed_from(generator)
 
     # ------------------------------------------------------------------ fit
     #: The ``lr`` and ``optimizer`` that ``fit`` uses when the call does not give them.
