@@ -77,6 +77,8 @@ def describe(value: Any) -> Any:
         return value
     if isinstance(value, torch.Tensor):
         return value.tolist()
+    if isinstance(value, torch.device):
+        return str(value)
     if isinstance(value, (list, tuple)):
         return [describe(v) for v in value]
     if isinstance(value, functools.partial):
@@ -207,14 +209,14 @@ class Resume:
                 f"resume: {self.path!r} holds a {saved['class']} run, not a {cls} run; pass "
                 "another path to start over"
             )
-        theirs, ours = saved["settings"], dict(self.settings)
-        if self.extendable and saved["extendable"]:
-            theirs, ours = dict(theirs), ours
-            theirs.pop("epochs", None), ours.pop("epochs", None)
-            if not saved["stopped"] and saved["epoch"] > self.settings.get("epochs", 0):
+        theirs, ours = dict(saved["settings"]), dict(self.settings)
+        if self.extendable and saved["extendable"]:  # only the number of epochs may differ
+            theirs.pop("epochs", None)
+            epochs = ours.pop("epochs", 0)
+            if not saved["stopped"] and saved["epoch"] > epochs:
                 raise ValueError(
                     f"resume: {self.path!r} has {saved['epoch']} epochs done, more than the "
-                    f"epochs={self.settings.get('epochs')} of this fit"
+                    f"epochs={epochs} of this fit"
                 )
         for key in sorted(set(theirs) | set(ours)):
             if theirs.get(key) != ours.get(key):

@@ -44,6 +44,11 @@ METHODS = {
         lambda: bp.VariationalBayesNN(3, [8], 1, likelihood="regression"),
         {"seed": 0},
     ),
+    "HiddenLayerBNN": (lambda: bp.HiddenLayerBNN(3, [8], 1, bp.Gaussian(0.1)), {"seed": 0}),
+    "LaplaceApproximation": (
+        lambda: bp.LaplaceApproximation(bp.nn.mlp(3, [8], 1), "regression"),
+        {"seed": 0},
+    ),
 }
 
 
@@ -103,6 +108,8 @@ CASES = [
     ("DeepEnsemble", {"seed": None}),
     ("SWAG", {}),
     ("VariationalBayesNN", {}),  # its learned noise is a tensor outside the module state
+    ("HiddenLayerBNN", {}),
+    ("LaplaceApproximation", {}),  # the MAP phase
 ]
 
 
