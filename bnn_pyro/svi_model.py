@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._checks import as_tensor, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples
 from bnn_pyro.exceptions import NotFittedError
@@ -32,6 +32,7 @@ from bnn_pyro.training import (
     run_svi,
 )
 from bnn_pyro.training.batches import loader_batches, shuffled_batches
+from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
 __all__ = ["SVIModel"]
@@ -157,6 +158,7 @@ class SVIModel(BaseBayesianMethod):
         seed: int | None = None,
         lr_schedule: LRScheduleSpec = None,
         average: float | None = None,
+        resume: ResumePath = None,
     ) -> History:
         """Train the posterior by SVI on ``(X, y)`` or a ``DataLoader`` of ``(x, y)`` batches.
 
@@ -187,6 +189,7 @@ class SVIModel(BaseBayesianMethod):
             lr_schedule, average: the learning rate over the epochs (``"cosine"``, ...) and
                 Polyak averaging of the guide over the last share of them (see
                 :func:`bnn_pyro.training.train`): the posterior without a constant step's jitter.
+            resume: a file path that makes the run resumable (:mod:`bnn_pyro.training.resume`).
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
@@ -196,11 +199,12 @@ class SVIModel(BaseBayesianMethod):
         num_particles = check_int("num_particles", num_particles)
         if not callable(kl_weight):
             check_float("kl_weight", kl_weight, minimum=0.0)
-        if seed is not None:
-            check_int("seed", seed, minimum=0)
+        check_seed("seed", seed)
         check_schedule_args(lr_schedule, average)
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
+        callbacks = list(callbacks)
+        resume = open_resume(resume, self, callbacks, locals(), SVI_SETTINGS)
         if isinstance(X, DataLoader):
             if y is not None:
                 raise ValueError("pass either a DataLoader or (X, y), not both")
@@ -211,8 +215,7 @@ class SVIModel(BaseBayesianMethod):
             X = self._inputs(X)
             y = self._targets(y, X)
             n = X.shape[0]
-            if batch_size is not None:
-                batch_size = check_int("batch_size", batch_size)
+            batch_size = None if batch_size is None else check_int("batch_size", batch_size)
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
         validation = self._validation_fn(validation_data) if validation_data is not None else None
@@ -220,13 +223,9 @@ class SVIModel(BaseBayesianMethod):
         with seeded(seed, self.device), self._training_context():
             self._setup_guide(first_x, first_y)
             params = list(self.parameters())
-            svi = GuardedSVI(
-                self.model,
-                self.guide,
-                as_pyro_optim(optimizer, params, lr),
-                make_elbo(elbo, num_particles, vectorize=True),
-                params,
-            )
+            loss = make_elbo(elbo, num_particles, vectorize=True)
+            optim = as_pyro_optim(optimizer, params, lr)
+            svi = GuardedSVI(self.model, self.guide, optim, loss, params)
             self.dataset_size = n
             was_training = self.training
             self.train()
@@ -238,11 +237,12 @@ class SVIModel(BaseBayesianMethod):
                     epochs=epochs,
                     dataset_size=n,
                     kl_weight=kl_weight,
-                    callbacks=list(callbacks),
+                    callbacks=callbacks,
                     validation=validation,
                     progress=progress,
                     lr_schedule=lr_schedule,
                     average=average,
+                    resume=resume,
                 )
             finally:
                 self.train(was_training)

@@ -9,6 +9,7 @@ hooks ``_config``/``_from_config``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -35,10 +36,22 @@ from bnn_pyro.methods._training import (
     train_epochs,
 )
 from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training.resume import ResumePath, open_resume
 
 __all__ = ["ClassicMethod"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
+# the settings that fix a run's trajectory, compared with a resume file's
+_RUN_KEYS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "optimizer",
+    "seed",
+    "lr_schedule",
+    "average",
+)
 
 
 class ClassicMethod(BaseBayesianMethod):
@@ -142,6 +155,8 @@ class ClassicMethod(BaseBayesianMethod):
     #: The ``lr`` and ``optimizer`` that ``fit`` uses when the call does not give them.
     fit_defaults: dict[str, Any] = {"lr": 1e-3, "optimizer": "adam"}
     _min_epochs = 1
+    #: May a finished resumable run go on to more epochs (one net; see ``resume``)?
+    _resume_extendable = True
 
     def fit(
         self,
@@ -159,6 +174,7 @@ class ClassicMethod(BaseBayesianMethod):
         validation_data: tuple[torch.Tensor, torch.Tensor] | None = None,
         lr_schedule: Any = None,
         average: float | None = None,
+        resume: ResumePath = None,
         **options: Any,
     ) -> History:
         """Train on ``(x, y)`` with the one loop, then fit the method's posterior.
@@ -181,6 +197,9 @@ class ClassicMethod(BaseBayesianMethod):
                 in eval mode) to the history.
             lr_schedule, average: the learning rate over the epochs and Polyak averaging of
                 the last iterates (see :func:`bnn_pyro.training.train`).
+            resume: a file path: the run writes its state there after each epoch, and a fit
+                with the same path and settings goes on from it to the same numbers as a run
+                never interrupted (see :mod:`bnn_pyro.training.resume`).
             **options: the method's own (SWAG: ``swa_start``; ``VariationalBayesNN``:
                 ``train_samples``, ``kl_weight``; Laplace: ``device``).
 
@@ -203,6 +222,12 @@ class ClassicMethod(BaseBayesianMethod):
             lr_schedule=lr_schedule,
             average=average,
         )
+        if resume is not None:
+            run = {**{k: getattr(settings, k) for k in _RUN_KEYS}, **options}
+            constant = lr_schedule in (None, "constant") and average is None
+            extendable = self._resume_extendable and constant
+            opened = open_resume(resume, self, settings.callbacks, run, None, extendable)
+            settings = dataclasses.replace(settings, resume=opened)
         return self._fit(x, y, settings, **options)
 
     def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:

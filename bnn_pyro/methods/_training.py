@@ -33,6 +33,7 @@ class TrainSettings:
     validation_data: Any = None
     lr_schedule: Any = None
     average: float | None = None
+    resume: Any = None  # a bnn_pyro.training.resume.Resume, or None
 
 
 def check_fit_args(
@@ -159,6 +160,7 @@ def train_epochs(
             desc=desc,
             lr_schedule=settings.lr_schedule,
             average=settings.average,
+            resume=settings.resume,
         )
 
 

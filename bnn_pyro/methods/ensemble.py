@@ -64,6 +64,7 @@ class DeepEnsemble(ClassicMethod):
     """
 
     _config_keys = ("num_models", "gaussian_nll")
+    _resume_extendable = False  # members train one after another: each to its epochs
 
     def __init__(
         self,

@@ -77,6 +77,7 @@ class SWAG(ClassicMethod):
     """
 
     _config_keys = ("num_samples", "var_clamp", "max_num_models", "scale")
+    _resume_extendable = False  # the default swa_start is epochs // 2
 
     def __init__(
         self,

@@ -206,6 +206,8 @@ class VariationalBayesNN(ClassicMethod):
             init = yt.std(dim=0).clamp_min(1e-3) if len(yt) > 1 else torch.ones(yt.shape[1])
             log_sigma = init.log().to(device).requires_grad_(True)
             params.append(log_sigma)
+            if settings.resume is not None:  # trained besides the state: saved for resuming
+                settings.resume.extra["log_sigma"] = log_sigma
         self.dataset_size = len(x)
 
         def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:

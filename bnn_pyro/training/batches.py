@@ -39,6 +39,7 @@ def shuffled_batches(
             idx = order[start : start + batch_size]
             yield X[idx], y[idx]
 
+    batches.generator = generator  # type: ignore[attr-defined] # saved by a resumable run
     return batches
 
 
@@ -92,4 +93,5 @@ def loader_batches(
             xb = inputs(xb, "x batch")
             yield xb, targets(yb, xb, "y batch")
 
+    batches.generator = loader.generator  # type: ignore[attr-defined] # saved on resume
     return batches, n, first_x, first_y

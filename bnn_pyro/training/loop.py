@@ -64,6 +64,15 @@ class TrainingStep:
         loss per point, each minibatch weighted by its size)."""
         return {"loss": sum(x * n for x, n in zip(losses, sizes, strict=True)) / sum(sizes)}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs of the step (default: the optimizer's state)."""
+        return {} if self.optimizer is None else {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+
 
 class LossStep(TrainingStep):
     """Minimise ``batch_loss(xb, yb)`` with a torch optimizer.
@@ -118,6 +127,7 @@ def train(
     desc: str = "fit",
     lr_schedule: LRScheduleSpec = None,
     average: float | None = None,
+    resume: Any = None,
 ) -> History:
     """Run ``epochs`` passes of ``step`` over ``batches()``; return the :class:`History`.
 
@@ -142,6 +152,8 @@ def train(
         average: if given, a fraction in (0, 1]: the parameters end at the mean of their
             iterates over that last share of the epochs (every step; see
             :class:`~bnn_pyro.training.schedules.IterateAverage`).
+        resume: a :class:`~bnn_pyro.training.resume.Resume`: restores a saved run before the
+            first epoch and writes the resume file after each (see that module).
 
     Returns:
         The :class:`History`: one row per epoch with ``epoch``, the step's entries (``loss``
@@ -160,8 +172,13 @@ def train(
     callbacks = list(callbacks)
     set_epoch = make_lr_schedule(lr_schedule, step.optimizer, epochs)
     averager = None if average is None else IterateAverage(module, average, epochs)
-    start = time.perf_counter()
-    bar = tqdm(range(epochs), desc=desc, unit="epoch", disable=not progress, leave=False)
+    first = 0
+    if resume is not None:
+        first, history, skip = resume.begin(module, step, batches, set_epoch, averager, epochs)
+        if skip:
+            return history
+    start = time.perf_counter() - (history["seconds"][-1] if history.get("seconds") else 0.0)
+    bar = tqdm(range(first, epochs), desc=desc, unit="epoch", disable=not progress, leave=False)
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
     try:
         for epoch in bar:
@@ -196,7 +213,10 @@ def train(
             row["seconds"] = time.perf_counter() - start
             history.append(**row)
             bar.set_postfix(loss=f"{row['loss']:.4g}", refresh=False)
-            if any([bool(cb(module, epoch, history)) for cb in callbacks]):
+            stop = any([bool(cb(module, epoch, history)) for cb in callbacks])
+            if resume is not None:
+                resume.end_epoch(epoch, stop)
+            if stop:
                 break
     finally:
         bar.close()

@@ -130,6 +130,7 @@ def make_lr_schedule(
             if epoch > 0:
                 scheduler.step()
 
+        step_scheduler.scheduler = scheduler  # type: ignore[attr-defined] # saved on resume
         return step_scheduler
     factor = _NAMED[spec] if isinstance(spec, str) else spec
     base = [group["lr"] for group in optimizer.param_groups]

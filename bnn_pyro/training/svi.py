@@ -203,6 +203,18 @@ class SVIStep(TrainingStep):
         self.nll_total += float(getattr(self.svi.elbo, "last_nll", math.nan))
         return loss
 
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state (a ``PyroOptim``'s through its ``get_state``)."""
+        if self.optimizer is None:
+            return {"pyro_optim": self.svi.optim.get_state()}
+        return super().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.optimizer is None:
+            self.svi.optim.set_state(state["pyro_optim"])
+        else:
+            super().load_state_dict(state)
+
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, float]:
         loss, nll = sum(losses) / len(losses), self.nll_total / len(losses)
         kl = (loss - nll) / self.beta if self.beta > 0 else math.nan
@@ -222,6 +234,7 @@ def run_svi(
     progress: bool = True,
     lr_schedule: Any = None,
     average: float | None = None,
+    resume: Any = None,
 ) -> History:
     """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`
     (:func:`bnn_pyro.training.train` with an :class:`SVIStep`).
@@ -236,7 +249,7 @@ def run_svi(
         callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
         validation: returns the validation NLL per point, evaluated after each epoch.
         progress: show a tqdm progress bar.
-        lr_schedule, average: see :func:`bnn_pyro.training.train`.
+        lr_schedule, average, resume: see :func:`bnn_pyro.training.train`.
 
     Example:
         >>> import bnn_pyro as bp
@@ -257,4 +270,5 @@ def run_svi(
         progress=progress,
         lr_schedule=lr_schedule,
         average=average,
+        resume=resume,
     )

@@ -21,7 +21,10 @@ def fingerprint(obj: Any) -> dict[str, Any]:
     """What must not change: the state_dict tensors (cloned) and the plain public attributes."""
     out: dict[str, Any] = {}
     if isinstance(obj, torch.nn.Module):
-        out["state"] = {k: v.detach().clone() for k, v in obj.state_dict().items()}
+        out["state"] = {  # a ClassicMethod's ``_extra_state`` is a dict, not a tensor
+            k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+            for k, v in obj.state_dict().items()
+        }
     attrs = {}
     for name, value in vars(obj).items():
         if name.startswith("_") or isinstance(value, torch.nn.Module | torch.Tensor):
@@ -40,6 +43,9 @@ def assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
         assert after["state"].keys() == before["state"].keys(), "parameters added or removed"
         for key, value in before["state"].items():
             new = after["state"][key]
+            if not isinstance(value, torch.Tensor):
+                assert repr(new) == repr(value), f"{key} changed"
+                continue
             assert new.shape == value.shape and torch.equal(
                 torch.nan_to_num(new), torch.nan_to_num(value)
             ), f"{key} changed"
