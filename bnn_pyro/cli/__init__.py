@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from bnn_pyro.cli import demo, fit, predict
@@ -68,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         The subcommand's exit code: 0 on success, 2 on a user error (printed in one line on
         stderr, naming the option), 130 on Ctrl-C. Bad arguments raise ``SystemExit(2)``
         after one line on stderr (argparse); ``--help`` raises ``SystemExit(0)``. Other
-        exceptions are bugs and propagate with their traceback.
+        exceptions are bugs and propagate with their traceback. Warnings raised while the
+        subcommand runs are printed one line each after a success and dropped after an error
+        (whose one line says what went wrong); ``--debug`` shows them as Python does.
 
     Example:
         >>> main(["predict", "--model", "missing.pt", "--data", "x.csv"])
@@ -76,13 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except USER_ERRORS as err:
-        if getattr(args, "debug", False):
-            raise
-        print(f"bnn-pyro {args.command}: error: {one_line(err)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"bnn-pyro {args.command}: interrupted", file=sys.stderr)
-        return 130
+    debug = getattr(args, "debug", False)
+    with warnings.catch_warnings(record=not debug) as caught:
+        try:
+            code = int(args.func(args))
+        except USER_ERRORS as err:
+            if debug:
+                raise
+            print(f"bnn-pyro {args.command}: error: {one_line(err)}", file=sys.stderr)
+            return 2  # the warnings that led to the error (e.g. "NaN loss") are dropped
+        except KeyboardInterrupt:
+            print(f"bnn-pyro {args.command}: interrupted", file=sys.stderr)
+            return 130
+    for message in dict.fromkeys(one_line(w.message) for w in caught or ()):  # once each
+        print(f"bnn-pyro {args.command}: warning: {message}", file=sys.stderr)
+    return code
