@@ -98,6 +98,7 @@ def test_a_stopped_harness_leaves_no_workers_and_whole_records(data_root, tmp_pa
         start_new_session=True,  # its own process group, as a shell gives a job
     )
     runs = out / RUNS_FILE
+    workers: set[int] = set()
     try:
         _wait(lambda: runs.exists() and runs.read_text().count("\n") >= 1, "a finished task")
         workers = _descendants(harness.pid)
@@ -108,10 +109,13 @@ def test_a_stopped_harness_leaves_no_workers_and_whole_records(data_root, tmp_pa
             os.killpg(harness.pid, signal.SIGINT)
         code = harness.wait(TIMEOUT)
         _wait(lambda: not any(_alive(pid) for pid in workers), "the workers to exit")
-    finally:
+    finally:  # whatever happened, nothing this test started keeps running
         if harness.poll() is None:
             os.killpg(harness.pid, signal.SIGKILL)
             harness.wait(TIMEOUT)
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     stderr = harness.stderr.read()
     assert code == 130, stderr
     assert "interrupted" in stderr and "--resume" in stderr, stderr
