@@ -243,10 +243,10 @@ def drop_partial_line(path: str | os.PathLike) -> None:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     path = Path(tmp) / "r.jsonl"
-        ...     _ = path.write_text('{"split": 0}\n{"spl')
+        ...     _ = path.write_text('{"split": 0}\\n{"spl')
         ...     drop_partial_line(path)
         ...     path.read_text()
-        '{"split": 0}\n'
+        '{"split": 0}\\n'
     """
     path = Path(path)
     if not path.is_file():
