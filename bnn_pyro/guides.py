@@ -257,6 +257,19 @@ class MeanFieldNormalGuide(nn.Module):
         return [s.name for s in self._sites]
 
 
+_GUIDE_IDS = itertools.count()
+
+
+def _forget_store_entries(guide: nn.Module, *_: Any) -> None:
+    """Remove ``guide``'s entries (``"<its name>.*"``) from Pyro's global param store; its
+    parameters stay in the module. A forward hook of the autoguides that
+    :class:`AutoGuideWrapper` wraps."""
+    prefix = f"{guide._pyro_name}."
+    store = pyro.get_param_store()
+    for key in [k for k in store.keys() if k.startswith(prefix)]:
+        del store[key]
+
+
 class AutoGuideWrapper(nn.Module):
     """Adapts a Pyro autoguide to the model's keyword arguments.
 
@@ -264,17 +277,32 @@ class AutoGuideWrapper(nn.Module):
     this wrapper applies ``kl_weight`` to the autoguide's sites (:class:`KLWeight`) and passes
     only ``(x, y)`` on. The autoguide itself is ``wrapper.autoguide``.
 
+    Pyro's global param store is left as it was: an autoguide is a ``PyroModule`` whose
+    parameters are module attributes, and Pyro copies them into the global store under
+    ``"<guide name>.<param>"`` whenever the guide runs. The wrapper names an unnamed autoguide
+    uniquely and removes its entries from the store after every call (a forward hook, so a call
+    of ``wrapper.autoguide`` itself is covered too); the next call puts the module's own tensors
+    back, so the module is the one place the parameters live (``state_dict``, the optimizer,
+    checkpoints).
+
     Example:
         >>> import pyro
         >>> def model(x, y=None):
         ...     pyro.sample("w", dist.Normal(0.0, 1.0))
+        >>> keys = len(pyro.get_param_store())
         >>> guide = AutoGuideWrapper(autoguide.AutoNormal(model))
         >>> sorted(guide(torch.zeros(1), kl_weight=0.1))
         ['w']
+        >>> len(pyro.get_param_store()) == keys, sorted(n for n, _ in guide.named_parameters())
+        (True, ['autoguide.locs.w_unconstrained', 'autoguide.scales.w_unconstrained'])
     """
 
     def __init__(self, guide: autoguide.AutoGuide) -> None:
         super().__init__()
+        if isinstance(guide, PyroModule):
+            if not guide._pyro_name:
+                guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
+            guide.register_forward_hook(_forget_store_entries, always_call=True)
         self.autoguide = guide
 
     def forward(
@@ -284,13 +312,11 @@ class AutoGuideWrapper(nn.Module):
             return self.autoguide(x, y)
 
 
-_GUIDE_IDS = itertools.count()
-
-
 def _wrap(guide: nn.Module) -> AutoGuideWrapper:
     if isinstance(guide, PyroModule):
-        # An autoguide keeps its parameters in Pyro's global param store under
-        # "<guide name>.<param>"; a unique name per instance keeps two models from sharing them.
+        # Pyro copies an autoguide's parameters into its global param store under
+        # "<guide name>.<param>" while it runs; a unique name per instance keeps two models from
+        # ever sharing them (the wrapper removes the entries after each call).
         guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
     return AutoGuideWrapper(guide)
 

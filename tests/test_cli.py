@@ -208,7 +208,7 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
         [sys.executable, "-m", "bnn_pyro.cli", *argv], capture_output=True, text=True, timeout=120
     )
     assert run.returncode == 2
-    assert run.stderr == f"bnn-pyro fit: error: {tmp_path / 'nope.csv'}: no such file\n"
+    assert run.stderr == f"bnn-pyro fit: error: --data: {tmp_path / 'nope.csv'}: no such file\n"
 
 
 def test_benchmark_is_not_a_subcommand(capsys):

@@ -29,6 +29,9 @@ PUBLIC_MODULES = [
     "bnn_pyro.cli.fit",
     "bnn_pyro.cli.predict",
     "bnn_pyro.cli.io",
+    "bnn_pyro.cli.errors",
+    "bnn_pyro.cli.output",
+    "bnn_pyro.cli.target",
 ]
 
 

@@ -21,6 +21,8 @@ from benchmarks.uci.data import uci_num_splits
 from benchmarks.uci.parallel import run_tasks
 from benchmarks.uci.registry import METHODS, available_methods
 from benchmarks.uci.results import (
+    append_jsonl,
+    drop_partial_line,
     markdown_report,
     read_jsonl,
     summarize,
@@ -177,8 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the command-line arguments (default ``sys.argv[1:]``); see :func:`build_parser`.
 
     Returns:
-        0 on success, 1 if some task failed (the others are still written). Bad arguments exit
-        with code 2 (argparse).
+        0 on success, 1 if some task failed (the others are still written), 130 if stopped by
+        Ctrl-C or SIGTERM (the workers are stopped; the finished tasks are in the runs file,
+        one complete JSON line each, for ``--resume``). Bad arguments exit with code 2
+        (argparse).
 
     Example:
         >>> import tempfile, torch
@@ -208,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs_path = out / RUNS_FILE
     done: dict[tuple, dict[str, Any]] = {}
     if args.resume:
+        drop_partial_line(runs_path)  # a line cut by a kill mid-write
         for record in read_jsonl(runs_path):
             if record.get("settings") == settings.to_dict() and "error" not in record:
                 done[(record["dataset"], record["split"], record["method"])] = record
@@ -222,11 +227,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     def save(record: dict[str, Any]) -> None:
-        with runs_path.open("a") as f:
-            f.write(json.dumps({**record, "settings": settings.to_dict()}) + "\n")
+        append_jsonl(runs_path, {**record, "settings": settings.to_dict()})
 
     start = time.perf_counter()
-    fresh = run_tasks(todo, settings, args.jobs, on_result=save, progress=not args.quiet)
+    try:
+        fresh = run_tasks(todo, settings, args.jobs, on_result=save, progress=not args.quiet)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the workers are already stopped
+        saved = len(read_jsonl(runs_path))
+        print(
+            f"interrupted ({stop or 'Ctrl-C'}): {saved} finished task(s) in {runs_path}; "
+            "run again with --resume to continue",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 130
     wall = time.perf_counter() - start
     by_key = {(r["dataset"], r["split"], r["method"]): r for r in [*done.values(), *fresh]}
     runs = [by_key[(t.dataset, t.split, t.method)] for t in tasks]

@@ -1,12 +1,23 @@
-"""Run benchmark tasks in worker processes (one torch thread each), with a progress bar."""
+"""Run benchmark tasks in worker processes (one torch thread each), with a progress bar.
+
+Stopping: SIGTERM to the parent raises ``KeyboardInterrupt`` in it, as Ctrl-C (SIGINT) does;
+either way the parent terminates its workers (SIGTERM, then SIGKILL after a grace period),
+waits for them, and re-raises, so no worker outlives it. The workers ignore SIGINT: a Ctrl-C
+that reaches the whole process group stops them through the parent, never half-way through
+reporting a result. Finished records have already been passed to ``on_result`` one by one.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 import torch
@@ -19,8 +30,63 @@ __all__ = ["run_tasks"]
 OnResult = Callable[[dict[str, Any]], None]
 
 
+#: Seconds the workers get to exit after SIGTERM before they are killed.
+GRACE_SECONDS = 5.0
+
+
 def _init_worker() -> None:
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises ``KeyboardInterrupt`` in the main thread (as SIGINT does)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued tasks and end the worker processes: SIGTERM, then SIGKILL."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + GRACE_SECONDS
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(GRACE_SECONDS)
+
+
+def _in_pool(
+    tasks: list[Task],
+    settings: BenchmarkSettings,
+    jobs: int,
+    finish: Callable[[int, dict[str, Any]], None],
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker)
+    try:
+        futures = {pool.submit(_guarded, task, settings): i for i, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            finish(futures[future], future.result())
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _guarded(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
@@ -64,7 +130,9 @@ def run_tasks(
     otherwise in a ``ProcessPoolExecutor`` of spawned workers with one torch thread each. Each
     finished task is printed (its scores and chosen hyper-parameters) and passed to
     ``on_result`` as it arrives, so a long run can save partial results. A task that raises
-    becomes a record with an ``"error"`` key.
+    becomes a record with an ``"error"`` key. SIGTERM or Ctrl-C stops the workers (none
+    outlives this call) and raises ``KeyboardInterrupt``; the records passed to ``on_result``
+    before it are complete.
 
     Args:
         tasks: the tasks.
@@ -115,22 +183,17 @@ def run_tasks(
         bar.update(1)
 
     try:
-        if jobs == 1:
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                for index, task in enumerate(tasks):
-                    finish(index, _guarded(task, settings))
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker) as pool:
-                futures = {
-                    pool.submit(_guarded, task, settings): index for index, task in enumerate(tasks)
-                }
-                for future in as_completed(futures):
-                    finish(futures[future], future.result())
+        with _sigterm_interrupts():
+            if jobs == 1:
+                threads = torch.get_num_threads()
+                torch.set_num_threads(1)
+                try:
+                    for index, task in enumerate(tasks):
+                        finish(index, _guarded(task, settings))
+                finally:
+                    torch.set_num_threads(threads)
+            else:
+                _in_pool(tasks, settings, jobs, finish)
     finally:
         bar.close()
     return [results[i] for i in range(len(tasks))]

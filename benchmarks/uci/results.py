@@ -21,6 +21,8 @@ from benchmarks.uci.targets import evaluate_targets, targets_markdown
 
 __all__ = [
     "METRICS",
+    "append_jsonl",
+    "drop_partial_line",
     "chosen_hyperparameters",
     "markdown_report",
     "read_jsonl",
@@ -211,6 +213,48 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def append_jsonl(path: str | os.PathLike, record: Mapping[str, Any]) -> None:
+    """Append ``record`` as one JSON line with a single ``write`` on an ``O_APPEND`` file: a
+    signal handled in this process cannot leave half a line (it runs before or after).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     append_jsonl(Path(tmp) / "r.jsonl", {"split": 0})
+        ...     append_jsonl(Path(tmp) / "r.jsonl", {"split": 1})
+        ...     read_jsonl(Path(tmp) / "r.jsonl")
+        [{'split': 0}, {'split': 1}]
+    """
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def drop_partial_line(path: str | os.PathLike) -> None:
+    """Cut a last line without its newline (a process killed mid-write), so the next
+    :func:`append_jsonl` starts on a line of its own; a missing file is left missing.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = Path(tmp) / "r.jsonl"
+        ...     _ = path.write_text('{"split": 0}\\n{"spl')
+        ...     drop_partial_line(path)
+        ...     path.read_text()
+        '{"split": 0}\\n'
+    """
+    path = Path(path)
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
 
 
 def write_charts(

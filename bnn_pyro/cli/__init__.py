@@ -13,9 +13,13 @@ Usage::
   :data:`bnn_pyro.METHODS` name that the estimators train
   (:func:`~bnn_pyro.cli.fit.method_choices`; ``bnn-pyro fit --help`` lists them).
 
-A user error (a bad file, a missing column, a non-numeric column, a bad setting) raises
-:class:`~bnn_pyro.exceptions.CLIError`; :func:`main` prints it in one line on stderr and exits
-with code 2; bad arguments exit with argparse's usage message and 2.
+Errors (:mod:`~bnn_pyro.cli.errors`): a user or library error (a bad file, a missing or
+non-numeric column, a bad setting, a diverged fit, a corrupt model file) is printed in one line
+on stderr, ``bnn-pyro CMD: error: <message>`` naming the option to change, with exit code 2;
+bad arguments too (argparse's error, in one line, ``SystemExit(2)``). Anything else is a bug
+and shows its traceback (exit code 1); ``--debug`` shows the traceback of user errors too.
+Output is all or nothing (:mod:`~bnn_pyro.cli.output`): after a failure, or Ctrl-C, no
+half-written file or folder stays.
 
 (The UCI benchmark is not a subcommand: it lives in the repository, not in the installed
 package; run ``python -m benchmarks.uci`` from the repository root.)
@@ -25,10 +29,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from bnn_pyro.cli import demo, fit, predict
-from bnn_pyro.exceptions import CLIError
+from bnn_pyro.cli.errors import USER_ERRORS, OneLineParser, one_line
 
 __all__ = ["build_parser", "main"]
 
@@ -45,12 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         >>> args.command, args.method, args.hidden
         ('fit', 'vi', (64, 32))
     """
-    parser = argparse.ArgumentParser(
-        prog="bnn-pyro", description="Bayesian neural networks on Pyro."
-    )
+    parser = OneLineParser(prog="bnn-pyro", description="Bayesian neural networks on Pyro.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (demo, fit, predict):
-        module.add_parser(sub)
+        module.add_parser(sub).add_argument(
+            "--debug", action="store_true", help="show the traceback of errors"
+        )
     return parser
 
 
@@ -62,7 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The subcommand's exit code: 0 on success, 2 on a user error (printed in one line on
-        stderr), 130 on Ctrl-C. Bad arguments exit with code 2 (argparse).
+        stderr, naming the option), 130 on Ctrl-C. Bad arguments raise ``SystemExit(2)``
+        after one line on stderr (argparse); ``--help`` raises ``SystemExit(0)``. Other
+        exceptions are bugs and propagate with their traceback. Warnings raised while the
+        subcommand runs are printed one line each after a success and dropped after an error
+        (whose one line says what went wrong); ``--debug`` shows them as Python does.
 
     Example:
         >>> main(["predict", "--model", "missing.pt", "--data", "x.csv"])
@@ -70,12 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (CLIError, ValueError, TypeError, OSError) as err:
-        message = " ".join(str(err).split()) or type(err).__name__
-        print(f"bnn-pyro {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"bnn-pyro {args.command}: interrupted", file=sys.stderr)
-        return 130
+    debug = getattr(args, "debug", False)
+    with warnings.catch_warnings(record=not debug) as caught:
+        try:
+            code = int(args.func(args))
+        except USER_ERRORS as err:
+            if debug:
+                raise
+            print(f"bnn-pyro {args.command}: error: {one_line(err)}", file=sys.stderr)
+            return 2  # the warnings that led to the error (e.g. "NaN loss") are dropped
+        except KeyboardInterrupt:
+            print(f"bnn-pyro {args.command}: interrupted", file=sys.stderr)
+            return 130
+    for message in dict.fromkeys(one_line(w.message) for w in caught or ()):  # once each
+        print(f"bnn-pyro {args.command}: warning: {message}", file=sys.stderr)
+    return code

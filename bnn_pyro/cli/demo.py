@@ -20,7 +20,9 @@ import torch
 
 from bnn_pyro._checks import check_int
 from bnn_pyro.bnn import VariationalBNN
+from bnn_pyro.cli.output import removed_on_failure
 from bnn_pyro.datasets import toy_function, toy_regression_1d
+from bnn_pyro.exceptions import CLIError
 from bnn_pyro.likelihoods import Gaussian
 from bnn_pyro.metrics import gaussian_log_likelihood, rmse
 from bnn_pyro.nn import mlp
@@ -206,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed arguments of ``bnn-pyro demo`` (see :func:`add_parser`).
 
     Returns:
-        0.
+        0 (bad options raise naming the option; a failed run removes the ``--out`` folder it
+        created).
 
     Example:
         >>> import tempfile
@@ -216,7 +219,12 @@ def run(args: argparse.Namespace) -> int:
         trained in ...
         0
     """
-    result = run_demo(args.out, epochs=args.epochs, seed=args.seed, progress=not args.quiet)
+    check_int("--epochs", args.epochs)
+    check_int("--seed", args.seed, minimum=0)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise CLIError(f"--out: {args.out} is a file, not a folder")
+    with removed_on_failure(args.out):  # a folder made for a failed run does not stay
+        result = run_demo(args.out, epochs=args.epochs, seed=args.seed, progress=not args.quiet)
     print(format_result(result))
     return 0
 

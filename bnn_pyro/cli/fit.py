@@ -18,7 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from bnn_pyro.cli.io import Table, read_csv
+from bnn_pyro._checks import check_float, check_int
+from bnn_pyro.cli.errors import naming, one_line
+from bnn_pyro.cli.io import read_csv
+from bnn_pyro.cli.output import staged_folder
+from bnn_pyro.cli.target import check_fitted, read_target
 from bnn_pyro.exceptions import CLIError
 from bnn_pyro.registry import METHODS
 
@@ -58,25 +62,6 @@ def parse_hidden(text: str) -> tuple[int, ...]:
     if any(size < 1 for size in sizes):
         raise argparse.ArgumentTypeError(f"layer widths must be >= 1, got {text!r}")
     return sizes
-
-
-def _class_order(labels: list[str]) -> list[str]:
-    """The distinct labels, in numeric order if they are all numbers, else sorted as text."""
-    distinct = set(labels)
-    try:
-        return sorted(distinct, key=float)
-    except ValueError:
-        return sorted(distinct)
-
-
-def _task(table: Table, target: str, task: str | None) -> str:
-    if task is not None:
-        return task
-    try:
-        table.numbers([target])
-    except CLIError:
-        return "classification"  # text labels
-    return "regression"
 
 
 def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -160,8 +145,12 @@ def run_fit(args: argparse.Namespace) -> int:
         args: the parsed arguments of ``bnn-pyro fit`` (see :func:`bnn_pyro.cli.build_parser`).
 
     Returns:
-        0 (errors raise :class:`~bnn_pyro.exceptions.CLIError`, ``ValueError`` or ``TypeError``,
-        which :func:`bnn_pyro.cli.main` prints in one line with exit code 2).
+        0 (errors raise :class:`~bnn_pyro.exceptions.CLIError`, ``ValueError`` or ``TypeError``
+        naming the option to change, which :func:`bnn_pyro.cli.main` prints in one line with
+        exit code 2). The files are written to a staging folder and moved into ``--out`` only
+        on success (:func:`~bnn_pyro.cli.output.staged_folder`): after a failure (a bad file,
+        a diverged fit, Ctrl-C) a new ``--out`` does not exist and an existing one keeps its
+        old files.
 
     Example:
         >>> import os, tempfile
@@ -179,29 +168,17 @@ def run_fit(args: argparse.Namespace) -> int:
     """
     from bnn_pyro.estimators import TabularBNN
 
-    if not 0.0 <= args.val_fraction < 1.0:
-        raise CLIError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
-    table = read_csv(args.data)
-    table.index(args.target)
+    _check_options(args)
+    with naming("--data"):
+        table = read_csv(args.data)
+    task, y, classes = read_target(table, args.target, args.task)
     features = args.features or [c for c in table.header if c != args.target]
     if args.target in features:
         raise CLIError(f"--features must not include the target column {args.target!r}")
     if not features:
-        raise CLIError(f"{args.data}: no feature columns besides the target {args.target!r}")
-    X = table.numbers(features)
-    task = _task(table, args.target, args.task)
-    classes: list[str] = []
-    if task == "regression":
-        try:
-            y = table.numbers([args.target])[:, 0]
-        except CLIError as err:
-            raise CLIError(f"{err} (for class labels use --task classification)") from None
-    else:
-        labels = table.labels(args.target)
-        classes = _class_order(labels)
-        if len(classes) < 2:
-            raise CLIError(f"{args.data}: column {args.target!r} holds one class only")
-        y = np.array([classes.index(label) for label in labels])
+        raise CLIError(f"--data: {args.data}: no feature columns besides the target")
+    with naming("--features"):
+        X = table.numbers(features)
     model = TabularBNN(
         task,
         args.method,
@@ -219,41 +196,62 @@ def run_fit(args: argparse.Namespace) -> int:
         "source": os.path.basename(args.data),
     }
     train, val = _split(len(y), args.val_fraction, args.seed)
-    try:
-        os.makedirs(args.out, exist_ok=True)
-    except OSError as err:
-        raise CLIError(f"{args.out}: cannot create the folder ({err.strerror or err})") from None
-    start = time.perf_counter()
-    model.fit(
-        X[train], y[train], n_classes=len(classes) or None, seed=args.seed, progress=not args.quiet
-    )
-    seconds = time.perf_counter() - start
-    model.save(os.path.join(args.out, "model.pt"))
-    report: dict[str, Any] = {
-        "task": task,
-        "method": args.method,
-        "data": os.path.abspath(args.data),
-        "target": args.target,
-        "features": features,
-        "classes": classes,
-        "n_train": int(len(train)),
-        "n_validation": int(len(val)),
-        "seconds": round(seconds, 3),
-        "hyperparameters": dict(model.params, hidden_sizes=list(model.params["hidden_sizes"])),
-        "train": evaluate(model, X[train], y[train]),
-    }
-    held_out = val if len(val) else train
-    if len(val):
-        report["validation"] = evaluate(model, X[val], y[val])
-    report["plot"] = os.path.basename(_plot(model, X[held_out], y[held_out], args.out))
-    with open(os.path.join(args.out, "metrics.json"), "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
+    with staged_folder(args.out, "--out") as stage:  # nothing half-written stays on failure
+        start = time.perf_counter()
+        try:
+            model.fit(
+                X[train],
+                y[train],
+                n_classes=len(classes) or None,
+                seed=args.seed,
+                progress=not args.quiet,
+            )
+        except FloatingPointError as err:  # TrainingDivergedError
+            first = one_line(err).split(": training stopped")[0]
+            raise CLIError(
+                f"--lr {args.lr:g}: training diverged ({first}); try a smaller --lr "
+                f"(e.g. {args.lr / 10:g})"
+            ) from err
+        seconds = time.perf_counter() - start
+        train_metrics = evaluate(model, X[train], y[train])
+        check_fitted(train_metrics, y[train], task, args.lr)
+        report: dict[str, Any] = {
+            "task": task,
+            "method": args.method,
+            "data": os.path.abspath(args.data),
+            "target": args.target,
+            "features": features,
+            "classes": classes,
+            "n_train": int(len(train)),
+            "n_validation": int(len(val)),
+            "seconds": round(seconds, 3),
+            "hyperparameters": dict(model.params, hidden_sizes=list(model.params["hidden_sizes"])),
+            "train": train_metrics,
+        }
+        held_out = val if len(val) else train
+        if len(val):
+            report["validation"] = evaluate(model, X[val], y[val])
+        model.save(os.path.join(stage, "model.pt"))
+        report["plot"] = os.path.basename(_plot(model, X[held_out], y[held_out], stage))
+        with open(os.path.join(stage, "metrics.json"), "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2)
     shown = report.get("validation", report["train"])
     where = "validation" if len(val) else "train"
     summary = ", ".join(f"{k} {v:.4g}" for k, v in shown.items())
     print(f"{task} with {args.method} on {len(train)} rows; {where}: {summary}")
     print(f"wrote {os.path.join(args.out, 'model.pt')}, metrics.json, {report['plot']}")
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The numeric options, checked before any file is read (the message names the option)."""
+    for option in ("epochs", "batch_size", "num_samples"):
+        check_int("--" + option.replace("_", "-"), getattr(args, option))
+    check_float("--lr", args.lr, minimum=0.0, strict=True)
+    check_float("--prior-scale", args.prior_scale, minimum=0.0, strict=True)
+    if not 0.0 <= args.val_fraction < 1.0:
+        raise CLIError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
+    check_int("--seed", args.seed, minimum=0)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

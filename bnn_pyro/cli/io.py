@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bnn_pyro.cli.output import atomic_write_text
 from bnn_pyro.exceptions import CLIError
 
 __all__ = ["Table", "read_csv", "write_csv"]
@@ -200,6 +201,9 @@ def _check_header(path: str, header: list[str]) -> None:
 def write_csv(path: str | None, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """Write ``rows`` under ``header`` to ``path`` (stdout for ``None``); floats with 10 digits.
 
+    The file is written whole or not at all (:func:`~bnn_pyro.cli.output.atomic_write_text`);
+    a missing or read-only folder raises :class:`CLIError` naming ``--out``.
+
     Example:
         >>> write_csv(None, ["mean", "std"], [[1.0, 0.25]])
         mean,std
@@ -217,14 +221,9 @@ def write_csv(path: str | None, header: Sequence[str], rows: Sequence[Sequence[o
     if path is None:
         write(sys.stdout)
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CLIError(f"{path}: the folder {folder} does not exist")
-    try:
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            write(handle)
-    except OSError as err:
-        raise CLIError(f"{path}: cannot write ({err.strerror or err})") from None
+    text = io.StringIO()
+    write(text)
+    atomic_write_text(path, text.getvalue())
 
 
 def parse_with(

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from bnn_pyro.cli.errors import naming
 from bnn_pyro.cli.io import read_csv, write_csv
 from bnn_pyro.exceptions import CLIError
 
@@ -22,7 +23,9 @@ def run_predict(args: argparse.Namespace) -> int:
         args: the parsed arguments of ``bnn-pyro predict``.
 
     Returns:
-        0 (errors raise, and :func:`bnn_pyro.cli.main` prints them in one line, exit code 2).
+        0 (errors raise naming the option, ``--model``, ``--data`` or ``--out``, and
+        :func:`bnn_pyro.cli.main` prints them in one line, exit code 2). ``--out`` is written
+        whole or not at all.
 
     Example:
         >>> import tempfile
@@ -46,24 +49,26 @@ def run_predict(args: argparse.Namespace) -> int:
     """
     from bnn_pyro.estimators import TabularBNN
 
+    if args.out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise CLIError(f"--out: {args.out}: its folder does not exist")
     if not os.path.isfile(args.model):
-        raise CLIError(f"{args.model}: no such model file")
-    try:
+        raise CLIError(f"--model: {args.model}: no such model file")
+    with naming("--model"):
         model = TabularBNN.load(args.model)
-    except ValueError as err:
-        raise CLIError(str(err)) from None
-    table = read_csv(args.data)
+    with naming("--data"):
+        table = read_csv(args.data)
     features = model.metadata.get("feature_names")
     if features is None:  # saved from Python without names: the columns in order
         features = table.header
     missing = [name for name in features if name not in table.header]
     if missing:
         raise CLIError(
-            f"{args.data}: the model needs the column(s) {', '.join(map(repr, missing))}"
+            f"--data: {args.data}: the model needs the column(s) {', '.join(map(repr, missing))}"
         )
-    X = table.numbers(features)
+    with naming("--data"):
+        X = table.numbers(features)
     if X.shape[1] != model.n_features:
-        raise CLIError(f"{args.data}: the model needs {model.n_features} feature column(s)")
+        raise CLIError(f"--data: {args.data}: the model needs {model.n_features} feature column(s)")
     mean, std = model.predict(X)
     if model.task == "regression":
         write_csv(args.out, ["mean", "std"], np.c_[mean[:, :1], std[:, :1]].tolist())
