@@ -181,8 +181,8 @@ def _verify_archive(handle: Any, source: str) -> None:
                 "backup or save the model again"
             ) from None
         raise CheckpointError(
-            f"{source} is not a bnn_pyro checkpoint: not a torch.save zip archive (another kind "
-            "of file, or damaged beyond recognition)"
+            f"{source} is not a bnn_pyro model file: not a zip archive written by torch.save "
+            "(another kind of file, or damaged beyond recognition)"
         ) from None
     with archive:
         records = archive.infolist()
@@ -238,6 +238,8 @@ def load_file(path: str | os.PathLike, map_location: Any = None) -> Any:
         handle = open(path, "rb")  # noqa: SIM115 (closed below)
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, f"no checkpoint file at {source}") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{source} is a folder, not a checkpoint file") from None
     except OSError as err:
         raise CheckpointError(f"{source} cannot be read: {err.strerror or err}") from None
     with handle:
@@ -253,16 +255,14 @@ def load_file(path: str | os.PathLike, map_location: Any = None) -> Any:
             return torch.load(handle, map_location=map_location, weights_only=True)
         except CheckpointError:
             raise
-        except IsADirectoryError:
-            raise CheckpointError(f"{source} is a folder, not a checkpoint file") from None
         except OSError as err:
             raise CheckpointError(f"{source} cannot be read: {err.strerror or err}") from None
         except Exception as err:  # noqa: BLE001 (torch's own texts advise the unsafe load)
             text = str(err)
             if "weights_only" in text or "Unpickler" in text or "GLOBAL" in text:
                 raise CheckpointError(
-                    f"{source} holds pickled objects other than tensors and plain data (e.g. "
-                    "code to run), which bnn_pyro never loads: it is not a bnn_pyro checkpoint"
+                    f"{source} is not a bnn_pyro model file: it holds pickled objects other than "
+                    "tensors and plain data (e.g. code to run), which bnn_pyro never loads"
                 ) from None
             first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
             raise CheckpointError(f"{source} cannot be read as a checkpoint: {first}") from None
