@@ -61,6 +61,8 @@ def _temp_prefix(path: str) -> str:
 
 
 def _pid_alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process there: assume it lives
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -75,7 +77,9 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
 
     A temporary file of this host is removed when the process that wrote it (the pid in its
     name) no longer runs: a process killed mid-write can remove nothing itself, and a live
-    writer's file is never touched. One of another host, whose pids cannot be checked from
+    writer's file is never touched (a pid reused by another process only delays the removal;
+    on Windows, where pids cannot be probed safely, the age rule below applies). One of another
+    host, whose pids cannot be checked from
     here, or of the earlier naming ``.tmp-<random>.pt`` (whose target is unknown), is removed
     once it is :data:`STALE_AFTER` seconds old. Files that cannot be removed are left.
 
@@ -107,7 +111,7 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
         full = os.path.join(folder, name)
         match = pattern.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
         try:
-            if match and match[1] == host:
+            if match and match[1] == host and os.name != "nt":
                 stale = int(match[2]) != os.getpid() and not _pid_alive(int(match[2]))
             elif match or old_naming.fullmatch(name):
                 stale = now - os.stat(full).st_mtime > STALE_AFTER

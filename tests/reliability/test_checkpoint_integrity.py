@@ -238,9 +238,10 @@ def test_the_estimator_file_is_checked_too(tmp_path):
         ("vi", lambda: _net(width=7), "0.weight", "(5, 3)", "(7, 3)"),
         ("vi", lambda: _net(inputs=4), "0.weight", "(5, 3)", "(5, 4)"),
         ("vi", lambda: _net(outputs=2), "2.weight", "(1, 5)", "(2, 5)"),
+        ("vi", lambda: bp.nn.mlp(3, [5, 5], 1), "2.weight", "(1, 5)", "(5, 5)"),
         ("dropout", lambda: bp.nn.mlp(3, [9], 1, dropout=0.1), "0.weight", "(5, 3)", "(9, 3)"),
     ],
-    ids=["hidden width", "input width", "output width", "MCDropout hidden width"],
+    ids=["hidden width", "input width", "output width", "extra layer", "MCDropout hidden width"],
 )
 def test_a_net_of_another_width_names_the_layer_and_both_shapes(
     saved, tmp_path, method, make_net, name, saved_shape, given_shape
@@ -261,6 +262,21 @@ def test_a_net_of_another_width_names_the_layer_and_both_shapes(
         f"{given_shape} in net",
         obj=net,
     )
+
+
+@pytest.mark.parametrize(
+    "call, exc, name",
+    [
+        (lambda path: bp.VariationalBNN.load(path, net="mlp(3, [5], 1)"), TypeError, "net"),
+        (lambda path: bp.checkpoint.read_checkpoint(3), TypeError, "path"),
+        (lambda path: bp.checkpoint.atomic_save({}, b"model.pt"), TypeError, "path"),
+    ],
+    ids=["net not a module", "path a number", "path as bytes"],
+)
+def test_arguments_of_the_wrong_type_are_refused_by_name(saved, tmp_path, call, exc, name):
+    path = _write(tmp_path, saved[2])
+    assert_refused(lambda: call(path), exc, name)
+    assert os.listdir(tmp_path) == ["model.pt"]
 
 
 # -- saves that fail ------------------------------------------------------------------------
