@@ -25,7 +25,7 @@ from bnn_pyro import (
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.distributions import HiddenLayer
-from bnn_pyro.exceptions import NotFittedError, TrainingDivergedError
+from bnn_pyro.exceptions import CheckpointError, NotFittedError, TrainingDivergedError
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
@@ -54,6 +54,7 @@ __all__ = [
     "VariationalBayesNN",
     "Bernoulli",
     "Categorical",
+    "CheckpointError",
     "EarlyStopping",
     "Gaussian",
     "HeteroscedasticGaussian",

@@ -11,21 +11,30 @@ A checkpoint is a dict of tensors, numbers, strings, lists and dicts, so it load
 - ``state``: ``method.state_dict()`` on the CPU (device-neutral);
 - ``fitted``: the method's ``_fitted_state()`` (e.g. the training set size).
 
-It is written to a temporary name in the same folder and renamed, so a crash never leaves a
-half-written checkpoint behind.
+The file itself is written by :func:`atomic_save` and read by :func:`load_file` (both from
+:mod:`bnn_pyro._checkpoint_file`, re-exported here): atomic writes that leave the old file intact
+on failure, stale temporary files of crashed saves removed, and the archive's CRC-32 checked on
+every load, so a damaged file raises :class:`~bnn_pyro.exceptions.CheckpointError` naming it.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import re
 from typing import TYPE_CHECKING, Any
 
 import pyro.poutine as poutine
 import torch
 import torch.nn as nn
 
+from bnn_pyro._checkpoint_file import (
+    _check_path,
+    atomic_save,
+    load_file,
+    remove_stale_temporaries,
+)
 from bnn_pyro.base import BaseBayesianMethod
+from bnn_pyro.exceptions import CheckpointError
 
 if TYPE_CHECKING:
     from bnn_pyro.svi_model import SVIModel
@@ -35,42 +44,17 @@ __all__ = [
     "atomic_save",
     "check_format",
     "create_guide_parameters",
+    "load_file",
     "load_method",
     "method_state",
     "read_checkpoint",
+    "remove_stale_temporaries",
     "save_method",
 ]
 
 #: Version 2: one layout for every method. (Version 1 held only ``VariationalBNN`` and
 #: ``HiddenLayerBNN``, each in a layout of its own.)
 FORMAT_VERSION = 2
-
-
-def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)`` through a temporary file in the same folder and a rename.
-
-    Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "x.pt")
-        >>> atomic_save({"a": torch.ones(2)}, path)
-        >>> torch.load(path, weights_only=True)["a"].tolist()
-        [1.0, 1.0]
-    """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"the folder of {path!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def _plain(value: Any) -> Any:
@@ -120,7 +104,7 @@ def check_format(state: Any, source: str) -> dict[str, Any]:
     reads (:data:`FORMAT_VERSION`); ``source`` names it in the errors (e.g. a quoted path).
 
     Raises:
-        ValueError: not a bnn_pyro checkpoint, or another format version.
+        CheckpointError: not a bnn_pyro checkpoint, or another format version.
 
     Example:
         >>> check_format({"format_version": FORMAT_VERSION, "a": 1}, "the dict")["a"]
@@ -128,18 +112,25 @@ def check_format(state: Any, source: str) -> dict[str, Any]:
         >>> check_format({"a": 1}, "the dict")
         Traceback (most recent call last):
           ...
-        ValueError: the dict is not a bnn_pyro checkpoint
+        bnn_pyro.exceptions.CheckpointError: the dict is not a bnn_pyro checkpoint ...
     """
     if not isinstance(state, dict) or "format_version" not in state:
-        raise ValueError(f"{source} is not a bnn_pyro checkpoint")
+        what = f"a {type(state).__name__}" if not isinstance(state, dict) else "a dict"
+        raise CheckpointError(
+            f"{source} is not a bnn_pyro checkpoint ({what} without a 'format_version' entry)"
+        )
     version = state["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CheckpointError(
+            f"{source} is not a bnn_pyro checkpoint (its format_version is {version!r})"
+        )
     if version > FORMAT_VERSION:
-        raise ValueError(
+        raise CheckpointError(
             f"{source} has format version {version}; this bnn_pyro reads {FORMAT_VERSION}: "
             "upgrade bnn_pyro"
         )
     if version < FORMAT_VERSION:
-        raise ValueError(
+        raise CheckpointError(
             f"{source} has format version {version}, written by an older bnn_pyro (this one "
             f"reads {FORMAT_VERSION}): save the model again with the version that wrote it "
             "installed, or retrain"
@@ -148,11 +139,13 @@ def check_format(state: Any, source: str) -> dict[str, Any]:
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[str, Any]:
-    """The checkpoint dict at ``path`` (``torch.load(weights_only=True)``), checked to be a
-    bnn_pyro checkpoint of the format this version reads.
+    """The checkpoint dict at ``path`` (:func:`load_file`: integrity checked, then
+    ``torch.load(weights_only=True)``), checked to be a bnn_pyro checkpoint of the format this
+    version reads.
 
     Raises:
-        ValueError: not a bnn_pyro checkpoint, or another format version.
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: a damaged file, not a bnn_pyro checkpoint, or another format version.
 
     Example:
         >>> import os, tempfile
@@ -160,10 +153,37 @@ def read_checkpoint(path: str | os.PathLike, map_location: Any = None) -> dict[s
         >>> read_checkpoint(path)
         Traceback (most recent call last):
           ...
-        ValueError: ... is not a bnn_pyro checkpoint
+        bnn_pyro.exceptions.CheckpointError: ... is not a bnn_pyro checkpoint ...
     """
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    state = load_file(path, map_location)
     return check_format(state, repr(os.fspath(path)))
+
+
+def _shape(shape: Any) -> str:
+    return "(" + ", ".join(str(int(n)) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _mismatch(name: str, saved: Any, given: Any) -> CheckpointError:
+    return CheckpointError(
+        f"net does not match the saved architecture: {name} has shape {_shape(saved)} in the "
+        f"file and {_shape(given)} in net"
+    )
+
+
+def _check_net_shapes(net: nn.Module, saved: dict[str, Any]) -> None:
+    """Compare each parameter and buffer of ``net`` with the saved tensors whose key ends in its
+    name (methods prefix it, e.g. ``model.0.weight``, or ``guide.locs.net__0__weight``)."""
+    shapes = {k.replace("__", "."): tuple(v.shape) for k, v in saved.items() if torch.is_tensor(v)}
+    for name, tensor in [*net.named_parameters(), *net.named_buffers()]:
+        found = [s for k, s in shapes.items() if k == name or k.endswith("." + name)]
+        if found and tuple(tensor.shape) not in found:
+            raise _mismatch(name, found[0], tensor.shape)
+
+
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for (\S+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from "
+    r"checkpoint, the shape in current model is torch\.Size\(\[([^\]]*)\]\)"
+)
 
 
 def load_method(
@@ -184,25 +204,51 @@ def load_method(
     Returns:
         The method with its saved parameters and fitted state.
 
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: a damaged file, not a checkpoint of ``expected``, or a ``net`` whose
+            layers differ from the saved ones (the message names the layer and both shapes;
+            ``net`` is left unchanged).
+
     Example:
         >>> import os, tempfile, bnn_pyro as bp
         >>> m = bp.MCDropout(bp.nn.mlp(2, [8], 1, dropout=0.1), likelihood=bp.Gaussian(0.3))
         >>> path = os.path.join(tempfile.mkdtemp(), "m.pt"); m.save(path)
         >>> load_method(path, bp.nn.mlp(2, [8], 1, dropout=0.1)).likelihood
         Gaussian(scale=0.3)
+        >>> load_method(path, bp.nn.mlp(2, [5], 1, dropout=0.1))
+        Traceback (most recent call last):
+          ...
+        bnn_pyro.exceptions.CheckpointError: ... has shape (8, 2) in the file and (5, 2) in net
     """
+    source = repr(_check_path(path))
+    if net is not None and not isinstance(net, nn.Module):
+        raise TypeError(f"net must be a torch.nn.Module or None, got {type(net).__name__}")
     state = read_checkpoint(path, map_location)
     cls = BaseBayesianMethod.subclass(state["class"])
     if expected is not None and not issubclass(cls, expected):
-        raise ValueError(f"{os.fspath(path)!r} holds a {state['class']}, not a {expected.__name__}")
-    if net is not None and not isinstance(net, nn.Module):
-        raise TypeError(f"net must be a torch.nn.Module or None, got {type(net).__name__}")
-    method = cls._from_config(net, state["config"])
-    method._restore_fitted_state(state["fitted"])
+        raise CheckpointError(f"{source} holds a {state['class']}, not a {expected.__name__}")
+    missing = [k for k in ("config", "fitted", "state") if not isinstance(state.get(k), dict)]
+    if missing:
+        raise CheckpointError(f"{source} is not a whole checkpoint: no {missing[0]!r} entry")
+    if net is not None:
+        _check_net_shapes(net, state["state"])
     try:
+        method = cls._from_config(net, state["config"])
+        method._restore_fitted_state(state["fitted"])
         method.load_state_dict(state["state"])
     except RuntimeError as err:
-        raise ValueError(f"net does not match the saved architecture: {err}") from None
+        sizes = _SIZE_MISMATCH.search(str(err))
+        if sizes:
+            saved, given = (
+                tuple(int(n) for n in g.split(",") if n.strip()) for g in sizes.groups()[1:]
+            )
+            raise _mismatch(sizes[1], saved, given) from None
+        text = str(err).strip().splitlines()
+        raise CheckpointError(
+            f"net does not match the saved architecture of {source}: "
+            + (text[0] if text else type(err).__name__)
+        ) from None
     return method
 
 

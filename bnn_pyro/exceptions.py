@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CLIError", "NotFittedError", "TrainingDivergedError"]
+__all__ = ["CLIError", "CheckpointError", "NotFittedError", "TrainingDivergedError"]
 
 
 class NotFittedError(RuntimeError, ValueError):
@@ -39,4 +39,23 @@ class CLIError(Exception):
         >>> from bnn_pyro.cli import main
         >>> main(["predict", "--model", "missing.pt", "--data", "x.csv"])  # a CLIError inside
         2
+    """
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be used: empty, truncated, corrupted (a record fails its CRC-32
+    check), not a bnn_pyro checkpoint, of another format version, or saved for a net of another
+    architecture. The message names the file and says what is wrong.
+
+    It subclasses :class:`ValueError`, so code that caught the ``ValueError`` of earlier
+    versions catches it too. A file that does not exist raises :class:`FileNotFoundError`.
+
+    Example:
+        >>> import os, tempfile, bnn_pyro as bp
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.pt")
+        >>> _ = open(path, "wb").close()
+        >>> bp.load(path)
+        Traceback (most recent call last):
+          ...
+        bnn_pyro.exceptions.CheckpointError: ... is empty (0 bytes): ...
     """

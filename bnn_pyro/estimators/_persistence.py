@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save, check_format, method_state
+from bnn_pyro.checkpoint import (
+    FORMAT_VERSION,
+    atomic_save,
+    check_format,
+    load_file,
+    method_state,
+)
 from bnn_pyro.estimators import _methods
 from bnn_pyro.exceptions import NotFittedError
 
@@ -143,19 +149,11 @@ class Persistence:
 
         Raises:
             FileNotFoundError: no such file.
+            CheckpointError: the file is damaged (a ``ValueError``).
             ValueError: the file is not a saved :class:`TabularBNN`, or is of another format
                 version.
         """
-        try:
-            state = torch.load(path, map_location=map_location, weights_only=True)
-        except FileNotFoundError:
-            raise
-        except (OSError, RuntimeError, EOFError, ValueError) as err:
-            raise ValueError(f"{os.fspath(path)!r} is not a bnn_pyro model file ({err})") from None
-        except Exception as err:  # unpickling errors of files that are not ours
-            raise ValueError(
-                f"{os.fspath(path)!r} is not a bnn_pyro model file ({type(err).__name__})"
-            ) from None
+        state = load_file(path, map_location)  # integrity checked: CheckpointError if damaged
         return cls._rebuild(state, repr(os.fspath(path)))
 
     def __getstate__(self) -> dict[str, Any]:
