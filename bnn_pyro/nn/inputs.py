@@ -29,7 +29,7 @@ class InputSpec:
         >>> spec.check("x", torch.zeros(5, 3, 3))
         Traceback (most recent call last):
           ...
-        ValueError: x must have shape (N, 3), got (5, 3, 3)
+        ValueError: x must have shape (N, 3) (3 feature(s) per row), got shape (5, 3, 3)
     """
 
     features: tuple[int, ...]
@@ -55,7 +55,14 @@ class InputSpec:
             x.dim() == self.ndim if self.ndim is not None else x.dim() > len(self.features)
         )
         if not ok:
-            raise ValueError(f"{name} must have shape {self.describe()}, got {tuple(x.shape)}")
+            per_row = (
+                f" ({self.features[0]} feature(s) per row)"
+                if self.ndim == 2 and len(self.features) == 1
+                else ""
+            )
+            raise ValueError(
+                f"{name} must have shape {self.describe()}{per_row}, got shape {tuple(x.shape)}"
+            )
         return x
 
 
