@@ -52,7 +52,9 @@ class VariationalBNN(SVIModel):
 
     Args:
         net: any ``torch.nn.Module`` mapping ``(N, *features)`` to ``(N, O)`` (e.g.
-            :func:`bnn_pyro.nn.mlp`). It is copied; the copy becomes the Pyro model.
+            :func:`bnn_pyro.nn.mlp`). It is copied; the copy becomes the Pyro model. Batch norm,
+            recurrent layers and embeddings are refused here, by name, with what to use instead
+            (see :mod:`bnn_pyro.nn.support`).
         likelihood: the observation model, e.g. ``Gaussian(scale="learned")``, ``Categorical()``.
         prior: which parameters are Bayesian and their prior; default ``IIDPrior(Normal(0, 1))``
             on every linear/conv parameter.

@@ -18,7 +18,7 @@ from bnn_pyro.base import (
     PredictOutput,
 )
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import check_inputs, check_outputs
+from bnn_pyro.methods._checks import check_outputs
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
@@ -28,7 +28,6 @@ from bnn_pyro.methods._training import (
     probe,
     task_loss,
 )
-from bnn_pyro.nn.inputs import InputSpec, input_spec
 from bnn_pyro.training import History, LossStep, train
 
 __all__ = ["DeepEnsemble"]
@@ -136,9 +135,8 @@ class DeepEnsemble(ClassicMethod):
                     return batched_call(self.models[0], {**params, **buffers}, x)
             return torch.stack([m(x) for m in self.models])
 
-    def _input_spec(self) -> InputSpec | None:
-        spec = input_spec(self.models[0]) if len(self.models) else None
-        return spec or super()._input_spec()
+    def _net(self) -> nn.Module | None:
+        return self.models[0] if len(self.models) else None
 
     def _split_heads(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         o = out.shape[-1] // 2
@@ -200,7 +198,7 @@ class DeepEnsemble(ClassicMethod):
         """
         if not self.gaussian_nll:
             return super().predictive_gaussian(x, **kwargs)
-        self._check_input_shape(check_inputs(x))
+        self._check_x(x)
         loc, var = self._split_heads(self._member_outputs(x))
         return loc, var.sqrt()
 

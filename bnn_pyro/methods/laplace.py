@@ -14,7 +14,6 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods import _gaussian_posterior as gp
-from bnn_pyro.methods._checks import check_inputs
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._curvature import curvature, residual_sigma
 from bnn_pyro.methods._params import (
@@ -281,7 +280,7 @@ class LaplaceApproximation(ClassicMethod):
         settings: TrainSettings,
         device: str | torch.device | None = None,
     ) -> History:
-        self._check_input_shape(check_inputs(x, "x"))
+        self._check_x(x)
         dev = self._move(device)
         x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
         history = History()

@@ -9,7 +9,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-__all__ = ["InputSpec", "input_spec"]
+__all__ = ["EMBEDDINGS", "InputSpec", "input_spec", "takes_indices"]
+
+#: Layers that take integer indices, not floats.
+EMBEDDINGS = (nn.Embedding, nn.EmbeddingBag)
 
 
 @dataclass(frozen=True)
@@ -92,3 +95,13 @@ def input_spec(net: nn.Module) -> InputSpec | None:
     if isinstance(module, nn.modules.conv._ConvNd):
         return InputSpec((module.in_channels,), len(module.kernel_size) + 2)
     return None
+
+
+def takes_indices(net: nn.Module) -> bool:
+    """Whether ``net`` holds an embedding, so its inputs may be integer indices.
+
+    Example:
+        >>> takes_indices(nn.Sequential(nn.Embedding(10, 4), nn.Flatten()))
+        True
+    """
+    return any(isinstance(m, EMBEDDINGS) for m in net.modules())

@@ -507,3 +507,30 @@ def test_classic_methods_keep_batch_norm(make):
     mean, var = method.predict(x, seed=0)
     assert mean.shape == (len(x), 1) and torch.isfinite(var).all()
     assert torch.equal(net[1].running_mean, stats)  # predict never updates running stats
+
+
+# ---------------------------------------------------------------- integer inputs
+class _EmbeddingNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.drop = nn.Dropout(0.2)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.drop(self.embed(x).flatten(1)))
+
+
+def test_integer_inputs_pass_through_to_an_embedding():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 10, (16, 2), generator=g)
+    mc = MCDropout(_EmbeddingNet(), 4, likelihood="regression")
+    mc.fit(x, x.float().sum(1), epochs=2, progress=False, seed=0)
+    mean, _ = mc.predict(x, seed=0)
+    assert mean.shape == (16, 1) and torch.isfinite(mean).all()
+    assert_refused(lambda: mc.predict(torch.randint(0, 10, (4, 3))), ValueError, "x", obj=mc)
+
+
+def test_integer_inputs_to_a_net_without_embedding_are_refused():
+    mc = MCDropout(_mlp(0.2), 4, likelihood="regression")
+    assert_refused(lambda: mc.predict(torch.ones(4, D, dtype=torch.long)), TypeError, "x", obj=mc)
