@@ -69,7 +69,7 @@ def check_supported_layers(name: str, net: nn.Module, owner: str) -> nn.Module:
         >>> try:
         ...     check_supported_layers("net", net, "VariationalBNN")
         ... except ValueError as err:
-        ...     print(str(err)[:47])
+        ...     print(str(err).split(":")[0])
         VariationalBNN does not support BatchNorm1d at net.1
     """
     for path, module in net.named_modules():
