@@ -32,7 +32,7 @@ class InputSpec:
         >>> spec.check("x", torch.zeros(5, 3, 3))
         Traceback (most recent call last):
           ...
-        ValueError: x must have shape (N, 3) (3 feature(s) per row), got shape (5, 3, 3)
+        ValueError: x must have 3 feature(s) per row (shape (N, 3)), got shape (5, 3, 3)
     """
 
     features: tuple[int, ...]
@@ -58,14 +58,12 @@ class InputSpec:
             x.dim() == self.ndim if self.ndim is not None else x.dim() > len(self.features)
         )
         if not ok:
-            per_row = (
-                f" ({self.features[0]} feature(s) per row)"
+            what = (
+                f"{self.features[0]} feature(s) per row (shape {self.describe()})"
                 if self.ndim == 2 and len(self.features) == 1
-                else ""
+                else f"shape {self.describe()}"
             )
-            raise ValueError(
-                f"{name} must have shape {self.describe()}{per_row}, got shape {tuple(x.shape)}"
-            )
+            raise ValueError(f"{name} must have {what}, got shape {tuple(x.shape)}")
         return x
 
 
