@@ -227,14 +227,19 @@ def check_device(name: str, value: Any) -> torch.device | None:
     """
     if value is None:
         return None
-    if not isinstance(value, str | torch.device):
+    if isinstance(value, bool) or not isinstance(value, str | torch.device | int):
         raise TypeError(
-            f"{name} must be a str or torch.device such as 'cpu' or 'cuda', got "
+            f"{name} must be a str, int or torch.device such as 'cpu' or 'cuda', got "
             f"{type(value).__name__} ({value!r})"
         )
     try:
         device = torch.device(value)
-    except RuntimeError:
+    except (RuntimeError, ValueError):
+        if isinstance(value, int):
+            raise ValueError(
+                f"{name}={value!r} (an accelerator index) is not available on this machine; "
+                "use 'cpu'"
+            ) from None
         raise ValueError(
             f"{name} must be a torch device such as 'cpu' or 'cuda', got {value!r}"
         ) from None
