@@ -210,3 +210,51 @@ def as_tensor(
     if dtype is not None:
         tensor = tensor.to(dtype)
     return tensor.to(device) if device is not None else tensor
+
+
+def check_device(name: str, value: Any) -> torch.device | None:
+    """Return ``value`` as a ``torch.device`` if it names one this machine has (``None`` stays
+    ``None``), else raise naming ``name``: ``TypeError`` for a non-device, ``ValueError`` for an
+    unknown or unavailable one (``"cuda"`` without CUDA, ``"cuda:3"`` on a 1-GPU machine).
+
+    Example:
+        >>> check_device("device", "cpu")
+        device(type='cpu')
+        >>> check_device("device", "gpu")
+        Traceback (most recent call last):
+          ...
+        ValueError: device must be a torch device such as 'cpu' or 'cuda', got 'gpu'
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | torch.device | int):
+        raise TypeError(
+            f"{name} must be a str, int or torch.device such as 'cpu' or 'cuda', got "
+            f"{type(value).__name__} ({value!r})"
+        )
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError):
+        if isinstance(value, int):
+            raise ValueError(
+                f"{name}={value!r} (an accelerator index) is not available on this machine; "
+                "use 'cpu'"
+            ) from None
+        raise ValueError(
+            f"{name} must be a torch device such as 'cpu' or 'cuda', got {value!r}"
+        ) from None
+    if device.type in ("cpu", "meta"):
+        return device
+    backend = getattr(torch, device.type, None)
+    if device.type == "mps":
+        backend = getattr(torch.backends, "mps", None)
+    available = backend is not None and bool(getattr(backend, "is_available", lambda: False)())
+    if not available:
+        raise ValueError(f"{name}={str(value)!r} is not available on this machine; use 'cpu'")
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and callable(count) and device.index >= count():
+        raise ValueError(
+            f"{name}={str(value)!r} does not exist: this machine has {count()} {device.type} "
+            "device(s)"
+        )
+    return device

@@ -22,7 +22,9 @@ from bnn_pyro._checks import check_float, check_instance, check_int, check_modul
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import chunk_rows
+from bnn_pyro.nn.inputs import InputSpec, input_spec
 from bnn_pyro.nn.pyro_net import make_bayesian_
+from bnn_pyro.nn.support import check_supported_layers
 from bnn_pyro.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.poutine import ESTIMATORS, LocalReparameterization
 from bnn_pyro.priors import IIDPrior, Prior, prior_from_config
@@ -50,7 +52,9 @@ class VariationalBNN(SVIModel):
 
     Args:
         net: any ``torch.nn.Module`` mapping ``(N, *features)`` to ``(N, O)`` (e.g.
-            :func:`bnn_pyro.nn.mlp`). It is copied; the copy becomes the Pyro model.
+            :func:`bnn_pyro.nn.mlp`). It is copied; the copy becomes the Pyro model. Batch norm,
+            recurrent layers and embeddings are refused here, by name, with what to use instead
+            (see :mod:`bnn_pyro.nn.support`).
         likelihood: the observation model, e.g. ``Gaussian(scale="learned")``, ``Categorical()``.
         prior: which parameters are Bayesian and their prior; default ``IIDPrior(Normal(0, 1))``
             on every linear/conv parameter.
@@ -94,6 +98,7 @@ class VariationalBNN(SVIModel):
     ) -> None:
         super().__init__()
         check_module("net", net)
+        check_supported_layers("net", net, type(self).__name__)
         check_instance("likelihood", likelihood, Likelihood, LIKELIHOOD_EXPECTED)
         prior = _default_prior() if prior is None else prior
         if not isinstance(prior, Prior):
@@ -145,8 +150,8 @@ class VariationalBNN(SVIModel):
         return f
 
     # ------------------------------------------------------------------ SVIModel hooks
-    def _expected_features(self) -> tuple[int, ...] | None:
-        return _first_layer_features(self.net)
+    def _expected_features(self) -> InputSpec | None:
+        return input_spec(self.net)
 
     def _is_fitted(self) -> bool:
         return _guide_ready(self.guide)
@@ -274,16 +279,3 @@ def _guide_ready(guide: nn.Module) -> bool:
         return guide.is_setup
     inner = getattr(guide, "autoguide", guide)
     return getattr(inner, "prototype_trace", None) is not None
-
-
-def _first_layer_features(net: nn.Module) -> tuple[int, ...] | None:
-    """The input width of a net whose first step is known: a (nested) Sequential starting with a
-    linear or conv layer. ``None`` for other nets (their input shape is learned by ``fit``)."""
-    module = net
-    while isinstance(module, nn.Sequential) and len(module) > 0:
-        module = module[0]
-    if isinstance(module, nn.Linear):
-        return (module.in_features,)
-    if isinstance(module, nn.modules.conv._ConvNd):
-        return (module.in_channels,)
-    return None

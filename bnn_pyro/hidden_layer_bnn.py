@@ -29,6 +29,7 @@ from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide, inverse_softplus
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
 from bnn_pyro.nn.batched import ACTIVATION_BUDGET
+from bnn_pyro.nn.inputs import InputSpec
 from bnn_pyro.nn.mlp import ACTIVATIONS, mlp_architecture
 from bnn_pyro.nn.pyro_net import param_statement
 from bnn_pyro.svi_model import SVIModel
@@ -180,8 +181,8 @@ class HiddenLayerBNN(SVIModel):
     # ------------------------------------------------------------------ SVIModel hooks
     elbos = ("trace",)  # TraceMeanField_ELBO rejects model-only latent sites
 
-    def _expected_features(self) -> tuple[int, ...]:
-        return (self.in_features,)
+    def _expected_features(self) -> InputSpec:
+        return InputSpec((self.in_features,), 2)
 
     def _output_dim(self, x: torch.Tensor) -> int:
         return self.out_features

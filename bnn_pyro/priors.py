@@ -224,6 +224,14 @@ class IIDPrior(Prior):
                 f"event_shape=()), got batch_shape={tuple(distribution.batch_shape)}, "
                 f"event_shape={tuple(distribution.event_shape)}"
             )
+        bad = {
+            k: float(getattr(distribution, k))
+            for k in distribution.arg_constraints
+            if isinstance(getattr(distribution, k, None), torch.Tensor)
+            and not bool(torch.isfinite(getattr(distribution, k)).all())
+        }
+        if bad:
+            raise ValueError(f"distribution must have finite parameters, got {bad}")
         if distribution.support is not constraints.real:
             raise ValueError(
                 f"a weight prior needs support on the real line, got {distribution.support}"

@@ -22,6 +22,7 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
+from bnn_pyro.nn.inputs import InputSpec
 from bnn_pyro.training import (
     Callback,
     GuardedSVI,
@@ -77,7 +78,7 @@ class SVIModel(BaseBayesianMethod):
     def _output_dim(self, x: torch.Tensor) -> int:
         """The width ``O`` of the net's output for inputs like ``x``."""
 
-    def _expected_features(self) -> tuple[int, ...] | None:
+    def _expected_features(self) -> InputSpec | None:
         """The feature shape the net needs before any fit (``None``: learned by ``fit``)."""
         return None
 
@@ -108,13 +109,8 @@ class SVIModel(BaseBayesianMethod):
     # ------------------------------------------------------------------ inputs
     def _inputs(self, X: Any, name: str = "X") -> torch.Tensor:
         X = as_tensor(name, X, dtype=self.dtype, device=self.device, min_dim=2)
-        expected = self.input_shape or self._expected_features()
-        if expected is not None and tuple(X.shape[1 : 1 + len(expected)]) != expected:
-            raise ValueError(
-                f"{name} must have {expected[0] if len(expected) == 1 else expected} feature(s) "
-                f"per row (shape (N, {', '.join(map(str, expected))})), got shape "
-                f"{tuple(X.shape)}"
-            )
+        spec = InputSpec.exact(self.input_shape) if self.input_shape else None
+        (spec or self._expected_features() or InputSpec(())).check(name, X)
         return X
 
     def _targets(

@@ -88,11 +88,21 @@ def check_noise_scale(value: object) -> float | torch.Tensor | None:
     return check_float("noise_scale", value, minimum=0.0, strict=True)
 
 
-def check_inputs(x: object, name: str = "x") -> torch.Tensor:
-    """``x`` must be a floating tensor ``(N, D, ...)`` with N >= 1 and finite values."""
+def check_inputs(x: object, name: str = "x", indices: bool = False) -> torch.Tensor:
+    """``x`` must be a floating tensor ``(N, D, ...)`` with N >= 1 and finite values; with
+    ``indices`` (a net that starts from an ``nn.Embedding``) an integer tensor is accepted too.
+
+    Example:
+        >>> check_inputs(torch.tensor([[1, 2]]), indices=True).dtype
+        torch.int64
+    """
     check_tensor(name, x, floating=False)
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must have a floating dtype, got {x.dtype}")
+    integer = not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
+    if not x.is_floating_point() and not (indices and integer):
+        raise TypeError(
+            f"{name} must have a floating dtype, got {x.dtype}"
+            + ("" if indices else " (integer indices only for a net with an nn.Embedding)")
+        )
     if x.dim() < 2 or len(x) == 0:
         raise ValueError(
             f"{name} must have shape (N, D, ...) with N >= 1, got {tuple(x.shape)}"

@@ -35,6 +35,7 @@ from bnn_pyro.methods._training import (
     task_loss,
     train_epochs,
 )
+from bnn_pyro.nn.inputs import InputSpec, input_spec, takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
 from bnn_pyro.training.resume import ResumePath, open_resume
 
@@ -67,6 +68,7 @@ class ClassicMethod(BaseBayesianMethod):
     task: str
     _noise_scale: float | torch.Tensor | None = None
     _noise_from_user: bool = False
+    _seen_input: tuple[int, ...] | None = None  # x.shape[1:] of the last fit that succeeded
 
     def _set_likelihood(
         self, likelihood: Likelihood | str, noise_scale: Any, heteroscedastic: bool = False
@@ -129,12 +131,34 @@ class ClassicMethod(BaseBayesianMethod):
             ``mean (N, O)``, ``variance (N, O)`` (epistemic) and, if asked,
             ``samples (S, N, O)``.
         """
-        check_inputs(x)
+        self._check_x(x)
         samples = self._sample_outputs(
             x, self._samples_to_draw(num_samples), self._predict_seed(seed, generator), **options
         )
         samples = to_probabilities(samples, self._normalize(normalize_output))
         return summarize_samples(samples, return_samples)
+
+    def _net(self) -> nn.Module | None:
+        """The net whose layers fix the inputs (``self.model``; an ensemble's first member)."""
+        return self._modules.get("model")
+
+    def _input_spec(self) -> InputSpec | None:
+        """The input shape the net expects: from its first layer (a linear/conv net or a
+        ``Sequential`` starting with one), else the rows the last ``fit`` saw."""
+        net = self._net()
+        spec = input_spec(net) if net is not None else None
+        if spec is None and self._seen_input is not None:
+            spec = InputSpec.exact(self._seen_input)
+        return spec
+
+    def _check_x(self, x: Any, name: str = "x") -> torch.Tensor:
+        """``x`` checked (:func:`~bnn_pyro.methods._checks.check_inputs`: floating, or integer
+        indices for a net with an ``nn.Embedding``) and its shape against :meth:`_input_spec`:
+        a ``ValueError`` naming ``name`` with both shapes, before any vmap or matrix product."""
+        net = self._net()
+        x = check_inputs(x, name, indices=net is not None and takes_indices(net))
+        spec = self._input_spec()
+        return x if spec is None else spec.check(name, x)
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``(S, N, O)`` raw net outputs for ``S`` posterior samples (seeded draws)."""
@@ -207,7 +231,8 @@ class ClassicMethod(BaseBayesianMethod):
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch, ``val_loss``).
         """
         if isinstance(x, DataLoader):
-            x, y = _gather(x, y)
+            net = self._net()
+            x, y = _gather(x, y, net is not None and takes_indices(net))
         settings = check_fit_args(
             epochs,
             batch_size,
@@ -228,7 +253,9 @@ class ClassicMethod(BaseBayesianMethod):
             extendable = self._resume_extendable and constant
             opened = open_resume(resume, self, settings.callbacks, run, None, extendable)
             settings = dataclasses.replace(settings, resume=opened)
-        return self._fit(x, y, settings, **options)
+        history = self._fit(x, y, settings, **options)
+        self._seen_input = tuple(x.shape[1:])
+        return history
 
     def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:
         """The method's training and posterior fit, with checked ``settings``."""
@@ -245,7 +272,7 @@ class ClassicMethod(BaseBayesianMethod):
         """Check ``x``, ``y`` (and ``net``'s output on two rows, unless ``net`` is None) and
         ``validation_data``; return them on ``module``'s device, ``y`` as ``(N, O)`` for
         regression."""
-        check_inputs(x)
+        self._check_x(x)
         yt = check_targets(x, y, self.task)
         if net is not None:
             check_outputs(probe(net, module, x), yt, self.task)
@@ -254,7 +281,7 @@ class ClassicMethod(BaseBayesianMethod):
         if validation_data is not None:
             if not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
                 raise ValueError("validation_data must be a pair (x_val, y_val)")
-            xv = check_inputs(validation_data[0], "x_val")
+            xv = self._check_x(validation_data[0], "x_val")
             validation = (
                 xv.to(device),
                 check_targets(xv, validation_data[1], self.task).to(device),
@@ -339,7 +366,7 @@ class ClassicMethod(BaseBayesianMethod):
         return likelihood_from_config(config["likelihood"])
 
 
-def _gather(loader: DataLoader, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _gather(loader: DataLoader, y: Any, indices: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``(x, y)`` batches of ``loader`` concatenated (each checked to be a pair of tensors)."""
     if y is not None:
         raise TypeError("y must be None when x is a DataLoader (it yields (x, y))")
@@ -347,7 +374,7 @@ def _gather(loader: DataLoader, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
     for i, batch in enumerate(loader):
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
             raise ValueError(f"the DataLoader must yield (x, y) pairs, got {type(batch).__name__}")
-        xs.append(check_inputs(batch[0], f"x of batch {i}"))
+        xs.append(check_inputs(batch[0], f"x of batch {i}", indices))
         if not isinstance(batch[1], torch.Tensor):
             raise TypeError(f"y of batch {i} must be a torch.Tensor, got {type(batch[1]).__name__}")
         ys.append(batch[1])

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 from torch.func import stack_module_state
 from torch.utils.data import DataLoader
 
-from bnn_pyro._checks import check_bool, check_int
+from bnn_pyro._checks import check_bool, check_device, check_int
 from bnn_pyro.base import (
     PredictOutput,
 )
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import check_inputs, check_outputs
+from bnn_pyro.methods._checks import check_outputs
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
@@ -76,6 +76,13 @@ class DeepEnsemble(ClassicMethod):
         noise_scale: float | torch.Tensor | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(model_fn, nn.Module):
+            raise TypeError(
+                f"model_fn must be a factory that builds one member, got a net "
+                f"({type(model_fn).__name__}); pass lambda: MyNet(...), or "
+                "DeepEnsemble.from_net(net, likelihood, num_models=...) (or make('ensemble', net)) "
+                "for re-initialised copies of a net"
+            )
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
         check_int("num_models", num_models)
@@ -127,6 +134,9 @@ class DeepEnsemble(ClassicMethod):
                 else:
                     return batched_call(self.models[0], {**params, **buffers}, x)
             return torch.stack([m(x) for m in self.models])
+
+    def _net(self) -> nn.Module | None:
+        return self.models[0] if len(self.models) else None
 
     def _split_heads(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         o = out.shape[-1] // 2
@@ -188,7 +198,7 @@ class DeepEnsemble(ClassicMethod):
         """
         if not self.gaussian_nll:
             return super().predictive_gaussian(x, **kwargs)
-        check_inputs(x)
+        self._check_x(x)
         loc, var = self._split_heads(self._member_outputs(x))
         return loc, var.sqrt()
 
@@ -238,7 +248,7 @@ class DeepEnsemble(ClassicMethod):
             raise ValueError(f"model_idx must be < num_models = {self.num_models}, got {model_idx}")
         check_int("num_epochs", num_epochs)
         model = self.models[model_idx]
-        device = torch.device(device) if device is not None else module_device(model)
+        device = check_device("device", device) or module_device(model)
         model.to(device)
 
         def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -9,12 +9,11 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro._checks import check_choice, check_float, check_int, check_module
+from bnn_pyro._checks import check_choice, check_device, check_float, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods import _gaussian_posterior as gp
-from bnn_pyro.methods._checks import check_inputs
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._curvature import curvature, residual_sigma
 from bnn_pyro.methods._params import (
@@ -256,6 +255,10 @@ class LaplaceApproximation(ClassicMethod):
             torch.Size([33, 33])
         """
         seed_device = isinstance(y, (str, torch.device))  # the seed's fit(data_loader, device)
+        if seed_device:
+            check_device("device", y)
+        if "device" in kwargs:
+            check_device("device", kwargs["device"])
         if isinstance(x, DataLoader) and y is not None and not seed_device:
             raise TypeError("y must be None when data is a DataLoader (it yields (x, y))")
         if isinstance(x, torch.Tensor) or (y is not None and not seed_device):
@@ -277,7 +280,7 @@ class LaplaceApproximation(ClassicMethod):
         settings: TrainSettings,
         device: str | torch.device | None = None,
     ) -> History:
-        check_inputs(x, "x")
+        self._check_x(x)
         dev = self._move(device)
         x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
         history = History()

@@ -51,7 +51,10 @@ class MCDropout(ClassicMethod):
     Args:
         model: the net, ``(N, ...) -> (N, O)``.
         num_samples: S, the number of stochastic passes in :meth:`predict`.
-        dropout_rate: if not None, set as ``p`` of every dropout module; must be in ``[0, 1)``.
+        dropout_rate: ``None`` (default) keeps the net's own dropout rates; a float in
+            ``[0, 1)`` is set as ``p`` of every dropout module *of the net you pass* (the net is
+            wrapped, not copied: ``fit`` trains it in place too). Pass a copy
+            (``copy.deepcopy(net)``) to keep yours as it was.
         functional_dropout: the net calls ``F.dropout`` itself (see above).
         likelihood: ``"classification"`` (cross-entropy in :meth:`fit`) or ``"regression"``
             (squared error; Gaussian noise ``noise_scale``).
@@ -73,7 +76,7 @@ class MCDropout(ClassicMethod):
         self,
         model: nn.Module,
         num_samples: int = 20,
-        dropout_rate: float | None = 0.1,
+        dropout_rate: float | None = None,
         *,
         functional_dropout: bool = False,
         likelihood: Likelihood | str = "classification",

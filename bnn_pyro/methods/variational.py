@@ -20,6 +20,7 @@ from bnn_pyro.methods._training import (
     module_device,
 )
 from bnn_pyro.nn.functional import BayesianMLP
+from bnn_pyro.nn.inputs import InputSpec
 from bnn_pyro.nn.mlp import mlp_architecture
 from bnn_pyro.training import History
 
@@ -86,6 +87,9 @@ class VariationalBayesNN(ClassicMethod):
         self.num_samples = num_samples
         self.dataset_size = dataset_size
 
+    def _input_spec(self) -> InputSpec:
+        return InputSpec((self._architecture[0],), 2)
+
     @property
     def layers(self) -> nn.ModuleList:
         """The :class:`GaussianLinear` layers (seed attribute)."""
@@ -137,7 +141,7 @@ class VariationalBayesNN(ClassicMethod):
         Returns:
             Scalar loss.
         """
-        checks.check_inputs(x)
+        self._check_x(x)
         lik = self.task
         if likelihood is not None:
             lik = checks.resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
