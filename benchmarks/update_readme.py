@@ -7,7 +7,8 @@ table; the chosen hyper-parameters stay in the linked file). The README therefor
 what the scripts printed, and its prose quotes no measured figure of its own: it points at these
 blocks. ``tests/test_readme.py`` checks both.
 
-The blocks: ``step_time``, ``local_reparam``, ``methods`` (the timing benchmarks), ``uci`` (the
+The blocks: ``step_time``, ``local_reparam``, ``methods`` (the timing benchmarks), ``memory``
+(peak memory of a large ``predict``, ``benchmarks/memory.py``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
 by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 

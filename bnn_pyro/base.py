@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_int, check_seed
 from bnn_pyro._rng import seed_from
+from bnn_pyro._streaming import reduce_samples
 
 if TYPE_CHECKING:
     from bnn_pyro.training import History
@@ -77,13 +78,7 @@ def summarize_samples(samples: torch.Tensor, return_samples: bool = False) -> Pr
         raise TypeError(f"samples must be a torch.Tensor, got {type(samples).__name__}")
     if samples.dim() < 2:
         raise ValueError(f"samples must have shape (S, N, ...), got shape {tuple(samples.shape)}")
-    # Two passes over the data shifted by the first sample: as stable as torch.var, exactly 0
-    # for identical samples, and faster on a CPU, where torch.var over the leading dim
-    # runs an unvectorized Welford reduction.
-    shifted = samples - samples[0]
-    offset = shifted.mean(dim=0)
-    mean = samples[0] + offset
-    variance = (shifted - offset).square().mean(dim=0)
+    mean, variance = reduce_samples(samples)
     if return_samples:
         return mean, variance, samples
     return mean, variance

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_instance, check_int
+from bnn_pyro._streaming import fill_rows
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide, inverse_softplus
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
@@ -218,15 +219,16 @@ class HiddenLayerBNN(SVIModel):
         width = max(loc.shape[-1] for loc in self.locs)
         num = samples[self.site_names[0]].shape[0]
         chunk = chunk_size or max(8, ACTIVATION_BUDGET // (num * width))
-        outs = []
-        for start in range(0, X.shape[0], chunk):
-            h = F.pad(X[start : start + chunk], (0, 1), value=1.0)
+
+        def rows(start: int, stop: int) -> torch.Tensor:
+            h = F.pad(X[start:stop], (0, 1), value=1.0)
             for i, name in enumerate(self.site_names):
                 h = torch.matmul(h, samples[name])
                 if i < len(self.site_names) - 1:
                     h = F.pad(self.activation(h), (0, 1), value=1.0)
-            outs.append(h)
-        return torch.cat(outs, dim=1)
+            return h
+
+        return fill_rows(rows, X.shape[0], chunk)
 
     def kl_divergence(self) -> torch.Tensor:
         """The exact ``KL(q || p)`` of the weights, summed over the layers."""

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from pyro.poutine.util import site_is_subsample
 
+from bnn_pyro._streaming import fill_rows
 from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
 from bnn_pyro.nn.batched import BatchedTwin, same_results
 from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite
@@ -129,10 +130,7 @@ class NetEvaluator:
         if self.batched is None:
             self._decide(params, x)
         if not self.batched:
-            return torch.cat(
-                [self._vmapped(params, x[i : i + chunk]) for i in range(0, x.shape[0], chunk)],
-                dim=1,
-            )
+            return fill_rows(lambda a, b: self._vmapped(params, x[a:b]), x.shape[0], chunk)
         num_samples = next(iter(params.values())).shape[0]
         if num_samples == 1:  # a lone sample dim of size 1 reads as "no sample dim": pad to 2
             padded = {k: v.expand(2, *v.shape[1:]) for k, v in params.items()}

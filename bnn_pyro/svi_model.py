@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import as_tensor, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples
+from bnn_pyro._streaming import block_rows, stream_summary
+from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
 from bnn_pyro.nn.inputs import InputSpec
@@ -37,6 +38,7 @@ from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
 __all__ = ["SVIModel"]
+_NO_NOISE = "include_noise=True needs a Gaussian likelihood, not {!r}"
 
 
 class SVIModel(BaseBayesianMethod):
@@ -305,7 +307,7 @@ class SVIModel(BaseBayesianMethod):
         """Posterior predictive mean and variance, vectorized over the samples.
 
         The ``S`` weight samples are evaluated in one pass per chunk of rows (no Python loop over
-        samples); chunks keep memory bounded.
+        samples); row blocks are reduced into result buffers allocated once: memory stays bounded.
 
         Args:
             x: ``(N, *features)`` inputs.
@@ -327,23 +329,22 @@ class SVIModel(BaseBayesianMethod):
             ``return_samples``, ``samples (S, N, O')``.
         """
         num_samples = self._samples_to_draw(num_samples)
-        if chunk_size is not None:
-            chunk_size = check_int("chunk_size", chunk_size)
+        chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
         X = self._inputs(x, "x")
         seed = self._predict_seed(seed, generator)
         samples = self._resolve_samples(num_samples, posterior_samples, seed)
-        f = self._outputs(X, samples, chunk_size)
-        means = self.likelihood.mean(f)
-        out = summarize_samples(means, return_samples)
-        if include_noise:
-            noise = self.likelihood.noise_variance(f, samples)
-            if noise is None:
-                raise ValueError(
-                    f"include_noise=True needs a Gaussian likelihood, not {self.likelihood!r}"
-                )
-            total = out[1] + noise.expand_as(means).mean(0)
-            return (out[0], total, *out[2:])  # type: ignore[return-value]
-        return out
+
+        def block(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+            f = self._outputs(X[start:stop], samples, chunk_size)
+            means = self.likelihood.mean(f)
+            noise = self.likelihood.noise_variance(f, samples) if include_noise else None
+            if include_noise and noise is None:
+                raise ValueError(_NO_NOISE.format(self.likelihood))
+            return means, None if noise is None else noise.expand_as(means).mean(0)
+
+        width = self._output_dim(X[:2]) if X.shape[0] else 1
+        rows = block_rows(next(iter(samples.values())).shape[0], width)
+        return stream_summary(X.shape[0], rows, block, return_samples)
 
     def predictive_gaussian(
         self, x: Any, num_samples: int | None = None, seed: int | None = None, **kwargs: Any

@@ -55,6 +55,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "step_time",
         "local_reparam",
         "methods",
+        "memory",
         "uci",
     }
     assert module.render(text) == text, "run python benchmarks/update_readme.py"

@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro.base import BaseBayesianMethod, PredictOutput, summarize_samples, to_probabilities
+from bnn_pyro._streaming import BLOCK_BUDGET, block_seed, stream_summary
+from bnn_pyro.base import BaseBayesianMethod, PredictOutput, to_probabilities
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.methods._checks import (
     check_inputs,
@@ -35,6 +36,7 @@ from bnn_pyro.methods._training import (
     task_loss,
     train_epochs,
 )
+from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.inputs import InputSpec, input_spec, takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
 from bnn_pyro.training.resume import ResumePath, open_resume
@@ -130,13 +132,28 @@ class ClassicMethod(BaseBayesianMethod):
         Returns:
             ``mean (N, O)``, ``variance (N, O)`` (epistemic) and, if asked,
             ``samples (S, N, O)``.
+
+        Memory is bounded: the rows go in blocks reduced into buffers allocated once (see
+        :mod:`bnn_pyro._streaming`); every block sees the same ``S`` draws (one seed for all).
         """
         self._check_x(x)
-        samples = self._sample_outputs(
-            x, self._samples_to_draw(num_samples), self._predict_seed(seed, generator), **options
-        )
-        samples = to_probabilities(samples, self._normalize(normalize_output))
-        return summarize_samples(samples, return_samples)
+        num_samples = self._samples_to_draw(num_samples)
+        seed = self._predict_seed(seed, generator)
+        normalize = self._normalize(normalize_output)
+        n = len(x)
+        rows = chunk_rows(self, num_samples, BLOCK_BUDGET)
+        if rows < n and seed is None:  # one seed for every block: the same posterior draws
+            seed = int(torch.randint(0, 2**62, (1,)))
+
+        def block(start: int, stop: int) -> tuple[torch.Tensor, None]:
+            part = x if stop - start == n else x[start:stop]
+            part_seed = block_seed(seed, start, self._row_wise_draws)
+            out = self._sample_outputs(part, num_samples, part_seed, **options)
+            return to_probabilities(out, normalize), None
+
+        return stream_summary(n, rows, block, return_samples)
+
+    _row_wise_draws = False  # draws per row (MC dropout's masks): a seed per block of rows
 
     def _net(self) -> nn.Module | None:
         """The net whose layers fix the inputs (``self.model``; an ensemble's first member)."""

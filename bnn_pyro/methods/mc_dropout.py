@@ -71,6 +71,7 @@ class MCDropout(ClassicMethod):
     """
 
     _config_keys = ("num_samples", "dropout_rate", "functional_dropout", "samples_per_pass")
+    _row_wise_draws = True  # dropout masks are drawn per row: each block of rows gets its seed
 
     def __init__(
         self,

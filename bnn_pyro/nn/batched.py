@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, vmap
 
+from bnn_pyro._streaming import fill_rows
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
 __all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "same_results"]
@@ -109,10 +110,7 @@ class BatchedTwin:
         module = self.load(tensors, stacked)
         if any(m.training != training for m in self._modules.values()):
             module.train(training)
-        chunk = chunk or x.shape[0]
-        if chunk >= x.shape[0]:
-            return module(x)
-        return torch.cat([module(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)], dim=1)
+        return fill_rows(lambda a, b: module(x[a:b]), x.shape[0], chunk or x.shape[0])
 
 
 def _probe(stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
