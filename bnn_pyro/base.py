@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -202,6 +204,18 @@ class BaseBayesianMethod(nn.Module, ABC):
             if tensor.is_floating_point():
                 return tensor.dtype
         return torch.get_default_dtype()
+
+    @contextmanager
+    def _kept_on_error(self, *names: str) -> Iterator[None]:
+        """Attributes ``names`` put back as they were if the block raises an ``Exception`` (a
+        failed ``fit`` does not leave a new ``input_shape`` behind)."""
+        saved = {name: getattr(self, name) for name in names}
+        try:
+            yield
+        except Exception:
+            for name, value in saved.items():
+                setattr(self, name, value)
+            raise
 
     def _samples_to_draw(self, num_samples: int | None) -> int:
         """``num_samples`` of a ``predict`` call, or the constructor's default; checked."""

@@ -30,6 +30,7 @@ from bnn_pyro.training import (
     History,
     KLWeightSpec,
     as_pyro_optim,
+    check_callbacks,
     make_elbo,
     run_svi,
 )
@@ -111,6 +112,8 @@ class SVIModel(BaseBayesianMethod):
     # ------------------------------------------------------------------ inputs
     def _inputs(self, X: Any, name: str = "X") -> torch.Tensor:
         X = as_tensor(name, X, dtype=self.dtype, device=self.device, min_dim=2)
+        if len(X) == 0:
+            raise ValueError(f"{name} must have at least one row, got shape {tuple(X.shape)}")
         spec = InputSpec.exact(self.input_shape) if self.input_shape else None
         (spec or self._expected_features() or InputSpec(())).check(name, X)
         return X
@@ -201,7 +204,7 @@ class SVIModel(BaseBayesianMethod):
         check_schedule_args(lr_schedule, average)
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
-        callbacks = list(callbacks)
+        callbacks = check_callbacks(callbacks, validation_data is not None)
         resume = open_resume(resume, self, callbacks, locals(), SVI_SETTINGS)
         if isinstance(X, DataLoader):
             if y is not None:
@@ -217,8 +220,9 @@ class SVIModel(BaseBayesianMethod):
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
         validation = self._validation_fn(validation_data) if validation_data is not None else None
-        self.input_shape = tuple(first_x.shape[1:])
-        with seeded(seed, self.device), self._training_context():
+        kept = self._kept_on_error("input_shape", "dataset_size")
+        with kept, seeded(seed, self.device), self._training_context():
+            self.input_shape = tuple(first_x.shape[1:])
             self._setup_guide(first_x, first_y)
             params = list(self.parameters())
             loss = make_elbo(elbo, num_particles, vectorize=True)

@@ -10,6 +10,8 @@ for the two checks skipped for ``method="dropout"``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -57,6 +59,18 @@ class _BNNEstimator(BaseEstimator):
         names = self._get_param_names()
         skip = {"random_state", "progress"}
         return {name: getattr(self, name) for name in names if name not in skip}
+
+    @contextmanager
+    def _unchanged_on_error(self) -> Iterator[None]:
+        """A ``fit`` that raises (bad data, a diverged run) leaves the estimator as it was: no
+        ``n_features_in_`` without a model, and an earlier fit's model kept."""
+        before = dict(self.__dict__)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
 
     def _new_model(self) -> tuple[TabularBNN, int]:
         """Validate the hyperparameters (before any work) and draw the seed of this fit."""
@@ -161,10 +175,11 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
             TypeError, ValueError: a bad hyperparameter (named) or bad data, before any work.
         """
         model, seed = self._new_model()
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
-        self._y_1d = y.ndim == 1
-        self.model_ = model.fit(X, y, seed=seed, progress=self.progress)
-        self.n_outputs_ = self.model_.n_outputs
+        with self._unchanged_on_error():
+            X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+            self._y_1d = y.ndim == 1
+            self.model_ = model.fit(X, y, seed=seed, progress=self.progress)
+            self.n_outputs_ = self.model_.n_outputs
         return self
 
     def predict(
@@ -266,17 +281,18 @@ class BNNClassifier(ClassifierMixin, _BNNEstimator):
                 ``y``, or bad data, before any work.
         """
         model, seed = self._new_model()
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        classes, encoded = np.unique(y, return_inverse=True)
-        if len(classes) < 2:
-            raise ValueError(
-                f"BNNClassifier needs at least 2 classes in y, got 1 class ({classes[0]!r})"
+        with self._unchanged_on_error():
+            X, y = validate_data(self, X, y, dtype=np.float64)
+            check_classification_targets(y)
+            classes, encoded = np.unique(y, return_inverse=True)
+            if len(classes) < 2:
+                raise ValueError(
+                    f"BNNClassifier needs at least 2 classes in y, got 1 class ({classes[0]!r})"
+                )
+            self.model_ = model.fit(
+                X, encoded, n_classes=len(classes), seed=seed, progress=self.progress
             )
-        self.model_ = model.fit(
-            X, encoded, n_classes=len(classes), seed=seed, progress=self.progress
-        )
-        self.classes_ = classes
+            self.classes_ = classes
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:

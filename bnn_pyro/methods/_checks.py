@@ -3,7 +3,8 @@ any work starts; the generic checks are in :mod:`bnn_pyro._checks`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -153,3 +154,35 @@ def check_outputs(out: torch.Tensor, y: torch.Tensor, likelihood: str, what: str
         raise ValueError(
             f"{what} output must have shape (N, {y.shape[1]}) to match y, got {tuple(out.shape)}"
         )
+
+
+def check_batches(
+    batches: Iterable[Any], check_x: Callable[[Any, str], torch.Tensor], likelihood: str
+) -> None:
+    """One pass over ``batches`` (a ``DataLoader`` or sequence of ``(x, y)`` pairs) checking
+    every batch, before any work: ``x`` by ``check_x(x, name)``, ``y`` by
+    :func:`check_targets` (finite, the right rows and dtype). A bad batch raises the check's
+    ``ValueError``/``TypeError`` with the batch's index in front.
+
+    Example:
+        >>> good = [(torch.zeros(2, 1), torch.zeros(2)), (torch.zeros(2, 1), torch.zeros(2))]
+        >>> check_batches(good, lambda x, name: x, "regression")
+        >>> bad = good + [(torch.zeros(2, 1), torch.tensor([0.0, float("nan")]))]
+        >>> check_batches(bad, lambda x, name: x, "regression")
+        Traceback (most recent call last):
+          ...
+        ValueError: batch 2 of the data: y must be finite, got 1 NaN or infinite value(s)
+    """
+    count = 0
+    for i, batch in enumerate(batches):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise ValueError(
+                f"batch {i} of the data must be an (x, y) pair, got {type(batch).__name__}"
+            )
+        try:
+            check_targets(check_x(batch[0], "x"), batch[1], likelihood)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"batch {i} of the data: {err}") from None
+        count += 1
+    if count == 0:
+        raise ValueError("the data yielded no batch")

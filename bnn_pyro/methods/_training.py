@@ -13,7 +13,15 @@ import torch.nn.functional as F
 
 from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.training import Callback, History, LossStep, check_optimizer, make_optimizer, train
+from bnn_pyro.training import (
+    Callback,
+    History,
+    LossStep,
+    check_callbacks,
+    check_optimizer,
+    make_optimizer,
+    train,
+)
 from bnn_pyro.training.batches import permuted_batches
 from bnn_pyro.training.schedules import check_schedule_args
 
@@ -59,6 +67,7 @@ def check_fit_args(
     check_bool("progress", progress)
     check_seed("seed", seed)
     check_schedule_args(lr_schedule, average)
+    callbacks = check_callbacks(callbacks, validation_data is not None)
     return TrainSettings(
         epochs,
         batch_size,

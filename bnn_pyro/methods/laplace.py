@@ -14,6 +14,7 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods import _gaussian_posterior as gp
+from bnn_pyro.methods._checks import check_batches
 from bnn_pyro.methods._contract import ClassicMethod
 from bnn_pyro.methods._curvature import curvature, residual_sigma
 from bnn_pyro.methods._params import (
@@ -270,6 +271,7 @@ class LaplaceApproximation(ClassicMethod):
             y, device = None, y
         if kwargs:
             raise TypeError(f"fit(data_loader) takes only device=, got {sorted(kwargs)}")
+        check_batches(x, self._check_x, self.task)  # every batch, before anything moves
         self._fit_posterior(x, self._move(device))
         return History()
 

@@ -13,6 +13,7 @@ from bnn_pyro.training.callbacks import (
     Checkpoint,
     EarlyStopping,
     History,
+    check_callbacks,
     linear_annealing,
     state_copy,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "SVIStep",
     "TrainingStep",
     "as_pyro_optim",
+    "check_callbacks",
     "check_optimizer",
     "linear_annealing",
     "make_elbo",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,14 @@ import torch
 if TYPE_CHECKING:
     import matplotlib.axes
 
-__all__ = ["History", "EarlyStopping", "Checkpoint", "linear_annealing", "state_copy"]
+__all__ = [
+    "History",
+    "EarlyStopping",
+    "Checkpoint",
+    "check_callbacks",
+    "linear_annealing",
+    "state_copy",
+]
 
 
 def state_copy(module: torch.nn.Module) -> dict[str, Any]:
@@ -123,6 +131,15 @@ class EarlyStopping:
         self.best_epoch = -1
         self._best_state: dict[str, torch.Tensor] | None = None
 
+    def check_before_fit(self, has_validation: bool) -> None:
+        """Refuse a validation monitor (``val_*``) when ``fit`` has no ``validation_data``:
+        called by :func:`check_callbacks` before the first step, so nothing has moved yet."""
+        if self.monitor.startswith("val_") and not has_validation:
+            raise ValueError(
+                f"validation_data is required: EarlyStopping monitors {self.monitor!r}, which "
+                "only fit(..., validation_data=(X_val, y_val)) records"
+            )
+
     def __call__(self, bnn: Any, epoch: int, history: History) -> bool:
         if self.monitor not in history:
             raise ValueError(
@@ -159,12 +176,51 @@ class Checkpoint:
         True
     """
 
-    def __init__(self, path: str, every: int = 1) -> None:
-        if not isinstance(every, int) or every < 1:
+    def __init__(self, path: str | os.PathLike, every: int = 1) -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"path {os.fspath(path)!r}: its folder does not exist")
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"path {os.fspath(path)!r} is a folder, not a file name")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an int >= 1, got {every!r}")
-        self.path, self.every = path, every
+        self.path, self.every = os.fspath(path), every
 
     def __call__(self, bnn: Any, epoch: int, history: History) -> bool:
         if (epoch + 1) % self.every == 0:
             bnn.save(self.path)
         return False
+
+
+def check_callbacks(callbacks: Iterable[Any], has_validation: bool) -> list[Any]:
+    """``callbacks`` as a list, each checked before the first step: it must be callable as
+    ``fn(model, epoch, history)``, and a callback with ``check_before_fit(has_validation)``
+    (e.g. :class:`EarlyStopping` on ``"val_nll"``) checks that what it needs will be there.
+
+    Raises:
+        TypeError: ``callbacks`` is not an iterable of callables (the message names the index).
+        ValueError: from a callback's own ``check_before_fit``.
+
+    Example:
+        >>> len(check_callbacks([EarlyStopping("loss")], has_validation=False))
+        1
+        >>> check_callbacks([42], has_validation=False)
+        Traceback (most recent call last):
+          ...
+        TypeError: callbacks[0] must be callable as fn(model, epoch, history), got int
+    """
+    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
+        raise TypeError(f"callbacks must be a list of callables, got {type(callbacks).__name__}")
+    out = list(callbacks)
+    for i, cb in enumerate(out):
+        if not callable(cb):
+            raise TypeError(
+                f"callbacks[{i}] must be callable as fn(model, epoch, history), "
+                f"got {type(cb).__name__}"
+            )
+        check = getattr(cb, "check_before_fit", None)
+        if callable(check):
+            check(has_validation)
+    return out

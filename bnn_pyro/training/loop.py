@@ -11,6 +11,7 @@ dropout, ensembles, SWAG, the MAP phase of Laplace, ``VariationalBayesNN``);
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,6 +32,7 @@ Callback = Callable[[Any, int, History], "bool | None"]
 # non-finite; snapshots are refreshed at an epoch boundary at most this often, so the copy
 # stays off the hot path of small, fast epochs.
 _SNAPSHOT_SECONDS = 1.0
+_NON_FINITE = re.compile(r"\b(nan|inf)\b")
 
 
 class TrainingStep:
@@ -115,6 +117,26 @@ def _params_finite(module: torch.nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in module.parameters())
 
 
+def _diverged(module: torch.nn.Module, err: Exception) -> bool:
+    """Is ``err`` (raised by a step) a divergence? A :class:`TrainingDivergedError`, any error
+    once the parameters are non-finite, or a distribution refusing a NaN/inf value (Pyro's
+    validation: "found invalid values: tensor([nan])") -- e.g. a learned noise scale that
+    overflowed on a huge target."""
+    if isinstance(err, TrainingDivergedError) or not _params_finite(module):
+        return True
+    text = str(err)
+    refused = isinstance(err, ValueError) and "invalid values" in text
+    return refused and _NON_FINITE.search(text) is not None
+
+
+def _what(err: Exception) -> str:
+    if isinstance(err, TrainingDivergedError):
+        return str(err)
+    if "invalid values" in str(err):
+        return "a distribution was given a NaN or infinite value (the parameters overflowed)"
+    return f"{type(err).__name__} once the parameters were non-finite"
+
+
 def train(
     module: torch.nn.Module,
     step: TrainingStep,
@@ -131,10 +153,17 @@ def train(
 ) -> History:
     """Run ``epochs`` passes of ``step`` over ``batches()``; return the :class:`History`.
 
-    The divergence guard: a step that raises :class:`~bnn_pyro.TrainingDivergedError` stops
-    training with an error naming the epoch and step; if the parameters themselves became
-    non-finite, the last finite snapshot (at most a second old, taken at an epoch boundary) is
-    restored, so the model stays usable.
+    What a failure leaves behind:
+
+    - a divergence (a step raising :class:`~bnn_pyro.TrainingDivergedError`, any error once
+      the parameters are non-finite, or a distribution refusing a NaN/inf value) stops training
+      with a ``TrainingDivergedError`` naming the epoch and step; if the parameters became
+      non-finite, the last finite snapshot (at most a second old, taken at an epoch boundary)
+      is restored, so the model stays usable;
+    - any other exception (a bad minibatch, a callback that raises, ...) restores the state
+      ``module`` had when ``train`` was called, then propagates unchanged;
+    - ``KeyboardInterrupt`` keeps the progress made (restoring the last finite snapshot only if
+      the parameters are non-finite).
 
     Args:
         module: the model being trained (snapshots and callbacks see it).
@@ -180,6 +209,7 @@ def train(
     start = time.perf_counter() - (history["seconds"][-1] if history.get("seconds") else 0.0)
     bar = tqdm(range(first, epochs), desc=desc, unit="epoch", disable=not progress, leave=False)
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
+    initial = snapshot
     try:
         for epoch in bar:
             if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
@@ -192,13 +222,15 @@ def train(
             for i, (xb, yb) in enumerate(batches()):
                 try:
                     losses.append(step(xb, yb))
-                except TrainingDivergedError as err:
+                except Exception as err:
+                    if not _diverged(module, err):
+                        raise
                     if not _params_finite(module):
                         module.load_state_dict(snapshot)
                     raise TrainingDivergedError(
-                        f"{err} at epoch {epoch}, step {i}: training stopped and the model keeps "
-                        "its last finite parameters. A lower learning rate (a smaller lr), a "
-                        "smaller init_scale or standardised inputs and targets usually help."
+                        f"{_what(err)} at epoch {epoch}, step {i}: training stopped and the model "
+                        "keeps its last finite parameters. A lower learning rate (a smaller lr), "
+                        "a smaller init_scale or standardised inputs and targets usually help."
                     ) from None
                 sizes.append(len(xb))
                 if averager is not None:
@@ -218,6 +250,15 @@ def train(
                 resume.end_epoch(epoch, stop)
             if stop:
                 break
+    except TrainingDivergedError:
+        raise
+    except Exception:
+        module.load_state_dict(initial)  # an error that is not a divergence: as before train
+        raise
+    except BaseException:  # KeyboardInterrupt: keep the progress, if it is finite
+        if not _params_finite(module):
+            module.load_state_dict(snapshot)
+        raise
     finally:
         bar.close()
     if averager is not None:
