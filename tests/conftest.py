@@ -1,5 +1,5 @@
-"""Shared fixtures: small regression and classification problems (one torch thread per test
-comes from the root conftest.py)."""
+"""Shared fixtures: small regression and classification problems (one torch thread for the
+whole session comes from the root conftest.py)."""
 
 from __future__ import annotations
 

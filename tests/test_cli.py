@@ -19,14 +19,6 @@ from bnn_pyro.estimators import METHODS, TabularBNN
 FAST = ["--epochs", "15", "--lr", "0.1", "--hidden", "8", "--num-samples", "8", "--quiet"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _write(path, header, rows):
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)

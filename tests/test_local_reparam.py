@@ -28,13 +28,11 @@ N_DRAWS = 20000
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_one_thread():
-    state, threads = torch.get_rng_state(), torch.get_num_threads()
+def _seeded():
+    state = torch.get_rng_state()
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     yield
     torch.set_rng_state(state)
-    torch.set_num_threads(threads)
 
 
 def _check_moments(draws, mean, std):

@@ -15,13 +15,11 @@ from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
 
 
 @pytest.fixture(autouse=True)
-def _seed_and_one_thread():
-    state, threads = torch.get_rng_state(), torch.get_num_threads()
+def _seeded():
+    state = torch.get_rng_state()
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     yield
     torch.set_rng_state(state)
-    torch.set_num_threads(threads)
 
 
 def _data(n=64):

@@ -18,14 +18,6 @@ from bnn_pyro.estimators import METHODS, BNNClassifier, BNNRegressor, _methods
 TINY = dict(hidden_sizes=(16,), epochs=15, batch_size=None, lr=0.05, num_samples=20)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def reg_data() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)

@@ -17,21 +17,11 @@ Skipped, and why:
 
 from __future__ import annotations
 
-import pytest
-import torch
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bnn_pyro.estimators import METHODS, BNNClassifier, BNNRegressor
 
 TINY = dict(hidden_sizes=(16,), epochs=10, batch_size=None, lr=0.1, num_samples=10, ensemble_size=2)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @parametrize_with_checks(

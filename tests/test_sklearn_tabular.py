@@ -12,14 +12,6 @@ from bnn_pyro.exceptions import NotFittedError
 TINY = dict(hidden_sizes=(8,), epochs=5, batch_size=16, num_samples=6, ensemble_size=2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)

@@ -8,15 +8,6 @@ from torch.distributions import Normal, kl_divergence
 from bnn_pyro.nn.bayesian_linear import BayesianLinear
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny training loops: one thread avoids OpenMP contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_forward_shape_with_leading_dims():
     torch.manual_seed(0)
     layer = BayesianLinear(4, 3)

@@ -9,15 +9,6 @@ from bnn_pyro.nn.functional import BayesianMLP, bayesian_dense, build
 from bnn_pyro.nn.gaussian_linear import GaussianLinear
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny training loops: one thread avoids OpenMP contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_build_defaults_and_shapes():
     model = build(10, output_size=3)
     assert [layer.out_features for layer in model.layers] == [256, 128, 3]

@@ -15,20 +15,11 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from bnn_pyro.cli import main
 
 FAST = ["--epochs", "3", "--hidden", "4", "--num-samples", "4", "--quiet"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _snapshot(folder):
