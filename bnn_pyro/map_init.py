@@ -121,9 +121,11 @@ def map_phase(
     """Run the MAP phase on ``bnn``'s mean-field guide, then set its means and scales (see the
     module docstring); ``VariationalBNN.fit(..., init="map")`` calls it before SVI.
 
-    Point-estimate parameters of the net (layers the prior leaves out) are fitted with the
-    weights. The phase's :class:`History` (``loss``: the negative log joint density of the
-    whole data set, per epoch) is kept as ``bnn.map_history``.
+    The phase starts from the guide's current means (a fitted model's, on a second ``fit``)
+    and every scale restarts at ``init_scale``. Point-estimate parameters of the net (layers
+    the prior leaves out) are fitted with the weights. The phase's :class:`History`
+    (``loss``: the negative log joint density of the whole data set, per epoch) is kept as
+    ``bnn.map_history``.
 
     Args:
         bnn: a :class:`~bnn_pyro.VariationalBNN` whose mean-field guide has its sites.
@@ -175,7 +177,15 @@ def start_from_map(
 ) -> None:
     """``fit``'s hook before SVI: :func:`map_phase` when ``map_epochs`` (from
     :func:`check_init`) is set, unless the fit resumes a saved run (whose state already holds
-    the guide the MAP phase started, and whatever SVI made of it)."""
+    the guide the MAP phase started, and whatever SVI made of it).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1))
+        >>> start_from_map(bnn, lambda: [], 8, None, 0.01, False, None)  # init=None: nothing
+        >>> hasattr(bnn, "map_history")
+        False
+    """
     if map_epochs and (resume is None or resume.saved is None):
         map_phase(
             bnn, batches, dataset_size=dataset_size, epochs=map_epochs, lr=lr, progress=progress

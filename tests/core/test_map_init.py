@@ -190,3 +190,42 @@ def test_resume_runs_no_map_phase_and_checks_init(tmp_path):
     assert torch.equal(_locs(again), _locs(first))
     with pytest.raises(ValueError, match="resume: .* init='map', this fit has init=None"):
         _linear_bnn().fit(X, y, **kw)
+
+
+def test_point_estimate_parameters_are_fitted_with_the_weights():
+    """``exclude="*.bias"`` keeps the bias a plain parameter (no prior): the MAP phase fits it
+    with the weights, to the closed-form mode with prior precision 0 on the bias. Tolerance as
+    in the full-batch test above (deterministic gradients, step decayed to 0)."""
+    import pyro.distributions as dist
+
+    X, y = _linear_data()
+    phi = torch.cat([X, torch.ones(len(X), 1)], 1).double()
+    precision = torch.diag(torch.tensor([1.0, 1.0, 1.0, 0.0])).double() + phi.T @ phi / NOISE**2
+    mode = torch.linalg.solve(precision, phi.T @ y.double() / NOISE**2).squeeze(-1)
+    _, std = _exact(X, y)
+    prior = bp.priors.IIDPrior(dist.Normal(0.0, 1.0), exclude="*.bias")
+    bnn = _linear_bnn(prior=prior)
+    bnn.fit(
+        X, y, epochs=0, batch_size=None, lr=0.05, init="map", map_epochs=300, progress=False,
+        seed=0,
+    )  # fmt: skip
+    assert list(bnn.guide.means()) == ["net.0.weight"]
+    bias = dict(bnn.named_parameters())["net.0.bias"].detach()
+    fitted = torch.cat([bnn.guide.means()["net.0.weight"].ravel(), bias]).double()
+    assert ((fitted - mode).abs() / std).max() < 0.01, (fitted, mode)
+    # the bias's missing prior moves the mode by 0.026 std: more than the tolerance, so a MAP
+    # phase that put a prior on the point-estimate bias would fail the line above
+    assert ((mode - _exact(X, y)[0]).abs() / std).max() > 0.02
+
+
+def test_a_continued_fit_restarts_the_scales_at_init_scale():
+    """``init="map"`` on a fitted model runs the MAP phase from its current means and resets
+    every scale that SVI had moved to ``init_scale``."""
+    X, y = _linear_data(40)
+    bnn = _linear_bnn(init_scale=0.05)
+    bnn.fit(X, y, epochs=30, batch_size=None, lr=0.05, progress=False, seed=0)
+    moved = bnn.guide.scales()["net.0.weight"]
+    assert not torch.allclose(moved, torch.full_like(moved, 0.05), atol=1e-3)
+    bnn.fit(X, y, epochs=0, init="map", map_epochs=2, progress=False, seed=0)
+    for scale in bnn.guide.scales().values():
+        assert torch.allclose(scale, torch.full_like(scale, 0.05))
