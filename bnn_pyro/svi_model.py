@@ -194,7 +194,7 @@ class SVIModel(BaseBayesianMethod):
                 :func:`bnn_pyro.training.train`): the posterior without a constant step's jitter.
             resume: a file path that makes the run resumable (:mod:`bnn_pyro.training.resume`).
             init, map_epochs: ``"map"``: the guide starts at a MAP fit of ``map_epochs`` (default
-                ``epochs // 10``) epochs, not on resume (:mod:`bnn_pyro.map_init`).
+                ``epochs // 4``) epochs, not on resume (:mod:`bnn_pyro.map_init`).
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
