@@ -23,6 +23,7 @@ from bnn_pyro._streaming import block_rows, stream_summary
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
+from bnn_pyro.map_init import check_init, start_from_map
 from bnn_pyro.nn.inputs import InputSpec
 from bnn_pyro.training import (
     Callback,
@@ -34,7 +35,7 @@ from bnn_pyro.training import (
     make_elbo,
     run_svi,
 )
-from bnn_pyro.training.batches import loader_batches, shuffled_batches
+from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
@@ -160,6 +161,8 @@ class SVIModel(BaseBayesianMethod):
         lr_schedule: LRScheduleSpec = None,
         average: float | None = None,
         resume: ResumePath = None,
+        init: str | None = None,
+        map_epochs: int | None = None,
     ) -> History:
         """Train the posterior by SVI on ``(X, y)`` or a ``DataLoader`` of ``(x, y)`` batches.
 
@@ -183,14 +186,15 @@ class SVIModel(BaseBayesianMethod):
                 :func:`bnn_pyro.training.linear_annealing`); 1 is the ELBO.
             callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
             validation_data: ``(X_val, y_val)``; adds ``val_nll`` to the history.
-            shuffle: reshuffle the rows every epoch.
-            progress: show a progress bar.
+            shuffle, progress: reshuffle the rows every epoch; show a progress bar.
             seed: makes the run reproducible (given the net's initial weights) without touching
                 the global RNG.
             lr_schedule, average: the learning rate over the epochs (``"cosine"``, ...) and
                 Polyak averaging of the guide over the last share of them (see
                 :func:`bnn_pyro.training.train`): the posterior without a constant step's jitter.
             resume: a file path that makes the run resumable (:mod:`bnn_pyro.training.resume`).
+            init, map_epochs: ``"map"``: the guide starts at a MAP fit of ``map_epochs`` (default
+                ``epochs // 4``) epochs, not on resume (:mod:`bnn_pyro.map_init`).
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
@@ -202,6 +206,7 @@ class SVIModel(BaseBayesianMethod):
             check_float("kl_weight", kl_weight, minimum=0.0)
         check_seed("seed", seed)
         check_schedule_args(lr_schedule, average)
+        map_epochs = check_init(self, init, map_epochs, epochs)
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
         callbacks = check_callbacks(callbacks, validation_data is not None)
@@ -219,7 +224,7 @@ class SVIModel(BaseBayesianMethod):
             batch_size = None if batch_size is None else check_int("batch_size", batch_size)
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
-        validation = self._validation_fn(validation_data) if validation_data is not None else None
+        validation = validation_nll(self, validation_data) if validation_data is not None else None
         kept = self._kept_on_error("input_shape", "dataset_size")
         with kept, seeded(seed, self.device), self._training_context():
             self.input_shape = tuple(first_x.shape[1:])
@@ -232,6 +237,7 @@ class SVIModel(BaseBayesianMethod):
             was_training = self.training
             self.train()
             try:
+                start_from_map(self, batches, n, map_epochs, lr, progress, resume)
                 return run_svi(
                     self,
                     svi,
@@ -248,13 +254,6 @@ class SVIModel(BaseBayesianMethod):
                 )
             finally:
                 self.train(was_training)
-
-    def _validation_fn(self, data: tuple[Any, Any]) -> Callable[[], float]:
-        if not (isinstance(data, (tuple, list)) and len(data) == 2):
-            raise ValueError("validation_data must be a pair (X_val, y_val)")
-        X_val = self._inputs(data[0], "X_val")
-        y_val = self._targets(data[1], X_val, "y_val")
-        return lambda: -self.log_predictive_density(X_val, y_val, num_samples=20, seed=0)
 
     # ------------------------------------------------------------------ prediction
     def sample_posterior(

@@ -49,18 +49,9 @@ SAVE_SECONDS = 1.0
 
 #: The ``SVIModel.fit`` arguments that fix a run's trajectory (compared on resume).
 SVI_SETTINGS = (
-    "epochs",
-    "batch_size",
-    "lr",
-    "optimizer",
-    "elbo",
-    "num_particles",
-    "kl_weight",
-    "shuffle",
-    "seed",
-    "lr_schedule",
-    "average",
-)
+    "epochs", "batch_size", "lr", "optimizer", "elbo", "num_particles", "kl_weight", "shuffle",
+    "seed", "lr_schedule", "average", "init", "map_epochs",
+)  # fmt: skip
 
 _KIND = "bnn_pyro.resume"
 _EARLY_STOPPING = ("best", "best_epoch", "_best_state")

@@ -75,10 +75,10 @@ def save_every_epoch(monkeypatch):
     monkeypatch.setattr(resume_module, "SAVE_SECONDS", 0.0)
 
 
-def fitted(name: str, init: int, callbacks=(), **options):
-    """A method built under seed ``init`` and fitted; also its predictions and history."""
+def fitted(name: str, weights_seed: int, callbacks=(), **options):
+    """A method built under seed ``weights_seed`` and fitted; also its predictions and history."""
     make, predict_options = METHODS[name]
-    torch.manual_seed(init)
+    torch.manual_seed(weights_seed)
     method = make()
     torch.manual_seed(123)  # the global stream that a fit with seed=None draws from
     kw = {"epochs": EPOCHS, "batch_size": 16, "progress": False, "seed": 0, **options}
@@ -100,6 +100,7 @@ CASES = [
     ("VariationalBNN", {}),
     ("VariationalBNN", {"seed": None}),  # the global RNG's state is restored too
     ("VariationalBNN", {"lr_schedule": "cosine", "average": 0.75}),
+    ("VariationalBNN", {"init": "map", "map_epochs": 5}),  # the MAP phase runs only at the start
     ("MCDropout", {}),
     ("MCDropout", {"seed": None}),
     ("MCDropout", {"lr_schedule": "cosine", "average": 0.75}),
