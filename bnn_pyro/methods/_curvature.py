@@ -95,7 +95,8 @@ def curvature(
             continue
         jac, out = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(params, xb)
         jac = flatten(jac, batch_dims=2)  # (B, O, P)
-        loglik -= float(_nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma))
+        nll = _nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma)
+        loglik -= float(nll.detach())
         if likelihood == "regression":
             w = (1.0 / sigma**2).to(jac).expand(jac.shape[1])  # (O,)
             if structure == "diag":
