@@ -86,7 +86,7 @@ def curvature(
         count += len(xb)
         if kind == "fisher":
             grads, nll = vmap(grad_and_value(loss), in_dims=(None, 0, 0))(params, xb, yb)
-            loglik -= float(nll.sum())
+            loglik -= float(nll.detach().sum())
             if structure == "diag":  # square per parameter: never materialise (B, P)
                 h += torch.cat([(g**2).sum(0).reshape(-1) for g in grads.values()])
             else:
