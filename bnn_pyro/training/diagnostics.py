@@ -52,9 +52,11 @@ STD_TOL = 0.25
 
 def _prior_sites(bnn: Any) -> dict[str, Distribution]:
     """The prior of every latent site of a :class:`~bnn_pyro.VariationalBNN`, from one trace of
-    its model on a single zero row with the observation hidden."""
+    its model on a single zero row with the observation hidden (the weights it draws come from
+    a forked random stream: a fit with ``seed=None`` or a resumed run draws as without it)."""
     x = torch.zeros((1, *(bnn.input_shape or ())), device=bnn.device, dtype=bnn.dtype)
-    with torch.no_grad():
+    devices = [bnn.device] if bnn.device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices):  # the run's random stream untouched
         trace = poutine.trace(poutine.block(bnn.model, hide=["obs"])).get_trace(x)
     return {
         name: site["fn"]
@@ -121,28 +123,36 @@ class LayerDiagnostics:
             base = base.base_dist  # the guide is elementwise: compare with the elementwise prior
         return base
 
-    @torch.no_grad()
-    def _kl(self, name: str) -> float | None:
+    def _kl_tensor(self, name: str) -> torch.Tensor | None:
         base = self._prior(name)
-        loc, rho = self.sites[name]
         if base is None:
             return None
-        q = Normal(loc, F.softplus(rho), validate_args=False)
+        loc, rho = self.sites[name]
+        q = Normal(loc.detach(), F.softplus(rho.detach()), validate_args=False)
         try:
-            return float(kl_divergence(q, base).sum())
+            return kl_divergence(q, base).sum()
         except (NotImplementedError, RuntimeError):  # no closed form, or another shape
+            self.priors.pop(name)  # not tried again
             return None
 
     @torch.no_grad()
+    def _kl(self, name: str) -> float | None:
+        kl = self._kl_tensor(name)
+        return None if kl is None else float(kl)
+
+    @torch.no_grad()
     def row(self) -> dict[str, float]:
-        """``{"kl/<site>": KL, "std/<site>": mean posterior std}`` for every site now."""
-        out: dict[str, float] = {}
+        """``{"kl/<site>": KL, "std/<site>": mean posterior std}`` for every site now (one
+        transfer from the device for all of them)."""
+        keys, values = [], []
         for name, (_, rho) in self.sites.items():
-            kl = self._kl(name)
+            kl = self._kl_tensor(name)
             if kl is not None:
-                out[f"kl/{name}"] = kl
-            out[f"std/{name}"] = float(F.softplus(rho).mean())
-        return out
+                keys.append(f"kl/{name}")
+                values.append(kl.to(rho.dtype))
+            keys.append(f"std/{name}")
+            values.append(F.softplus(rho.detach()).mean())
+        return dict(zip(keys, torch.stack(values).tolist(), strict=True))
 
     @torch.no_grad()
     def problems(self) -> list[str]:

@@ -104,7 +104,9 @@ def test_a_layer_forced_onto_its_prior_warns():
     assert len(messages) == 1
     assert "'net.0.weight' (" in messages[0] and "collapsed onto its prior" in messages[0]
     assert "kl_weight" in messages[0]
-    assert history["std/net.0.weight"][-1] == pytest.approx(1.0, abs=0.05)
+    # the prior's std is 1; the noise of SVI keeps a forced layer within ~10% of it (0.93-0.96
+    # seen), a layer trained at kl_weight=1 is at 0.03-0.1 (test_a_trained_regression...)
+    assert history["std/net.0.weight"][-1] == pytest.approx(1.0, abs=0.15)
 
 
 def test_other_guides_get_no_layer_entries():
