@@ -25,7 +25,12 @@ from bnn_pyro import (
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.distributions import HiddenLayer
-from bnn_pyro.exceptions import CheckpointError, NotFittedError, TrainingDivergedError
+from bnn_pyro.exceptions import (
+    CheckpointError,
+    NotFittedError,
+    PosteriorCollapseWarning,
+    TrainingDivergedError,
+)
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
@@ -66,6 +71,7 @@ __all__ = [
     "LocalReparameterization",
     "MeanFieldNormalGuide",
     "NotFittedError",
+    "PosteriorCollapseWarning",
     "ScaleMixturePrior",
     "TrainingDivergedError",
     "VariationalBNN",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["CLIError", "CheckpointError", "NotFittedError", "TrainingDivergedError"]
+__all__ = [
+    "CLIError",
+    "CheckpointError",
+    "NotFittedError",
+    "PosteriorCollapseWarning",
+    "TrainingDivergedError",
+]
 
 
 class NotFittedError(RuntimeError, ValueError):
@@ -58,4 +64,16 @@ class CheckpointError(ValueError):
         Traceback (most recent call last):
           ...
         bnn_pyro.exceptions.CheckpointError: ... is empty (0 bytes): ...
+    """
+
+
+class PosteriorCollapseWarning(UserWarning):
+    """Warned at the end of ``fit`` when a layer of a mean-field posterior learned nothing: its
+    posterior stds stayed at ``init_scale`` (too few steps or too low a learning rate), or its
+    posterior collapsed onto the prior (a KL per weight near 0: underfitting). The message names
+    the layer and what usually helps (see :mod:`bnn_pyro.training.diagnostics`).
+
+    Example:
+        >>> issubclass(PosteriorCollapseWarning, UserWarning)
+        True
     """

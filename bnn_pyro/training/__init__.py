@@ -6,6 +6,7 @@
 - :func:`make_optimizer` (``optim.py``): the optimizer spec every ``fit`` takes.
 - ``callbacks.py``: :class:`History`, :class:`EarlyStopping`, :class:`Checkpoint`,
   :func:`linear_annealing`.
+- ``diagnostics.py``: :class:`LayerDiagnostics`, the per-layer ``kl/`` and ``std/`` entries.
 - ``svi.py``: :class:`GuardedSVI`, :func:`make_elbo`, :func:`run_svi`.
 """
 
@@ -17,6 +18,7 @@ from bnn_pyro.training.callbacks import (
     linear_annealing,
     state_copy,
 )
+from bnn_pyro.training.diagnostics import LayerDiagnostics
 from bnn_pyro.training.loop import Batch, Callback, LossStep, TrainingStep, train
 from bnn_pyro.training.optim import (
     OPTIMIZER_NAMES,
@@ -52,6 +54,7 @@ __all__ = [
     "GuardedSVI",
     "History",
     "KLWeightSpec",
+    "LayerDiagnostics",
     "LossStep",
     "SVIStep",
     "TrainingStep",

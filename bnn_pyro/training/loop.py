@@ -244,7 +244,8 @@ def train(
                 row.update(validation())
             row["seconds"] = time.perf_counter() - start
             history.append(**row)
-            bar.set_postfix(loss=f"{row['loss']:.4g}", refresh=False)
+            shown = {k: f"{row[k]:.4g}" for k in ("loss", "kl") if k in row}
+            bar.set_postfix(shown, refresh=False)
             stop = any([bool(cb(module, epoch, history)) for cb in callbacks])
             if resume is not None:
                 resume.end_epoch(epoch, stop)

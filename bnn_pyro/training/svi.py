@@ -20,6 +20,7 @@ from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
 from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.diagnostics import LayerDiagnostics
 from bnn_pyro.training.loop import Batch, Callback, TrainingStep, train
 from bnn_pyro.training.optim import make_optimizer
 
@@ -162,12 +163,14 @@ class SVIStep(TrainingStep):
 
     The history row holds ``loss`` (the negative ELBO of the whole data set, the mean of the
     epoch's minibatch estimates), ``nll`` (its expected negative log-likelihood part), ``kl``
-    (``(loss - nll) / kl_weight``) and ``kl_weight``.
+    (``(loss - nll) / kl_weight``) and ``kl_weight``, and with ``diagnostics`` the per-layer
+    ``kl/<site>`` and ``std/<site>`` (:class:`~bnn_pyro.training.diagnostics.LayerDiagnostics`).
 
     Args:
         svi: the SVI object; its model and guide take ``(x, y, dataset_size=, kl_weight=)``.
         dataset_size: ``N``, the number of training points the minibatches stand for.
         kl_weight: beta, a float or a function of the epoch.
+        diagnostics: per-layer entries added to every row, or ``None``.
 
     Example:
         >>> import bnn_pyro as bp
@@ -183,8 +186,15 @@ class SVIStep(TrainingStep):
         ['kl', 'kl_weight', 'loss', 'nll']
     """
 
-    def __init__(self, svi: GuardedSVI, dataset_size: int, kl_weight: KLWeightSpec = 1.0) -> None:
+    def __init__(
+        self,
+        svi: GuardedSVI,
+        dataset_size: int,
+        kl_weight: KLWeightSpec = 1.0,
+        diagnostics: LayerDiagnostics | None = None,
+    ) -> None:
         self.svi, self.dataset_size, self.kl_weight = svi, dataset_size, kl_weight
+        self.diagnostics = diagnostics
         self.beta, self.nll_total = 1.0, 0.0
         if isinstance(svi.optim, _TorchOptim):
             self.optimizer = svi.optim.optimizer
@@ -218,7 +228,8 @@ class SVIStep(TrainingStep):
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, float]:
         loss, nll = sum(losses) / len(losses), self.nll_total / len(losses)
         kl = (loss - nll) / self.beta if self.beta > 0 else math.nan
-        return {"loss": loss, "nll": nll, "kl": kl, "kl_weight": self.beta}
+        row = {"loss": loss, "nll": nll, "kl": kl, "kl_weight": self.beta}
+        return row if self.diagnostics is None else {**row, **self.diagnostics.row()}
 
 
 def run_svi(
@@ -235,6 +246,7 @@ def run_svi(
     lr_schedule: Any = None,
     average: float | None = None,
     resume: Any = None,
+    diagnostics: bool = True,
 ) -> History:
     """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`
     (:func:`bnn_pyro.training.train` with an :class:`SVIStep`).
@@ -250,19 +262,26 @@ def run_svi(
         validation: returns the validation NLL per point, evaluated after each epoch.
         progress: show a tqdm progress bar.
         lr_schedule, average, resume: see :func:`bnn_pyro.training.train`.
+        diagnostics: record ``kl/<site>`` and ``std/<site>`` after each epoch and warn
+            (:class:`~bnn_pyro.exceptions.PosteriorCollapseWarning`) at the end when a layer
+            learned nothing (mean-field ``VariationalBNN`` and ``HiddenLayerBNN``; see
+            :mod:`bnn_pyro.training.diagnostics`).
 
     Example:
-        >>> import bnn_pyro as bp
+        >>> import warnings, bnn_pyro as bp
         >>> X = torch.randn(16, 2); y = X.sum(-1)
         >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1))
-        >>> history = bnn.fit(X, y, epochs=3, progress=False)  # fit calls run_svi
-        >>> sorted(history)[:3]
-        ['epoch', 'kl', 'kl_weight']
+        >>> with warnings.catch_warnings():  # 3 epochs: the stds have not moved yet
+        ...     warnings.simplefilter("ignore", bp.PosteriorCollapseWarning)
+        ...     history = bnn.fit(X, y, epochs=3, progress=False)  # fit calls run_svi
+        >>> sorted(history)[:3], len(history["std/net.0.weight"])
+        (['epoch', 'kl', 'kl/net.0.bias'], 3)
     """
     val = None if validation is None else (lambda: {"val_nll": validation()})
-    return train(
+    diag = LayerDiagnostics.for_model(bnn) if diagnostics else None
+    history = train(
         bnn,
-        SVIStep(svi, dataset_size, kl_weight),
+        SVIStep(svi, dataset_size, kl_weight, diag),
         batches,
         epochs=epochs,
         callbacks=callbacks,
@@ -272,3 +291,6 @@ def run_svi(
         average=average,
         resume=resume,
     )
+    if diag is not None and history.get("epoch"):
+        diag.check()
+    return history
