@@ -33,6 +33,7 @@ from bnn_pyro.exceptions import (
 )
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
+from bnn_pyro.learned_prior import LearnedNormalPrior
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods import (
     SWAG,
@@ -68,6 +69,7 @@ __all__ = [
     "History",
     "IIDPrior",
     "LayerwiseNormalPrior",
+    "LearnedNormalPrior",
     "LocalReparameterization",
     "MeanFieldNormalGuide",
     "NotFittedError",

@@ -107,12 +107,12 @@ class VariationalBNN(SVIModel):
         self.num_samples = check_int("num_samples", num_samples)
         self.local_reparameterization = _reparameterization(local_reparameterization, guide)
         self.likelihood = likelihood
-        self.prior = prior
         self.init_scale = init_scale
         self.guide_spec = guide if isinstance(guide, str) else getattr(guide, "__name__", "custom")
         self.net = copy.deepcopy(net)
+        self.prior = prior.bound_to(self.net)  # a learned prior's parameters: a submodule
         plain = copy.deepcopy(net)
-        sites = make_bayesian_(self.net, prior, name="net")
+        sites = make_bayesian_(self.net, self.prior, name="net")
         self.site_names = [s.name for s in sites]
         self.guide = build_guide(guide, self.model, {s.name: s.init for s in sites}, init_scale)
         self._evaluator = NetEvaluator(self.net, sites, plain)
@@ -161,8 +161,10 @@ class VariationalBNN(SVIModel):
         values = {k: v.unsqueeze(0) for k, v in self._init_values.items()}
         return int(self._evaluator(values, x[:2]).shape[-1])
 
-    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         if not _guide_ready(self.guide):
+            if data is not None and isinstance(self.guide, MeanFieldNormalGuide):
+                self.guide.init_loc.update(self.likelihood.initial_latents(*data))  # noise
             with torch.no_grad():
                 self.guide(x, y)
 

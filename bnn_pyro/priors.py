@@ -125,6 +125,11 @@ class Prior(ABC):
             and not any(fnmatchcase(full, p) for p in self.exclude)
         )
 
+    def bound_to(self, net: nn.Module) -> Prior:
+        """The prior a model of ``net`` uses: ``self`` for a prior without state; a prior with
+        learnable parameters returns a fresh copy holding them (so models never share them)."""
+        return self
+
     @abstractmethod
     def distribution(
         self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype

@@ -89,8 +89,9 @@ class SVIModel(BaseBayesianMethod):
     def _is_fitted(self) -> bool:
         return self.dataset_size is not None
 
-    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Create the guide's parameters (before the optimizer lists them)."""
+    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
+        """Create the guide's parameters (before the optimizer lists them); ``data``: ``(X, y)``
+        (or a first batch) for initial values read from the data."""
 
     @contextmanager
     def _training_context(self) -> Iterator[None]:
@@ -189,9 +190,9 @@ class SVIModel(BaseBayesianMethod):
             shuffle, progress: reshuffle the rows every epoch; show a progress bar.
             seed: makes the run reproducible (given the net's initial weights) without touching
                 the global RNG.
-            lr_schedule, average: the learning rate over the epochs (``"cosine"``, ...) and
-                Polyak averaging of the guide over the last share of them (see
-                :func:`bnn_pyro.training.train`): the posterior without a constant step's jitter.
+            lr_schedule, average: the learning rate over the epochs (default ``None``: cosine
+                decay to 0, which converges; ``"constant"``, ...) and Polyak averaging of the
+                guide over the last share of them (see :func:`bnn_pyro.training.run_svi`).
             resume: a file path that makes the run resumable (:mod:`bnn_pyro.training.resume`).
             init, map_epochs: ``"map"``: the guide starts at a MAP fit of ``map_epochs`` (default
                 ``epochs // 4``) epochs, not on resume (:mod:`bnn_pyro.map_init`).
@@ -228,7 +229,7 @@ class SVIModel(BaseBayesianMethod):
         kept = self._kept_on_error("input_shape", "dataset_size")
         with kept, seeded(seed, self.device), self._training_context():
             self.input_shape = tuple(first_x.shape[1:])
-            self._setup_guide(first_x, first_y)
+            self._setup_guide(first_x, first_y, (first_x, first_y) if y is None else (X, y))
             params = list(self.parameters())
             loss = make_elbo(elbo, num_particles, vectorize=True)
             optim = as_pyro_optim(optimizer, params, lr)

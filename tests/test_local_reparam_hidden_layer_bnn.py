@@ -88,7 +88,18 @@ def test_classification_learned_noise_and_predictive():
     split = bp.datasets.load_digits_split(seed=0)
     X, y = split.X_train[:300], split.y_train[:300]
     clf = HiddenLayerBNN(64, [32], 10, bp.Categorical())
-    history = clf.fit(X, y, epochs=10, batch_size=100, progress=False, seed=0, num_particles=2)
+    # a constant rate, as when this bound was set: the default cosine decay halves the mean
+    # rate of so short a run (the NLL then falls to 0.52 of its start in 10 epochs, not < 0.5)
+    history = clf.fit(
+        X,
+        y,
+        epochs=10,
+        batch_size=100,
+        progress=False,
+        seed=0,
+        num_particles=2,
+        lr_schedule="constant",
+    )
     assert history["nll"][-1] < 0.5 * history["nll"][0]
     probs, _ = clf.predict(X[:4], num_samples=8, seed=0)
     torch.testing.assert_close(probs.sum(-1), torch.ones(4))

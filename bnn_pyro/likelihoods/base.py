@@ -58,6 +58,11 @@ class Likelihood(ABC):
         """Declare the likelihood's own latent sites (none by default) for net output ``f``."""
         return {}
 
+    def initial_latents(self, X: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Initial values of the likelihood's latent sites read from training data ``X (N,
+        ...)``, ``y`` (as :meth:`check_targets` returns it); none by default."""
+        return {}
+
     def distribution(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> dist.TorchDistribution:

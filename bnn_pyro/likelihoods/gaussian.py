@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from bnn_pyro.likelihoods.base import Likelihood, float_targets
+from bnn_pyro.likelihoods.noise_init import residual_scale
 
 __all__ = ["NOISE_SITE", "Gaussian", "GaussianLikelihood", "HeteroscedasticGaussian"]
 
@@ -63,6 +64,10 @@ class Gaussian(GaussianLikelihood):
             level per output, with prior ``scale_prior``).
         scale_prior: prior of the learned scale; default ``LogNormal(0, 1)`` (median 1, 95% of
             its mass in [0.14, 7.1]), suited to standardised targets.
+        scale_init: where the learned scale starts (the guide's median): ``"data"`` (default:
+            the residual std of a least-squares linear fit to the training data, per output;
+            see :mod:`bnn_pyro.likelihoods.noise_init`), ``"prior"`` (the prior's median) or a
+            positive float.
 
     Example:
         >>> Gaussian(scale=0.1)
@@ -70,7 +75,10 @@ class Gaussian(GaussianLikelihood):
     """
 
     def __init__(
-        self, scale: float | str = 1.0, scale_prior: dist.TorchDistribution | None = None
+        self,
+        scale: float | str = 1.0,
+        scale_prior: dist.TorchDistribution | None = None,
+        scale_init: float | str = "data",
     ) -> None:
         if isinstance(scale, str):
             if scale != "learned":
@@ -79,6 +87,8 @@ class Gaussian(GaussianLikelihood):
             raise TypeError(f"scale must be a positive float or 'learned', got {scale!r}")
         elif not (scale > 0 and math.isfinite(scale)):
             raise ValueError(f"scale must be positive and finite, got {scale}")
+        if scale_init != "data" and scale != "learned":
+            raise ValueError("scale_init is only used with scale='learned'")
         if scale_prior is not None and scale != "learned":
             raise ValueError("scale_prior is only used with scale='learned'")
         if scale_prior is None:
@@ -88,8 +98,20 @@ class Gaussian(GaussianLikelihood):
                 "scale_prior must be a scalar distribution on the positive reals, got "
                 f"{scale_prior!r}"
             )
+        if isinstance(scale_init, str):
+            if scale_init not in ("data", "prior"):
+                raise ValueError(
+                    f"scale_init must be 'data', 'prior' or a positive float, got {scale_init!r}"
+                )
+        elif isinstance(scale_init, bool) or not isinstance(scale_init, (int, float)):
+            raise TypeError(
+                f"scale_init must be 'data', 'prior' or a positive float, got {scale_init!r}"
+            )
+        elif not (scale_init > 0 and math.isfinite(scale_init)):
+            raise ValueError(f"scale_init must be positive and finite, got {scale_init}")
         self.scale = scale if isinstance(scale, str) else float(scale)
         self.scale_prior = scale_prior
+        self.scale_init = scale_init if isinstance(scale_init, str) else float(scale_init)
         self._prior_cache: dict[tuple, dist.TorchDistribution] = {}
 
     @property
@@ -109,6 +131,23 @@ class Gaussian(GaussianLikelihood):
             self._prior_cache[key] = prior
         return {NOISE_SITE: pyro.sample(NOISE_SITE, prior)}
 
+    def initial_latents(self, X: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"likelihood.scale": (O,)}`` from ``scale_init`` (nothing for a fixed scale or
+        ``scale_init="prior"``).
+
+        Example:
+            >>> X = torch.randn(200, 1); y = 3 * X + 0.5 * torch.randn(200, 1)
+            >>> s = Gaussian(scale="learned").initial_latents(X, y)["likelihood.scale"]
+            >>> bool(0.4 < s.item() < 0.6)
+            True
+        """
+        if not self.learned or self.scale_init == "prior":
+            return {}
+        if self.scale_init == "data":
+            return {NOISE_SITE: residual_scale(X, y)}
+        value = torch.full(y.shape[-1:], self.scale_init, dtype=y.dtype, device=y.device)
+        return {NOISE_SITE: value}
+
     def _loc_scale(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,11 +163,12 @@ class Gaussian(GaussianLikelihood):
         prior = own.get("scale_prior")
         if prior is not None:
             prior = getattr(dist, prior["distribution"])(**prior["params"])
-        return cls(scale=own["scale"], scale_prior=prior)
+        return cls(scale=own["scale"], scale_prior=prior, scale_init=own.get("scale_init", "data"))
 
     def _own_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {"scale": self.scale}
         if self.learned:
+            config["scale_init"] = self.scale_init
             prior = self.scale_prior
             config["scale_prior"] = {
                 "distribution": type(prior).__name__,
@@ -138,7 +178,8 @@ class Gaussian(GaussianLikelihood):
 
     def __repr__(self) -> str:
         if self.learned:
-            return f"Gaussian(scale='learned', scale_prior={self.scale_prior!r})"
+            init = "" if self.scale_init == "data" else f", scale_init={self.scale_init!r}"
+            return f"Gaussian(scale='learned', scale_prior={self.scale_prior!r}{init})"
         return f"Gaussian(scale={self.scale!r})"
 
 

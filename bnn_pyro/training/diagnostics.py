@@ -29,7 +29,7 @@ Two failures are flagged by :meth:`LayerDiagnostics.check`:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyro.poutine as poutine
@@ -74,6 +74,8 @@ class LayerDiagnostics:
         priors: ``{site: prior}``, the distribution the site's KL is measured against (a site
             without one, or without a closed-form KL, gets no ``kl/`` entry).
         init_scale: the initial posterior std of every site.
+        refresh: returns ``priors`` anew; called before every :meth:`row` and :meth:`problems`
+            when the priors move during training (a learned prior scale).
 
     Example:
         >>> import math, bnn_pyro as bp
@@ -94,8 +96,14 @@ class LayerDiagnostics:
         sites: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
         priors: Mapping[str, Distribution],
         init_scale: float,
+        refresh: Callable[[], Mapping[str, Distribution]] | None = None,
     ) -> None:
         self.sites, self.priors, self.init_scale = dict(sites), dict(priors), float(init_scale)
+        self.refresh = refresh
+
+    def _update(self) -> None:
+        if self.refresh is not None:
+            self.priors = dict(self.refresh())
 
     @classmethod
     def for_model(cls, bnn: Any) -> LayerDiagnostics | None:
@@ -115,7 +123,10 @@ class LayerDiagnostics:
             return None
         key = guide._key
         sites = {n: (guide.locs[key(n)], guide.rhos[key(n)]) for n in guide.site_names()}
-        return cls(sites, _prior_sites(bnn), guide.init_scale)
+        prior_params = getattr(getattr(bnn, "prior", None), "parameters", list)()
+        learned = any(p.requires_grad for p in prior_params)
+        refresh = (lambda: _prior_sites(bnn)) if learned else None  # e.g. LearnedNormalPrior
+        return cls(sites, _prior_sites(bnn), guide.init_scale, refresh)
 
     def _prior(self, name: str) -> Distribution | None:
         base = self.priors.get(name)
@@ -144,6 +155,7 @@ class LayerDiagnostics:
     def row(self) -> dict[str, float]:
         """``{"kl/<site>": KL, "std/<site>": mean posterior std}`` for every site now (one
         transfer from the device for all of them)."""
+        self._update()
         keys, values = [], []
         for name, (_, rho) in self.sites.items():
             kl = self._kl_tensor(name)
@@ -158,6 +170,7 @@ class LayerDiagnostics:
     def problems(self) -> list[str]:
         """At most two sentences: the sites whose stds did not move from ``init_scale``, and those
         whose posterior is their prior, each with its figures and what usually helps."""
+        self._update()
         unchanged, collapsed = [], []
         for name, (loc, rho) in self.sites.items():
             scale = F.softplus(rho)

@@ -69,7 +69,17 @@ def test_a_constant_step_alone_jitters_around_the_posterior():
     mean, std = _exact(X, y)
     torch.manual_seed(0)
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian(scale=NOISE), init_scale=0.05)
-    bnn.fit(X, y, epochs=3000, batch_size=None, lr=2e-2, elbo="meanfield", progress=False, seed=0)
+    bnn.fit(
+        X,
+        y,
+        epochs=3000,
+        batch_size=None,
+        lr=2e-2,
+        elbo="meanfield",
+        lr_schedule="constant",
+        progress=False,
+        seed=0,
+    )
     loc, _ = _posterior(bnn)
     assert float(((loc - mean).abs() / std).max()) > 0.1
 
@@ -78,3 +88,21 @@ def _posterior(bnn: bp.VariationalBNN) -> tuple[torch.Tensor, torch.Tensor]:
     means, scales = bnn.guide.means(), bnn.guide.scales()
     loc = torch.cat([means["net.0.weight"].ravel(), means["net.0.bias"]]).double()
     return loc, torch.cat([scales["net.0.weight"].ravel(), scales["net.0.bias"]]).double()
+
+
+@pytest.mark.parametrize("elbo", ["meanfield", "trace"])
+def test_default_fit_recovers_the_exact_posterior(elbo):
+    """Issue 12's bar: the default settings, nothing but ``epochs`` (and the ELBO) chosen --
+    minibatches of 128 of the 200 rows, lr 1e-2, init_scale 0.01, one particle, and the default
+    schedule (cosine decay to 0) -- recover the exact means within 0.1 posterior std and the
+    mean-field variances within 10%."""
+    X, y = _data()
+    mean, std = _exact(X, y)
+    torch.manual_seed(0)
+    bnn = bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian(scale=NOISE))
+    bnn.fit(X, y, epochs=3000, elbo=elbo, progress=False, seed=0)
+    loc, scale = _posterior(bnn)
+    # Tolerance: the issue's. Measured 0.06 std and 5% (two seeds, both ELBOs); a constant step
+    # ends 0.34-0.48 std and 28-41% off at these settings, a wrong KL or N/B scaling far more.
+    assert float(((loc - mean).abs() / std).max()) < 0.1, (loc, mean)
+    assert float((scale**2 / std**2 - 1).abs().max()) < 0.10, (scale, std)

@@ -55,9 +55,20 @@ def test_a_torch_scheduler_is_stepped_once_per_epoch():
     assert history["lr"] == pytest.approx([0.1] * 3 + [0.05] * 3 + [0.025] * 2)
 
 
-def test_no_schedule_records_no_lr_and_bad_schedules_are_refused_before_any_work():
+def test_the_svi_default_is_cosine_and_constant_records_no_lr():
+    # the default of an SVI fit (lr_schedule=None) decays the rate to 0: it converges (see
+    # DEFAULT_SCHEDULE and test_exact_posterior.py); "constant" keeps it; a pyro.optim
+    # optimizer, which no schedule can drive, keeps its constant rate by default
+    cosine = [0.1 * 0.5 * (1 + math.cos(math.pi * e / 8)) for e in range(8)]
+    assert _fit(_bnn(), None)["lr"] == pytest.approx(cosine, abs=1e-12)
+    assert "lr" not in _fit(_bnn(), "constant")
+    assert "lr" not in _fit(_bnn(), None, optimizer=pyro.optim.Adam({"lr": 0.1}))
+    dropout = bp.make("dropout", bp.nn.mlp(3, [4], 1, dropout=0.1), bp.Gaussian(scale=0.3))
+    assert "lr" not in _fit(dropout, None)  # the classic methods keep their papers' constant
+
+
+def test_bad_schedules_are_refused_before_any_work():
     bnn = _bnn()
-    assert "lr" not in _fit(bnn, None)
     before = {k: v.clone() for k, v in bnn.state_dict().items()}
     with pytest.raises(ValueError, match="lr_schedule must be one of"):
         _fit(bnn, "linear")

@@ -37,8 +37,11 @@ def test_learned_noise_divergence_keeps_finite_parameters():
     # before: Pyro raised a ValueError from inside Normal, a NaN stayed in the guide and
     # predict(include_noise=True) returned NaN (64 rows: the step that overflows the noise
     # scale is then not the first, so the loss check alone did not catch it)
+    # (scale_init="prior": the noise starts at 1, as before issue 12's data-derived start,
+    # which begins near the residual scale, 1e18 here, and no longer overflows)
     x, y = _data(64)
-    bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), likelihood=bp.Gaussian(scale="learned"))
+    lik = bp.Gaussian(scale="learned", scale_init="prior")
+    bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), likelihood=lik)
     with pytest.raises(bp.TrainingDivergedError, match="epoch"):
         bnn.fit(x, y * 1e18, epochs=5, progress=False, seed=0)
     assert _all_finite(bnn)
