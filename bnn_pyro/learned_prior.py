@@ -62,6 +62,8 @@ class LearnedNormalPrior(Prior, nn.Module):
         True
     """
 
+    cached = False  # the scale is a live parameter: a fresh distribution on every call
+
     def __init__(self, init_scale: float = 1.0, **selection: Any) -> None:
         nn.Module.__init__(self)
         Prior.__init__(self, **selection)
@@ -123,19 +125,6 @@ class LearnedNormalPrior(Prior, nn.Module):
     ) -> TorchDistribution:
         scale = self._log_scale(module).to(device=device, dtype=dtype).exp()
         return dist.Normal(torch.zeros_like(scale), scale, validate_args=False)
-
-    def site_distribution(
-        self,
-        module: nn.Module,
-        param_name: str,
-        shape: torch.Size,
-        device: torch.device,
-        dtype: torch.dtype,
-    ) -> TorchDistribution:
-        """Built afresh on every call (never cached): the scale is a live parameter, and the
-        ELBO's gradient must reach it through this distribution."""
-        base = self.distribution(module, param_name, device, dtype)
-        return base.expand(shape).to_event(len(shape))
 
     def _own_config(self) -> dict[str, Any]:
         return {"init_scale": self.init_scale}

@@ -86,6 +86,8 @@ class Prior(ABC):
     """
 
     _subclasses: dict[str, type[Prior]] = {}
+    #: Whether :meth:`site_distribution` may cache the distributions it builds.
+    cached = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -147,12 +149,13 @@ class Prior(ABC):
     ) -> dist.TorchDistribution:
         """The site distribution: :meth:`distribution` expanded to ``shape``, all dims as event.
 
-        Cached on the module per ``(param_name, device, dtype)``.
+        Cached on the module per ``(param_name, device, dtype)`` unless ``cached`` is ``False``
+        (learnable parameters: a fresh one per call, so the ELBO's gradient reaches them).
 
         Returns:
             A distribution with ``batch_shape == ()`` and ``event_shape == shape``.
         """
-        cache = module.__dict__.setdefault(_CACHE, {})
+        cache = module.__dict__.setdefault(_CACHE, {}) if self.cached else {}
         key = (param_name, device, dtype)
         site = cache.get(key)
         if site is None:
