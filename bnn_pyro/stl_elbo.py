@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyro.distributions as dist
+import torch
 from pyro.distributions.util import scale_and_mask
 
 from bnn_pyro.elbo import FastTrace_ELBO
@@ -21,9 +22,12 @@ __all__ = ["StickingTheLanding_ELBO"]
 
 
 def _detached(fn: dist.Distribution) -> dist.Distribution:
-    """``fn`` with its parameters cut from the graph (Normal sites, possibly ``to_event``)."""
+    """``fn`` with its parameters cut from the graph (Normal sites, possibly ``to_event``, and
+    transformed Normals such as the ``LogNormal`` of a learned noise scale)."""
     if isinstance(fn, dist.Independent):
         return dist.Independent(_detached(fn.base_dist), fn.reinterpreted_batch_ndims)
+    if isinstance(fn, torch.distributions.TransformedDistribution):  # LogNormal: no θ in them
+        return dist.TransformedDistribution(_detached(fn.base_dist), fn.transforms)
     if isinstance(fn, dist.Normal):
         return dist.Normal(fn.loc.detach(), fn.scale.detach(), validate_args=False)
     raise NotImplementedError(
