@@ -40,6 +40,7 @@ __all__ = [
     "active",
     "average_gradients",
     "broadcast_module",
+    "gradient_bytes",
     "mean_row",
     "rank",
     "shared_seed",
@@ -168,28 +169,35 @@ def average_gradients(params: Iterable[torch.Tensor], finite: bool = True) -> bo
     params = list(params)
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     device = _device()
-    flat = torch.cat([g.reshape(-1).to(device, torch.float64) for g in grads] or [torch.zeros(0)])
-    flat = torch.cat(
-        [flat, torch.tensor([0.0 if finite else 1.0], device=device, dtype=flat.dtype)]
-    )
+    dtype = grads[0].dtype if grads else torch.float32  # the gradients' own precision
+    flag = torch.tensor([0.0 if finite else 1.0], device=device, dtype=dtype)
+    flat = torch.cat([*(g.reshape(-1).to(device, dtype) for g in grads), flag])  # one copy
     _collective("averaging the gradients", lambda: dist.all_reduce(flat))
-    if float(flat[-1]) > 0:
+    if flat[-1].item() > 0:
         return False
-    flat = flat[:-1] / dist.get_world_size()
+    flat.div_(dist.get_world_size())
     start = 0
     for p, g in zip(params, grads, strict=True):
-        part = flat[start : start + g.numel()].view_as(g).to(g)
+        part = flat[start : start + g.numel()].view_as(g)
         if p.grad is None:
-            p.grad = part
+            p.grad = part.to(g).clone()
         else:
-            p.grad.copy_(part)
+            p.grad.copy_(part)  # back in place: no new tensors
         start += g.numel()
     return True
 
 
 def gradient_bytes(params: Iterable[torch.Tensor]) -> int:
-    """Bytes :func:`average_gradients` all-reduces per step (float64 buffer + the flag)."""
-    return 8 * (sum(p.numel() for p in params) + 1)
+    """Bytes :func:`average_gradients` all-reduces per step: one buffer of every gradient in
+    the parameters' dtype, plus the finite-loss flag.
+
+    Example:
+        >>> gradient_bytes([torch.zeros(3, 4), torch.zeros(4)])  # 16 float32 + the flag
+        68
+    """
+    params = list(params)
+    size = params[0].element_size() if params else 4
+    return size * (sum(p.numel() for p in params) + 1)
 
 
 def mean_row(row: Mapping[str, float]) -> dict[str, float]:
