@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import bnn_pyro as bp
 from tests.core.test_exact_posterior import _data, _exact
 from tests.distributed.launch import launch
 
@@ -66,6 +67,16 @@ def test_classic_methods_train_data_parallel_and_agree_across_ranks(tmp_path):
     assert rmse < 0.8, rmse
     for a, b in zip(out[0]["laplace"], out[1]["laplace"], strict=True):
         assert torch.equal(a, b)
+    # Laplace's curvature: each rank's part of the rows, summed = one process on all of them
+    # (float32 sums in another order: 1e-5 relative)
+    torch.manual_seed(3)
+    one = bp.make("laplace", bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=0.5))
+    one.fit(X, y, epochs=0, progress=False)
+    assert out[0]["n_data"] == out[1]["n_data"] == len(X)
+    for rank in range(2):
+        torch.testing.assert_close(
+            out[rank]["precision"], one.posterior_precision, rtol=1e-5, atol=1e-5
+        )
 
 
 def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
