@@ -17,6 +17,10 @@ environment, initialises the process group). Every rank holds the whole data set
   step, so the parameters stay identical without a broadcast per step;
 * **randomness** -- each rank draws its own reparameterisation noise and dropout masks (the
   run's seed, then an offset per rank), the row order is shared;
+* **Laplace** -- the curvature is summed over the ranks' parts of the rows (every row once);
+* **predict** -- a collective: each rank summarises a contiguous run of the row blocks (with
+  the same posterior draws: a seed shared by the ranks), and every rank gathers all of them;
+  call it on every rank, or inside :func:`local` on one;
 * **what a user sees** -- the progress bar on rank 0 only; every history row is the mean over
   the ranks (the same on all of them); :class:`~bnn_pyro.training.callbacks.Checkpoint` writes
   from rank 0 only; a non-finite loss on any rank stops every rank with
@@ -30,7 +34,8 @@ Without a process group (or with one of size 1) every function here is a no-op.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -40,8 +45,11 @@ __all__ = [
     "active",
     "all_sum",
     "average_gradients",
+    "block_range",
     "broadcast_module",
+    "gather_rows",
     "gradient_bytes",
+    "local",
     "mean_row",
     "partition",
     "rank",
@@ -71,13 +79,33 @@ def active() -> bool:
         >>> active()  # a plain process
         False
     """
-    if not dist.is_available():
+    if not dist.is_available() or _LOCAL[0]:
         return False
     if not dist.is_initialized() and _launched_by_torchrun():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return dist.is_initialized() and dist.get_world_size() > 1
+
+
+_LOCAL = [0]  # depth of local() blocks
+
+
+@contextmanager
+def local() -> Iterator[None]:
+    """A block in which this process acts alone: no sharding, no collectives (e.g. a
+    ``predict`` that only rank 0 runs; ``predict`` is otherwise a collective).
+
+    Example:
+        >>> with local():
+        ...     active()
+        False
+    """
+    _LOCAL[0] += 1
+    try:
+        yield
+    finally:
+        _LOCAL[0] -= 1
 
 
 def rank() -> int:
@@ -220,6 +248,32 @@ def gradient_bytes(params: Iterable[torch.Tensor]) -> int:
     params = list(params)
     size = params[0].element_size() if params else 4
     return size * (sum(p.numel() for p in params) + 1)
+
+
+def block_range(num_blocks: int) -> tuple[int, int]:
+    """This rank's contiguous range of ``num_blocks`` blocks (``(0, num_blocks)`` alone).
+
+    Example:
+        >>> block_range(5)
+        (0, 5)
+    """
+    k, r = world_size(), rank()
+    return num_blocks * r // k, num_blocks * (r + 1) // k
+
+
+def gather_rows(part: torch.Tensor, counts: list[int], dim: int) -> torch.Tensor:
+    """Every rank's ``part`` joined along ``dim`` in rank order; ``counts`` are the sizes of
+    the parts along ``dim`` (known on every rank), padded to the largest for the all-gather."""
+    if not active():
+        return part
+    size = max(counts)
+    pad = list(part.shape)
+    pad[dim] = size - part.shape[dim]
+    padded = torch.cat([part, part.new_zeros(pad)], dim).to(_device())
+    parts = [torch.empty_like(padded) for _ in counts]
+    _collective("gathering the predictions", lambda: dist.all_gather(parts, padded.contiguous()))
+    pieces = [p.narrow(dim, 0, c).to(part.device) for p, c in zip(parts, counts, strict=True)]
+    return torch.cat(pieces, dim)
 
 
 def mean_row(row: Mapping[str, float]) -> dict[str, float]:

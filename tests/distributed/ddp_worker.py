@@ -99,6 +99,28 @@ def classic(out: dict) -> None:
     out["n_data"] = fixed._n_data
 
 
+def predict(out: dict) -> None:
+    """predict is a collective: each rank its blocks, gathered; equal to predicting alone."""
+    import bnn_pyro.svi_model
+
+    X, y = _data()
+    bnn = _blr()
+    bnn.fit(X, y, epochs=5, progress=False, seed=0)
+    bnn_pyro.svi_model.block_rows = lambda samples, width: 16  # 13 blocks of 200 rows
+    sharded = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
+    with distributed.local():
+        alone = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
+    out["equal"] = all(torch.equal(a, b) for a, b in zip(sharded, alone, strict=True))
+    out["mean"] = sharded[0]
+    torch.manual_seed(1)
+    dropout = bp.make("dropout", bp.nn.mlp(3, [16], 1, dropout=0.1), bp.Gaussian(scale=NOISE))
+    dropout.fit(X, y, epochs=2, progress=False, seed=0)
+    sharded = dropout.predict(X, num_samples=5, seed=2)  # one block: rank 1 has no rows
+    with distributed.local():
+        alone = dropout.predict(X, num_samples=5, seed=2)
+    out["dropout_equal"] = all(torch.equal(a, b) for a, b in zip(sharded, alone, strict=True))
+
+
 def dies(out: dict) -> None:
     """Rank 1 dies at the end of epoch 2; rank 0 must stop with a clear error."""
     X, y = _data()
@@ -123,6 +145,8 @@ def main() -> None:
             posterior(out, folder)
         elif scenario == "classic":
             classic(out)
+        elif scenario == "predict":
+            predict(out)
         elif scenario == "dies":
             dies(out)
         else:

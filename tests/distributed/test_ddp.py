@@ -79,6 +79,13 @@ def test_classic_methods_train_data_parallel_and_agree_across_ranks(tmp_path):
         )
 
 
+def test_predict_shards_the_rows_and_gathers_the_same_numbers(tmp_path):
+    out = _run("predict", tmp_path)
+    assert out[0]["equal"] and out[1]["equal"]  # = each rank predicting every row alone
+    assert out[0]["dropout_equal"] and out[1]["dropout_equal"]
+    assert torch.equal(out[0]["mean"], out[1]["mean"])
+
+
 def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
     ranks = launch(WORKER, ["dies", str(tmp_path)], world=2, timeout=90.0)
     assert ranks.returncodes[1] == 3  # it died
