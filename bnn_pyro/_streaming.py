@@ -12,7 +12,7 @@ buffer allocated once, never concatenated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -162,8 +162,53 @@ def stream_summary(
     """
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
+    from bnn_pyro.training import distributed  # (here: training imports this module's users)
+
+    if distributed.active():  # a collective: each rank its blocks, then gathered
+        return _sharded(num_rows, rows, block, return_samples)
+    return _summary(range(0, max(num_rows, 1), rows), num_rows, rows, block, return_samples)
+
+
+def _sharded(
+    num_rows: int, rows: int, block: BlockFn, return_samples: bool
+) -> tuple[torch.Tensor, ...]:
+    """:func:`stream_summary` under ``torch.distributed``: each rank summarises a contiguous
+    run of whole blocks (the same blocks, hence the same draws, as one process), then every
+    rank gathers all of them."""
+    from bnn_pyro.training import distributed
+
+    blocks = -(-num_rows // rows)
+    k = distributed.world_size()
+
+    def span(r: int) -> tuple[int, int]:  # rank r's rows
+        return min(blocks * r // k * rows, num_rows), min(blocks * (r + 1) // k * rows, num_rows)
+
+    lo, hi = span(distributed.rank())
+    if num_rows == 0:  # nothing anywhere: as one process
+        return _summary([0], 0, rows, block, return_samples)
+    if hi > lo:
+        mine = _summary(
+            range(0, hi - lo, rows),
+            hi - lo,
+            rows,
+            lambda a, b: block(lo + a, lo + b),
+            return_samples,
+        )
+    else:  # no block here: empty parts, shaped by a one-row probe
+        probe = _summary([0], 1, rows, lambda a, b: block(0, 1), return_samples)
+        mine = tuple(t[:, :0] if i == 2 else t[:0] for i, t in enumerate(probe))
+    counts = [b - a for a, b in (span(r) for r in range(k))]
+    gathered = [distributed.gather_rows(t, counts, 0) for t in mine[:2]]
+    if return_samples:
+        gathered.append(distributed.gather_rows(mine[2], counts, 1))
+    return tuple(gathered)
+
+
+def _summary(
+    starts: Iterable[int], num_rows: int, rows: int, block: BlockFn, return_samples: bool
+) -> tuple[torch.Tensor, ...]:
     mean = variance = kept = None
-    for start in range(0, max(num_rows, 1), rows):
+    for start in starts:
         stop = min(start + rows, num_rows)
         samples, extra = block(start, stop)
         if mean is None:

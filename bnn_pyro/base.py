@@ -226,7 +226,13 @@ class BaseBayesianMethod(nn.Module, ABC):
         """The seed of a ``predict`` call: ``seed``, else one drawn from ``generator``."""
         if seed is not None and generator is not None:
             raise ValueError("pass seed or generator, not both")
-        return check_seed("seed", seed) if generator is None else seed_from(generator)
+        seed = check_seed("seed", seed) if generator is None else seed_from(generator)
+        if seed is None:
+            from bnn_pyro.training import distributed  # (here: training imports the core)
+
+            if distributed.active():  # predict is sharded: every rank the same draws
+                seed = distributed.shared_seed(None)
+        return seed
 
     # ------------------------------------------------------------------ checkpoints
     def _config(self) -> dict[str, Any]:

@@ -56,6 +56,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "local_reparam",
         "methods",
         "memory",
+        "distributed",
         "uci",
     }
     assert module.render(text) == text, "run python benchmarks/update_readme.py"

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, jacrev, vmap
 
 from bnn_pyro.methods._params import flatten
+from bnn_pyro.training import distributed
 
 _LOG_2PI = math.log(2 * math.pi)
 
@@ -52,6 +53,7 @@ def curvature(
     structure: str,
     sigma: torch.Tensor | None,
     device: torch.device,
+    reduce: bool = False,
 ) -> tuple[torch.Tensor, float, int]:
     """Sum the curvature over the data at ``params``.
 
@@ -64,6 +66,8 @@ def curvature(
         structure: ``"diag"`` or ``"full"``.
         sigma: ``(O,)`` Gaussian noise std (regression only).
         device: where the batches go.
+        reduce: the batches are this rank's part of the data: sum ``H``, the log-likelihood
+            and the count over the ranks of a ``torch.distributed`` group.
 
     Returns:
         ``H`` (``(P,)`` or ``(P, P)``), the log-likelihood ``Σ_n log p(y_n | f(x_n))`` at
@@ -110,21 +114,30 @@ def curvature(
                 h += torch.einsum("bop,bo->p", jac**2, prob) - (jp**2).sum(0)
             else:
                 h += torch.einsum("bop,bo,boq->pq", jac, prob, jac) - jp.T @ jp
+    if reduce and distributed.active():
+        sums = distributed.all_sum(torch.tensor([loglik, float(count)], dtype=torch.float64))
+        return distributed.all_sum(h.detach()), float(sums[0]), int(sums[1])
     return h.detach(), loglik, count
 
 
 @torch.no_grad()
 def residual_sigma(
-    model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    reduce: bool = False,
 ) -> float | torch.Tensor:
     """Maximum-likelihood noise std ``sqrt(mean_n (y_n - f(x_n))²)`` per output (floor 1e-6).
 
-    A float for one output, an ``(O,)`` tensor otherwise.
+    A float for one output, an ``(O,)`` tensor otherwise; ``reduce`` as in :func:`curvature`.
     """
     sse, count = 0.0, 0
     for xb, yb in batches:
         out = model(xb.to(device))
         sse = sse + ((out - yb.to(device).reshape(out.shape)) ** 2).sum(0)
         count += len(xb)
+    if reduce and distributed.active():
+        sse = distributed.all_sum(torch.as_tensor(sse, dtype=torch.float64))
+        count = int(distributed.all_sum(torch.tensor(float(count), dtype=torch.float64)))
     sigma = (sse / count).sqrt().clamp_min(1e-6)
     return float(sigma) if sigma.numel() == 1 else sigma

@@ -29,7 +29,7 @@ from bnn_pyro.methods._training import (
     modes,
     module_device,
 )
-from bnn_pyro.training import History
+from bnn_pyro.training import History, distributed
 
 __all__ = ["LaplaceApproximation"]
 
@@ -194,11 +194,11 @@ class LaplaceApproximation(ClassicMethod):
         return self.prior_precision
 
     # --- fitting ------------------------------------------------------------------------
-    def _fit_posterior(self, batches: Iterable, device: torch.device) -> None:
+    def _fit_posterior(self, batches: Iterable, device: torch.device, reduce: bool = False) -> None:
         params = {n: p.detach() for n, p in self.model.named_parameters() if n in self._shapes}
         with modes(self.model, lambda m: False):
             if self.task == "regression" and not self._noise_from_user:
-                self._estimate_noise(residual_sigma(self.model, batches, device))
+                self._estimate_noise(residual_sigma(self.model, batches, device, reduce))
             sigma = None
             if self.task == "regression":
                 if self.noise_scale is None:
@@ -215,6 +215,7 @@ class LaplaceApproximation(ClassicMethod):
                 structure=self.hessian_structure,
                 sigma=sigma,
                 device=device,
+                reduce=reduce,
             )
         self._mean = flatten(params).clone()
         self._hessian, self._loglik, self._n_data = h, loglik, n
@@ -289,8 +290,10 @@ class LaplaceApproximation(ClassicMethod):
         if settings.epochs > 0:
             history = self._train_net((x, yt), settings, validation, "Laplace (MAP)")
         step = max(settings.batch_size, 256)  # curvature batches: views, no DataLoader collation
+        rows = distributed.partition(len(x))  # under torch.distributed: a part per rank, summed
+        x, yt = (x, yt) if len(rows) == len(x) else (x[rows], yt[rows])
         self._fit_posterior(
-            [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev
+            [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev, True
         )
         return history
 

@@ -8,6 +8,7 @@
   :func:`linear_annealing`.
 - ``diagnostics.py``: :class:`LayerDiagnostics`, the per-layer ``kl/`` and ``std/`` entries.
 - ``svi.py``: :class:`GuardedSVI`, :func:`make_elbo`, :func:`run_svi`.
+- ``distributed.py``: data-parallel training when a ``torch.distributed`` group runs.
 """
 
 from bnn_pyro.training.callbacks import (

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from bnn_pyro.training import distributed
+
 __all__ = ["Batches", "loader_batches", "permuted_batches", "shuffled_batches", "validation_nll"]
 
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -27,15 +29,16 @@ def shuffled_batches(
     """
     n = X.shape[0]
     generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed if seed is not None else int(torch.randint(2**31, ()).item()))
+    generator.manual_seed(distributed.shared_seed(seed))  # the same order on every rank
+    sharded = distributed.active()
 
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if batch_size >= n:
+        if batch_size >= n and not sharded:
             yield X, y
             return
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-        order = order.to(X.device)
-        for start in range(0, n, batch_size):
+        order = distributed.shard(n, order).to(X.device)  # this rank's rows (all in one process)
+        for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             yield X[idx], y[idx]
 
@@ -53,10 +56,17 @@ def permuted_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> Batch
         [4, 1]
     """
     n = len(x)
+    # under torch.distributed: one order for every rank, from a generator of its own
+    shared = (
+        torch.Generator().manual_seed(distributed.shared_seed(None))
+        if distributed.active()
+        else None
+    )
 
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        perm = torch.randperm(n).to(x.device)
-        for start in range(0, n, batch_size):
+        perm = torch.randperm(n) if shared is None else torch.randperm(n, generator=shared)
+        perm = distributed.shard(n, perm).to(x.device)
+        for start in range(0, len(perm), batch_size):
             idx = perm[start : start + batch_size]
             yield x[idx], y[idx]
 
@@ -88,7 +98,12 @@ def loader_batches(
     first_x = inputs(first[0], "x batch")
     first_y = targets(first[1], first_x, "y batch")
 
+    epoch = [0]
+
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if hasattr(loader.sampler, "set_epoch"):  # a DistributedSampler: reshuffled per epoch
+            loader.sampler.set_epoch(epoch[0])
+        epoch[0] += 1
         for xb, yb in loader:
             xb = inputs(xb, "x batch")
             yield xb, targets(yb, xb, "y batch")

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bnn_pyro.training import distributed
+
 if TYPE_CHECKING:
     import matplotlib.axes
 
@@ -191,7 +193,7 @@ class Checkpoint:
         self.path, self.every = os.fspath(path), every
 
     def __call__(self, bnn: Any, epoch: int, history: History) -> bool:
-        if (epoch + 1) % self.every == 0:
+        if (epoch + 1) % self.every == 0 and distributed.rank() == 0:  # one writer
             bnn.save(self.path)
         return False
 

@@ -20,6 +20,7 @@ import torch
 
 from bnn_pyro._progress import tqdm
 from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.training import distributed
 from bnn_pyro.training.callbacks import History, state_copy
 from bnn_pyro.training.schedules import IterateAverage, LRScheduleSpec, make_lr_schedule
 
@@ -106,9 +107,13 @@ class LossStep(TrainingStep):
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.batch_loss(xb, yb)
         value = loss.item()
-        if not math.isfinite(value):
+        finite = math.isfinite(value)
+        if finite:
+            loss.backward()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if not distributed.average_gradients(params, finite):  # (a no-op in one process)
+            self.optimizer.zero_grad(set_to_none=True)
             raise TrainingDivergedError(f"{self.desc}: the loss is {value}")
-        loss.backward()
         self.optimizer.step()
         return value
 
@@ -199,6 +204,13 @@ def train(
     """  # noqa: E501
     history = History()
     callbacks = list(callbacks)
+    if resume is not None and distributed.active():
+        raise ValueError(
+            "resume is not supported under torch.distributed yet: pass resume=None (use the "
+            "Checkpoint callback, which writes from rank 0)"
+        )
+    distributed.broadcast_module(module)  # every rank starts from rank 0's parameters
+    distributed.rank_noise_seed()  # and draws its own noise
     set_epoch = make_lr_schedule(lr_schedule, step.optimizer, epochs)
     averager = None if average is None else IterateAverage(module, average, epochs)
     first = 0
@@ -207,7 +219,8 @@ def train(
         if skip:
             return history
     start = time.perf_counter() - (history["seconds"][-1] if history.get("seconds") else 0.0)
-    bar = tqdm(range(first, epochs), desc=desc, unit="epoch", disable=not progress, leave=False)
+    shown_here = progress and distributed.rank() == 0
+    bar = tqdm(range(first, epochs), desc=desc, unit="epoch", disable=not shown_here, leave=False)
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
     initial = snapshot
     try:
@@ -243,7 +256,7 @@ def train(
             if validation is not None:
                 row.update(validation())
             row["seconds"] = time.perf_counter() - start
-            history.append(**row)
+            history.append(**distributed.mean_row(row))  # the same row on every rank
             shown = {k: f"{row[k]:.4g}" for k in ("loss", "kl") if k in row}
             bar.set_postfix(shown, refresh=False)
             stop = any([bool(cb(module, epoch, history)) for cb in callbacks])

@@ -19,6 +19,7 @@ from pyro.optim import PyroOptim
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
+from bnn_pyro.training import distributed
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.diagnostics import LayerDiagnostics
 from bnn_pyro.training.loop import Batch, Callback, TrainingStep, train
@@ -165,11 +166,13 @@ class GuardedSVI(SVI):
             loss = self._loss(*args, **kwargs)
             self._validated = True
         value = float(loss.detach())
-        if not math.isfinite(value):
+        finite = math.isfinite(value)
+        if finite:
+            loss.backward()
+        if not distributed.average_gradients(self.params, finite):  # (no-op in one process)
             for p in self.params:
                 p.grad = None
             raise TrainingDivergedError(f"the loss is {value}")
-        loss.backward()
         self.optim(self.params)
         for p in self.params:
             p.grad = None

@@ -1,0 +1,119 @@
+"""Data-parallel training on 2 gloo processes (CPU), checked against one process.
+
+Each test starts two ranks of ``ddp_worker.py`` (the way torchrun does) under a hard timeout, so
+a hung collective fails the test instead of the suite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import bnn_pyro as bp
+from tests.core.test_exact_posterior import _data, _exact
+from tests.distributed.launch import launch
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+
+
+def _run(scenario: str, tmp_path: Path, timeout: float = 150.0) -> list[dict]:
+    ranks = launch(WORKER, [scenario, str(tmp_path)], world=2, timeout=timeout)
+    assert ranks.returncodes == [0, 0], ranks.stderr
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def test_one_step_averages_the_two_shards_gradients(tmp_path):
+    out = _run("gradient", tmp_path)
+    mean = [(a + b) / 2 for a, b in zip(out[0]["local"], out[1]["local"], strict=True)]
+    for rank in range(2):
+        # SGD with lr 1: the step is the averaged gradient (float32 sums: 1e-6 relative)
+        for got, want in zip(out[rank]["step"], mean, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # and the two shards' gradients differ: the average is not one rank's own
+    assert not torch.allclose(out[0]["local"][0], out[1]["local"][0])
+
+
+def test_two_ranks_reach_the_exact_posterior_with_one_checkpoint_writer(tmp_path):
+    """The bounds of ``test_default_fit_recovers_the_exact_posterior`` (one process). A KL
+    counted on each rank, or N taken as a rank's 100 rows instead of 200, moves the variances
+    by a factor of about 2 and fails them."""
+    out = _run("posterior", tmp_path)
+    X, y = _data()
+    mean, std = _exact(X, y)
+    loc, scale = out[0]["loc"], out[0]["scale"]
+    assert float(((loc - mean).abs() / std).max()) < 0.1, (loc, mean)
+    assert float((scale**2 / std**2 - 1).abs().max()) < 0.10, (scale, std)
+    # identical parameters and histories on both ranks
+    for key, value in out[0]["state"].items():
+        assert torch.equal(value, out[1]["state"][key]), key
+    assert out[0]["loss"] == out[1]["loss"]
+    # Checkpoint writes from rank 0 only
+    assert (tmp_path / "checkpoint-rank0.pt").exists()
+    assert not (tmp_path / "checkpoint-rank1.pt").exists()
+
+
+def test_classic_methods_train_data_parallel_and_agree_across_ranks(tmp_path):
+    out = _run("classic", tmp_path)
+    assert out[0]["dropout_history"] == out[1]["dropout_history"]
+    assert torch.equal(out[0]["dropout"], out[1]["dropout"])
+    # it learned: the targets' std is 1.8 and their noise 0.5; the fit's error is near the noise
+    X, y = _data()
+    rmse = float((out[0]["dropout"] - y[:10]).pow(2).mean().sqrt())
+    assert rmse < 0.8, rmse
+    for a, b in zip(out[0]["laplace"], out[1]["laplace"], strict=True):
+        assert torch.equal(a, b)
+    # Laplace's curvature: each rank's part of the rows, summed = one process on all of them
+    # (float32 sums in another order: 1e-5 relative)
+    torch.manual_seed(3)
+    one = bp.make("laplace", bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=0.5))
+    one.fit(X, y, epochs=0, progress=False)
+    assert out[0]["n_data"] == out[1]["n_data"] == len(X)
+    for rank in range(2):
+        torch.testing.assert_close(
+            out[rank]["precision"], one.posterior_precision, rtol=1e-5, atol=1e-5
+        )
+
+
+def test_predict_shards_the_rows_and_gathers_the_same_numbers(tmp_path):
+    out = _run("predict", tmp_path)
+    assert out[0]["equal"] and out[1]["equal"]  # = each rank predicting every row alone
+    assert out[0]["dropout_equal"] and out[1]["dropout_equal"]
+    assert torch.equal(out[0]["mean"], out[1]["mean"])
+
+
+def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
+    ranks = launch(WORKER, ["dies", str(tmp_path)], world=2, timeout=90.0)
+    assert ranks.returncodes[1] == 3  # it died
+    assert ranks.returncodes[0] not in (0, None), ranks.stderr[0]  # and rank 0 did not hang
+    message = (tmp_path / "rank0.err").read_text()
+    assert "DistributedError" in message and "peer process died" in message, message
+    assert ranks.seconds < 90.0
+
+
+def test_an_unchanged_script_runs_under_torchrun(tmp_path):
+    """``examples/train_ddp.py`` never mentions torch.distributed; torchrun's environment is
+    enough (``fit`` initialises the group)."""
+    import subprocess
+    import sys
+
+    from tests.distributed.launch import ROOT
+
+    script = ROOT / "examples" / "train_ddp.py"
+    out = tmp_path / "result.pt"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    done = subprocess.run(
+        [*command, str(script), "--epochs", "30", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = torch.load(out, weights_only=False)  # written by rank 0
+    assert result["ranks"] == 2  # fit found (and made) the process group
+    assert result["rmse"] < 0.3, result["rmse"]  # sin(x) learned (noise 0.1, 30 epochs)
