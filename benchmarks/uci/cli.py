@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.uci.data import uci_num_splits
-from benchmarks.uci.parallel import run_tasks
+from benchmarks.uci.parallel import BACKENDS, check_backend, run_tasks
 from benchmarks.uci.registry import METHODS, available_methods
 from benchmarks.uci.results import (
     append_jsonl,
@@ -97,7 +97,17 @@ def build_parser(prog: str = "python -m benchmarks.uci") -> argparse.ArgumentPar
         default="all",
         help=f"comma-separated, from {available_methods()} (default: all)",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
+    parser.add_argument("--jobs", type=int, default=1, help="workers (default: 1: in process)")
+    parser.add_argument(
+        "--backend",
+        default="loky",
+        choices=list(BACKENDS),
+        help="joblib backend for --jobs > 1: local processes (loky, multiprocessing), a Dask "
+        "cluster (dask: a local one unless --scheduler) or Ray (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scheduler", default=None, help="a Dask scheduler address for --backend dask"
+    )
     parser.add_argument(
         "--out", default="benchmarks/results/uci", help="output folder (default: %(default)s)"
     )
@@ -163,6 +173,12 @@ def _tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[Ta
         parser.error(str(err))
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        check_backend(args.backend)
+    except ValueError as err:
+        parser.error(f"--backend {args.backend}: {err}")
+    if args.scheduler is not None and args.backend != "dask":
+        parser.error("--scheduler is only used with --backend dask")
     order = sorted(methods, key=lambda m: -METHODS[m].cost)  # long tasks first in each split
     return [
         Task(name, str(folders[name]), split, method)
@@ -231,7 +247,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     start = time.perf_counter()
     try:
-        fresh = run_tasks(todo, settings, args.jobs, on_result=save, progress=not args.quiet)
+        fresh = run_tasks(
+            todo,
+            settings,
+            args.jobs,
+            on_result=save,
+            progress=not args.quiet,
+            backend=args.backend,
+            scheduler=args.scheduler,
+        )
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the workers are already stopped
         saved = len(read_jsonl(runs_path))
         print(
@@ -256,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_time": f"{wall / 3600:.2f} h ({wall:.0f} s, this invocation)",
         "wall_time_seconds": wall,
         "versions": _versions(),
-        "settings": {**settings.to_dict(), "jobs": args.jobs},
+        "settings": {**settings.to_dict(), "jobs": args.jobs, "backend": args.backend},
         "methods": {
             m: {"label": METHODS[m].label, "description": METHODS[m].description} for m in methods
         },

@@ -1,42 +1,70 @@
-"""Run benchmark tasks in worker processes (one torch thread each), with a progress bar.
+"""Run benchmark tasks through joblib (processes here, a Dask or Ray cluster through joblib's
+backends), one torch thread per task, with a progress bar.
+
+``run_tasks(..., jobs=1)`` runs in this process. With ``jobs > 1`` the tasks go to
+``joblib.Parallel`` under the chosen backend (:data:`BACKENDS`): ``"loky"`` (default: worker
+processes on this machine), ``"multiprocessing"``, ``"dask"`` (a ``dask.distributed`` cluster:
+the scheduler at ``scheduler`` if given, else a local cluster of ``jobs`` worker processes) or
+``"ray"`` (Ray's joblib backend). Records come back as tasks finish (``return_as=
+"generator_unordered"``), so the caller's resume file grows one whole record at a time,
+whatever the backend: a run stopped under one backend resumes under another.
 
 Stopping: SIGTERM to the parent raises ``KeyboardInterrupt`` in it, as Ctrl-C (SIGINT) does;
-either way the parent terminates its workers (SIGTERM, then SIGKILL after a grace period),
-waits for them, and re-raises, so no worker outlives it. The workers ignore SIGINT: a Ctrl-C
-that reaches the whole process group stops them through the parent, never half-way through
-reporting a result. Finished records have already been passed to ``on_result`` one by one.
+either way joblib aborts the run and ends its local workers before the error propagates (for
+Dask, the local cluster is closed; tasks already sent to a remote cluster are cancelled). The
+tasks ignore SIGINT: a Ctrl-C that reaches the whole process group stops them through the
+parent, never half-way through reporting a result.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import importlib.util
 import signal
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+import joblib
 import torch
 from tqdm.auto import tqdm
 
 from benchmarks.uci.runner import BenchmarkSettings, Task, run_task
 
-__all__ = ["run_tasks"]
+__all__ = ["BACKENDS", "check_backend", "run_tasks"]
 
 OnResult = Callable[[dict[str, Any]], None]
 
+#: joblib backends ``--backend`` takes, and the package (and pip install) each needs.
+BACKENDS: dict[str, tuple[str | None, str | None]] = {
+    "loky": (None, None),
+    "multiprocessing": (None, None),
+    "dask": ("distributed", "dask[distributed]"),
+    "ray": ("ray", "ray"),
+}
 
-#: Seconds the workers get to exit after SIGTERM before they are killed.
-GRACE_SECONDS = 5.0
 
+def check_backend(backend: str) -> None:
+    """Refuse an unknown backend, or one whose package is not installed, before any work.
 
-def _init_worker() -> None:
-    torch.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    Example:
+        >>> check_backend("loky")
+        >>> check_backend("spark")
+        Traceback (most recent call last):
+          ...
+        ValueError: backend must be one of ['loky', 'multiprocessing', 'dask', 'ray'], got 'spark'
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    module, package = BACKENDS[backend]
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise ValueError(
+            f"backend {backend!r} needs the {module!r} package, which is not installed: "
+            f"pip install '{package}'"
+        )
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -56,37 +84,58 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Cancel the queued tasks and end the worker processes: SIGTERM, then SIGKILL."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
-    deadline = time.monotonic() + GRACE_SECONDS
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join(GRACE_SECONDS)
+@contextmanager
+def _backend(backend: str, jobs: int, scheduler: str | None) -> Iterator[None]:
+    """joblib's ``parallel_config`` for ``backend`` (a Dask client or Ray registered first)."""
+    if backend == "dask":
+        from distributed import Client
+
+        if scheduler:
+            client = Client(scheduler)
+        else:
+            client = Client(
+                n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
+            )
+        try:
+            with joblib.parallel_config(backend="dask"):
+                yield
+        finally:
+            client.close()
+            if client.cluster is not None:
+                client.cluster.close()
+        return
+    if backend == "ray":
+        from ray.util.joblib import register_ray
+
+        register_ray()
+    with joblib.parallel_config(backend=backend):
+        yield
 
 
-def _in_pool(
+def _task(index: int, task: Task, settings: BenchmarkSettings) -> tuple[int, dict[str, Any]]:
+    """One task on a worker: one torch thread, SIGINT left to the parent."""
+    torch.set_num_threads(1)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    return index, _guarded(task, settings)
+
+
+def _in_parallel(
     tasks: list[Task],
     settings: BenchmarkSettings,
     jobs: int,
     finish: Callable[[int, dict[str, Any]], None],
+    backend: str,
+    scheduler: str | None,
 ) -> None:
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker)
-    try:
-        futures = {pool.submit(_guarded, task, settings): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            finish(futures[future], future.result())
-    except BaseException:
-        _stop_workers(pool)
-        raise
-    pool.shutdown(wait=True)
+    with _backend(backend, jobs, scheduler):
+        parallel = joblib.Parallel(n_jobs=jobs, return_as="generator_unordered")
+        results = parallel(joblib.delayed(_task)(i, task, settings) for i, task in enumerate(tasks))
+        try:
+            for index, record in results:
+                finish(index, record)
+        finally:
+            results.close()  # on an interrupt: joblib aborts the run and ends its workers
 
 
 def _guarded(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
@@ -123,11 +172,14 @@ def run_tasks(
     jobs: int = 1,
     on_result: OnResult | None = None,
     progress: bool = True,
+    backend: str = "loky",
+    scheduler: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``tasks`` on ``jobs`` processes and return their records in task order.
+    """Run ``tasks`` on ``jobs`` workers and return their records in task order.
 
     With ``jobs == 1`` the tasks run in this process (with one torch thread, restored after);
-    otherwise in a ``ProcessPoolExecutor`` of spawned workers with one torch thread each. Each
+    otherwise through ``joblib.Parallel`` under ``backend`` (see the module), one torch thread
+    per task. Each
     finished task is printed (its scores and chosen hyper-parameters) and passed to
     ``on_result`` as it arrives, so a long run can save partial results. A task that raises
     becomes a record with an ``"error"`` key. SIGTERM or Ctrl-C stops the workers (none
@@ -137,9 +189,11 @@ def run_tasks(
     Args:
         tasks: the tasks.
         settings: benchmark settings.
-        jobs: number of processes (>= 1).
+        jobs: number of workers (>= 1).
         on_result: called with each record as it finishes.
         progress: show a tqdm bar (with an ETA) and print each finished task.
+        backend: the joblib backend for ``jobs > 1`` (:data:`BACKENDS`).
+        scheduler: a Dask scheduler address (``backend="dask"``); ``None``: a local cluster.
 
     Returns:
         One record per task, in the order of ``tasks``.
@@ -147,7 +201,7 @@ def run_tasks(
     Raises:
         TypeError: if ``tasks`` does not hold :class:`Task` s or ``settings`` is not
             :class:`BenchmarkSettings`.
-        ValueError: if ``jobs < 1``.
+        ValueError: if ``jobs < 1``, or the backend is unknown or not installed.
 
     Example:
         >>> import tempfile, torch
@@ -163,6 +217,7 @@ def run_tasks(
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    check_backend(backend)
     if not isinstance(settings, BenchmarkSettings):
         raise TypeError(f"settings must be a BenchmarkSettings, got {type(settings).__name__}")
     tasks = list(tasks)
@@ -193,7 +248,7 @@ def run_tasks(
                 finally:
                     torch.set_num_threads(threads)
             else:
-                _in_pool(tasks, settings, jobs, finish)
+                _in_parallel(tasks, settings, jobs, finish, backend, scheduler)
     finally:
         bar.close()
     return [results[i] for i in range(len(tasks))]
