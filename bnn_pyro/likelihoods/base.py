@@ -13,15 +13,17 @@ import torch
 __all__ = ["LIKELIHOOD_EXPECTED", "Likelihood", "likelihood_from_config"]
 
 
-def _data_plate(batch: int, dataset_size: int | None, dim: int = -1) -> pyro.plate:
+def _data_plate(
+    batch: int, dataset_size: int | None, dim: int = -1, device: torch.device | None = None
+) -> pyro.plate:
     size = batch if dataset_size is None else dataset_size
     if size < batch:
         raise ValueError(
             f"dataset_size must be >= the number of rows passed, got dataset_size={size}, "
             f"batch={batch}"
         )
-    subsample = None if size == batch else torch.arange(batch)
-    return pyro.plate("data", size=size, subsample=subsample, dim=dim)
+    subsample = None if size == batch else torch.arange(batch, device=device)
+    return pyro.plate("data", size=size, subsample=subsample, dim=dim, device=device)
 
 
 #: How argument errors describe a likelihood argument.
@@ -87,7 +89,7 @@ class Likelihood(ABC):
             dataset_size: total number of data points; the ``N`` rows stand for it (their
                 log-likelihood is scaled by ``dataset_size / N``). ``None``: the rows are all.
         """
-        with _data_plate(f.shape[-2], dataset_size):
+        with _data_plate(f.shape[-2], dataset_size, device=f.device):
             pyro.sample(self.name, self.distribution(f, latents), obs=y)
 
     @abstractmethod
