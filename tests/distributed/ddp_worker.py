@@ -99,6 +99,17 @@ def classic(out: dict) -> None:
     out["n_data"] = fixed._n_data
 
 
+def others(out: dict) -> None:
+    """The remaining gradient-trained methods, a few epochs each on two ranks."""
+    X, y = _data()
+    for name in ("ensemble", "swag", "vbnn", "hidden_layer", "lrt"):
+        torch.manual_seed(4)
+        method = bp.make(name, bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=NOISE))
+        history = method.fit(X, y, epochs=6, batch_size=32, lr=1e-2, progress=False, seed=0)
+        draws = None if name == "ensemble" else 10
+        out[name] = (history["loss"], method.predict(X[:10], num_samples=draws, seed=0)[0])
+
+
 def predict(out: dict) -> None:
     """predict is a collective: each rank its blocks, gathered; equal to predicting alone."""
     import bnn_pyro.svi_model
@@ -145,6 +156,8 @@ def main() -> None:
             posterior(out, folder)
         elif scenario == "classic":
             classic(out)
+        elif scenario == "others":
+            others(out)
         elif scenario == "predict":
             predict(out)
         elif scenario == "dies":

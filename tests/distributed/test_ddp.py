@@ -79,6 +79,19 @@ def test_classic_methods_train_data_parallel_and_agree_across_ranks(tmp_path):
         )
 
 
+@pytest.mark.parametrize("name", ["ensemble", "swag", "vbnn", "hidden_layer", "lrt"])
+def test_every_other_gradient_trained_method_agrees_across_ranks(others, name):
+    (loss0, pred0), (loss1, pred1) = others[0][name], others[1][name]
+    assert loss0 == loss1 and torch.equal(pred0, pred1)  # one model, trained together
+    assert loss0[-1] < loss0[0]  # and it trained
+    assert torch.isfinite(pred0).all()
+
+
+@pytest.fixture(scope="module")
+def others(tmp_path_factory) -> list[dict]:
+    return _run("others", tmp_path_factory.mktemp("others"))
+
+
 def test_predict_shards_the_rows_and_gathers_the_same_numbers(tmp_path):
     out = _run("predict", tmp_path)
     assert out[0]["equal"] and out[1]["equal"]  # = each rank predicting every row alone
