@@ -7,8 +7,11 @@ function terms, no model-side sampling), it computes
 ``sum_model log p * scale - sum_guide log q * scale`` from one light recording messenger
 instead of building, pruning and scoring two ``Trace`` objects. That bookkeeping is most of the
 cost of a step for a small net. Anything else, and the first step of every run (so Pyro's
-validation sees the structure once), goes through ``Trace_ELBO`` unchanged. The test suite
-checks loss and gradients against ``Trace_ELBO`` under the same random draws.
+validation sees the structure once), goes through ``Trace_ELBO`` unchanged. When the model is
+a mean-field :class:`~bnn_pyro.VariationalBNN`'s, the loss is computed in plain torch
+(:mod:`bnn_pyro.direct_elbo`) from the first call on, once that call has shown, against
+``Trace_ELBO`` run from the same random state, that it gives the same loss and gradients. The
+test suite checks loss and gradients against ``Trace_ELBO`` under the same random draws.
 """
 
 from __future__ import annotations
@@ -113,10 +116,16 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         True
     """
 
+    #: Whether the guide's entropy is scored with detached parameters (STL, a subclass).
+    _stl = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fast = False  # decided from the traces of the first, fully checked, call
         self._fast_candidate = True
+        # the plain-torch loss of bnn_pyro.direct_elbo: None until the first call looks for it
+        # (and checks it), False when the model is not one it covers or it failed the check
+        self._direct: Any = None
 
     def _guide_log_prob(self, site: dict) -> torch.Tensor:
         """The scaled log-density of a guide site (a hook: STL detaches its parameters)."""
@@ -166,9 +175,40 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         self.last_nll = nll / self.num_particles
         return loss / self.num_particles
 
+    def _checked_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
+        """The first call: ``Trace_ELBO`` itself (validated, deciding the fast path) and, from the
+        same random state, the direct loss. If the two agree in loss and gradients, the direct
+        loss is returned and used from then on, so every step of every run (a resumed one too)
+        takes the same path; otherwise ``Trace_ELBO``'s loss, and the recording path after."""
+        direct = direct_loss_for_model(model, guide, self._stl) if self.num_particles == 1 else None
+        device = direct.params[0].device if direct is not None and direct.params else None
+        before = None if device is None else _rng_state(device)
+        loss = super().differentiable_loss(model, guide, *args, **kwargs)
+        self.fast, self._direct = self._fast_candidate, False
+        if before is None or not self.fast:
+            return loss
+        after, nll = _rng_state(device), self.last_nll
+        _set_rng_state(device, before)
+        try:
+            got, got_nll = direct(*args, **kwargs)
+            same = _same_loss_and_grads(loss, got, direct.params)
+        except (RuntimeError, ValueError, KeyError, TypeError, NotImplementedError):
+            same = False
+        if not same:
+            _set_rng_state(device, after)
+            self.last_nll = nll
+            return loss
+        self._direct, self.last_nll = direct, got_nll
+        return got
+
     def differentiable_loss(
         self, model: Any, guide: Any, *args: Any, **kwargs: Any
     ) -> torch.Tensor:
+        if self._direct:
+            loss, self.last_nll = self._direct(*args, **kwargs)
+            return loss
+        if self._direct is None:
+            return self._checked_direct(model, guide, args, kwargs)
         if self.fast:
             loss = self._fast_loss(model, guide, args, kwargs)
             if loss is not None:
@@ -177,3 +217,48 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
         self.fast = self._fast_candidate
         return loss
+
+
+def direct_loss_for_model(model: Any, guide: Any, stl: bool = False) -> Any:
+    """The :class:`~bnn_pyro.direct_elbo.DirectLoss` of ``model``'s owner when ``model`` is a
+    ``VariationalBNN``'s ``model`` method and ``guide`` its own guide; otherwise ``None``."""
+    from bnn_pyro.direct_elbo import direct_loss_for
+
+    owner = getattr(model, "__self__", None)
+    if owner is None or getattr(owner, "guide", None) is not guide:
+        return None
+    if getattr(model, "__func__", None) is not getattr(type(owner), "model", None):
+        return None
+    return direct_loss_for(owner, stl)
+
+
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(device: torch.device, state: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def _same_loss_and_grads(
+    reference: torch.Tensor, candidate: torch.Tensor, params: list[torch.Tensor]
+) -> bool:
+    """Whether two losses agree in value and in their gradients w.r.t. ``params``.
+
+    Both compute the same sums in a different order; in float32 that moves the last bits, so
+    the values must agree to 1e-5 relative and each gradient to 1e-4 of its largest entry.
+    """
+    if not torch.allclose(reference.detach(), candidate.detach(), rtol=1e-5, atol=1e-5):
+        return False
+    ref = torch.autograd.grad(reference, params, retain_graph=True, allow_unused=True)
+    got = torch.autograd.grad(candidate, params, retain_graph=True, allow_unused=True)
+    for a, b, p in zip(ref, got, params, strict=True):
+        a = torch.zeros_like(p) if a is None else a
+        b = torch.zeros_like(p) if b is None else b
+        tol = 1e-4 * float(a.abs().max().clamp_min(1e-6)) if a.numel() else 0.0
+        if not torch.allclose(a, b, rtol=1e-4, atol=tol):
+            return False
+    return True

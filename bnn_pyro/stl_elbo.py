@@ -61,6 +61,8 @@ class StickingTheLanding_ELBO(FastTrace_ELBO):
         [0.0, 0.0, 0.0]
     """
 
+    _stl = True
+
     def _get_traces(self, model: Any, guide: Any, args: Any, kwargs: Any):
         for model_trace, guide_trace in super()._get_traces(model, guide, args, kwargs):
             for site in guide_trace.nodes.values():

@@ -23,7 +23,7 @@ from torch.func import functional_call, vmap
 from bnn_pyro._streaming import fill_rows
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
-__all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "same_results"]
+__all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "has_hooks", "same_results"]
 
 # Elements of one (S, rows, width) activation per pass: 256K floats (1 MB), so memory stays
 # bounded whatever N is. The size trades the two costs of a pass: much smaller blocks pay Python
@@ -111,6 +111,33 @@ class BatchedTwin:
         if any(m.training != training for m in self._modules.values()):
             module.train(training)
         return fill_rows(lambda a, b: module(x[a:b]), x.shape[0], chunk or x.shape[0])
+
+
+def has_hooks(net: nn.Module) -> bool:
+    """Whether forward or backward hooks would see ``net``'s modules run (a twin, which runs
+    copies of them, would not call them), counting torch's global module hooks.
+
+    Example:
+        >>> net = nn.Linear(2, 1)
+        >>> has_hooks(net)
+        False
+        >>> _ = net.register_forward_hook(lambda module, inputs, output: None)
+        >>> has_hooks(net)
+        True
+    """
+    from torch.nn.modules import module as torch_module
+
+    global_hooks = (
+        torch_module._global_forward_hooks,
+        torch_module._global_forward_pre_hooks,
+        torch_module._global_backward_hooks,
+    )
+    if any(global_hooks):
+        return True
+    return any(
+        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+        for m in net.modules()
+    )
 
 
 def _probe(stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,217 @@
+"""``Trace_ELBO``'s loss of a mean-field :class:`~bnn_pyro.VariationalBNN`, in plain torch.
+
+After its first, fully checked step, :class:`~bnn_pyro.elbo.FastTrace_ELBO` already skips
+Pyro's trace bookkeeping; what remains of a small net's step is one ``pyro.sample`` call per
+weight (the messenger stack, a distribution object, ``PyroModule`` attribute look-ups) in the
+guide and again in the model. :class:`DirectLoss` computes the same single-particle estimator
+with none of that:
+
+    loss = -( N/B * sum_n log p(y_n | f(x_n; w)) + beta * (log p(w) - log q(w)) ),
+    w = loc + softplus(rho) * eps,  eps ~ N(0, I)
+
+drawing ``eps`` with the same ``torch.randn`` calls, in the same order, as the guide, scoring
+the weights with the prior's own distributions and running the net as a plain-torch twin
+(:class:`~bnn_pyro.nn.batched.BatchedTwin`) that takes the drawn weights as attributes. The
+ELBO uses it only after checking, once, on the second step, that it gives the loss and the
+gradients of the Pyro path under the same random draws (see ``FastTrace_ELBO``); anything it does
+not know (a custom guide, local reparameterization, several particles) keeps the Pyro path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from pyro.distributions import Independent, constraints
+from pyro.poutine.messenger import Messenger
+
+from bnn_pyro.guides import MeanFieldNormalGuide
+from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
+from bnn_pyro.nn.batched import BatchedTwin, has_hooks
+from bnn_pyro.nn.pyro_net import DEVICE_REF, _site_prior
+from bnn_pyro.weight_distributions import SharedNormal
+
+if TYPE_CHECKING:
+    from bnn_pyro.bnn import VariationalBNN
+
+__all__ = ["DirectLoss", "direct_loss_for"]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class _Values(Messenger):
+    """Gives each latent sample site its value from ``values`` and keeps the site's ``fn``."""
+
+    def __init__(self, values: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.values = values
+        self.fns: dict[str, Any] = {}
+
+    def _pyro_sample(self, msg: dict) -> None:
+        if msg["is_observed"] or msg["name"] not in self.values:
+            return
+        msg["value"] = self.values[msg["name"]]
+        msg["done"] = True
+        self.fns[msg["name"]] = msg["fn"]
+
+
+class DirectLoss:
+    """``(x, y, dataset_size=N, kl_weight=beta) -> (loss, nll)`` of a mean-field VariationalBNN.
+
+    ``loss`` is the negative single-particle ELBO estimate that ``Trace_ELBO`` computes for
+    ``bnn.model``/``bnn.guide`` under the same draws; ``nll`` is its detached likelihood part
+    (minus the scaled log-likelihood). Shapes: ``x (B, *features)``, ``y`` as the likelihood's
+    ``check_targets`` returns it; both results are scalars.
+
+    Build it with :func:`direct_loss_for`, which returns ``None`` for the models it does not
+    cover.
+
+    Example:
+        >>> import bnn_pyro as bp, pyro
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
+        >>> X, y = torch.randn(8, 2), torch.randn(8, 1)
+        >>> bnn._setup_guide(X, y)
+        >>> direct = direct_loss_for(bnn)
+        >>> pyro.set_rng_seed(0); loss, nll = direct(X, y, dataset_size=8)
+        >>> pyro.set_rng_seed(0)
+        >>> ref = pyro.infer.Trace_ELBO().differentiable_loss(bnn.model, bnn.guide, X, y, 8)
+        >>> bool(torch.isclose(loss, ref))
+        True
+    """
+
+    def __init__(self, bnn: VariationalBNN, stl: bool = False) -> None:
+        self.bnn, self.stl = bnn, stl
+        self.params = [p for p in bnn.parameters() if p.requires_grad]
+        guide = bnn.guide
+        self._guide_sites = [
+            (spec, guide.locs[guide._key(spec.name)], guide.rhos[guide._key(spec.name)])
+            for spec in guide._sites
+        ]
+        net_sites = {s.name: s for s in bnn._evaluator.sites}
+        modules = dict(bnn.net.named_modules(prefix="net"))
+        self._priors = [
+            (name, modules[f"net.{s.module_name}".rstrip(".")], s.param_name, s.shape)
+            for name, s in net_sites.items()
+        ]
+        self._paths = dict(bnn._evaluator._paths)
+        self._other = [spec.name for spec, _, _ in self._guide_sites if spec.name not in net_sites]
+        self._twin: BatchedTwin = bnn._evaluator._twin
+        self._shared = {
+            k: v
+            for k, v in {
+                **dict(bnn.net.named_parameters()),
+                **dict(bnn.net.named_buffers()),
+            }.items()
+            if not k.endswith(DEVICE_REF)
+        }
+
+    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The guide's draws (same calls, same order as ``MeanFieldNormalGuide.forward``) and
+        ``log q`` of them."""
+        values: dict[str, torch.Tensor] = {}
+        log_q = 0.0
+        for spec, loc, rho in self._guide_sites:
+            scale = F.softplus(rho)
+            if spec.exp or spec.support is not constraints.real:
+                d = self.bnn.guide._distribution(spec, loc, scale)
+                value = d.rsample()
+                if self.stl:  # scored with detached parameters (StickingTheLanding_ELBO)
+                    d = self.bnn.guide._distribution(spec, loc.detach(), scale.detach())
+                log_q = log_q + d.log_prob(value).sum()
+            else:
+                eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
+                value = loc + eps * scale
+                if self.stl:
+                    s = scale.detach()
+                    z = (value - loc.detach()) / s
+                    log_q = log_q - 0.5 * _sq(z) - s.log().sum()
+                else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
+                    log_q = log_q - 0.5 * _sq(eps) - scale.log().sum()
+                log_q = log_q - loc.numel() * _LOG_SQRT_2PI
+            values[spec.name] = value
+        return values, log_q
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        dataset_size: int | None = None,
+        kl_weight: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        values, log_q = self._draw()
+        log_p = 0.0
+        for name, module, param_name, shape in self._priors:
+            prior = _site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
+            log_p = log_p + _log_prob_sum(prior, values[name])
+        stacked = {self._paths[name]: v for name, v in values.items() if name in self._paths}
+        f = self._twin.load(self._shared, stacked)(x)
+        latents: dict[str, torch.Tensor] = {}
+        if self._other:
+            scorer = _Values(values)
+            with scorer:
+                latents = self.bnn.likelihood.sample_latents(f)
+            for name, fn in scorer.fns.items():
+                log_p = log_p + fn.log_prob(values[name]).sum()
+        rows = f.shape[-2]
+        scale = 1.0 if dataset_size is None else dataset_size / rows
+        log_lik = _log_likelihood(self.bnn.likelihood, f, y, latents) * scale
+        loss = -(log_lik + kl_weight * (log_p - log_q))
+        return loss, -log_lik.detach()
+
+
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    """``sum(t ** 2)`` as one dot product of the flat tensor with itself."""
+    flat = t.reshape(-1)
+    return torch.dot(flat, flat)
+
+
+def _log_prob_sum(d: Any, value: torch.Tensor) -> torch.Tensor:
+    """``d.log_prob(value).sum()``; for the library's ``SharedNormal`` (one loc and scale for all
+    elements, the default prior) as one dot product instead of elementwise terms."""
+    base = d.base_dist if isinstance(d, Independent) else d
+    if type(base) is SharedNormal:
+        centred = value if base._loc0 == 0.0 else value - base._loc0
+        return -0.5 / base._scale0**2 * _sq(centred) - value.numel() * base._log_norm
+    return d.log_prob(value).sum()
+
+
+def _log_likelihood(
+    likelihood: Any, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """``sum_n log p(y_n | f_n)`` for ``f (B, O)``: fused for a fixed-noise ``Gaussian``,
+    ``Categorical`` and ``Bernoulli``; ``likelihood.log_prob(...).sum()`` otherwise."""
+    kind = type(likelihood)
+    if kind is Gaussian and not likelihood.learned and f.shape == y.shape:
+        s = likelihood.scale
+        return -0.5 / s**2 * _sq(f - y) - f.numel() * (math.log(s) + _LOG_SQRT_2PI)
+    if kind is Categorical and f.dim() == 2:
+        return -F.cross_entropy(f, y, reduction="sum")
+    if kind is Bernoulli and f.shape == y.shape:
+        return -F.binary_cross_entropy_with_logits(f, y, reduction="sum")
+    return likelihood.log_prob(f, y, latents).sum()
+
+
+def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
+    """A :class:`DirectLoss` for ``bnn``, or ``None`` when the model is not one it covers: a
+    :class:`~bnn_pyro.VariationalBNN` with the library's mean-field guide (set up), no local
+    reparameterization, no forward or backward hooks on the net's modules (the plain-torch twin
+    would not call them).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1), guide="normal")
+        >>> direct_loss_for(bnn) is None  # a Pyro autoguide: the Pyro path
+        True
+    """
+    from bnn_pyro.bnn import VariationalBNN
+
+    if type(bnn) is not VariationalBNN or bnn.local_reparameterization:
+        return None
+    guide = bnn.guide
+    if not isinstance(guide, MeanFieldNormalGuide) or not guide.is_setup:
+        return None
+    if type(guide).forward is not MeanFieldNormalGuide.forward or has_hooks(bnn.net):
+        return None
+    return DirectLoss(bnn, stl)

@@ -1,0 +1,188 @@
+"""The plain-torch ELBO of bnn_pyro.direct_elbo is Pyro's Trace_ELBO: the same loss and gradients
+under the same draws, checked once before use, and the whole fit unchanged by it."""
+
+from __future__ import annotations
+
+import pyro
+import pytest
+import torch
+from pyro.infer import Trace_ELBO
+from pyro.infer.util import is_validation_enabled
+
+import bnn_pyro as bp
+from bnn_pyro import elbo as elbo_module
+from bnn_pyro.direct_elbo import DirectLoss, direct_loss_for
+from bnn_pyro.elbo import FastTrace_ELBO
+from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
+
+N = 200
+
+
+def _data(task: str):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(64, 4, generator=g)
+    raw = X[:, :2].sum(-1, keepdim=True) + 0.1 * torch.randn(64, 1, generator=g)
+    if task == "categorical":
+        return X, (raw[:, 0] > 0).long() + (raw[:, 0] > 1).long(), 3
+    if task == "bernoulli":
+        return X, (raw > 0).float(), 1
+    return X, raw, 1
+
+
+CASES = {
+    "gaussian": (lambda: bp.Gaussian(0.3), None, "regression"),
+    "learned noise": (lambda: bp.Gaussian("learned"), None, "regression"),
+    "categorical": (bp.Categorical, None, "categorical"),
+    "bernoulli": (bp.Bernoulli, None, "bernoulli"),
+    "learned prior": (lambda: bp.Gaussian(0.3), bp.LearnedNormalPrior, "regression"),
+    "scale mixture prior": (lambda: bp.Gaussian(0.3), bp.ScaleMixturePrior, "regression"),
+    "layerwise prior": (lambda: bp.Gaussian(0.3), bp.LayerwiseNormalPrior, "regression"),
+}
+
+
+def _bnn(case: str):
+    likelihood, prior, task = CASES[case]
+    X, y, out = _data(task)
+    torch.manual_seed(0)
+    bnn = bp.VariationalBNN(
+        bp.nn.mlp(4, [6], out),
+        likelihood(),
+        prior=None if prior is None else prior(),
+        init_scale=0.1,
+    )
+    y = bnn._targets(y, X)
+    bnn._setup_guide(X, y, (X, y))
+    with torch.no_grad():  # move the guide off its initial values so every term matters
+        for p in bnn.guide.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return bnn, X, y
+
+
+def _loss_and_grads(loss_fn, bnn, seed):
+    pyro.set_rng_seed(seed)
+    loss = loss_fn()
+    params = [p for p in bnn.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return loss.detach(), [
+        torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("kl_weight", [1.0, 0.3])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_direct_loss_is_trace_elbo_under_the_same_draws(case, kl_weight):
+    bnn, X, y = _bnn(case)
+    direct = direct_loss_for(bnn)
+    assert isinstance(direct, DirectLoss)
+    kwargs = dict(dataset_size=N, kl_weight=kl_weight)
+    for seed in (1, 2):
+        got, got_grads = _loss_and_grads(lambda: direct(X, y, **kwargs)[0], bnn, seed)
+        ref, ref_grads = _loss_and_grads(
+            lambda: Trace_ELBO(max_plate_nesting=1).differentiable_loss(
+                bnn.model, bnn.guide, X, y, **kwargs
+            ),
+            bnn,
+            seed,
+        )
+        # the same sums in another order: float32 rounding only (loss ~1e2-1e3, 1e-5 relative)
+        assert torch.allclose(got, ref, rtol=1e-5), (float(got), float(ref))
+        for a, b in zip(got_grads, ref_grads, strict=True):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
+
+
+def test_direct_stl_loss_matches_the_stl_elbo():
+    bnn, X, y = _bnn("learned noise")
+    direct = direct_loss_for(bnn, stl=True)
+    stl = StickingTheLanding_ELBO(max_plate_nesting=1)
+    got, got_grads = _loss_and_grads(lambda: direct(X, y, dataset_size=N)[0], bnn, 3)
+    ref, ref_grads = _loss_and_grads(
+        lambda: stl.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N), bnn, 3
+    )
+    assert torch.allclose(got, ref, rtol=1e-5)
+    for a, b in zip(got_grads, ref_grads, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
+
+
+def test_the_elbo_checks_on_the_first_call_then_uses_the_direct_loss(monkeypatch):
+    bnn, X, y = _bnn("gaussian")
+    elbo = FastTrace_ELBO(max_plate_nesting=1)
+    seen = []
+    general = Trace_ELBO.differentiable_loss
+    monkeypatch.setattr(
+        Trace_ELBO,
+        "differentiable_loss",
+        lambda self, *a, **k: seen.append(is_validation_enabled()) or general(self, *a, **k),
+    )
+    with pyro.validation_enabled(True):  # the first call runs Trace_ELBO itself, validated
+        first, _ = _loss_and_grads(
+            lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N), bnn, 4
+        )
+    assert seen == [True] and isinstance(elbo._direct, DirectLoss)
+    for _ in range(2):
+        elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
+    assert seen == [True]  # later calls: the direct loss alone
+    monkeypatch.undo()
+    for seed, got in ((4, first), (5, None)):
+        if got is None:
+            got, _ = _loss_and_grads(
+                lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N),
+                bnn,
+                seed,
+            )
+        ref, _ = _loss_and_grads(
+            lambda: Trace_ELBO(max_plate_nesting=1).differentiable_loss(
+                bnn.model, bnn.guide, X, y, dataset_size=N
+            ),
+            bnn,
+            seed,
+        )
+        assert torch.allclose(got, ref, rtol=1e-5)
+
+
+def test_a_direct_loss_that_disagrees_is_refused(monkeypatch):
+    bnn, X, y = _bnn("gaussian")
+    call = DirectLoss.__call__
+    monkeypatch.setattr(
+        DirectLoss, "__call__", lambda self, *a, **k: (call(self, *a, **k)[0] * 1.001, None)
+    )
+    elbo = FastTrace_ELBO(max_plate_nesting=1)
+    for _ in range(3):
+        elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
+    assert elbo._direct is False  # the check saw the 0.1% error: the Pyro path stays
+
+
+@pytest.mark.parametrize("guide", ["normal"])
+def test_models_it_does_not_cover_keep_the_pyro_path(guide):
+    bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3), guide=guide)
+    assert direct_loss_for(bnn) is None
+    lrt = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3), local_reparameterization=True)
+    X, y, _ = _data("regression")
+    lrt._setup_guide(X, y)
+    assert direct_loss_for(lrt) is None
+    hooked = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3))
+    hooked._setup_guide(X, y)
+    assert direct_loss_for(hooked) is not None
+    hooked.net[0].register_forward_pre_hook(lambda module, inputs: None)  # a user's hook
+    assert direct_loss_for(hooked) is None
+
+
+def _fit(monkeypatch, direct: bool, elbo: str):
+    if not direct:
+        monkeypatch.setattr(elbo_module, "direct_loss_for_model", lambda *a: None)
+    X, y, _ = _data("regression")
+    torch.manual_seed(0)
+    bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian("learned"))
+    history = bnn.fit(X, y, epochs=6, batch_size=16, progress=False, seed=0, elbo=elbo)
+    monkeypatch.undo()
+    return bnn, history
+
+
+@pytest.mark.parametrize("elbo", ["trace", "stl"])
+def test_fit_is_the_same_with_and_without_the_direct_loss(monkeypatch, elbo):
+    fast, fast_history = _fit(monkeypatch, True, elbo)
+    slow, slow_history = _fit(monkeypatch, False, elbo)
+    # 24 Adam steps from the same draws: only float32 rounding separates the two runs
+    for a, b in zip(fast.parameters(), slow.parameters(), strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert fast_history["loss"] == pytest.approx(slow_history["loss"], rel=1e-4)
+    assert fast_history["nll"] == pytest.approx(slow_history["nll"], rel=1e-4)
