@@ -20,6 +20,7 @@ from bnn_pyro.base import (
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods._checks import check_outputs
 from bnn_pyro.methods._contract import ClassicMethod
+from bnn_pyro.methods._ensemble_stacked import fit_stacked, why_not_stacked
 from bnn_pyro.methods._params import batched_call
 from bnn_pyro.methods._training import (
     TrainSettings,
@@ -270,8 +271,19 @@ class DeepEnsemble(ClassicMethod):
 
         return nll
 
-    def _fit(self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings) -> History:
+    def _fit(
+        self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings, stacked: bool | None = None
+    ) -> History:
         """Train every member independently (own shuffling; seed ``seed + i`` for member i).
+
+        The members train together as one stacked model (:mod:`bnn_pyro.training.stacked`: one
+        pass of the loop for all of them, each with its own minibatch order and optimizer
+        state, the numbers of the one-by-one run up to float rounding) when they allow it:
+        same architecture, no dropout or buffers, an elementwise optimizer. Stacked, a callback
+        sees the members' mean ``loss`` (and ``val_loss``) per epoch, so a callback's ``True``
+        (``EarlyStopping``) stops every member at once. ``stacked=False`` trains them one after
+        the other; ``stacked=True`` refuses (``ValueError``, with the reason) when they cannot
+        be stacked.
 
         Loss: cross-entropy, squared error, or the Gaussian NLL for ``gaussian_nll`` members.
         For regression without variance heads, ``noise_scale`` (unless set by the user) becomes
@@ -308,6 +320,16 @@ class DeepEnsemble(ClassicMethod):
                 )
         else:
             check_outputs(out, yt, self.task, what="member")
+        if stacked is not None:
+            check_bool("stacked", stacked)
+        why_not = None if stacked is False else why_not_stacked(list(self.models), settings)
+        if stacked is True and why_not is not None:
+            raise ValueError(f"stacked=True: the members cannot train stacked: {why_not}")
+        if stacked is not False and why_not is None:
+            history = fit_stacked(self, x, yt, settings, validation)
+            if not self.gaussian_nll:
+                self._refit_noise(x, yt, None)
+            return history
         runs = []
         for i, member in enumerate(self.models):
             device = module_device(member)

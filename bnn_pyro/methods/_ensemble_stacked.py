@@ -1,0 +1,138 @@
+"""``DeepEnsemble.fit``'s stacked path: all members in one pass of the loop.
+
+See :mod:`bnn_pyro.training.stacked` for how K models train as one and why the numbers are
+those of training them one by one; here are the ensemble's part: when its members may train
+stacked, their seeds, and their losses on a ``(K, B, ...)`` block of minibatches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bnn_pyro.methods._training import TrainSettings, modes, module_device
+from bnn_pyro.training import History, distributed, make_optimizer, train
+from bnn_pyro.training.stacked import (
+    StackedLossStep,
+    StackedModels,
+    elementwise_optimizer,
+    stackable,
+    stacked_batches,
+)
+
+__all__ = ["fit_stacked", "why_not_stacked"]
+
+_VAR_FLOOR = 1e-6  # DeepEnsemble's variance floor
+
+
+def why_not_stacked(members: list[nn.Module], settings: TrainSettings) -> str | None:
+    """Why the members cannot train stacked, or ``None`` (see ``DeepEnsemble._fit``).
+
+    Example:
+        >>> from bnn_pyro.methods._training import check_fit_args
+        >>> settings = check_fit_args(1, 8, 1e-3, 0.0, None, False, 0)
+        >>> why_not_stacked([nn.Linear(2, 1), nn.Linear(2, 1)], settings) is None
+        True
+    """
+    if distributed.active():
+        return "torch.distributed trains one model at a time"
+    if not elementwise_optimizer(settings.optimizer):
+        return f"the optimizer {settings.optimizer!r} is not elementwise"
+    return stackable(members)
+
+
+def fit_stacked(
+    ensemble: Any,
+    x: torch.Tensor,
+    yt: torch.Tensor,
+    settings: TrainSettings,
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> History:
+    """All members in one pass of the loop (see :mod:`bnn_pyro.training.stacked`).
+
+    The members are written back after every epoch, so callbacks (``fn(ensemble, epoch,
+    history)``, a ``True`` stops every member) see them as trained so far; the history has
+    ``loss`` (the members' mean) and ``member_loss`` per epoch, with ``validation`` also
+    ``val_loss`` and ``member_val_loss``."""
+    members = list(ensemble.models)
+    device = module_device(members[0])
+    x, yt = x.to(device), yt.to(device)
+    stacked = StackedModels(members, x)
+    seeds = _member_seeds(settings.seed, len(members))
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    batches = stacked_batches(x, yt, settings.batch_size, generators)
+    if settings.resume is not None:  # the run's state is the stacked parameters, not the members
+        for name, p in stacked.named_parameters():
+            settings.resume.extra[name] = p
+    loss = partial(
+        _stacked_loss, stacked, ensemble.task, ensemble.gaussian_nll, ensemble._split_heads
+    )
+    optimizer = make_optimizer(
+        settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
+    )
+    step = StackedLossStep(loss, optimizer, desc=f"DeepEnsemble (lr={settings.lr})")
+
+    def write_back(_: Any, epoch: int, history: History) -> None:
+        stacked.write_back(members)
+
+    seen = [lambda _, epoch, h, cb=cb: cb(ensemble, epoch, h) for cb in settings.callbacks]
+
+    def val_loss() -> dict[str, Any]:
+        xv, yv = validation  # type: ignore[misc]
+        k = len(members)
+        with torch.no_grad(), modes(ensemble, lambda m: False):
+            per_member = loss(xv.expand(k, *xv.shape), yv.expand(k, *yv.shape)).tolist()
+        return {"val_loss": sum(per_member) / k, "member_val_loss": per_member}
+
+    try:
+        with modes(ensemble, lambda m: True):
+            return train(
+                stacked,
+                step,
+                batches,
+                epochs=settings.epochs,
+                callbacks=[write_back, *seen],
+                validation=None if validation is None else val_loss,
+                progress=settings.progress,
+                desc=f"DeepEnsemble, {len(members)} members stacked",
+                lr_schedule=settings.lr_schedule,
+                average=settings.average,
+                resume=settings.resume,
+            )
+    finally:
+        stacked.write_back(members)
+
+
+def _member_seeds(seed: int | None, count: int) -> list[int]:
+    """Member i's seed: ``seed + i`` (as its one-by-one run), or drawn from the global RNG."""
+    if seed is None:
+        return [int(s) for s in torch.randint(0, 2**62, (count,))]
+    return [seed + i for i in range(count)]
+
+
+def _stacked_loss(
+    stacked: StackedModels,
+    task: str,
+    gaussian_nll: bool,
+    split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+) -> torch.Tensor:
+    """The members' mean losses ``(K,)`` on their minibatches ``xb (K, B, D)``, ``yb (K, B, ...)``:
+    per member what :meth:`bnn_pyro.DeepEnsemble._loss` computes."""
+    out = stacked(xb)
+    k = out.shape[0]
+    if gaussian_nll:
+        mean, var = split(out)
+        return (
+            F.gaussian_nll_loss(mean, yb, var, eps=_VAR_FLOOR, reduction="none").view(k, -1).mean(1)
+        )
+    if task == "classification":
+        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1), reduction="none")
+        return ce.view(k, -1).mean(1)
+    return (out - yb).pow(2).view(k, -1).mean(1)

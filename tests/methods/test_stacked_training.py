@@ -1,0 +1,187 @@
+"""K models trained as one stacked model give the numbers of training them one by one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import bnn_pyro as bp
+from bnn_pyro.training.stacked import (
+    StackedModels,
+    elementwise_optimizer,
+    stackable,
+    stacked_batches,
+)
+
+
+def _data(task: str, n: int = 96):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, 5, generator=g)
+    y = X[:, :2].sum(-1, keepdim=True) + 0.1 * torch.randn(n, 1, generator=g)
+    if task == "classification":
+        return X, (y[:, 0] > 0).long() + (y[:, 0] > 1).long()
+    return X, y
+
+
+def _net(out: int = 1) -> nn.Module:
+    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, out))
+
+
+def test_stacked_forward_is_each_members_forward():
+    torch.manual_seed(0)
+    nets = [_net(3) for _ in range(4)]
+    stacked = StackedModels(nets, torch.randn(6, 5))
+    x = torch.randn(4, 7, 5)
+    expected = torch.stack([net(x[k]) for k, net in enumerate(nets)])
+    assert torch.allclose(stacked(x), expected, atol=1e-6)
+
+
+def test_write_back_gives_each_member_its_slice():
+    nets = [_net() for _ in range(3)]
+    stacked = StackedModels(nets, torch.randn(6, 5))
+    with torch.no_grad():
+        for p in stacked.parameters():
+            p.mul_(2.0)
+    before = [[p.clone() for p in net.parameters()] for net in nets]
+    stacked.write_back(nets)
+    for net, old in zip(nets, before, strict=True):
+        for p, q in zip(net.parameters(), old, strict=True):
+            assert torch.equal(p, 2.0 * q)
+
+
+@pytest.mark.parametrize(
+    ("nets", "reason"),
+    [
+        ([nn.Linear(2, 1)], "fewer than two"),
+        ([nn.Linear(2, 1), nn.Linear(3, 1)], "differ"),
+        ([nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)) for _ in range(2)], "buffers"),
+        ([nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.1)) for _ in range(2)], "dropout"),
+        (
+            [nn.Linear(2, 1), nn.Linear(2, 1)],
+            "hooks",
+        ),
+    ],
+)
+def test_what_cannot_be_stacked_is_named(nets, reason):
+    if reason == "hooks":
+        nets[1].register_forward_pre_hook(lambda module, inputs: None)
+    assert reason in stackable(nets)
+    with pytest.raises(ValueError, match=reason):
+        StackedModels(nets, torch.randn(4, 2))
+
+
+def test_optimizers_are_stacked_only_when_elementwise():
+    assert elementwise_optimizer(None) and elementwise_optimizer(torch.optim.AdamW)
+    assert not elementwise_optimizer(torch.optim.LBFGS)
+    assert not elementwise_optimizer(lambda params: torch.optim.Adam(params))
+
+
+def test_each_member_gets_the_order_of_its_own_seeded_run():
+    x = torch.arange(10.0).unsqueeze(-1)
+    gens = [torch.Generator().manual_seed(s) for s in (3, 4)]
+    blocks = list(stacked_batches(x, x, 4, gens)())
+    for k, seed in enumerate((3, 4)):
+        torch.manual_seed(seed)  # what permuted_batches draws in member k's seeded run
+        order = torch.randperm(10)
+        got = torch.cat([xb[k, :, 0] for xb, _ in blocks]).long()
+        assert torch.equal(got, order)
+
+
+CASES = {
+    "regression, adam": dict(likelihood="regression"),
+    "classification, adam": dict(likelihood="classification", out=3),
+    "gaussian nll": dict(likelihood="regression", gaussian_nll=True, out=2),
+    "sgd, weight decay, cosine": dict(
+        likelihood="regression", fit=dict(optimizer="sgd", weight_decay=1e-2, lr_schedule="cosine")
+    ),
+}
+
+
+def _ensemble_fit(case: str, stacked: bool, epochs: int = 3):
+    spec = dict(CASES[case])
+    out, fit = spec.pop("out", 1), spec.pop("fit", {})
+    X, y = _data(spec["likelihood"])
+    torch.manual_seed(0)
+    ens = bp.DeepEnsemble(lambda: _net(out), num_models=3, **spec)
+    history = ens.fit(
+        X, y, epochs=epochs, batch_size=20, progress=False, seed=7, stacked=stacked, **fit
+    )
+    return ens, history
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_stacked_ensemble_fit_equals_members_trained_one_by_one(case):
+    alone, alone_history = _ensemble_fit(case, stacked=False)
+    together, together_history = _ensemble_fit(case, stacked=True)
+    # 15 steps of the same arithmetic, batched differently: float32 rounding only
+    for a, b in zip(alone.parameters(), together.parameters(), strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(alone_history["member_loss"], together_history["member_loss"], strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
+    assert alone_history["loss"] == pytest.approx(together_history["loss"], rel=1e-5)
+    if not alone.gaussian_nll and alone.task == "regression":
+        assert alone.noise_scale == pytest.approx(together.noise_scale, rel=1e-5)
+
+
+def test_the_members_keep_their_own_weights():
+    X, y = _data("regression")
+    torch.manual_seed(0)
+    ens = bp.DeepEnsemble(lambda: _net(), num_models=3, likelihood="regression")
+    history = ens.fit(X, y, epochs=2, batch_size=20, progress=False, seed=0)
+    assert len(history["member_loss"][0]) == 3
+    w = [m[0].weight for m in ens.models]
+    assert not torch.equal(w[0], w[1])  # own initial weights and own minibatch orders
+
+
+def test_stacked_true_names_why_it_cannot():
+    X, y = _data("regression")
+    ens = bp.DeepEnsemble(lambda: _net(), num_models=2, likelihood="regression")
+    with pytest.raises(ValueError, match="not elementwise"):
+        ens.fit(X, y, epochs=1, progress=False, stacked=True, optimizer=torch.optim.LBFGS)
+    dropout = bp.DeepEnsemble(
+        lambda: nn.Sequential(nn.Linear(5, 4), nn.Dropout(0.2), nn.Linear(4, 1)),
+        num_models=2,
+        likelihood="regression",
+    )
+    with pytest.raises(ValueError, match="dropout"):
+        dropout.fit(X, y, epochs=1, progress=False, stacked=True)
+    dropout.fit(X, y, epochs=1, progress=False)  # the default falls back to one by one
+    with pytest.raises(TypeError, match="stacked must be a bool"):
+        ens.fit(X, y, epochs=1, progress=False, stacked="yes")
+
+
+def test_a_diverging_member_is_named():
+    X, y = _data("regression")
+    torch.manual_seed(0)
+    ens = bp.DeepEnsemble(lambda: _net(), num_models=3, likelihood="regression")
+    with torch.no_grad():
+        ens.models[1][0].weight.fill_(float("nan"))
+    with pytest.raises(bp.TrainingDivergedError, match=r"member\(s\) \[2\] of 3"):
+        ens.fit(X, y, epochs=2, progress=False, seed=0, stacked=True)
+
+
+def test_callbacks_and_validation_see_the_members_as_trained_so_far():
+    X, y = _data("regression")
+    val = (X[:30], y[:30])
+    runs = {}
+    for stacked in (False, True):
+        torch.manual_seed(0)
+        ens = bp.DeepEnsemble(lambda: _net(), num_models=3, likelihood="regression")
+        seen = []
+
+        def callback(method, epoch, history, seen=seen, ens=ens):
+            assert method is ens
+            seen.append(float(method.models[2][0].weight.detach().sum()))
+
+        history = ens.fit(
+            X, y, epochs=3, batch_size=20, progress=False, seed=1, stacked=stacked,
+            callbacks=[callback], validation_data=val,
+        )  # fmt: skip
+        runs[stacked] = (history, seen)
+    (alone, seen_alone), (together, seen_together) = runs[False], runs[True]
+    # one by one, the callback runs 3 times per member; stacked, once per epoch for all: the
+    # last member's weights at each of its epochs are what the stacked run shows at that epoch
+    assert seen_together == pytest.approx(seen_alone[-3:], rel=1e-5)
+    assert together["val_loss"] == pytest.approx(alone["val_loss"], rel=1e-5)
+    assert len(together["member_val_loss"][0]) == 3
