@@ -14,7 +14,9 @@ the weights with the prior's own distributions and running the net as a plain-to
 (:class:`~bnn_pyro.nn.batched.BatchedTwin`) that takes the drawn weights as attributes. The
 ELBO uses it only after checking, once, on the second step, that it gives the loss and the
 gradients of the Pyro path under the same random draws (see ``FastTrace_ELBO``); anything it does
-not know (a custom guide, local reparameterization, several particles) keeps the Pyro path.
+not know (a custom guide, several particles) keeps the Pyro path. With local
+reparameterization the layers sample their pre-activations through the same layer hook as
+:class:`~bnn_pyro.poutine.LocalReparameterization`, fed the guide's ``(loc, scale)`` directly.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pyro.poutine.messenger import Messenger
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
+from bnn_pyro.nn.layers import LAYER_HOOKS
 from bnn_pyro.nn.pyro_net import DEVICE_REF, _site_prior
 from bnn_pyro.weight_distributions import SharedNormal
 
@@ -111,6 +114,7 @@ class DirectLoss:
         """The guide's draws (same calls, same order as ``MeanFieldNormalGuide.forward``) and
         ``log q`` of them."""
         values: dict[str, torch.Tensor] = {}
+        self._scales: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         log_q = 0.0
         for spec, loc, rho in self._guide_sites:
             scale = F.softplus(rho)
@@ -123,6 +127,7 @@ class DirectLoss:
             else:
                 eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
                 value = loc + eps * scale
+                self._scales[spec.name] = (loc, scale)
                 if self.stl:
                     s = scale.detach()
                     z = (value - loc.detach()) / s
@@ -132,6 +137,15 @@ class DirectLoss:
                 log_q = log_q - loc.numel() * _LOG_SQRT_2PI
             values[spec.name] = value
         return values, log_q
+
+    def _reparameterized(
+        self,
+        net: torch.nn.Module,
+        x: torch.Tensor,
+        values: dict[str, torch.Tensor],
+        estimator: str,
+    ) -> torch.Tensor:
+        return _lrt_forward(net, x, values, self._scales, estimator)
 
     def __call__(
         self,
@@ -146,7 +160,9 @@ class DirectLoss:
             prior = _site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
             log_p = log_p + _log_prob_sum(prior, values[name])
         stacked = {self._paths[name]: v for name, v in values.items() if name in self._paths}
-        f = self._twin.load(self._shared, stacked)(x)
+        net = self._twin.load(self._shared, stacked)
+        estimator = self.bnn.local_reparameterization if self.bnn.training else None
+        f = net(x) if estimator is None else self._reparameterized(net, x, values, estimator)
         latents: dict[str, torch.Tensor] = {}
         if self._other:
             scorer = _Values(values)
@@ -159,6 +175,29 @@ class DirectLoss:
         log_lik = _log_likelihood(self.bnn.likelihood, f, y, latents) * scale
         loss = -(log_lik + kl_weight * (log_p - log_q))
         return loss, -log_lik.detach()
+
+
+def _lrt_forward(
+    net: torch.nn.Module,
+    x: torch.Tensor,
+    values: dict[str, torch.Tensor],
+    scales: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    estimator: str,
+) -> torch.Tensor:
+    """``net(x)`` with its layers sampling pre-activations (local reparameterization or
+    flipout) from the guide's ``(loc, scale)`` of each drawn weight: the layer hook of
+    :class:`~bnn_pyro.poutine.LocalReparameterization`, fed directly instead of from Pyro's
+    effect stack, so the same estimator draws the same noise."""
+    from bnn_pyro.poutine.local_reparameterization import LocalReparameterization, _GuideWeight
+
+    handler = LocalReparameterization(estimator)
+    for name, (loc, scale) in scales.items():
+        handler._weights[values[name]] = _GuideWeight(name, loc, scale, "Normal")
+    LAYER_HOOKS.append(handler._forward)
+    try:
+        return net(x)
+    finally:
+        LAYER_HOOKS.remove(handler._forward)
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
@@ -195,8 +234,8 @@ def _log_likelihood(
 
 def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
     """A :class:`DirectLoss` for ``bnn``, or ``None`` when the model is not one it covers: a
-    :class:`~bnn_pyro.VariationalBNN` with the library's mean-field guide (set up), no local
-    reparameterization, no forward or backward hooks on the net's modules (the plain-torch twin
+    :class:`~bnn_pyro.VariationalBNN` with the library's mean-field guide (set up), no forward
+    or backward hooks on the net's modules (the plain-torch twin
     would not call them).
 
     Example:
@@ -207,7 +246,7 @@ def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
     """
     from bnn_pyro.bnn import VariationalBNN
 
-    if type(bnn) is not VariationalBNN or bnn.local_reparameterization:
+    if type(bnn) is not VariationalBNN:
         return None
     guide = bnn.guide
     if not isinstance(guide, MeanFieldNormalGuide) or not guide.is_setup:
