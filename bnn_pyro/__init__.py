@@ -46,6 +46,7 @@ from bnn_pyro.poutine import LocalReparameterization
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
 from bnn_pyro.registry import METHODS, load, make, register_method
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
+from bnn_pyro.training.stacked_vi import fit_stacked
 
 __version__ = "0.1.0"
 
@@ -80,6 +81,7 @@ __all__ = [
     "__version__",
     "datasets",
     "dist",
+    "fit_stacked",
     "guides",
     "likelihoods",
     "linear_annealing",

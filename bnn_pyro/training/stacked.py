@@ -197,6 +197,9 @@ class StackedLossStep(TrainingStep):
         member_losses: ``(xb (K, B, ...), yb (K, B, ...)) -> (K,)``.
         optimizer: an elementwise torch optimizer over the stacked parameters.
         desc: names the run in the divergence error.
+        weighted: an epoch's loss weights each minibatch by its rows (the loss per point, as
+            :class:`~bnn_pyro.training.TrainingStep`); ``False``: the plain mean of the
+            minibatch losses (an SVI step's negative ELBO estimates).
 
     Example:
         >>> w = nn.Parameter(torch.zeros(2, 1))
@@ -213,8 +216,10 @@ class StackedLossStep(TrainingStep):
         member_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         optimizer: torch.optim.Optimizer,
         desc: str = "fit",
+        weighted: bool = True,
     ) -> None:
         self.member_losses, self.optimizer, self.desc = member_losses, optimizer, desc
+        self.weighted = weighted
         self._epoch: list[torch.Tensor] = []
         self._rows = 0
 
@@ -234,8 +239,9 @@ class StackedLossStep(TrainingStep):
             )
         total.backward()
         self.optimizer.step()
-        self._epoch.append(values * xb.shape[1])  # weighted by the rows, as TrainingStep does
-        self._rows += xb.shape[1]
+        rows = xb.shape[1] if self.weighted else 1
+        self._epoch.append(values * rows)
+        self._rows += rows
         return value / len(values)
 
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
@@ -244,10 +250,17 @@ class StackedLossStep(TrainingStep):
 
 
 def stacked_batches(
-    x: torch.Tensor, y: torch.Tensor, batch_size: int, generators: list[torch.Generator]
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    generators: list[torch.Generator],
+    per_member: bool = False,
 ) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
     """Per epoch, member ``k``'s rows in the order ``torch.randperm(N, generator=generators[k])``
     (what its one-by-one run draws), in ``(K, B, ...)`` blocks of ``batch_size`` rows.
+
+    ``x (N, ...)``, ``y (N, ...)`` are shared by the members; with ``per_member``, ``x (K, N,
+    ...)`` and ``y (K, N, ...)`` hold each member's own rows.
 
     Example:
         >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
@@ -255,13 +268,17 @@ def stacked_batches(
         >>> [tuple(xb.shape) for xb, _ in batches()]
         [(2, 2), (2, 2), (2, 1)]
     """
-    n = x.shape[0]
+    n = x.shape[1] if per_member else x.shape[0]
+    member = torch.arange(len(generators), device=x.device).unsqueeze(-1)
 
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(x.device)
         for start in range(0, n, batch_size):
             idx = order[:, start : start + batch_size]
-            yield x[idx], y[idx]
+            if per_member:
+                yield x[member, idx], y[member, idx]
+            else:
+                yield x[idx], y[idx]
 
     batches.generator = _Generators(generators)  # type: ignore[attr-defined] # for resume
     return batches

@@ -1,0 +1,328 @@
+"""K mean-field ``VariationalBNN`` fits in one pass: seeds, data splits or noise levels at once.
+
+:func:`fit_stacked` trains K models of one architecture as one (see
+:mod:`bnn_pyro.training.stacked` for the idea) with the single-particle ``Trace_ELBO`` loss of
+:mod:`bnn_pyro.direct_elbo`, each member on its own data (a shared ``(N, D)`` set or one
+``(N, D)`` set per member, e.g. the splits of a benchmark), with its own seed, prior scales and
+noise. Every member draws its noise from a generator of its own in the order its own ``fit``
+would draw from the global one (the guide's set-up draw included), and its minibatch order from
+its own seeded generator: the result is each member's ``bnn.fit(..., seed=seed_k)`` up to float
+rounding (tested).
+
+Covered: the library's mean-field guide, a prior whose layers are Normal with one loc and scale
+each (``IIDPrior(Normal)``, ``LayerwiseNormalPrior``, the default), a ``Gaussian`` (fixed or
+learned noise), ``Categorical`` or ``Bernoulli`` likelihood, one particle, the weight-space
+estimator (no local reparameterization). :func:`why_not_stacked_vi` names what is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pyro.distributions import Independent
+
+from bnn_pyro._rng import seeded
+from bnn_pyro.direct_elbo import _LOG_SQRT_2PI, direct_loss_for
+from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
+from bnn_pyro.nn.pyro_net import _site_prior
+from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.loop import Callback, train
+from bnn_pyro.training.optim import make_optimizer
+from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
+from bnn_pyro.weight_distributions import SharedNormal
+
+__all__ = ["StackedVI", "fit_stacked", "why_not_stacked_vi"]
+
+
+def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
+    """``None`` when the models can train stacked, else why not (see the module docstring).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> make = lambda: bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+        >>> why_not_stacked_vi([make(), make()]) is None
+        True
+    """
+    from bnn_pyro.bnn import VariationalBNN
+
+    if len(bnns) < 1 or any(type(b) is not VariationalBNN for b in bnns):
+        return "fit_stacked trains VariationalBNN models (the class itself)"
+    shapes = [
+        [(s.name, s.shape) for s in b._evaluator.sites]
+        + [(k, v.shape) for k, v in b.net.named_parameters()]
+        for b in bnns
+    ]
+    if any(s != shapes[0] for s in shapes[1:]):
+        return "the models differ in their nets or their Bayesian sites"
+    kinds = {(type(b.likelihood), getattr(b.likelihood, "learned", False)) for b in bnns}
+    if len(kinds) > 1 or next(iter(kinds))[0] not in (Gaussian, Categorical, Bernoulli):
+        return "the likelihoods must be one of Gaussian, Categorical, Bernoulli, the same for all"
+    if any(b.local_reparameterization for b in bnns):
+        return "local reparameterization is not stacked"
+    if any(b.prior.cached is False for b in bnns):
+        return "a learned prior is not stacked"
+    if any(b.guide_spec != "meanfield" for b in bnns):
+        return "the guide must be the library's mean-field guide ('meanfield')"
+    return None
+
+
+class StackedVI(nn.Module):
+    """The guides of K set-up ``VariationalBNN`` models stacked; ``member_losses(x, y)`` is
+    each member's negative ELBO estimate on its minibatch: ``x (K, B, D)``, ``y (K, B, ...)``
+    → ``(K,)``.
+
+    Args:
+        bnns: the models, guides set up (see :func:`fit_stacked`, which does that).
+        generators: one per member: the source of its noise.
+        dataset_size: ``N``, the rows each member's minibatches stand for.
+        kl_weight: beta.
+    """
+
+    def __init__(
+        self,
+        bnns: Sequence[Any],
+        generators: Sequence[torch.Generator],
+        dataset_size: int,
+        kl_weight: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.bnns, self.generators = list(bnns), list(generators)
+        self.dataset_size, self.kl_weight = dataset_size, float(kl_weight)
+        first = self.bnns[0]
+        self.specs = list(first.guide._sites)
+        keys = [first.guide._key(s.name) for s in self.specs]
+        self.locs = nn.ParameterList(
+            [nn.Parameter(torch.stack([b.guide.locs[k].detach() for b in self.bnns])) for k in keys]
+        )
+        self.rhos = nn.ParameterList(
+            [nn.Parameter(torch.stack([b.guide.rhos[k].detach() for b in self.bnns])) for k in keys]
+        )
+        direct = direct_loss_for(first)
+        if direct is None:
+            raise ValueError("these models cannot train stacked (hooks on the net?)")
+        self._twin, self._paths = direct._twin, direct._paths
+        self._priors = self._prior_constants()
+
+    def _prior_constants(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Per net site: each member's prior ``(loc, scale, log normaliser)`` as ``(K,)``."""
+        out = {}
+        modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
+        for site in self.bnns[0]._evaluator.sites:
+            path = f"net.{site.module_name}".rstrip(".")
+            rows = []
+            for b, mods in zip(self.bnns, modules, strict=True):
+                d = _site_prior(
+                    mods[path], prior=b.prior, param_name=site.param_name, shape=site.shape
+                )
+                base = d.base_dist if isinstance(d, Independent) else d
+                if type(base) is not SharedNormal:
+                    raise ValueError(
+                        f"fit_stacked needs Normal priors with one loc and scale per layer, "
+                        f"got {type(base).__name__} for {site.name!r}"
+                    )
+                rows.append((base._loc0, base._scale0, base._log_norm))
+            ref = self.locs[0]
+            loc, scale, norm = (
+                torch.tensor(c, dtype=ref.dtype, device=ref.device) for c in zip(*rows, strict=True)
+            )
+            out[site.name] = (loc, scale, norm)
+        return out
+
+    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Each member's draws (its own generator, its own site order) and ``log q``, ``(K,)``."""
+        values, log_q = {}, 0.0
+        for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
+            shape = loc.shape[1:]
+            eps = torch.stack(
+                [
+                    torch.randn(shape, generator=g, dtype=loc.dtype, device=loc.device)
+                    for g in self.generators
+                ]
+            )
+            scale = F.softplus(rho)
+            z = loc + eps * scale
+            dims = tuple(range(1, loc.dim()))
+            lq = (
+                -0.5 * (eps * eps).sum(dims) - scale.log().sum(dims) - shape.numel() * _LOG_SQRT_2PI
+            )
+            if spec.exp:  # a LogNormal site (a learned noise scale): the value is exp(z)
+                lq = lq - z.sum(dims)
+                z = z.exp()
+            values[spec.name] = z
+            log_q = log_q + lq
+        return values, log_q
+
+    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``(K,)``: ``-(N/B log p(y | x, w_k) + beta (log p(w_k) - log q(w_k)))`` per member."""
+        values, log_q = self._draw()
+        log_p = 0.0
+        for name, (m, s, norm) in self._priors.items():
+            w = values[name]
+            dims = tuple(range(1, w.dim()))
+            view = (-1,) + (1,) * (w.dim() - 1)
+            sq = ((w - m.view(view)) / s.view(view)).pow(2).sum(dims)
+            log_p = log_p - 0.5 * sq - w[0].numel() * norm
+        stacked = {self._paths[n]: v for n, v in values.items() if n in self._paths}
+        f = self._twin.load({}, stacked)(x)  # (K, B, O)
+        lik = self.bnns[0].likelihood
+        noise = [n for n in values if n not in self._paths]
+        for name in noise:  # the learned noise's prior, each member's own
+            log_p = log_p + torch.stack(
+                [
+                    _noise_prior(b.likelihood, f).log_prob(values[name][k]).sum()
+                    for k, b in enumerate(self.bnns)
+                ]
+            )
+        log_lik = _log_likelihood(self.bnns, lik, f, y, values.get(noise[0]) if noise else None)
+        scale = self.dataset_size / x.shape[1]
+        return -(scale * log_lik + self.kl_weight * (log_p - log_q))
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Copy member k's slice of the stacked guide into ``bnns[k]``'s guide."""
+        for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
+            for k, b in enumerate(self.bnns):
+                key = b.guide._key(spec.name)
+                b.guide.locs[key].copy_(loc[k])
+                b.guide.rhos[key].copy_(rho[k])
+
+
+def _noise_prior(likelihood: Gaussian, f: torch.Tensor) -> Any:
+    """The learned noise's prior distribution (what ``sample_latents`` declares)."""
+    key = (f.shape[-1], f.device, f.dtype)
+    prior = likelihood._prior_cache.get(key)
+    if prior is None:
+        from bnn_pyro.priors import _rebuild
+
+        prior = _rebuild(likelihood.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
+        likelihood._prior_cache[key] = prior
+    return prior
+
+
+def _log_likelihood(
+    bnns: Sequence[Any], lik: Any, f: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None
+) -> torch.Tensor:
+    """``(K,)`` summed log-likelihoods of each member's minibatch."""
+    k = f.shape[0]
+    if isinstance(lik, Categorical):
+        ce = F.cross_entropy(f.reshape(-1, f.shape[-1]), y.reshape(-1), reduction="none")
+        return -ce.view(k, -1).sum(1)
+    if isinstance(lik, Bernoulli):
+        bce = F.binary_cross_entropy_with_logits(f, y, reduction="none")
+        return -bce.reshape(k, -1).sum(1)
+    if noise is None:
+        s = torch.tensor([b.likelihood.scale for b in bnns], dtype=f.dtype, device=f.device)
+        s = s.view(k, 1, 1).expand(k, 1, f.shape[-1])
+    else:
+        s = noise.view(k, 1, -1)
+    z = (f - y) / s
+    rows = f.shape[1]
+    return (-0.5 * z.pow(2)).reshape(k, -1).sum(1) - rows * (
+        s.log().reshape(k, -1).sum(1) + f.shape[-1] * _LOG_SQRT_2PI
+    )
+
+
+def fit_stacked(
+    bnns: Sequence[Any],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seeds: Sequence[int],
+    epochs: int = 100,
+    batch_size: int = 128,
+    lr: float = 1e-2,
+    optimizer: Any = None,
+    kl_weight: float = 1.0,
+    lr_schedule: Any = None,
+    callbacks: Iterable[Callback] = (),
+    progress: bool = True,
+) -> History:
+    """Train K ``VariationalBNN`` models as one; each ends as its own ``fit(X_k, y_k,
+    seed=seeds[k], ...)`` would (up to float rounding).
+
+    Args:
+        bnns: K models of one architecture (see :func:`why_not_stacked_vi`).
+        X: ``(N, D)`` shared by all, or ``(K, N, D)``: member k's own rows.
+        y: ``(N,)``/``(N, O)`` targets, or ``(K, N)``/``(K, N, O)``.
+        seeds: K seeds, each as ``fit(seed=)``.
+        epochs, batch_size, lr, optimizer, kl_weight, lr_schedule, progress: as in
+            :meth:`bnn_pyro.VariationalBNN.fit` (``optimizer``: an elementwise one;
+            ``lr_schedule=None``: the SVI default, cosine).
+        callbacks: ``fn(bnns, epoch, history)`` after each epoch, the models written back.
+
+    Returns:
+        A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(64, 2); y = X.sum(-1, keepdim=True)
+        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)) for _ in range(3)]
+        >>> history = fit_stacked(bnns, X, y, seeds=[0, 1, 2], epochs=2, progress=False)
+        >>> len(history["member_loss"][-1])
+        3
+    """
+    from bnn_pyro.training.svi import DEFAULT_SCHEDULE
+
+    reason = why_not_stacked_vi(bnns)
+    if reason is not None:
+        raise ValueError(f"fit_stacked: {reason}")
+    k = len(bnns)
+    if len(seeds) != k:
+        raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
+    if not elementwise_optimizer(optimizer):
+        raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
+    per_member = X.dim() == 3 if X.dim() >= 2 else False
+    xs = [X[i] if per_member else X for i in range(k)]
+    ys = [bnns[i]._targets(y[i] if per_member else y, bnns[i]._inputs(xs[i])) for i in range(k)]
+    xs = [b._inputs(x) for b, x in zip(bnns, xs, strict=True)]
+    n = xs[0].shape[0]
+    if any(x.shape[0] != n for x in xs):
+        raise ValueError("every member needs the same number of rows")
+    generators = []
+    for b, x, t, seed in zip(bnns, xs, ys, seeds, strict=True):
+        with seeded(int(seed), b.device):  # what fit does before its first step
+            b.input_shape = tuple(x.shape[1:])
+            b._setup_guide(x[:2], t[:2], (x, t))
+            g = torch.Generator(device=b.device)
+            g.set_state(torch.get_rng_state())
+        b.dataset_size = n
+        generators.append(g)
+    stacked = StackedVI(bnns, generators, n, kl_weight)
+    x_all, y_all = torch.stack(xs), torch.stack(ys)
+    if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
+
+        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+            return [(x_all, y_all)]
+
+    else:
+        order = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        batches = stacked_batches(x_all, y_all, batch_size, order, per_member=True)
+    opt = make_optimizer(optimizer, stacked.parameters(), lr)
+    step = StackedLossStep(stacked.member_losses, opt, f"fit_stacked (lr={lr})", weighted=False)
+
+    def write_back(_: Any, epoch: int, history: History) -> None:
+        stacked.write_back()
+
+    seen = [lambda _, epoch, h, cb=cb: cb(bnns, epoch, h) for cb in callbacks]
+    modes = [b.training for b in bnns]
+    for b in bnns:
+        b.train()
+    try:
+        return train(
+            stacked,
+            step,
+            batches,
+            epochs=epochs,
+            callbacks=[write_back, *seen],
+            progress=progress,
+            desc=f"VariationalBNN, {k} models stacked",
+            lr_schedule=DEFAULT_SCHEDULE if lr_schedule is None else lr_schedule,
+        )
+    finally:
+        stacked.write_back()
+        for b, mode in zip(bnns, modes, strict=True):
+            b.train(mode)
