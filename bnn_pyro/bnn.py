@@ -158,8 +158,13 @@ class VariationalBNN(SVIModel):
 
     @torch.no_grad()
     def _output_dim(self, x: torch.Tensor) -> int:
-        values = {k: v.unsqueeze(0) for k, v in self._init_values.items()}
-        return int(self._evaluator(values, x[:2]).shape[-1])
+        # one forward pass on two rows per input layout, remembered: predict asks every call
+        key = (tuple(x.shape[1:]), x.dtype, x.device)
+        known = self.__dict__.setdefault("_output_dims", {})
+        if key not in known:
+            values = {k: v.unsqueeze(0) for k, v in self._init_values.items()}
+            known[key] = int(self._evaluator(values, x[:2]).shape[-1])
+        return known[key]
 
     def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         if not _guide_ready(self.guide):
