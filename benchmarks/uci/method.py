@@ -85,6 +85,10 @@ class MethodSpec:
         checkpoints: ``checkpoints(config) -> [epochs, ...]`` scored during the search; by
             default only ``config["epochs"]``.
         cost: relative cost per split, for ordering tasks (largest first within a split).
+        train_stacked: trains one configuration on K splits at once (``train_stacked(config,
+            xs (K, N, D), ys (K, N, 1), *, y_stds, hidden, seeds, checkpoints, reports,
+            num_samples)``, each split as ``train`` would, see :mod:`benchmarks.uci.bundle`),
+            or ``None``.
     """
 
     name: str
@@ -96,6 +100,7 @@ class MethodSpec:
         default=lambda config: [int(config["epochs"])]
     )
     cost: float = 1.0
+    train_stacked: Callable[..., None] | None = None
 
 
 def checkpoint_epochs(epochs: int, count: int) -> list[int]:

@@ -9,6 +9,9 @@ the scheduler at ``scheduler`` if given, else a local cluster of ``jobs`` worker
 "generator_unordered"``), so the caller's resume file grows one whole record at a time,
 whatever the backend: a run stopped under one backend resumes under another.
 
+The splits of a (data set, method) whose method trains stacked go to one worker as one job
+(:mod:`benchmarks.uci.bundle`); their records arrive together when it ends.
+
 Stopping: SIGTERM to the parent raises ``KeyboardInterrupt`` in it, as Ctrl-C (SIGINT) does;
 either way joblib aborts the run and ends its local workers before the error propagates (for
 Dask, the local cluster is closed; tasks already sent to a remote cluster are cancelled). The
@@ -32,6 +35,7 @@ import joblib
 import torch
 from tqdm.auto import tqdm
 
+from benchmarks.uci.bundle import bundled, run_bundle
 from benchmarks.uci.runner import BenchmarkSettings, Task, run_task
 
 __all__ = ["BACKENDS", "check_backend", "run_tasks"]
@@ -112,12 +116,26 @@ def _backend(backend: str, jobs: int, scheduler: str | None) -> Iterator[None]:
         yield
 
 
-def _task(index: int, task: Task, settings: BenchmarkSettings) -> tuple[int, dict[str, Any]]:
-    """One task on a worker: one torch thread, SIGINT left to the parent."""
+def _group(
+    indices: list[int], group: list[Task], settings: BenchmarkSettings
+) -> list[tuple[int, dict[str, Any]]]:
+    """One group of tasks on a worker (see :func:`benchmarks.uci.bundle.bundled`): one torch
+    thread, SIGINT left to the parent."""
     torch.set_num_threads(1)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
-    return index, _guarded(task, settings)
+    return list(zip(indices, _guarded_group(group, settings), strict=True))
+
+
+def _guarded_group(group: list[Task], settings: BenchmarkSettings) -> list[dict[str, Any]]:
+    """The group's records: stacked (:func:`~benchmarks.uci.bundle.run_bundle`) when it has
+    several splits, else :func:`_guarded`; a bundle that raises runs split by split."""
+    if len(group) > 1:
+        try:
+            return run_bundle(group, settings)
+        except Exception:  # noqa: BLE001 - each split then runs (and reports) on its own
+            pass
+    return [_guarded(task, settings) for task in group]
 
 
 def _in_parallel(
@@ -128,14 +146,24 @@ def _in_parallel(
     backend: str,
     scheduler: str | None,
 ) -> None:
+    groups = _indexed_groups(tasks)
     with _backend(backend, jobs, scheduler):
         parallel = joblib.Parallel(n_jobs=jobs, return_as="generator_unordered")
-        results = parallel(joblib.delayed(_task)(i, task, settings) for i, task in enumerate(tasks))
+        results = parallel(joblib.delayed(_group)(i, g, settings) for i, g in groups)
         try:
-            for index, record in results:
-                finish(index, record)
+            for finished in results:
+                for index, record in finished:
+                    finish(index, record)
         finally:
             results.close()  # on an interrupt: joblib aborts the run and ends its workers
+
+
+def _indexed_groups(tasks: list[Task]) -> list[tuple[list[int], list[Task]]]:
+    """The task groups with the tasks' positions, bundles of several splits first (the longest
+    jobs start first)."""
+    position = {id(t): i for i, t in enumerate(tasks)}
+    groups = [([position[id(t)] for t in g], g) for g in bundled(tasks)]
+    return sorted(groups, key=lambda ig: len(ig[1]) == 1)
 
 
 def _guarded(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
@@ -243,8 +271,11 @@ def run_tasks(
                 threads = torch.get_num_threads()
                 torch.set_num_threads(1)
                 try:
-                    for index, task in enumerate(tasks):
-                        finish(index, _guarded(task, settings))
+                    for indices, group in _indexed_groups(tasks):
+                        for index, record in zip(
+                            indices, _guarded_group(group, settings), strict=True
+                        ):
+                            finish(index, record)
                 finally:
                     torch.set_num_threads(threads)
             else:

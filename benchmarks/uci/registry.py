@@ -41,6 +41,7 @@ METHODS: dict[str, MethodSpec] = _keyed(
             train=variational.vi_train,
             checkpoints=variational.vi_checkpoints,
             cost=30.0,
+            train_stacked=variational.vi_train_stacked,
         ),
         MethodSpec(
             name="lrt",

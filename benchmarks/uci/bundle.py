@@ -1,0 +1,250 @@
+"""All splits of one (data set, method) at once, for methods that train stacked.
+
+A method with a ``train_stacked`` function (:class:`~benchmarks.uci.method.MethodSpec`) trains
+the same configuration on K splits as one stacked model (:func:`bnn_pyro.fit_stacked`): the
+search trains each grid configuration once for all splits, and the final fit trains the splits
+that chose the same configuration together. Every split keeps its own rows, its own seeds
+(:func:`~benchmarks.uci.protocol.seed_for`, as :func:`~benchmarks.uci.runner.run_task` derives
+them) and its own choice, so each record is the one :func:`~benchmarks.uci.runner.run_task`
+gives for that split, up to float rounding (tested). Anything a bundle cannot do together (a
+configuration that fails or cannot be stacked, splits of unequal size) runs split by split the
+usual way. The records' ``search_seconds``/``final_seconds`` share the stacked time evenly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from benchmarks.uci.data import load_uci_split, validation_split
+from benchmarks.uci.method import MethodSpec
+from benchmarks.uci.protocol import Predictor, RegressionData, prepare, score, seed_for
+from benchmarks.uci.registry import get_method
+from benchmarks.uci.runner import (
+    _TRAINING_FAILURES,
+    BenchmarkSettings,
+    Task,
+    _config_key,
+    _finite,
+    dataset_info,
+    run_task,
+)
+
+__all__ = ["bundled", "run_bundle"]
+
+
+def bundled(tasks: list[Task]) -> list[list[Task]]:
+    """Group tasks: one group per (data set, method) of a method that trains stacked, one
+    group per task otherwise (in the order the groups first appear).
+
+    Example:
+        >>> tasks = [Task("a", "/a", s, m) for s in (0, 1) for m in ("vi", "dropout")]
+        >>> [[(t.split, t.method) for t in g] for g in bundled(tasks)]
+        [[(0, 'vi'), (1, 'vi')], [(0, 'dropout')], [(1, 'dropout')]]
+    """
+    groups: dict[Any, list[Task]] = {}
+    for i, task in enumerate(tasks):
+        stacks = get_method(task.method).train_stacked is not None
+        key = (task.dataset, task.folder, task.method) if stacks else i
+        groups.setdefault(key, []).append(task)
+    return list(groups.values())
+
+
+def _stacked_run(
+    spec: MethodSpec,
+    config: Mapping[str, Any],
+    datas: list[RegressionData],
+    seeds: list[int],
+    checkpoints: list[int],
+    reports: list[Any],
+    num_samples: int,
+) -> None:
+    spec.train_stacked(  # type: ignore[misc]
+        config,
+        torch.stack([d.x for d in datas]),
+        torch.stack([d.y for d in datas]),
+        y_stds=[d.y_std for d in datas],
+        hidden=datas[0].hidden,
+        seeds=seeds,
+        checkpoints=checkpoints,
+        reports=reports,
+        num_samples=num_samples,
+    )
+
+
+def _search(
+    spec: MethodSpec, tasks: list[Task], splits: list[Any], settings: BenchmarkSettings
+) -> list[list[dict[str, Any]]]:
+    """Each split's search records, every grid configuration trained once for all splits."""
+    datas = [prepare(validation_split(s, settings.validation_fraction)) for s in splits]
+    info = dataset_info(tasks[0].folder, splits[0])
+    records: list[list[dict[str, Any]]] = [[] for _ in tasks]
+    for config in spec.grid(info, settings.quick):
+        key = _config_key(config)
+        seeds = [seed_for(s.dataset, s.split, spec.name, "search", key) for s in splits]
+
+        def reporter(k: int, config: Mapping = config) -> Any:
+            def report(
+                epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
+            ) -> None:
+                locs, scales = predictor(datas[k].x_eval)
+                scores = score(locs, scales, datas[k].y_eval, datas[k].y_std)
+                records[k].append(
+                    {
+                        "config": {**config, **(overrides or {}), "epochs": epoch},
+                        "val_ll": scores["test_ll"],
+                        "val_rmse": scores["rmse"],
+                    }
+                )
+
+            return report
+
+        marks = [len(r) for r in records]
+        try:
+            _stacked_run(
+                spec,
+                config,
+                datas,
+                seeds,
+                spec.checkpoints(config),
+                [reporter(k) for k in range(len(tasks))],
+                settings.validation_samples,
+            )
+            continue
+        except (*_TRAINING_FAILURES, NotImplementedError):
+            for k, mark in enumerate(marks):  # split by split: each its own result or error
+                del records[k][mark:]
+        for k, data in enumerate(datas):
+            try:
+                spec.train(
+                    config,
+                    data.x,
+                    data.y,
+                    y_std=data.y_std,
+                    hidden=data.hidden,
+                    seed=seeds[k],
+                    checkpoints=spec.checkpoints(config),
+                    report=reporter(k),
+                    num_samples=settings.validation_samples,
+                )
+            except _TRAINING_FAILURES as err:
+                records[k].append({"config": dict(config), "val_ll": None, "error": repr(err)})
+    return records
+
+
+def _ranked(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        (r for r in records if r.get("val_ll") is not None),
+        key=lambda r: _finite(r["val_ll"]),
+        reverse=True,
+    )
+
+
+def _final(
+    spec: MethodSpec, splits: list[Any], configs: list[dict[str, Any]], settings: BenchmarkSettings
+) -> list[dict[str, float] | None]:
+    """Test scores per split, the splits that chose one configuration trained together;
+    ``None`` where that failed (the caller runs those splits the usual way)."""
+    scores: list[dict[str, float] | None] = [None] * len(splits)
+    groups: dict[str, list[int]] = {}
+    for k, config in enumerate(configs):
+        groups.setdefault(_config_key(config), []).append(k)
+    for members in groups.values():
+        config = configs[members[0]]
+        datas = [prepare(splits[k]) for k in members]
+        found: dict[int, dict[str, float]] = {}
+
+        def reporter(
+            k: int, data: RegressionData, config: Mapping = config, found: dict = found
+        ) -> Any:
+            def report(
+                epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
+            ) -> None:
+                if any(config.get(key) != value for key, value in (overrides or {}).items()):
+                    return
+                locs, scales = predictor(data.x_eval)
+                found[k] = score(locs, scales, data.y_eval, data.y_std)
+
+            return report
+
+        seeds = [
+            seed_for(splits[k].dataset, splits[k].split, spec.name, "final", _config_key(config))
+            for k in members
+        ]
+        try:
+            _stacked_run(
+                spec,
+                config,
+                datas,
+                seeds,
+                [int(config["epochs"])],
+                [reporter(k, d) for k, d in zip(members, datas, strict=True)],
+                settings.test_samples,
+            )
+        except (*_TRAINING_FAILURES, NotImplementedError):
+            continue
+        for k in members:
+            scores[k] = found.get(k)
+    return scores
+
+
+def run_bundle(tasks: list[Task], settings: BenchmarkSettings) -> list[dict[str, Any]]:
+    """The records of ``tasks`` (one data set and method, several splits), trained together
+    where the method allows (see the module docstring); in the order of ``tasks``.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from benchmarks.uci.writer import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     X, y = torch.randn(40, 3), torch.randn(40)
+        ...     folder = str(write_uci_folder(Path(tmp) / "toy", X, y))
+        ...     tasks = [Task("toy", folder, s, "vi") for s in (0, 1)]
+        ...     records = run_bundle(tasks, BenchmarkSettings(quick=True))
+        >>> [(r["split"], r["stacked"], "test_ll" in r) for r in records]
+        [(0, 2, True), (1, 2, True)]
+    """
+    spec = get_method(tasks[0].method)
+    splits = [load_uci_split(t.folder, t.split) for t in tasks]
+    sizes = {(tuple(s.X_train.shape), tuple(s.X_test.shape)) for s in splits}
+    if spec.train_stacked is None or len(tasks) < 2 or len(sizes) > 1:
+        return [run_task(t, settings) for t in tasks]
+    start = time.perf_counter()
+    records = _search(spec, tasks, splits, settings)
+    searched = time.perf_counter()
+    ranked = [_ranked(r) for r in records]
+    chosen = [dict(r[0]["config"]) if r else None for r in ranked]
+    runnable = [k for k, c in enumerate(chosen) if c is not None]
+    final = _final(spec, [splits[k] for k in runnable], [chosen[k] for k in runnable], settings)
+    done = time.perf_counter()
+    share = len(tasks)
+    out: list[dict[str, Any]] = []
+    for k, task in enumerate(tasks):
+        scores = final[runnable.index(k)] if k in runnable else None
+        if scores is None:  # failed together (or nothing chosen): this split the usual way
+            out.append(run_task(task, settings))
+            continue
+        split = splits[k]
+        out.append(
+            {
+                "dataset": task.dataset,
+                "split": task.split,
+                "method": task.method,
+                "test_ll": scores["test_ll"],
+                "rmse": scores["rmse"],
+                "config": chosen[k],
+                "val_ll": ranked[k][0]["val_ll"],
+                "n_train": int(split.X_train.shape[0]),
+                "n_test": int(split.X_test.shape[0]),
+                "search_seconds": (searched - start) / share,
+                "final_seconds": (done - searched) / share,
+                "fallbacks": [],
+                "records": records[k],
+                "threads": torch.get_num_threads(),
+                "stacked": share,
+            }
+        )
+    return out
