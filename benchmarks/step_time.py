@@ -24,6 +24,7 @@ import argparse
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from datetime import datetime, timezone
 
@@ -207,6 +208,16 @@ def bench_predict(bnn: bp.VariationalBNN, repeats: int) -> dict[str, float]:
             [F.linear(torch.relu(F.linear(x, w1[s], b1[s])), w2[s], b2[s]) for s in range(100)]
         )
 
+    def torch_loop_drawing() -> tuple[torch.Tensor, torch.Tensor]:  # predict's whole job
+        d = bnn.sample_posterior(100, seed=0)
+        v1, c1, v2, c2 = (
+            d[k] for k in ("net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias")
+        )
+        out = torch.stack(
+            [F.linear(torch.relu(F.linear(x, v1[s], c1[s])), v2[s], c2[s]) for s in range(100)]
+        )
+        return out.mean(0), out.var(0)
+
     sequential = Predictive(bnn.model, guide=bnn.guide, num_samples=100, parallel=False)
     parallel = Predictive(bnn.model, guide=bnn.guide, num_samples=100, parallel=True)
     fast = compare(
@@ -214,6 +225,7 @@ def bench_predict(bnn: bp.VariationalBNN, repeats: int) -> dict[str, float]:
             "bnn_pyro predict": lambda: bnn.predict(x, num_samples=100),
             "Predictive(parallel=True)": lambda: parallel(x),
             "plain torch loop over samples": torch_loop,
+            "plain torch loop, drawing the weights": torch_loop_drawing,
         },
         repeats,
         3,
@@ -238,6 +250,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    # the timed fits are a few epochs each: their stds have not moved yet, by design
+    warnings.simplefilter("ignore", bp.PosteriorCollapseWarning)
     repeats, inner = (3, 2) if args.quick else (9, 6)
     lines = [
         f"torch {torch.__version__}, pyro {pyro.__version__}, 1 thread, batch {BATCH}; "
@@ -269,6 +283,7 @@ def main() -> None:
     for name in (
         "bnn_pyro predict",
         "plain torch loop over samples",
+        "plain torch loop, drawing the weights",
         "Predictive(parallel=True)",
         "Predictive(parallel=False)",
     ):
@@ -276,10 +291,13 @@ def main() -> None:
         lines.append(f"| {name} | {pred[name]:.2f} ms | {pred[name] / ref:.1f}× |")
     lines += [
         "",
-        "Targets: bnn_pyro / BBB ≤ 2.0× (13→50→1) and ≤ 1.4× (784→400→400→10); predict ≥ 10× "
-        'faster than Predictive(parallel=False). "torch BBB" uses torch.optim.Adam\'s default '
-        "(per-tensor) kernel as the issue specifies; bnn_pyro's default optimizer is Adam with "
-        "the fused kernel, so the last column compares like with like.",
+        "Targets: bnn_pyro / BBB ≤ 1.3× (13→50→1) and ≤ 1.1× (784→400→400→10); predict no "
+        "slower than a plain torch loop over samples (≤ 1.0×) and ≥ 12× faster than "
+        'Predictive(parallel=False). "torch BBB" uses torch.optim.Adam\'s default (per-tensor) '
+        "kernel as the issue specifies; bnn_pyro's default optimizer is Adam with the fused "
+        "kernel, so the last column compares like with like. The first plain loop takes weights "
+        "drawn beforehand; the second draws them too and reduces to mean and variance, the "
+        "whole of predict's job.",
     ]
     text = "\n".join(lines) + "\n"
     publish(text, None if args.quick else args.output)

@@ -1,4 +1,4 @@
-"""Smoke runs of benchmarks/step_time.py and benchmarks/methods.py --quick (and demo.py --help).
+"""Smoke runs of benchmarks/step_time.py, methods.py and stacked.py --quick (and demo.py --help).
 
 No timing is asserted (tests never do); what is checked is that each script runs, prints its
 table, and, for methods.py, that the vectorized side computes the same numbers as the loop.
@@ -39,6 +39,17 @@ def test_step_time_quick_prints_both_tables():
     text = _run("step_time.py", "--quick")
     assert "| 13→50→1 |" in text and "| 784→400→400→10 |" in text
     assert "| Predictive(parallel=False) |" in text
+
+
+def test_stacked_quick_trains_the_same_ensemble_both_ways():
+    text = _run("stacked.py", "--quick")
+    diffs = re.findall(r"\| ([0-9.e+-]+) \|$", text, flags=re.M)
+    assert len(diffs) == 3, text
+    # the members' final losses, stacked and one by one: the same arithmetic batched
+    # differently, float32 round-off (~1e-6 relative after a few hundred Adam steps); a member
+    # trained on another member's minibatches or seed is off by O(1e-2) or more
+    assert all(float(value) < 1e-4 for value in diffs), diffs
+    assert "peak RSS" in text
 
 
 def test_demo_script_runs_as_a_script():

@@ -57,6 +57,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "methods",
         "memory",
         "distributed",
+        "stacked",
         "uci",
     }
     assert module.render(text) == text, "run python benchmarks/update_readme.py"
