@@ -11,8 +11,9 @@ rounding (tested).
 
 Covered: the library's mean-field guide, a prior whose layers are Normal with one loc and scale
 each (``IIDPrior(Normal)``, ``LayerwiseNormalPrior``, the default), a ``Gaussian`` (fixed or
-learned noise), ``Categorical`` or ``Bernoulli`` likelihood, one particle, the weight-space
-estimator (no local reparameterization). :func:`why_not_stacked_vi` names what is not.
+learned noise), ``Categorical`` or ``Bernoulli`` likelihood, one particle; the weight-space
+estimator or local reparameterization / flipout of linear layers. :func:`why_not_stacked_vi`
+names what is not.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
+from bnn_pyro.training.stacked_lrt import reparameterized_forward
 from bnn_pyro.weight_distributions import SharedNormal
 
 __all__ = ["StackedVI", "fit_stacked", "why_not_stacked_vi"]
@@ -61,8 +63,13 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
     kinds = {(type(b.likelihood), getattr(b.likelihood, "learned", False)) for b in bnns}
     if len(kinds) > 1 or next(iter(kinds))[0] not in (Gaussian, Categorical, Bernoulli):
         return "the likelihoods must be one of Gaussian, Categorical, Bernoulli, the same for all"
-    if any(b.local_reparameterization for b in bnns):
-        return "local reparameterization is not stacked"
+    estimators = {b.local_reparameterization for b in bnns}
+    if len(estimators) > 1:
+        return "the models differ in local_reparameterization"
+    if None not in estimators and any(
+        isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
+    ):
+        return "local reparameterization of conv layers is not stacked"
     if any(b.prior.cached is False for b in bnns):
         return "a learned prior is not stacked"
     if any(b.guide_spec != "meanfield" for b in bnns):
@@ -135,6 +142,7 @@ class StackedVI(nn.Module):
     def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Each member's draws (its own generator, its own site order) and ``log q``, ``(K,)``."""
         values, log_q = {}, 0.0
+        self._scales: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
             shape = loc.shape[1:]
             eps = torch.stack(
@@ -145,6 +153,8 @@ class StackedVI(nn.Module):
             )
             scale = F.softplus(rho)
             z = loc + eps * scale
+            if not spec.exp:
+                self._scales[spec.name] = (loc, scale)
             dims = tuple(range(1, loc.dim()))
             lq = (
                 -0.5 * (eps * eps).sum(dims) - scale.log().sum(dims) - shape.numel() * _LOG_SQRT_2PI
@@ -167,7 +177,12 @@ class StackedVI(nn.Module):
             sq = ((w - m.view(view)) / s.view(view)).pow(2).sum(dims)
             log_p = log_p - 0.5 * sq - w[0].numel() * norm
         stacked = {self._paths[n]: v for n, v in values.items() if n in self._paths}
-        f = self._twin.load({}, stacked)(x)  # (K, B, O)
+        net = self._twin.load({}, stacked)
+        estimator = self.bnns[0].local_reparameterization
+        if estimator and self.bnns[0].training:
+            f = self._reparameterized(net, x, values, estimator)
+        else:
+            f = net(x)  # (K, B, O)
         lik = self.bnns[0].likelihood
         noise = [n for n in values if n not in self._paths]
         for name in noise:  # the learned noise's prior, each member's own
@@ -180,6 +195,12 @@ class StackedVI(nn.Module):
         log_lik = _log_likelihood(self.bnns, lik, f, y, values.get(noise[0]) if noise else None)
         scale = self.dataset_size / x.shape[1]
         return -(scale * log_lik + self.kl_weight * (log_p - log_q))
+
+    def _reparameterized(
+        self, net: nn.Module, x: torch.Tensor, values: dict[str, torch.Tensor], estimator: str
+    ) -> torch.Tensor:
+        scales = {id(values[n]): ls for n, ls in self._scales.items()}
+        return reparameterized_forward(net, x, scales, estimator, self.generators)
 
     @torch.no_grad()
     def write_back(self) -> None:

@@ -33,11 +33,13 @@ CASES = {
         lambda k: bp.LayerwiseNormalPrior("radford", gain=1.0 + k),
         "regression",
     ),
+    "local reparameterization": (lambda k: bp.Gaussian("learned"), None, "regression", "local"),
+    "flipout": (lambda k: bp.Categorical(), None, "categorical", "flipout"),
 }
 
 
 def _models(case: str, out: int):
-    likelihood, prior, _ = CASES[case]
+    likelihood, prior, _, *estimator = CASES[case]
     models = []
     for k in range(K):
         torch.manual_seed(100 + k)  # each member's own initial weights
@@ -46,6 +48,7 @@ def _models(case: str, out: int):
                 bp.nn.mlp(4, [8], out),
                 likelihood(k),
                 prior=None if prior is None else prior(k),
+                local_reparameterization=estimator[0] if estimator else False,
             )
         )
     return models
@@ -115,7 +118,7 @@ def test_callbacks_see_the_models_as_trained_so_far():
 def test_what_cannot_be_stacked_is_refused_by_name():
     X, y, _ = _data("regression")
     make = lambda **kw: bp.VariationalBNN(bp.nn.mlp(4, [8], 1), bp.Gaussian(0.3), **kw)  # noqa: E731
-    assert "local reparameterization" in why_not_stacked_vi([make(local_reparameterization=True)])
+    assert "differ in local" in why_not_stacked_vi([make(local_reparameterization=True), make()])
     assert "learned prior" in why_not_stacked_vi([make(prior=bp.LearnedNormalPrior())])
     other = bp.VariationalBNN(bp.nn.mlp(4, [9], 1), bp.Gaussian(0.3))
     assert "differ" in why_not_stacked_vi([make(), other])
