@@ -51,6 +51,7 @@ METHODS: dict[str, MethodSpec] = _keyed(
             train=functools.partial(variational.vi_train, method="lrt"),
             checkpoints=variational.vi_checkpoints,
             cost=40.0,
+            train_stacked=functools.partial(variational.vi_train_stacked, method="lrt"),
         ),
         MethodSpec(
             name="dropout",

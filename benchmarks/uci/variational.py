@@ -198,6 +198,7 @@ def vi_train_stacked(
     checkpoints: Sequence[int],
     reports: Sequence[Report],
     num_samples: int,
+    method: str = "vi",
 ) -> None:
     """:func:`vi_train` for K splits at once (:func:`bnn_pyro.fit_stacked`): member ``k`` trains
     on ``xs[k]``, ``ys[k]`` with ``seeds[k]`` and reports to ``reports[k]``, ending where its own
@@ -207,7 +208,7 @@ def vi_train_stacked(
         config: as :func:`vi_train` (``elbo`` must be ``"trace"``).
         xs: ``(K, N, D)``; ys: ``(K, N, 1)`` normalised rows of each split.
         y_stds, seeds, reports: one per split.
-        hidden, checkpoints, num_samples: as :func:`vi_train`.
+        hidden, checkpoints, num_samples, method: as :func:`vi_train`.
 
     Raises:
         ValueError: the configuration cannot be stacked (``elbo`` other than ``"trace"``).
@@ -224,8 +225,10 @@ def vi_train_stacked(
     """
     if config["elbo"] != "trace":
         raise ValueError(f"only elbo='trace' trains stacked, got {config['elbo']!r}")
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     bnns = [
-        _build(config, "vi", xs.shape[-1], hidden, y_std, seed)
+        _build(config, method, xs.shape[-1], hidden, y_std, seed)
         for y_std, seed in zip(y_stds, seeds, strict=True)
     ]
     wanted = set(checkpoints)

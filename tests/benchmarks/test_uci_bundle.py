@@ -24,14 +24,16 @@ def toy(tmp_path, monkeypatch):
     X = torch.randn(60, 3, generator=g)
     y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * torch.randn(60, generator=g)
     folder = str(write_uci_folder(tmp_path / "toy", X, y, n_splits=3))
-    spec = dataclasses.replace(registry.METHODS["vi"], grid=_small_grid)
-    monkeypatch.setitem(registry.METHODS, "vi", spec)
+    for name in ("vi", "lrt"):
+        spec = dataclasses.replace(registry.METHODS[name], grid=_small_grid)
+        monkeypatch.setitem(registry.METHODS, name, spec)
     return folder
 
 
-def test_bundled_records_are_the_split_by_split_records(toy):
+@pytest.mark.parametrize("method", ["vi", "lrt"])
+def test_bundled_records_are_the_split_by_split_records(toy, method):
     settings = BenchmarkSettings(validation_samples=20, test_samples=50)
-    tasks = [Task("toy", toy, s, "vi") for s in range(3)]
+    tasks = [Task("toy", toy, s, method) for s in range(3)]
     together = run_bundle(tasks, settings)
     for task, got in zip(tasks, together, strict=True):
         alone = run_task(task, settings)
@@ -47,5 +49,5 @@ def test_bundled_records_are_the_split_by_split_records(toy):
 def test_only_methods_that_stack_are_bundled():
     tasks = [Task("a", "/a", s, m) for s in range(2) for m in ("vi", "lrt", "ensemble")]
     groups = bundled(tasks)
-    assert [len(g) for g in groups] == [2, 1, 1, 1, 1]
-    assert {t.method for t in groups[0]} == {"vi"}
+    assert [len(g) for g in groups] == [2, 2, 1, 1]
+    assert [{t.method for t in g} for g in groups[:2]] == [{"vi"}, {"lrt"}]
