@@ -43,7 +43,7 @@ def why_not_stacked(members: list[nn.Module], settings: TrainSettings) -> str | 
         return "torch.distributed trains one model at a time"
     if not elementwise_optimizer(settings.optimizer):
         return f"the optimizer {settings.optimizer!r} is not elementwise"
-    return stackable(members)
+    return stackable(members, dropout=True)
 
 
 def fit_stacked(
@@ -62,9 +62,11 @@ def fit_stacked(
     members = list(ensemble.models)
     device = module_device(members[0])
     x, yt = x.to(device), yt.to(device)
-    stacked = StackedModels(members, x)
     seeds = _member_seeds(settings.seed, len(members))
+    # one generator per member for its minibatch order and its dropout masks, as the global
+    # generator of its own seeded run draws both
     generators = [torch.Generator().manual_seed(s) for s in seeds]
+    stacked = StackedModels(members, x, generators)
     batches = stacked_batches(x, yt, settings.batch_size, generators)
     if settings.resume is not None:  # the run's state is the stacked parameters, not the members
         for name, p in stacked.named_parameters():
@@ -85,10 +87,15 @@ def fit_stacked(
     def val_loss() -> dict[str, Any]:
         xv, yv = validation  # type: ignore[misc]
         k = len(members)
-        with torch.no_grad(), modes(ensemble, lambda m: False):
-            per_member = loss(xv.expand(k, *xv.shape), yv.expand(k, *yv.shape)).tolist()
+        stacked.eval()
+        try:
+            with torch.no_grad(), modes(ensemble, lambda m: False):
+                per_member = loss(xv.expand(k, *xv.shape), yv.expand(k, *yv.shape)).tolist()
+        finally:
+            stacked.train()
         return {"val_loss": sum(per_member) / k, "member_val_loss": per_member}
 
+    stacked.train()
     try:
         with modes(ensemble, lambda m: True):
             return train(

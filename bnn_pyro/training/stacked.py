@@ -11,9 +11,10 @@ it would move that member alone, with its own state. Each member draws its minib
 from a generator seeded as its one-by-one run would be seeded, so the result is the one-by-one
 result up to float rounding (tested).
 
-Covered: nets whose forward is deterministic (no dropout or other random layers), that hold
-no buffers (batch norm's running statistics would be shared) and carry no hooks, checked on a
-probe against the members' own forward passes. :func:`stackable` says why a net is not.
+Covered: nets whose forward is deterministic, or random through ``nn.Dropout`` layers only
+(given the members' generators, each member's masks come from its own), that hold no buffers
+(batch norm's running statistics would be shared) and carry no hooks, checked on a probe
+against the members' own forward passes. :func:`stackable` says why a net is not.
 """
 
 from __future__ import annotations
@@ -69,8 +70,33 @@ def elementwise_optimizer(spec: Any) -> bool:
     return isinstance(spec, type) and issubclass(spec, ELEMENTWISE_OPTIMIZERS)
 
 
-def stackable(nets: list[nn.Module]) -> str | None:
-    """``None`` when ``nets`` can train stacked, else the reason they cannot.
+class _MemberDropout(nn.Module):
+    """``nn.Dropout`` for ``(K, B, ...)`` blocks: member ``k``'s mask from ``generators[k]``,
+    drawn as ``F.dropout`` draws it on a CPU (``bernoulli_(1 - p)``, divided by ``1 - p``)."""
+
+    def __init__(self, p: float, generators: list[torch.Generator]) -> None:
+        super().__init__()
+        self.p, self.generators = p, generators
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p == 1.0:
+            return x * torch.zeros_like(x)
+        noise = torch.stack(
+            [
+                torch.empty(x.shape[1:], dtype=x.dtype, device=x.device).bernoulli_(
+                    1.0 - self.p, generator=g
+                )
+                for g in self.generators
+            ]
+        )
+        return x * noise.div_(1.0 - self.p)
+
+
+def stackable(nets: list[nn.Module], dropout: bool = False) -> str | None:
+    """``None`` when ``nets`` can train stacked, else the reason they cannot; ``dropout``: their
+    ``nn.Dropout`` layers will draw each member's masks from its own generator.
 
     Example:
         >>> stackable([nn.Linear(2, 1), nn.Linear(2, 1)]) is None
@@ -85,7 +111,10 @@ def stackable(nets: list[nn.Module]) -> str | None:
         return "the members differ in their parameters (names or shapes)"
     if any(True for n in nets for _ in n.buffers()):
         return "the members hold buffers (e.g. batch norm statistics)"
-    if any(isinstance(m, _RANDOM_LAYERS) for n in nets for m in n.modules()):
+    allowed = (nn.Dropout,) if dropout else ()
+    if any(
+        isinstance(m, _RANDOM_LAYERS) and type(m) not in allowed for n in nets for m in n.modules()
+    ):
         return "the members have random layers (dropout)"
     if any(has_hooks(n) for n in nets):
         return "the members have forward or backward hooks (the stacked copy would skip them)"
@@ -116,9 +145,14 @@ class StackedModels(nn.Module):
         torch.Size([2, 6, 1])
     """
 
-    def __init__(self, nets: list[nn.Module], example: torch.Tensor) -> None:
+    def __init__(
+        self,
+        nets: list[nn.Module],
+        example: torch.Tensor,
+        generators: list[torch.Generator] | None = None,
+    ) -> None:
         super().__init__()
-        reason = stackable(nets)
+        reason = stackable(nets, dropout=generators is not None)
         if reason is not None:
             raise ValueError(f"these models cannot be trained stacked: {reason}")
         self.num_models = len(nets)
@@ -139,9 +173,20 @@ class StackedModels(nn.Module):
         for name, p in nets[0].named_parameters():
             self.stacked[_key(name)].requires_grad_(p.requires_grad)
         self._twin = BatchedTwin(nets[0], self.names)
+        for module in self._twin.module.modules():
+            for name, child in list(module.named_children()):
+                if type(child) is nn.Dropout and generators is not None:
+                    setattr(module, name, _MemberDropout(child.p, generators))
         probe = example[:3].unsqueeze(0).expand(self.num_models, *example[:3].shape)
-        with torch.no_grad():
-            ok = _same(lambda: self(probe), _loop(nets, probe))
+        flags = [(m, m.training) for n in [*nets, self._twin.module] for m in n.modules()]
+        try:  # the check in eval mode: no dropout masks, no draws
+            for m, _ in flags:
+                m.training = False
+            with torch.no_grad():
+                ok = _same(lambda: self(probe), _loop(nets, probe))
+        finally:
+            for m, flag in flags:
+                m.training = flag
         if not ok:
             raise ValueError(
                 "these models cannot be trained stacked: their stacked forward pass differs from "
@@ -151,6 +196,12 @@ class StackedModels(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(K, B, ...)`` inputs, one block per member → ``(K, B, O)`` outputs."""
         return self._twin.load({}, self.tensors())(x)
+
+    def train(self, mode: bool = True) -> StackedModels:
+        """Set the mode of the stacked net (its dropout layers) as ``nn.Module.train`` does."""
+        super().train(mode)
+        self._twin.module.train(mode)
+        return self
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """``{member parameter name: (K, *shape)}``, views of the stacked parameters."""

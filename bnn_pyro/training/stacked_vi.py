@@ -255,15 +255,19 @@ def fit_stacked(
     seeds: Sequence[int],
     epochs: int = 100,
     batch_size: int = 128,
-    lr: float = 1e-2,
+    lr: float | None = None,
     optimizer: Any = None,
+    weight_decay: float = 0.0,
     kl_weight: float = 1.0,
     lr_schedule: Any = None,
     callbacks: Iterable[Callback] = (),
     progress: bool = True,
 ) -> History:
-    """Train K ``VariationalBNN`` models as one; each ends as its own ``fit(X_k, y_k,
-    seed=seeds[k], ...)`` would (up to float rounding).
+    """Train K ``VariationalBNN`` (or K ``MCDropout``) models as one; each ends as its own
+    ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to float rounding).
+
+    ``MCDropout`` models go to :func:`bnn_pyro.methods._dropout_stacked.fit_dropout_stacked`
+    (there ``kl_weight`` and ``callbacks`` do not apply; ``weight_decay`` applies there only).
 
     Args:
         bnns: K models of one architecture (see :func:`why_not_stacked_vi`).
@@ -272,7 +276,7 @@ def fit_stacked(
         seeds: K seeds, each as ``fit(seed=)``.
         epochs, batch_size, lr, optimizer, kl_weight, lr_schedule, progress: as in
             :meth:`bnn_pyro.VariationalBNN.fit` (``optimizer``: an elementwise one;
-            ``lr_schedule=None``: the SVI default, cosine).
+            ``lr=None``: the class's default; ``lr_schedule=None``: the SVI default, cosine).
         callbacks: ``fn(bnns, epoch, history)`` after each epoch, the models written back.
 
     Returns:
@@ -286,8 +290,22 @@ def fit_stacked(
         >>> len(history["member_loss"][-1])
         3
     """
+    from bnn_pyro.methods.mc_dropout import MCDropout
     from bnn_pyro.training.svi import DEFAULT_SCHEDULE
 
+    if bnns and all(type(b) is MCDropout for b in bnns):
+        if kl_weight != 1.0 or list(callbacks):
+            raise ValueError("kl_weight and callbacks do not apply to MCDropout models")
+        from bnn_pyro.methods._dropout_stacked import fit_dropout_stacked
+
+        return fit_dropout_stacked(
+            bnns, X, y, seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr,
+            weight_decay=weight_decay, optimizer=optimizer, lr_schedule=lr_schedule,
+            progress=progress,
+        )  # fmt: skip
+    if weight_decay:
+        raise ValueError("weight_decay applies to MCDropout models (VI has its prior)")
+    lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
     reason = why_not_stacked_vi(bnns)
     if reason is not None:
         raise ValueError(f"fit_stacked: {reason}")

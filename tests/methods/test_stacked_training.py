@@ -24,7 +24,11 @@ def _data(task: str, n: int = 96):
     return X, y
 
 
-def _net(out: int = 1) -> nn.Module:
+def _net(out: int = 1, dropout: float = 0.0) -> nn.Module:
+    if dropout:
+        return nn.Sequential(
+            nn.Dropout(dropout), nn.Linear(5, 8), nn.ReLU(), nn.Dropout(dropout), nn.Linear(8, out)
+        )
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, out))
 
 
@@ -92,6 +96,7 @@ CASES = {
     "regression, adam": dict(likelihood="regression"),
     "classification, adam": dict(likelihood="classification", out=3),
     "gaussian nll": dict(likelihood="regression", gaussian_nll=True, out=2),
+    "dropout members": dict(likelihood="regression", dropout=0.2),
     "sgd, weight decay, cosine": dict(
         likelihood="regression", fit=dict(optimizer="sgd", weight_decay=1e-2, lr_schedule="cosine")
     ),
@@ -100,10 +105,10 @@ CASES = {
 
 def _ensemble_fit(case: str, stacked: bool, epochs: int = 3):
     spec = dict(CASES[case])
-    out, fit = spec.pop("out", 1), spec.pop("fit", {})
+    out, fit, p = spec.pop("out", 1), spec.pop("fit", {}), spec.pop("dropout", 0.0)
     X, y = _data(spec["likelihood"])
     torch.manual_seed(0)
-    ens = bp.DeepEnsemble(lambda: _net(out), num_models=3, **spec)
+    ens = bp.DeepEnsemble(lambda: _net(out, p), num_models=3, **spec)
     history = ens.fit(
         X, y, epochs=epochs, batch_size=20, progress=False, seed=7, stacked=stacked, **fit
     )
@@ -140,7 +145,7 @@ def test_stacked_true_names_why_it_cannot():
     with pytest.raises(ValueError, match="not elementwise"):
         ens.fit(X, y, epochs=1, progress=False, stacked=True, optimizer=torch.optim.LBFGS)
     dropout = bp.DeepEnsemble(
-        lambda: nn.Sequential(nn.Linear(5, 4), nn.Dropout(0.2), nn.Linear(4, 1)),
+        lambda: nn.Sequential(nn.Linear(5, 4), nn.AlphaDropout(0.2), nn.Linear(4, 1)),
         num_models=2,
         likelihood="regression",
     )
@@ -185,3 +190,33 @@ def test_callbacks_and_validation_see_the_members_as_trained_so_far():
     assert seen_together == pytest.approx(seen_alone[-3:], rel=1e-5)
     assert together["val_loss"] == pytest.approx(alone["val_loss"], rel=1e-5)
     assert len(together["member_val_loss"][0]) == 3
+
+
+@pytest.mark.parametrize("per_member", [False, True], ids=["shared data", "own data"])
+def test_mc_dropout_fits_stacked_equal_their_own_fits(per_member):
+    X, y = _data("regression")
+    if per_member:  # three different "splits" of equal size
+        X = torch.stack([X, X.flip(0), X.roll(7, 0)])
+        y = torch.stack([y, y.flip(0), y.roll(7, 0)])
+
+    def models():
+        out = []
+        for k in range(3):
+            torch.manual_seed(10 + k)
+            out.append(bp.MCDropout(_net(1, 0.2), num_samples=20, likelihood="regression"))
+        return out
+
+    fit = dict(epochs=3, batch_size=20, lr=1e-2, weight_decay=1e-3)
+    alone = models()
+    for k, m in enumerate(alone):
+        m.fit(X[k] if per_member else X, y[k] if per_member else y, seed=k, progress=False, **fit)
+    together = models()
+    history = bp.fit_stacked(together, X, y, seeds=[0, 1, 2], progress=False, **fit)
+    assert len(history["member_loss"][-1]) == 3
+    # 15 steps, each member's masks and order from its own stream: float32 round-off only
+    for a, b in zip(alone, together, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+        assert a.noise_scale == pytest.approx(b.noise_scale, rel=1e-5)
+        x_new = X[0, :4] if per_member else X[:4]
+        assert torch.allclose(a.predict(x_new, seed=3)[0], b.predict(x_new, seed=3)[0], atol=1e-6)
