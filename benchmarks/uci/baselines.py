@@ -35,6 +35,7 @@ from bnn_pyro.nn import mlp
 from bnn_pyro.registry import make
 
 __all__ = [
+    "report_dropout",
     "dropout_grid",
     "dropout_train",
     "ensemble_grid",
@@ -168,6 +169,20 @@ def dropout_train(
         options=options,
         weight_decay=2.0 * reg,
     )
+    report_dropout(model, config, y_std, seed, max(checkpoints), report)
+
+
+def report_dropout(
+    model: BaseBayesianMethod,
+    config: Mapping[str, Any],
+    y_std: float,
+    seed: int,
+    epoch: int,
+    report: Report,
+) -> None:
+    """Report a trained MC dropout ``model``'s predictive for each tau of ``config`` (or the
+    chosen ``config["tau"]``), the dropout samples drawn once with the run's prediction seed."""
+    taus = [float(t) for t in config["taus"]]
     cache: list[tuple[torch.Tensor, torch.Tensor]] = []  # (inputs, samples): one MC run
 
     def predictor_for(tau: float) -> Predictor:
@@ -183,7 +198,7 @@ def dropout_train(
 
     chosen = config.get("tau")
     for tau in taus if chosen is None else [float(chosen)]:
-        report(max(checkpoints), predictor_for(tau), {"tau": tau})
+        report(epoch, predictor_for(tau), {"tau": tau})
 
 
 # ---------------------------------------------------------------------------- deep ensemble

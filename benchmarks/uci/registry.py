@@ -12,7 +12,7 @@ import functools
 from collections.abc import Iterable
 
 import bnn_pyro
-from benchmarks.uci import baselines, variational
+from benchmarks.uci import baselines, dropout_stacked, variational
 from benchmarks.uci.method import MethodSpec
 
 __all__ = ["METHODS", "available_methods", "get_method"]
@@ -63,6 +63,7 @@ METHODS: dict[str, MethodSpec] = _keyed(
             grid=baselines.dropout_grid,
             train=baselines.dropout_train,
             cost=5.0,
+            train_stacked=dropout_stacked.dropout_train_stacked,
         ),
         MethodSpec(
             name="ensemble",

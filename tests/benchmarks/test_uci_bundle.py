@@ -18,19 +18,25 @@ def _small_grid(info, quick):
     return [{**base, "epochs": 6, "noise_tau": tau} for tau in (None, 4.0)]
 
 
+def _small_dropout_grid(info, quick):
+    base = {"taus": [1.0, 4.0], "batch_size": 16, "lr": 1e-2}
+    return [{**base, "epochs": e, "dropout": p} for p in (0.05, 0.2) for e in (3, 6)]
+
+
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(60, 3, generator=g)
     y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * torch.randn(60, generator=g)
     folder = str(write_uci_folder(tmp_path / "toy", X, y, n_splits=3))
-    for name in ("vi", "lrt"):
-        spec = dataclasses.replace(registry.METHODS[name], grid=_small_grid)
+    for name in ("vi", "lrt", "dropout"):
+        grid = _small_dropout_grid if name == "dropout" else _small_grid
+        spec = dataclasses.replace(registry.METHODS[name], grid=grid)
         monkeypatch.setitem(registry.METHODS, name, spec)
     return folder
 
 
-@pytest.mark.parametrize("method", ["vi", "lrt"])
+@pytest.mark.parametrize("method", ["vi", "lrt", "dropout"])
 def test_bundled_records_are_the_split_by_split_records(toy, method):
     settings = BenchmarkSettings(validation_samples=20, test_samples=50)
     tasks = [Task("toy", toy, s, method) for s in range(3)]
@@ -47,7 +53,7 @@ def test_bundled_records_are_the_split_by_split_records(toy, method):
 
 
 def test_only_methods_that_stack_are_bundled():
-    tasks = [Task("a", "/a", s, m) for s in range(2) for m in ("vi", "lrt", "ensemble")]
+    tasks = [Task("a", "/a", s, m) for s in range(2) for m in ("vi", "dropout", "ensemble")]
     groups = bundled(tasks)
     assert [len(g) for g in groups] == [2, 2, 1, 1]
-    assert [{t.method for t in g} for g in groups[:2]] == [{"vi"}, {"lrt"}]
+    assert [{t.method for t in g} for g in groups[:2]] == [{"vi"}, {"dropout"}]

@@ -1,0 +1,86 @@
+"""The MC dropout rows trained stacked: one configuration on K splits at once.
+
+:func:`dropout_train_stacked` is :func:`benchmarks.uci.baselines.dropout_train` for K splits
+(:func:`bnn_pyro.fit_stacked` with ``MCDropout`` models): member ``k`` gets the net, the weight
+decay and the seed its own ``dropout_train`` would, and reports its own predictive for each tau,
+so each split's numbers are its one-by-one numbers up to float rounding
+(:mod:`benchmarks.uci.bundle` runs it).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from benchmarks.uci.baselines import _LENGTHSCALE, report_dropout
+from benchmarks.uci.method import Report
+from bnn_pyro.likelihoods import Gaussian
+from bnn_pyro.registry import make
+from bnn_pyro.training.stacked_vi import fit_stacked
+
+__all__ = ["dropout_train_stacked"]
+
+
+def dropout_train_stacked(
+    config: Mapping[str, Any],
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+    *,
+    y_stds: Sequence[float],
+    hidden: int,
+    seeds: Sequence[int],
+    checkpoints: Sequence[int],
+    reports: Sequence[Report],
+    num_samples: int,
+) -> None:
+    """``dropout_train`` on ``xs[k]``, ``ys[k]`` with ``seeds[k]`` for every split k at once.
+
+    Args:
+        config: a :func:`~benchmarks.uci.baselines.dropout_grid` configuration.
+        xs: ``(K, N, D)``; ys: ``(K, N, 1)`` normalised rows of each split.
+        y_stds, seeds, reports: one per split.
+        hidden, checkpoints, num_samples: as ``dropout_train``.
+
+    Example:
+        >>> from benchmarks.uci.baselines import dropout_grid
+        >>> from benchmarks.uci.method import DatasetInfo
+        >>> config = dropout_grid(DatasetInfo("toy", 40, 3), quick=True)[0]
+        >>> seen = []
+        >>> dropout_train_stacked(config, torch.randn(2, 40, 3), torch.randn(2, 40, 1),
+        ...     y_stds=[1.0, 2.0], hidden=8, seeds=[0, 1], checkpoints=[2], num_samples=5,
+        ...     reports=[lambda e, p, o, k=k: seen.append((k, o)) for k in range(2)])
+        >>> seen
+        [(0, {'tau': 0.1}), (1, {'tau': 0.1})]
+    """
+    p = float(config["dropout"])
+    taus = [float(t) for t in config["taus"]]
+    rows = xs.shape[1]
+    reg = _LENGTHSCALE**2 * (1.0 - p) / (2.0 * rows * float(statistics.median(taus)))
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)  # each net's initial weights, as dropout_train draws them
+        net = nn.Sequential(
+            nn.Dropout(p), nn.Linear(xs.shape[-1], hidden), nn.ReLU(), nn.Dropout(p),
+            nn.Linear(hidden, 1),
+        )  # fmt: skip
+        models.append(
+            make("dropout", net, Gaussian(scale="learned"), num_samples=num_samples, dropout_rate=p)
+        )
+    epochs = max(checkpoints)
+    fit_stacked(
+        models,
+        xs,
+        ys,
+        seeds=list(seeds),
+        epochs=epochs,
+        batch_size=int(config["batch_size"]),
+        lr=float(config["lr"]),
+        weight_decay=2.0 * reg,
+        progress=False,
+    )
+    for model, y_std, seed, report in zip(models, y_stds, seeds, reports, strict=True):
+        report_dropout(model, config, y_std, seed, epochs, report)
