@@ -117,6 +117,7 @@ class VariationalBNN(SVIModel):
         self.guide = build_guide(guide, self.model, {s.name: s.init for s in sites}, init_scale)
         self._evaluator = NetEvaluator(self.net, sites, plain)
         self._init_values = {s.name: s.init for s in sites}
+        self._output_dims: dict[tuple, int] = {}  # the net's output width per input layout
 
     # ------------------------------------------------------------------ the Pyro model
     def model(
@@ -160,11 +161,10 @@ class VariationalBNN(SVIModel):
     def _output_dim(self, x: torch.Tensor) -> int:
         # one forward pass on two rows per input layout, remembered: predict asks every call
         key = (tuple(x.shape[1:]), x.dtype, x.device)
-        known = self.__dict__.setdefault("_output_dims", {})
-        if key not in known:
+        if key not in self._output_dims:
             values = {k: v.unsqueeze(0) for k, v in self._init_values.items()}
-            known[key] = int(self._evaluator(values, x[:2]).shape[-1])
-        return known[key]
+            self._output_dims[key] = int(self._evaluator(values, x[:2]).shape[-1])
+        return self._output_dims[key]
 
     def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         if not _guide_ready(self.guide):
