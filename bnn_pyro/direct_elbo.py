@@ -12,9 +12,9 @@ with none of that:
 drawing ``eps`` with the same ``torch.randn`` calls, in the same order, as the guide, scoring
 the weights with the prior's own distributions and running the net as a plain-torch twin
 (:class:`~bnn_pyro.nn.batched.BatchedTwin`) that takes the drawn weights as attributes. The
-ELBO uses it only after checking, once, on the second step, that it gives the loss and the
-gradients of the Pyro path under the same random draws (see ``FastTrace_ELBO``); anything it does
-not know (a custom guide, several particles) keeps the Pyro path. With local
+ELBO uses it only after checking, once, on the first step, that it gives the loss and the
+gradients of ``Trace_ELBO`` under the same random draws (see ``FastTrace_ELBO``); anything it
+does not know (a custom guide, several particles) keeps the Pyro path. With local
 reparameterization the layers sample their pre-activations through the same layer hook as
 :class:`~bnn_pyro.poutine.LocalReparameterization`, fed the guide's ``(loc, scale)`` directly.
 """
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 from pyro.distributions import Independent, constraints
-from pyro.poutine.messenger import Messenger
 
+from bnn_pyro.elbo import _Recorder
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
@@ -42,22 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["DirectLoss", "direct_loss_for"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-class _Values(Messenger):
-    """Gives each latent sample site its value from ``values`` and keeps the site's ``fn``."""
-
-    def __init__(self, values: dict[str, torch.Tensor]) -> None:
-        super().__init__()
-        self.values = values
-        self.fns: dict[str, Any] = {}
-
-    def _pyro_sample(self, msg: dict) -> None:
-        if msg["is_observed"] or msg["name"] not in self.values:
-            return
-        msg["value"] = self.values[msg["name"]]
-        msg["done"] = True
-        self.fns[msg["name"]] = msg["fn"]
 
 
 class DirectLoss:
@@ -110,11 +94,11 @@ class DirectLoss:
             if not k.endswith(DEVICE_REF)
         }
 
-    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """The guide's draws (same calls, same order as ``MeanFieldNormalGuide.forward``) and
-        ``log q`` of them."""
+    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[str, tuple]]:
+        """The guide's draws (same calls, same order as ``MeanFieldNormalGuide.forward``),
+        ``log q`` of them and ``{name: (loc, scale)}`` of the real-valued sites."""
         values: dict[str, torch.Tensor] = {}
-        self._scales: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        scales: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         log_q = 0.0
         for spec, loc, rho in self._guide_sites:
             scale = F.softplus(rho)
@@ -127,7 +111,7 @@ class DirectLoss:
             else:
                 eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
                 value = loc + eps * scale
-                self._scales[spec.name] = (loc, scale)
+                scales[spec.name] = (loc, scale)
                 if self.stl:
                     s = scale.detach()
                     z = (value - loc.detach()) / s
@@ -136,16 +120,7 @@ class DirectLoss:
                     log_q = log_q - 0.5 * _sq(eps) - scale.log().sum()
                 log_q = log_q - loc.numel() * _LOG_SQRT_2PI
             values[spec.name] = value
-        return values, log_q
-
-    def _reparameterized(
-        self,
-        net: torch.nn.Module,
-        x: torch.Tensor,
-        values: dict[str, torch.Tensor],
-        estimator: str,
-    ) -> torch.Tensor:
-        return _lrt_forward(net, x, values, self._scales, estimator)
+        return values, log_q, scales
 
     def __call__(
         self,
@@ -154,7 +129,7 @@ class DirectLoss:
         dataset_size: int | None = None,
         kl_weight: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        values, log_q = self._draw()
+        values, log_q, scales = self._draw()
         log_p = 0.0
         for name, module, param_name, shape in self._priors:
             prior = _site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
@@ -162,14 +137,15 @@ class DirectLoss:
         stacked = {self._paths[name]: v for name, v in values.items() if name in self._paths}
         net = self._twin.load(self._shared, stacked)
         estimator = self.bnn.local_reparameterization if self.bnn.training else None
-        f = net(x) if estimator is None else self._reparameterized(net, x, values, estimator)
+        f = net(x) if estimator is None else _lrt_forward(net, x, values, scales, estimator)
         latents: dict[str, torch.Tensor] = {}
-        if self._other:
-            scorer = _Values(values)
-            with scorer:
+        if self._other:  # the likelihood's own latents, given the guide's values
+            replay = {name: {"value": values[name], "infer": {}} for name in self._other}
+            recorder = _Recorder(replay)
+            with recorder:
                 latents = self.bnn.likelihood.sample_latents(f)
-            for name, fn in scorer.fns.items():
-                log_p = log_p + fn.log_prob(values[name]).sum()
+            for name, site in recorder.sites.items():
+                log_p = log_p + site["fn"].log_prob(values[name]).sum()
         rows = f.shape[-2]
         scale = 1.0 if dataset_size is None else dataset_size / rows
         log_lik = _log_likelihood(self.bnn.likelihood, f, y, latents) * scale

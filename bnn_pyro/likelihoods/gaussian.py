@@ -122,6 +122,16 @@ class Gaussian(GaussianLikelihood):
     def sample_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
         if not self.learned:
             return {}
+        return {NOISE_SITE: pyro.sample(NOISE_SITE, self.noise_prior(f))}
+
+    def noise_prior(self, f: torch.Tensor) -> dist.TorchDistribution:
+        """The prior of the learned noise site for net outputs ``f (..., O)``: ``scale_prior``
+        on ``f``'s device and dtype, one scale per output (event shape ``(O,)``), cached.
+
+        Example:
+            >>> Gaussian(scale="learned").noise_prior(torch.zeros(5, 2)).event_shape
+            torch.Size([2])
+        """
         key = (f.shape[-1], f.device, f.dtype)
         prior = self._prior_cache.get(key)
         if prior is None:
@@ -129,7 +139,7 @@ class Gaussian(GaussianLikelihood):
 
             prior = _rebuild(self.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
             self._prior_cache[key] = prior
-        return {NOISE_SITE: pyro.sample(NOISE_SITE, prior)}
+        return prior
 
     def initial_latents(self, X: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{"likelihood.scale": (O,)}`` from ``scale_init`` (nothing for a fixed scale or

@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from pyro.distributions import Independent
 
 from bnn_pyro._rng import seeded
-from bnn_pyro.direct_elbo import _LOG_SQRT_2PI, direct_loss_for
+from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
+from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.pyro_net import _site_prior
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
@@ -74,6 +75,8 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
         return "a learned prior is not stacked"
     if any(b.guide_spec != "meanfield" for b in bnns):
         return "the guide must be the library's mean-field guide ('meanfield')"
+    if any(has_hooks(b.net) for b in bnns):
+        return "the nets have forward or backward hooks (the stacked copy would skip them)"
     return None
 
 
@@ -108,10 +111,7 @@ class StackedVI(nn.Module):
         self.rhos = nn.ParameterList(
             [nn.Parameter(torch.stack([b.guide.rhos[k].detach() for b in self.bnns])) for k in keys]
         )
-        direct = direct_loss_for(first)
-        if direct is None:
-            raise ValueError("these models cannot train stacked (hooks on the net?)")
-        self._twin, self._paths = direct._twin, direct._paths
+        self._twin, self._paths = first._evaluator._twin, first._evaluator._paths
         self._priors = self._prior_constants()
 
     def _prior_constants(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -139,10 +139,10 @@ class StackedVI(nn.Module):
             out[site.name] = (loc, scale, norm)
         return out
 
-    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Each member's draws (its own generator, its own site order) and ``log q``, ``(K,)``."""
-        values, log_q = {}, 0.0
-        self._scales: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[int, tuple]]:
+        """Each member's draws (its own generator, its own site order), ``log q`` ``(K,)`` and
+        ``{id(draw): (loc, scale)}`` of the real-valued sites (what the LRT layers need)."""
+        values, log_q, scales = {}, 0.0, {}
         for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
             shape = loc.shape[1:]
             eps = torch.stack(
@@ -154,7 +154,7 @@ class StackedVI(nn.Module):
             scale = F.softplus(rho)
             z = loc + eps * scale
             if not spec.exp:
-                self._scales[spec.name] = (loc, scale)
+                scales[id(z)] = (loc, scale)
             dims = tuple(range(1, loc.dim()))
             lq = (
                 -0.5 * (eps * eps).sum(dims) - scale.log().sum(dims) - shape.numel() * _LOG_SQRT_2PI
@@ -164,11 +164,11 @@ class StackedVI(nn.Module):
                 z = z.exp()
             values[spec.name] = z
             log_q = log_q + lq
-        return values, log_q
+        return values, log_q, scales
 
     def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(K,)``: ``-(N/B log p(y | x, w_k) + beta (log p(w_k) - log q(w_k)))`` per member."""
-        values, log_q = self._draw()
+        values, log_q, scales = self._draw()
         log_p = 0.0
         for name, (m, s, norm) in self._priors.items():
             w = values[name]
@@ -180,7 +180,7 @@ class StackedVI(nn.Module):
         net = self._twin.load({}, stacked)
         estimator = self.bnns[0].local_reparameterization
         if estimator and self.bnns[0].training:
-            f = self._reparameterized(net, x, values, estimator)
+            f = reparameterized_forward(net, x, scales, estimator, self.generators)
         else:
             f = net(x)  # (K, B, O)
         lik = self.bnns[0].likelihood
@@ -188,19 +188,13 @@ class StackedVI(nn.Module):
         for name in noise:  # the learned noise's prior, each member's own
             log_p = log_p + torch.stack(
                 [
-                    _noise_prior(b.likelihood, f).log_prob(values[name][k]).sum()
+                    b.likelihood.noise_prior(f).log_prob(values[name][k]).sum()
                     for k, b in enumerate(self.bnns)
                 ]
             )
         log_lik = _log_likelihood(self.bnns, lik, f, y, values.get(noise[0]) if noise else None)
         scale = self.dataset_size / x.shape[1]
         return -(scale * log_lik + self.kl_weight * (log_p - log_q))
-
-    def _reparameterized(
-        self, net: nn.Module, x: torch.Tensor, values: dict[str, torch.Tensor], estimator: str
-    ) -> torch.Tensor:
-        scales = {id(values[n]): ls for n, ls in self._scales.items()}
-        return reparameterized_forward(net, x, scales, estimator, self.generators)
 
     @torch.no_grad()
     def write_back(self) -> None:
@@ -210,18 +204,6 @@ class StackedVI(nn.Module):
                 key = b.guide._key(spec.name)
                 b.guide.locs[key].copy_(loc[k])
                 b.guide.rhos[key].copy_(rho[k])
-
-
-def _noise_prior(likelihood: Gaussian, f: torch.Tensor) -> Any:
-    """The learned noise's prior distribution (what ``sample_latents`` declares)."""
-    key = (f.shape[-1], f.device, f.dtype)
-    prior = likelihood._prior_cache.get(key)
-    if prior is None:
-        from bnn_pyro.priors import _rebuild
-
-        prior = _rebuild(likelihood.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
-        likelihood._prior_cache[key] = prior
-    return prior
 
 
 def _log_likelihood(
@@ -314,10 +296,9 @@ def fit_stacked(
         raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
     if not elementwise_optimizer(optimizer):
         raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
-    per_member = X.dim() == 3 if X.dim() >= 2 else False
-    xs = [X[i] if per_member else X for i in range(k)]
-    ys = [bnns[i]._targets(y[i] if per_member else y, bnns[i]._inputs(xs[i])) for i in range(k)]
-    xs = [b._inputs(x) for b, x in zip(bnns, xs, strict=True)]
+    per_member = X.dim() == 3
+    xs = [b._inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
+    ys = [b._targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every member needs the same number of rows")

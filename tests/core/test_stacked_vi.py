@@ -123,6 +123,9 @@ def test_what_cannot_be_stacked_is_refused_by_name():
     other = bp.VariationalBNN(bp.nn.mlp(4, [9], 1), bp.Gaussian(0.3))
     assert "differ" in why_not_stacked_vi([make(), other])
     assert "guide" in why_not_stacked_vi([make(guide="normal")])
+    hooked = make()
+    hooked.net[0].register_forward_hook(lambda module, inputs, output: None)
+    assert "hooks" in why_not_stacked_vi([make(), hooked])
     with pytest.raises(ValueError, match="one seed per model"):
         fit_stacked([make(), make()], X, y, seeds=[0], epochs=1, progress=False)
     with pytest.raises(ValueError, match="elementwise"):
