@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from bnn_pyro.methods._training import check_fit_args
+from bnn_pyro.methods._training import check_fit_args, member_task_losses
 from bnn_pyro.training import History, make_optimizer, train
 from bnn_pyro.training.stacked import (
     StackedLossStep,
@@ -26,16 +25,6 @@ from bnn_pyro.training.stacked import (
 )
 
 __all__ = ["fit_dropout_stacked"]
-
-
-def _losses(stacked: StackedModels, task: str, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-    """``(K,)``: each member's ``task_loss`` (mean cross-entropy or squared error)."""
-    out = stacked(xb)
-    k = out.shape[0]
-    if task == "classification":
-        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1), reduction="none")
-        return ce.view(k, -1).mean(1)
-    return (out - yb).pow(2).reshape(k, -1).mean(1)
 
 
 def fit_dropout_stacked(
@@ -91,15 +80,20 @@ def fit_dropout_stacked(
     optimizer = first.fit_defaults["optimizer"] if optimizer is None else optimizer
     if not elementwise_optimizer(optimizer):
         raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
+    per_member = X.dim() == 3
+    if len(methods) == 1:  # one model: its own fit
+        return first.fit(X[0] if per_member else X, y[0] if per_member else y, epochs=epochs,
+                         batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                         optimizer=optimizer, lr_schedule=lr_schedule, progress=progress,
+                         seed=int(seeds[0]))  # fmt: skip
     nets = [m.model for m in methods]
-    reason = stackable(nets, dropout=True) if len(nets) > 1 else None
+    reason = stackable(nets, dropout=True)
     if reason is not None:
         raise ValueError(f"these models cannot be trained stacked: {reason}")
     lr = first.fit_defaults["lr"] if lr is None else lr
     settings = check_fit_args(
         epochs, batch_size, lr, weight_decay, optimizer, progress, None, lr_schedule=lr_schedule
     )
-    per_member = X.dim() == 3
     data = [
         m._fit_data(X[k] if per_member else X, y[k] if per_member else y, m.model, m.model, None)
         for k, m in enumerate(methods)
@@ -107,15 +101,14 @@ def fit_dropout_stacked(
     xs = torch.stack([d[0] for d in data])
     ys = torch.stack([d[1] for d in data])
     generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
-    stacked = StackedModels(nets, xs[0], generators) if len(nets) > 1 else None
-    if stacked is None:  # one model: its own fit
-        return first.fit(X[0] if per_member else X, y[0] if per_member else y, epochs=epochs,
-                         batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                         optimizer=optimizer, lr_schedule=lr_schedule, progress=progress,
-                         seed=int(seeds[0]))  # fmt: skip
-    opt = make_optimizer(settings.optimizer, stacked.parameters(), settings.lr, weight_decay)
+    stacked = StackedModels(nets, xs[0], generators)
+    opt = make_optimizer(
+        settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
+    )
     step = StackedLossStep(
-        lambda xb, yb: _losses(stacked, first.task, xb, yb), opt, desc=f"MCDropout (lr={lr})"
+        lambda xb, yb: member_task_losses(stacked(xb), yb, first.task),
+        opt,
+        desc=f"MCDropout (lr={lr})",
     )
     stacked.train()
     try:

@@ -15,7 +15,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro.methods._training import TrainSettings, modes, module_device
+from bnn_pyro.methods._training import (
+    TrainSettings,
+    member_task_losses,
+    modes,
+    module_device,
+)
 from bnn_pyro.training import History, distributed, make_optimizer, train
 from bnn_pyro.training.stacked import (
     StackedLossStep,
@@ -133,13 +138,8 @@ def _stacked_loss(
     """The members' mean losses ``(K,)`` on their minibatches ``xb (K, B, D)``, ``yb (K, B, ...)``:
     per member what :meth:`bnn_pyro.DeepEnsemble._loss` computes."""
     out = stacked(xb)
-    k = out.shape[0]
     if gaussian_nll:
         mean, var = split(out)
-        return (
-            F.gaussian_nll_loss(mean, yb, var, eps=_VAR_FLOOR, reduction="none").view(k, -1).mean(1)
-        )
-    if task == "classification":
-        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1), reduction="none")
-        return ce.view(k, -1).mean(1)
-    return (out - yb).pow(2).view(k, -1).mean(1)
+        nll = F.gaussian_nll_loss(mean, yb, var, eps=_VAR_FLOOR, reduction="none")
+        return nll.view(out.shape[0], -1).mean(1)
+    return member_task_losses(out, yb, task)

@@ -114,6 +114,21 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, likelihood: str) -> torch.Tens
     return F.mse_loss(out, y)
 
 
+def member_task_losses(out: torch.Tensor, y: torch.Tensor, likelihood: str) -> torch.Tensor:
+    """:func:`task_loss` of each of K stacked models: ``out (K, B, O)``, ``y (K, B)`` classes or
+    ``(K, B, O)`` targets → ``(K,)``.
+
+    Example:
+        >>> member_task_losses(torch.zeros(2, 3, 1), torch.ones(2, 3, 1), "regression")
+        tensor([1., 1.])
+    """
+    k = out.shape[0]
+    if likelihood == "classification":
+        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none")
+        return ce.view(k, -1).mean(1)
+    return (out - y).pow(2).reshape(k, -1).mean(1)
+
+
 def probe(model: Callable[[torch.Tensor], torch.Tensor], module: nn.Module, x: torch.Tensor):
     """One forward pass on two rows in eval mode without gradients, to check output shapes."""
     with torch.no_grad(), modes(module, lambda m: False):
