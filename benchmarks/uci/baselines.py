@@ -35,6 +35,7 @@ from bnn_pyro.nn import mlp
 from bnn_pyro.registry import make
 
 __all__ = [
+    "dropout_model",
     "report_dropout",
     "dropout_grid",
     "dropout_train",
@@ -149,27 +150,42 @@ def dropout_train(
         >>> out[0][0], out[0][1][0].shape, round(float(out[0][1][1]), 4)  # 1 / (sqrt(0.1) 2)
         ({'tau': 0.1}, torch.Size([5, 40, 1]), 1.5811)
     """
-    p = float(config["dropout"])
-    taus = [float(t) for t in config["taus"]]
-    reg = _LENGTHSCALE**2 * (1.0 - p) / (2.0 * x.shape[0] * float(statistics.median(taus)))
-    torch.manual_seed(seed)
-    net = nn.Sequential(
-        nn.Dropout(p), nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Dropout(p), nn.Linear(hidden, 1)
-    )
-    options = {"num_samples": num_samples, "dropout_rate": p}
-    model = _fit(
-        "dropout",
-        net,
-        Gaussian(scale="learned"),
-        config,
+    model, weight_decay = dropout_model(config, x.shape, hidden, seed, num_samples)
+    model.fit(
         x,
         y,
         epochs=max(checkpoints),
+        batch_size=int(config["batch_size"]),
+        lr=float(config["lr"]),
+        progress=False,
         seed=seed,
-        options=options,
-        weight_decay=2.0 * reg,
+        weight_decay=weight_decay,
     )
     report_dropout(model, config, y_std, seed, max(checkpoints), report)
+
+
+def dropout_model(
+    config: Mapping[str, Any], shape: torch.Size, hidden: int, seed: int, num_samples: int
+) -> tuple[BaseBayesianMethod, float]:
+    """Gal's MC dropout model for ``config`` on training inputs of ``shape`` ``(N, D)``, its
+    initial weights drawn under ``seed``, and the weight decay ``2 reg`` it trains with (see
+    :func:`dropout_train`).
+
+    Example:
+        >>> config = dropout_grid(DatasetInfo("toy", 40, 3), quick=True)[0]
+        >>> model, decay = dropout_model(config, torch.Size((40, 3)), 8, 0, 5)
+        >>> type(model).__name__, f"{decay:.2e}"  # 2 * 1e-4 * (1 - 0.005) / (2 * 40 * 0.1)
+        ('MCDropout', '2.49e-05')
+    """
+    p = float(config["dropout"])
+    taus = [float(t) for t in config["taus"]]
+    reg = _LENGTHSCALE**2 * (1.0 - p) / (2.0 * shape[0] * float(statistics.median(taus)))
+    torch.manual_seed(seed)
+    net = nn.Sequential(
+        nn.Dropout(p), nn.Linear(shape[1], hidden), nn.ReLU(), nn.Dropout(p), nn.Linear(hidden, 1)
+    )
+    options = {"num_samples": num_samples, "dropout_rate": p}
+    return make("dropout", net, Gaussian(scale="learned"), **options), 2.0 * reg
 
 
 def report_dropout(

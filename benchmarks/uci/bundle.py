@@ -21,16 +21,18 @@ import torch
 
 from benchmarks.uci.data import load_uci_split, validation_split
 from benchmarks.uci.method import MethodSpec
-from benchmarks.uci.protocol import Predictor, RegressionData, prepare, score, seed_for
+from benchmarks.uci.protocol import RegressionData, prepare, seed_for
 from benchmarks.uci.registry import get_method
 from benchmarks.uci.runner import (
     _TRAINING_FAILURES,
     BenchmarkSettings,
     Task,
     _config_key,
-    _finite,
     dataset_info,
+    final_report,
+    ranked_records,
     run_task,
+    search_report,
 )
 
 __all__ = ["bundled", "run_bundle"]
@@ -85,23 +87,6 @@ def _search(
     for config in spec.grid(info, settings.quick):
         key = _config_key(config)
         seeds = [seed_for(s.dataset, s.split, spec.name, "search", key) for s in splits]
-
-        def reporter(k: int, config: Mapping = config) -> Any:
-            def report(
-                epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
-            ) -> None:
-                locs, scales = predictor(datas[k].x_eval)
-                scores = score(locs, scales, datas[k].y_eval, datas[k].y_std)
-                records[k].append(
-                    {
-                        "config": {**config, **(overrides or {}), "epochs": epoch},
-                        "val_ll": scores["test_ll"],
-                        "val_rmse": scores["rmse"],
-                    }
-                )
-
-            return report
-
         marks = [len(r) for r in records]
         try:
             _stacked_run(
@@ -110,7 +95,7 @@ def _search(
                 datas,
                 seeds,
                 spec.checkpoints(config),
-                [reporter(k) for k in range(len(tasks))],
+                [search_report(config, d, r) for d, r in zip(datas, records, strict=True)],
                 settings.validation_samples,
             )
             continue
@@ -127,20 +112,12 @@ def _search(
                     hidden=data.hidden,
                     seed=seeds[k],
                     checkpoints=spec.checkpoints(config),
-                    report=reporter(k),
+                    report=search_report(config, data, records[k]),
                     num_samples=settings.validation_samples,
                 )
             except _TRAINING_FAILURES as err:
                 records[k].append({"config": dict(config), "val_ll": None, "error": repr(err)})
     return records
-
-
-def _ranked(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(
-        (r for r in records if r.get("val_ll") is not None),
-        key=lambda r: _finite(r["val_ll"]),
-        reverse=True,
-    )
 
 
 def _final(
@@ -155,21 +132,7 @@ def _final(
     for members in groups.values():
         config = configs[members[0]]
         datas = [prepare(splits[k]) for k in members]
-        found: dict[int, dict[str, float]] = {}
-
-        def reporter(
-            k: int, data: RegressionData, config: Mapping = config, found: dict = found
-        ) -> Any:
-            def report(
-                epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
-            ) -> None:
-                if any(config.get(key) != value for key, value in (overrides or {}).items()):
-                    return
-                locs, scales = predictor(data.x_eval)
-                found[k] = score(locs, scales, data.y_eval, data.y_std)
-
-            return report
-
+        found: list[dict[str, float]] = [{} for _ in members]
         seeds = [
             seed_for(splits[k].dataset, splits[k].split, spec.name, "final", _config_key(config))
             for k in members
@@ -181,13 +144,13 @@ def _final(
                 datas,
                 seeds,
                 [int(config["epochs"])],
-                [reporter(k, d) for k, d in zip(members, datas, strict=True)],
+                [final_report(config, d, f) for d, f in zip(datas, found, strict=True)],
                 settings.test_samples,
             )
         except (*_TRAINING_FAILURES, NotImplementedError):
             continue
-        for k in members:
-            scores[k] = found.get(k)
+        for k, got in zip(members, found, strict=True):
+            scores[k] = got or None
     return scores
 
 
@@ -215,7 +178,7 @@ def run_bundle(tasks: list[Task], settings: BenchmarkSettings) -> list[dict[str,
     start = time.perf_counter()
     records = _search(spec, tasks, splits, settings)
     searched = time.perf_counter()
-    ranked = [_ranked(r) for r in records]
+    ranked = [ranked_records(r) for r in records]
     chosen = [dict(r[0]["config"]) if r else None for r in ranked]
     runnable = [k for k, c in enumerate(chosen) if c is not None]
     final = _final(spec, [splits[k] for k in runnable], [chosen[k] for k in runnable], settings)

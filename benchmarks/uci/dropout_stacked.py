@@ -9,17 +9,13 @@ so each split's numbers are its one-by-one numbers up to float rounding
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn as nn
 
-from benchmarks.uci.baselines import _LENGTHSCALE, report_dropout
+from benchmarks.uci.baselines import dropout_model, report_dropout
 from benchmarks.uci.method import Report
-from bnn_pyro.likelihoods import Gaussian
-from bnn_pyro.registry import make
 from bnn_pyro.training.stacked_vi import fit_stacked
 
 __all__ = ["dropout_train_stacked"]
@@ -56,20 +52,8 @@ def dropout_train_stacked(
         >>> seen
         [(0, {'tau': 0.1}), (1, {'tau': 0.1})]
     """
-    p = float(config["dropout"])
-    taus = [float(t) for t in config["taus"]]
-    rows = xs.shape[1]
-    reg = _LENGTHSCALE**2 * (1.0 - p) / (2.0 * rows * float(statistics.median(taus)))
-    models = []
-    for seed in seeds:
-        torch.manual_seed(seed)  # each net's initial weights, as dropout_train draws them
-        net = nn.Sequential(
-            nn.Dropout(p), nn.Linear(xs.shape[-1], hidden), nn.ReLU(), nn.Dropout(p),
-            nn.Linear(hidden, 1),
-        )  # fmt: skip
-        models.append(
-            make("dropout", net, Gaussian(scale="learned"), num_samples=num_samples, dropout_rate=p)
-        )
+    built = [dropout_model(config, xs.shape[1:], hidden, seed, num_samples) for seed in seeds]
+    models = [model for model, _ in built]
     epochs = max(checkpoints)
     fit_stacked(
         models,
@@ -79,7 +63,7 @@ def dropout_train_stacked(
         epochs=epochs,
         batch_size=int(config["batch_size"]),
         lr=float(config["lr"]),
-        weight_decay=2.0 * reg,
+        weight_decay=built[0][1],  # the same for every split: it depends on N and the taus
         progress=False,
     )
     for model, y_std, seed, report in zip(models, y_stds, seeds, reports, strict=True):

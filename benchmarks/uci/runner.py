@@ -25,8 +25,8 @@ from benchmarks.uci.data import (
     load_uci_split,
     validation_split,
 )
-from benchmarks.uci.method import DatasetInfo, MethodSpec
-from benchmarks.uci.protocol import Predictor, prepare, score, seed_for
+from benchmarks.uci.method import DatasetInfo, MethodSpec, Report
+from benchmarks.uci.protocol import Predictor, RegressionData, prepare, score, seed_for
 from benchmarks.uci.registry import get_method
 from bnn_pyro.exceptions import TrainingDivergedError
 
@@ -132,6 +132,81 @@ def dataset_info(folder: str, split: UCISplit) -> DatasetInfo:
     )
 
 
+def search_report(
+    config: Mapping[str, Any], data: RegressionData, records: list[dict[str, Any]]
+) -> Report:
+    """The ``report`` of a search run: each checkpoint's predictive scored on ``data``'s
+    validation rows, appended to ``records`` as ``{config (with the overrides and epochs),
+    val_ll, val_rmse}``.
+
+    Example:
+        >>> data = RegressionData(torch.zeros(4, 1), torch.zeros(4, 1), torch.zeros(2, 1),
+        ...                       torch.zeros(2, 1), 1.0, 8)
+        >>> records = []
+        >>> search_report({"lr": 0.1}, data, records)(3, lambda x: (torch.zeros(1, 2, 1), 1.0))
+        >>> records[0]["config"], round(records[0]["val_ll"], 3)
+        ({'lr': 0.1, 'epochs': 3}, -0.919)
+    """
+
+    def report(
+        epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
+    ) -> None:
+        locs, scales = predictor(data.x_eval)
+        scores = score(locs, scales, data.y_eval, data.y_std)
+        records.append(
+            {
+                "config": {**config, **(overrides or {}), "epochs": epoch},
+                "val_ll": scores["test_ll"],
+                "val_rmse": scores["rmse"],
+            }
+        )
+
+    return report
+
+
+def final_report(
+    config: Mapping[str, Any], data: RegressionData, scores: dict[str, float]
+) -> Report:
+    """The ``report`` of a final run: the chosen predictive scored on ``data``'s evaluation
+    rows into ``scores`` (a predictive variant that was not chosen is skipped).
+
+    Example:
+        >>> data = RegressionData(torch.zeros(4, 1), torch.zeros(4, 1), torch.zeros(2, 1),
+        ...                       torch.zeros(2, 1), 1.0, 8)
+        >>> scores = {}
+        >>> report = final_report({"tau": 1.0}, data, scores)
+        >>> report(3, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 2.0}); scores
+        {}
+        >>> report(3, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 1.0}); sorted(scores)
+        ['rmse', 'test_ll']
+    """
+
+    def report(
+        epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
+    ) -> None:
+        if any(config.get(key) != value for key, value in (overrides or {}).items()):
+            return  # a predictive variant that was not chosen
+        locs, scales = predictor(data.x_eval)
+        scores.update(score(locs, scales, data.y_eval, data.y_std))
+
+    return report
+
+
+def ranked_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The search records that scored, best validation log-likelihood first (NaN last).
+
+    Example:
+        >>> [r["val_ll"] for r in ranked_records(
+        ...     [{"val_ll": -2.0}, {"val_ll": None}, {"val_ll": -1.0}])]
+        [-1.0, -2.0]
+    """
+    return sorted(
+        (r for r in records if r.get("val_ll") is not None),
+        key=lambda r: _finite(r["val_ll"]),
+        reverse=True,
+    )
+
+
 def select_hyperparameters(
     spec: MethodSpec, split: UCISplit, info: DatasetInfo, settings: BenchmarkSettings
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -176,22 +251,6 @@ def select_hyperparameters(
     for config in spec.grid(info, settings.quick):
         seed = seed_for(split.dataset, split.split, spec.name, "search", _config_key(config))
 
-        def report(
-            epoch: int,
-            predictor: Predictor,
-            overrides: Mapping[str, Any] | None = None,
-            config: Mapping = config,
-        ) -> None:
-            locs, scales = predictor(data.x_eval)
-            scores = score(locs, scales, data.y_eval, data.y_std)
-            records.append(
-                {
-                    "config": {**config, **(overrides or {}), "epochs": epoch},
-                    "val_ll": scores["test_ll"],
-                    "val_rmse": scores["rmse"],
-                }
-            )
-
         try:
             spec.train(
                 config,
@@ -201,16 +260,12 @@ def select_hyperparameters(
                 hidden=data.hidden,
                 seed=seed,
                 checkpoints=spec.checkpoints(config),
-                report=report,
+                report=search_report(config, data, records),
                 num_samples=settings.validation_samples,
             )
         except _TRAINING_FAILURES as err:
             records.append({"config": dict(config), "val_ll": None, "error": repr(err)})
-    ranked = sorted(
-        (r for r in records if r.get("val_ll") is not None),
-        key=lambda r: _finite(r["val_ll"]),
-        reverse=True,
-    )
+    ranked = ranked_records(records)
     if not ranked:
         raise RuntimeError(
             f"{spec.name} failed for every configuration on {split.dataset} split "
@@ -226,14 +281,6 @@ def _final_fit(
     seed = seed_for(split.dataset, split.split, spec.name, "final", _config_key(config))
     scores: dict[str, float] = {}
 
-    def report(
-        epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
-    ) -> None:
-        if any(config.get(key) != value for key, value in (overrides or {}).items()):
-            return  # a predictive variant that was not chosen
-        locs, scales = predictor(data.x_eval)
-        scores.update(score(locs, scales, data.y_eval, data.y_std))
-
     spec.train(
         config,
         data.x,
@@ -242,7 +289,7 @@ def _final_fit(
         hidden=data.hidden,
         seed=seed,
         checkpoints=[int(config["epochs"])],
-        report=report,
+        report=final_report(config, data, scores),
         num_samples=settings.test_samples,
     )
     if not scores:
@@ -285,11 +332,7 @@ def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
     start = time.perf_counter()
     best, records = select_hyperparameters(spec, split, info, settings)
     searched = time.perf_counter()
-    ranked = sorted(
-        (r for r in records if r.get("val_ll") is not None),
-        key=lambda r: _finite(r["val_ll"]),
-        reverse=True,
-    )
+    ranked = ranked_records(records)
     failures: list[str] = []
     for record in ranked:
         try:
