@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions import Independent
 
+from bnn_pyro._checks import as_tensor
 from bnn_pyro._rng import seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
@@ -253,7 +254,8 @@ def fit_stacked(
 
     Args:
         bnns: K models of one architecture (see :func:`why_not_stacked_vi`).
-        X: ``(N, D)`` shared by all, or ``(K, N, D)``: member k's own rows.
+        X: ``(N, D)`` shared by all, or ``(K, N, D)``: member k's own rows (a tensor, numpy
+            array or nested list).
         y: ``(N,)``/``(N, O)`` targets, or ``(K, N)``/``(K, N, O)``.
         seeds: K seeds, each as ``fit(seed=)``.
         epochs, batch_size, lr, optimizer, kl_weight, lr_schedule, progress: as in
@@ -275,6 +277,7 @@ def fit_stacked(
     from bnn_pyro.methods.mc_dropout import MCDropout
     from bnn_pyro.training.svi import DEFAULT_SCHEDULE
 
+    X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
     if bnns and all(type(b) is MCDropout for b in bnns):
         if kl_weight != 1.0 or list(callbacks):
             raise ValueError("kl_weight and callbacks do not apply to MCDropout models")

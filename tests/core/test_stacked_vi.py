@@ -91,6 +91,7 @@ def test_stacked_fit_is_each_models_own_fit(case, per_member):
 
 def test_full_batch_and_a_schedule_match_too():
     X, y, _ = _data("regression")
+    X, y = X.numpy(), y.numpy()  # array-likes, as fit takes them
     fit = dict(epochs=5, batch_size=1000, lr=3e-2, lr_schedule="constant", kl_weight=0.5)
     alone = _models("fixed noise", 1)
     _one_by_one(alone, X, y, False, **fit)
@@ -128,5 +129,7 @@ def test_what_cannot_be_stacked_is_refused_by_name():
     assert "hooks" in why_not_stacked_vi([make(), hooked])
     with pytest.raises(ValueError, match="one seed per model"):
         fit_stacked([make(), make()], X, y, seeds=[0], epochs=1, progress=False)
+    with pytest.raises(TypeError, match="X must be numeric"):
+        fit_stacked([make()], "rows", y, seeds=[0], progress=False)
     with pytest.raises(ValueError, match="elementwise"):
         fit_stacked([make()], X, y, seeds=[0], optimizer=torch.optim.LBFGS, progress=False)
