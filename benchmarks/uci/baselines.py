@@ -43,6 +43,8 @@ __all__ = [
     "ensemble_train",
     "laplace_grid",
     "swag_grid",
+    "report_swag_laplace",
+    "swag_laplace_model",
     "swag_laplace_train",
 ]
 
@@ -333,26 +335,44 @@ def swag_laplace_train(
         >>> out[0][0].shape, out[1][0].shape
         (torch.Size([5, 40, 1]), torch.Size([5, 40, 1]))
     """
+    model, fit_options = swag_laplace_model(method, x.shape, hidden, seed, num_samples)
+    model.fit(
+        x,
+        y,
+        epochs=max(checkpoints),
+        batch_size=int(config["batch_size"]),
+        lr=float(config["lr"]),
+        progress=False,
+        seed=seed,
+        weight_decay=float(config["weight_decay"]),
+        **fit_options,
+    )
+    report_swag_laplace(model, seed, max(checkpoints), report)
+
+
+def swag_laplace_model(
+    method: str, shape: torch.Size, hidden: int, seed: int, num_samples: int
+) -> tuple[BaseBayesianMethod, dict[str, Any]]:
+    """``method``'s (``"swag"`` or ``"laplace"``) model on training inputs of ``shape``
+    ``(N, D)``, its initial weights drawn under ``seed``, and its own fit options.
+
+    Example:
+        >>> model, options = swag_laplace_model("swag", torch.Size((40, 3)), 8, 0, 5)
+        >>> type(model).__name__, options
+        ('SWAG', {'optimizer': 'sgd'})
+    """
     if method not in _WEIGHT_DECAY_SETUPS:
         raise ValueError(f"method must be one of {tuple(_WEIGHT_DECAY_SETUPS)}, got {method!r}")
     options, fit_options = _WEIGHT_DECAY_SETUPS[method]
     torch.manual_seed(seed)
-    model = _fit(
-        method,
-        mlp(x.shape[1], [hidden], 1),
-        Gaussian(scale="learned"),
-        config,
-        x,
-        y,
-        epochs=max(checkpoints),
-        seed=seed,
-        options={"num_samples": num_samples, **options},
-        weight_decay=float(config["weight_decay"]),
-        **fit_options,
-    )
-    if method == "laplace":
-        model.optimize_prior_precision()  # type: ignore[attr-defined]
-    report(
-        max(checkpoints),
-        lambda x_eval: model.predictive_gaussian(x_eval, seed=_prediction_seed(seed)),
-    )
+    net = mlp(shape[1], [hidden], 1)
+    model = make(method, net, Gaussian(scale="learned"), num_samples=num_samples, **options)
+    return model, dict(fit_options)
+
+
+def report_swag_laplace(model: BaseBayesianMethod, seed: int, epoch: int, report: Report) -> None:
+    """Report a trained SWAG or Laplace ``model``'s Gaussian predictive (Laplace: after its
+    prior precision is chosen by the evidence), drawn with the run's prediction seed."""
+    if hasattr(model, "optimize_prior_precision"):
+        model.optimize_prior_precision()
+    report(epoch, lambda x_eval: model.predictive_gaussian(x_eval, seed=_prediction_seed(seed)))

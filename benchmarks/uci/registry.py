@@ -12,7 +12,7 @@ import functools
 from collections.abc import Iterable
 
 import bnn_pyro
-from benchmarks.uci import baselines, dropout_stacked, variational
+from benchmarks.uci import baselines, baselines_stacked, variational
 from benchmarks.uci.method import MethodSpec
 
 __all__ = ["METHODS", "available_methods", "get_method"]
@@ -63,7 +63,7 @@ METHODS: dict[str, MethodSpec] = _keyed(
             grid=baselines.dropout_grid,
             train=baselines.dropout_train,
             cost=5.0,
-            train_stacked=dropout_stacked.dropout_train_stacked,
+            train_stacked=baselines_stacked.dropout_train_stacked,
         ),
         MethodSpec(
             name="ensemble",
@@ -80,6 +80,9 @@ METHODS: dict[str, MethodSpec] = _keyed(
             grid=baselines.swag_grid,
             train=functools.partial(baselines.swag_laplace_train, method="swag"),
             cost=4.0,
+            train_stacked=functools.partial(
+                baselines_stacked.swag_laplace_train_stacked, method="swag"
+            ),
         ),
         MethodSpec(
             name="laplace",
@@ -88,6 +91,9 @@ METHODS: dict[str, MethodSpec] = _keyed(
             grid=baselines.laplace_grid,
             train=functools.partial(baselines.swag_laplace_train, method="laplace"),
             cost=3.0,
+            train_stacked=functools.partial(
+                baselines_stacked.swag_laplace_train_stacked, method="laplace"
+            ),
         ),
     ]
 )

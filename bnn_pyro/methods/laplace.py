@@ -289,13 +289,24 @@ class LaplaceApproximation(ClassicMethod):
         history = History()
         if settings.epochs > 0:
             history = self._train_net((x, yt), settings, validation, "Laplace (MAP)")
+        self._after_training(x, yt, settings, dev)
+        return history
+
+    def _after_training(
+        self,
+        x: torch.Tensor,
+        yt: torch.Tensor,
+        settings: TrainSettings,
+        device: torch.device | None = None,
+    ) -> None:
+        """After the MAP phase: the posterior on ``(x, yt)`` (``device``: the net's)."""
+        dev = self._move(None) if device is None else device
         step = max(settings.batch_size, 256)  # curvature batches: views, no DataLoader collation
         rows = distributed.partition(len(x))  # under torch.distributed: a part per rank, summed
         x, yt = (x, yt) if len(rows) == len(x) else (x[rows], yt[rows])
         self._fit_posterior(
             [(x[i : i + step], yt[i : i + step]) for i in range(0, len(x), step)], dev, True
         )
-        return history
 
     def _move(self, device: str | torch.device | None) -> torch.device:
         if device is not None:

@@ -23,7 +23,7 @@ from bnn_pyro.methods._training import (
     modes,
     module_device,
 )
-from bnn_pyro.training import History
+from bnn_pyro.training import Callback, History
 
 __all__ = ["SWAG"]
 
@@ -113,6 +113,30 @@ class SWAG(ClassicMethod):
         self.register_buffer("swag_n_models", torch.zeros((), dtype=torch.long))
 
     fit_defaults = {"lr": 1e-2, "optimizer": "sgd"}  # constant-lr SGD, as Maddox et al.
+
+    def _collector(self, epochs: int, swa_start: int | None = None) -> Callback:
+        """Clear the snapshots and return the epoch callback that collects one per epoch from
+        ``swa_start`` (default ``epochs // 2``) on; checks ``swa_start`` first."""
+        if swa_start is None:
+            swa_start = epochs // 2
+        check_int("swa_start", swa_start, minimum=0)
+        if swa_start >= epochs:
+            raise ValueError(f"swa_start must be < epochs = {epochs}, got {swa_start}")
+        self.reset()
+
+        def collect(method: object, epoch: int, history: History) -> None:
+            if epoch >= swa_start:
+                self.collect_model()
+
+        return collect
+
+    def _after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
+        """After the SGD run: the BatchNorm refresh data and the noise (see :meth:`_fit`)."""
+        if self.bn_loader is None and any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
+        ):
+            self.bn_loader = DataLoader(TensorDataset(x), batch_size=settings.batch_size)
+        self._refit_noise(x, yt, settings.seed)
 
     @property
     def n_models(self) -> int:
@@ -268,24 +292,8 @@ class SWAG(ClassicMethod):
             >>> swag.n_models, len(history["loss"])
             (2, 4)
         """
-        swa_start = (
-            settings.epochs // 2
-            if swa_start is None
-            else check_int("swa_start", swa_start, minimum=0)
-        )
-        if swa_start >= settings.epochs:
-            raise ValueError(f"swa_start must be < epochs = {settings.epochs}, got {swa_start}")
         x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
-        self.reset()
-
-        def collect(method: SWAG, epoch: int, history: History) -> None:
-            if epoch >= swa_start:
-                self.collect_model()
-
+        collect = self._collector(settings.epochs, swa_start)
         history = self._train_net((x, yt), settings, validation, "SWAG", before=[collect])
-        if self.bn_loader is None and any(
-            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
-        ):
-            self.bn_loader = DataLoader(TensorDataset(x), batch_size=settings.batch_size)
-        self._refit_noise(x, yt, settings.seed)
+        self._after_training(x, yt, settings)
         return history

@@ -246,11 +246,13 @@ def fit_stacked(
     callbacks: Iterable[Callback] = (),
     progress: bool = True,
 ) -> History:
-    """Train K ``VariationalBNN`` (or K ``MCDropout``) models as one; each ends as its own
-    ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to float rounding).
+    """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation``)
+    models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
+    float rounding).
 
-    ``MCDropout`` models go to :func:`bnn_pyro.methods._dropout_stacked.fit_dropout_stacked`
-    (there ``kl_weight`` and ``callbacks`` do not apply; ``weight_decay`` applies there only).
+    ``MCDropout``, ``SWAG`` and ``LaplaceApproximation`` models go to
+    :func:`bnn_pyro.methods._classic_stacked.fit_classic_stacked` (there ``kl_weight`` and
+    ``callbacks`` do not apply; ``weight_decay`` applies there only).
 
     Args:
         bnns: K models of one architecture (see :func:`why_not_stacked_vi`).
@@ -274,22 +276,20 @@ def fit_stacked(
         >>> len(history["member_loss"][-1])
         3
     """
-    from bnn_pyro.methods.mc_dropout import MCDropout
+    from bnn_pyro.methods._classic_stacked import fit_classic_stacked, stacked_classes
     from bnn_pyro.training.svi import DEFAULT_SCHEDULE
 
     X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
-    if bnns and all(type(b) is MCDropout for b in bnns):
+    if bnns and any(type(b) in stacked_classes() for b in bnns):
         if kl_weight != 1.0 or list(callbacks):
-            raise ValueError("kl_weight and callbacks do not apply to MCDropout models")
-        from bnn_pyro.methods._dropout_stacked import fit_dropout_stacked
-
-        return fit_dropout_stacked(
+            raise ValueError(f"kl_weight and callbacks do not apply to {type(bnns[0]).__name__}")
+        return fit_classic_stacked(
             bnns, X, y, seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr,
             weight_decay=weight_decay, optimizer=optimizer, lr_schedule=lr_schedule,
             progress=progress,
         )  # fmt: skip
     if weight_decay:
-        raise ValueError("weight_decay applies to MCDropout models (VI has its prior)")
+        raise ValueError("weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)")
     lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
     reason = why_not_stacked_vi(bnns)
     if reason is not None:

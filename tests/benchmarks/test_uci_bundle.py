@@ -23,20 +23,30 @@ def _small_dropout_grid(info, quick):
     return [{**base, "epochs": e, "dropout": p} for p in (0.05, 0.2) for e in (3, 6)]
 
 
+def _small_decay_grid(info, quick):
+    base = {"batch_size": 16, "lr": 3e-3}
+    return [{**base, "epochs": 4, "weight_decay": wd} for wd in (1e-4, 1e-1)]
+
+
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(60, 3, generator=g)
     y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * torch.randn(60, generator=g)
     folder = str(write_uci_folder(tmp_path / "toy", X, y, n_splits=3))
-    for name in ("vi", "lrt", "dropout"):
-        grid = _small_dropout_grid if name == "dropout" else _small_grid
+    grids = {
+        "dropout": _small_dropout_grid,
+        "swag": _small_decay_grid,
+        "laplace": _small_decay_grid,
+    }
+    for name in ("vi", "lrt", "dropout", "swag", "laplace"):
+        grid = grids.get(name, _small_grid)
         spec = dataclasses.replace(registry.METHODS[name], grid=grid)
         monkeypatch.setitem(registry.METHODS, name, spec)
     return folder
 
 
-@pytest.mark.parametrize("method", ["vi", "lrt", "dropout"])
+@pytest.mark.parametrize("method", ["vi", "lrt", "dropout", "swag", "laplace"])
 def test_bundled_records_are_the_split_by_split_records(toy, method):
     settings = BenchmarkSettings(validation_samples=20, test_samples=50)
     tasks = [Task("toy", toy, s, method) for s in range(3)]
@@ -53,7 +63,7 @@ def test_bundled_records_are_the_split_by_split_records(toy, method):
 
 
 def test_only_methods_that_stack_are_bundled():
-    tasks = [Task("a", "/a", s, m) for s in range(2) for m in ("vi", "dropout", "ensemble")]
+    tasks = [Task("a", "/a", s, m) for s in range(2) for m in ("vi", "swag", "ensemble")]
     groups = bundled(tasks)
     assert [len(g) for g in groups] == [2, 2, 1, 1]
-    assert [{t.method for t in g} for g in groups[:2]] == [{"vi"}, {"dropout"}]
+    assert [{t.method for t in g} for g in groups[:2]] == [{"vi"}, {"swag"}]

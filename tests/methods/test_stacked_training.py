@@ -192,8 +192,26 @@ def test_callbacks_and_validation_see_the_members_as_trained_so_far():
     assert len(together["member_val_loss"][0]) == 3
 
 
+def _classic(kind: str, task: str = "regression"):
+    if kind == "dropout":
+        return bp.MCDropout(_net(1, 0.2), num_samples=20, likelihood=task)
+    if kind == "swag":
+        return bp.SWAG(_net(1 if task == "regression" else 3), max_num_models=3, likelihood=task)
+    return bp.LaplaceApproximation(_net(1), task, hessian="ggn", hessian_structure="full")
+
+
+def _posterior_state(model) -> list[torch.Tensor]:
+    """What a fit leaves besides the net: SWAG's moments, Laplace's mean and precision."""
+    if isinstance(model, bp.SWAG):
+        return [model.swag_mean, model.swag_m2, model.deviations]
+    if isinstance(model, bp.LaplaceApproximation):
+        return [model._mean, model.posterior_precision]
+    return []
+
+
+@pytest.mark.parametrize("kind", ["dropout", "swag", "laplace"])
 @pytest.mark.parametrize("per_member", [False, True], ids=["shared data", "own data"])
-def test_mc_dropout_fits_stacked_equal_their_own_fits(per_member):
+def test_classic_fits_stacked_equal_their_own_fits(kind, per_member):
     X, y = _data("regression")
     if per_member:  # three different "splits" of equal size
         X = torch.stack([X, X.flip(0), X.roll(7, 0)])
@@ -203,20 +221,40 @@ def test_mc_dropout_fits_stacked_equal_their_own_fits(per_member):
         out = []
         for k in range(3):
             torch.manual_seed(10 + k)
-            out.append(bp.MCDropout(_net(1, 0.2), num_samples=20, likelihood="regression"))
+            out.append(_classic(kind))
         return out
 
-    fit = dict(epochs=3, batch_size=20, lr=1e-2, weight_decay=1e-3)
+    # SWAG: 6 epochs, snapshots from epoch 3 on (3 of them, the low-rank part has k = 3)
+    fit = dict(epochs=6 if kind == "swag" else 3, batch_size=20, lr=1e-2, weight_decay=1e-3)
     alone = models()
     for k, m in enumerate(alone):
         m.fit(X[k] if per_member else X, y[k] if per_member else y, seed=k, progress=False, **fit)
     together = models()
     history = bp.fit_stacked(together, X, y, seeds=[0, 1, 2], progress=False, **fit)
     assert len(history["member_loss"][-1]) == 3
-    # 15 steps, each member's masks and order from its own stream: float32 round-off only
+    # 15-30 steps, each member's masks and order from its own stream: float32 round-off only
     for a, b in zip(alone, together, strict=True):
         for p, q in zip(a.parameters(), b.parameters(), strict=True):
             assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+        for p, q in zip(_posterior_state(a), _posterior_state(b), strict=True):
+            # float32 round-off of the weights carried through the curvature: relative to the
+            # largest entry (small entries of a GGN are sums of cancelling terms)
+            assert torch.allclose(p, q, rtol=0.0, atol=1e-5 * float(p.abs().max()))
         assert a.noise_scale == pytest.approx(b.noise_scale, rel=1e-5)
         x_new = X[0, :4] if per_member else X[:4]
         assert torch.allclose(a.predict(x_new, seed=3)[0], b.predict(x_new, seed=3)[0], atol=1e-6)
+
+
+def test_swag_stacked_collects_one_snapshot_per_epoch_of_the_second_half():
+    X, y = _data("classification")
+    models = [_classic("swag", "classification") for _ in range(2)]
+    bp.fit_stacked(models, X, y, seeds=[0, 1], epochs=5, progress=False)
+    # epochs 2, 3, 4 are collected; the members moved apart, so their means differ
+    assert [m.n_models for m in models] == [3, 3]
+    assert not torch.allclose(models[0].swag_mean, models[1].swag_mean)
+
+
+def test_mixed_classic_methods_are_refused():
+    X, y = _data("regression")
+    with pytest.raises(ValueError, match="of one of MCDropout, SWAG, LaplaceApproximation"):
+        bp.fit_stacked([_classic("swag"), _classic("laplace")], X, y, seeds=[0, 1])

@@ -1,14 +1,20 @@
-"""K ``MCDropout`` fits in one pass (seeds, data splits): the stacked path of ``bp.fit_stacked``.
+"""K fits of one classic method in one pass (seeds, data splits): MC dropout, SWAG, Laplace.
 
-Member ``k`` keeps its own rows, its own initial weights and a generator seeded with
-``seeds[k]`` that draws its minibatch order and its dropout masks in the order its own
-``fit(..., seed=seeds[k])`` draws them from the global generator (see
-:mod:`bnn_pyro.training.stacked`); after training each member sets its noise from its own
-residuals as its own fit does. The result is each member's own fit up to float rounding.
+The stacked path of ``bp.fit_stacked`` for ``MCDropout``, ``SWAG`` and ``LaplaceApproximation``
+models. Their training is a net on the task loss (cross-entropy or squared error, with an L2
+``weight_decay``); member ``k`` keeps its own rows, its own initial weights and a generator
+seeded with ``seeds[k]`` that draws its minibatch order and its dropout masks in the order its
+own ``fit(..., seed=seeds[k])`` draws them from the global generator (see
+:mod:`bnn_pyro.training.stacked`). What each method does around the training is its own code,
+run per member: SWAG collects its snapshots after each epoch from ``epochs // 2`` on (the
+members written back first), and after training MC dropout and SWAG set the noise from their
+residuals and Laplace fits its posterior at the MAP. Each member ends as its own fit up to
+float rounding (tested).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,10 +30,24 @@ from bnn_pyro.training.stacked import (
     stacked_batches,
 )
 
-__all__ = ["fit_dropout_stacked"]
+__all__ = ["fit_classic_stacked", "stacked_classes"]
 
 
-def fit_dropout_stacked(
+def stacked_classes() -> tuple[type, ...]:
+    """The classic methods that train stacked (the classes themselves, not subclasses).
+
+    Example:
+        >>> [c.__name__ for c in stacked_classes()]
+        ['MCDropout', 'SWAG', 'LaplaceApproximation']
+    """
+    from bnn_pyro.methods.laplace import LaplaceApproximation
+    from bnn_pyro.methods.mc_dropout import MCDropout
+    from bnn_pyro.methods.swag import SWAG
+
+    return (MCDropout, SWAG, LaplaceApproximation)
+
+
+def fit_classic_stacked(
     methods: Sequence[Any],
     X: torch.Tensor,
     y: torch.Tensor,
@@ -41,15 +61,17 @@ def fit_dropout_stacked(
     lr_schedule: Any = None,
     progress: bool = True,
 ) -> History:
-    """Train K :class:`~bnn_pyro.MCDropout` models as one (see the module docstring).
+    """Train K models of one classic method as one (see the module docstring).
 
     Args:
-        methods: K ``MCDropout`` of one architecture and one likelihood.
+        methods: K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation`` of one class, one
+            architecture and one likelihood.
         X: ``(N, D)`` shared, or ``(K, N, D)`` one set per member; y: ``(N, ...)`` or
             ``(K, N, ...)``.
         seeds: one per member, as ``fit(seed=)``.
-        epochs, batch_size, lr, weight_decay, optimizer, lr_schedule, progress: as
-            ``MCDropout.fit`` (``optimizer``: an elementwise one; default the class's).
+        epochs, batch_size, lr, weight_decay, optimizer, lr_schedule, progress: as the
+            class's ``fit`` (``optimizer``: an elementwise one; default the class's: Adam,
+            SWAG's SGD with momentum 0.9).
 
     Returns:
         The :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean), ``member_loss``.
@@ -59,19 +81,19 @@ def fit_dropout_stacked(
 
     Example:
         >>> import bnn_pyro as bp, torch.nn as nn
-        >>> make = lambda: nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Dropout(0.1),
-        ...                              nn.Linear(8, 1))
-        >>> models = [bp.MCDropout(make(), likelihood="regression") for _ in range(3)]
+        >>> make = lambda: nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
+        >>> models = [bp.SWAG(make(), likelihood="regression") for _ in range(3)]
         >>> X = torch.randn(64, 2); y = X.sum(-1)
-        >>> history = fit_dropout_stacked(models, X, y, seeds=[0, 1, 2], epochs=2,
+        >>> history = fit_classic_stacked(models, X, y, seeds=[0, 1, 2], epochs=4,
         ...                               progress=False)
-        >>> len(history["member_loss"][-1])
-        3
+        >>> len(history["member_loss"][-1]), [m.n_models for m in models]
+        (3, [2, 2, 2])
     """
-    from bnn_pyro.methods.mc_dropout import MCDropout
-
-    if any(type(m) is not MCDropout for m in methods):
-        raise ValueError("fit_stacked trains MCDropout models (the class itself) here")
+    classes = stacked_classes()
+    kind = type(methods[0]) if methods else None
+    if kind not in classes or any(type(m) is not kind for m in methods):
+        names = ", ".join(c.__name__ for c in classes)
+        raise ValueError(f"fit_stacked trains models of one of {names} (the class itself) here")
     if len({m.task for m in methods}) > 1:
         raise ValueError("the models must share one likelihood")
     if len(seeds) != len(methods):
@@ -92,7 +114,14 @@ def fit_dropout_stacked(
         raise ValueError(f"these models cannot be trained stacked: {reason}")
     lr = first.fit_defaults["lr"] if lr is None else lr
     settings = check_fit_args(
-        epochs, batch_size, lr, weight_decay, optimizer, progress, None, lr_schedule=lr_schedule
+        epochs,
+        batch_size,
+        lr,
+        weight_decay,
+        optimizer,
+        progress,
+        None,
+        lr_schedule=lr_schedule,
     )
     data = [
         m._fit_data(X[k] if per_member else X, y[k] if per_member else y, m.model, m.model, None)
@@ -101,14 +130,27 @@ def fit_dropout_stacked(
     xs = torch.stack([d[0] for d in data])
     ys = torch.stack([d[1] for d in data])
     generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    # each member's own epoch callbacks (SWAG's snapshots), the members written back first
+    member_callbacks = [
+        [m._collector(settings.epochs)] if hasattr(m, "_collector") else [] for m in methods
+    ]
     stacked = StackedModels(nets, xs[0], generators)
+
+    def per_member_callbacks(_: Any, epoch: int, history: History) -> None:
+        if any(member_callbacks):
+            stacked.write_back(nets)
+        for m, callbacks in zip(methods, member_callbacks, strict=True):
+            for callback in callbacks:
+                callback(m, epoch, history)
+
     opt = make_optimizer(
         settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
     )
+    name = kind.__name__
     step = StackedLossStep(
         lambda xb, yb: member_task_losses(stacked(xb), yb, first.task),
         opt,
-        desc=f"MCDropout (lr={lr})",
+        desc=f"{name} (lr={lr})",
     )
     stacked.train()
     try:
@@ -117,13 +159,14 @@ def fit_dropout_stacked(
             step,
             stacked_batches(xs, ys, settings.batch_size, generators, per_member=True),
             epochs=settings.epochs,
+            callbacks=[per_member_callbacks],
             progress=settings.progress,
-            desc=f"MCDropout, {len(nets)} models stacked",
+            desc=f"{name}, {len(nets)} models stacked",
             lr_schedule=settings.lr_schedule,
         )
     finally:
         stacked.write_back(nets)
     for m, (x, yt, _), seed in zip(methods, data, seeds, strict=True):
-        m._refit_noise(x, yt, int(seed))
+        m._after_training(x, yt, dataclasses.replace(settings, seed=int(seed)))
         m._seen_input = tuple(x.shape[1:])
     return history
