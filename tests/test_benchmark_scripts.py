@@ -57,3 +57,19 @@ def test_demo_script_runs_as_a_script():
     # benchmarks/results/demo.md); here only that the script starts from the command line
     text = _run("demo.py", "--help")
     assert "--output" in text
+
+
+def test_uci_projection_quick_projects_every_method_from_two_scaled_runs():
+    text = _run(os.path.join("uci", "projection.py"), "--quick")
+    # the four shared sets come from the committed run, the quick set from its two runs
+    assert (
+        len(re.findall(r"^\| (boston|concrete|energy|yacht) \| .* \| measured \|", text, re.M)) == 4
+    )
+    runs = re.findall(
+        r"^\| wine \| (\w+) \| [0-9.]+ s / ([0-9,]+), [0-9.]+ s / ([0-9,]+) \|", text, re.M
+    )
+    assert sorted(m for m, _, _ in runs) == sorted(
+        ["vi", "lrt", "dropout", "ensemble", "swag", "laplace"]
+    )
+    # the second run trains every configuration (and the final fit) for twice the epochs
+    assert all(int(b.replace(",", "")) == 2 * int(a.replace(",", "")) for _, a, b in runs), runs

@@ -1,0 +1,245 @@
+"""Projected time of the nine-set UCI benchmark, from timed runs at the sizes not shared here.
+
+The standard benchmark (Hernández-Lobato & Adams 2015) has nine data sets. Four are shared
+(``../shared/data/uci``): their time is the committed full run's (``benchmarks/results/uci/
+uci_runs.jsonl``: each record's search and final seconds, summed per data set and method). The
+other five are stood in for by synthetic sets of their size (rows × features, splits: wine
+1,599 × 11, kin8nm 8,192 × 8, naval 11,934 × 16, power 9,568 × 4, each over 20 splits; protein
+45,730 × 9 over 5), written in the UCI folder format (:func:`benchmarks.uci.writer.
+write_uci_folder`; no settings files, so the grids take their defaults, as a folder without
+Gal's files would).
+
+Full grids take hours at these sizes, so each (set, method) runs through the harness's own
+:func:`~benchmarks.uci.bundle.run_bundle` (every split, the same protocol, grids and scoring)
+twice, every configuration's epochs scaled to ``e1 = max(1, round(e · f))`` and then ``2 · e1``
+(``f = 80 / rows``, so each run trains a similar number of steps). The time is modelled as
+``a + b · E``, ``E`` the epochs trained over all splits (each grid configuration's and the
+final fit's): the two runs give ``a`` (scoring, the Laplace curvature, set-up) and ``b`` (per
+epoch), and the full run's ``E`` (its final fit counted at the grid's mean epochs, the chosen
+configuration being unknown) gives the projection. The wall time with ``--jobs 2`` schedules
+the (set, method) jobs largest first on two workers (a job of the harness is one split, or
+all splits of a stacked method: it never splits further).
+
+One thread, as the harness's workers. Run: ``python -m benchmarks.uci.projection [--quick]``;
+the full run writes ``benchmarks/results/uci_projection.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # run as a script too
+
+from benchmarks._report import publish  # noqa: E402
+from benchmarks.uci import registry  # noqa: E402
+from benchmarks.uci.bundle import run_bundle  # noqa: E402
+from benchmarks.uci.data import load_uci_split  # noqa: E402
+from benchmarks.uci.runner import BenchmarkSettings, Task, dataset_info  # noqa: E402
+from benchmarks.uci.writer import write_uci_folder  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results", "uci_projection.md")
+RUNS = os.path.join(ROOT, "benchmarks", "results", "uci", "uci_runs.jsonl")
+
+#: The nine sets: name -> (rows, features, splits); ``shared`` names the folder measured in full.
+NINE_SETS: dict[str, tuple[int, int, int]] = {
+    "boston": (506, 13, 20),
+    "concrete": (1030, 8, 20),
+    "energy": (768, 8, 20),
+    "kin8nm": (8192, 8, 20),
+    "naval": (11934, 16, 20),
+    "power": (9568, 4, 20),
+    "protein": (45730, 9, 5),
+    "wine": (1599, 11, 20),
+    "yacht": (308, 6, 20),
+}
+SHARED = {"boston": "bostonHousing", "concrete": "concrete", "energy": "energy", "yacht": "yacht"}
+ROWS_PER_EPOCH_SCALE = 80.0  # f = 80 / rows
+
+
+def synthetic_folder(path: Path, rows: int, features: int, splits: int, seed: int = 0) -> Path:
+    """A smooth nonlinear regression set of ``rows`` × ``features`` in the UCI folder format.
+
+    Example:
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = synthetic_folder(Path(tmp) / "toy", 50, 3, 2)
+        ...     load_uci_split(folder, 1).X_train.shape
+        torch.Size([45, 3])
+    """
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(rows, features, generator=g)
+    w = torch.randn(features, 2, generator=g) / math.sqrt(features)
+    h = X @ w
+    y = torch.sin(2 * h[:, 0]) + 0.5 * h[:, 1] ** 2 + 0.1 * torch.randn(rows, generator=g)
+    return write_uci_folder(path, X, y, n_splits=splits)
+
+
+def scaled_grid(grid: Callable[..., list[dict[str, Any]]], f: float, mult: int) -> Callable:
+    """``grid`` with every configuration's epochs ``mult · max(1, round(e · f))``.
+
+    Example:
+        >>> scaled = scaled_grid(lambda info, quick: [{"epochs": 400}, {"epochs": 40}], 0.01, 2)
+        >>> [c["epochs"] for c in scaled(None, False)]
+        [8, 2]
+    """
+
+    def scaled(info: Any, quick: bool) -> list[dict[str, Any]]:
+        return [{**c, "epochs": mult * max(1, round(c["epochs"] * f))} for c in grid(info, quick)]
+
+    return scaled
+
+
+def timed_bundle(
+    folder: str, method: str, splits: int, settings: BenchmarkSettings, f: float, mult: int
+) -> tuple[float, int]:
+    """Seconds and epochs trained (all splits) of ``method`` on ``folder`` with scaled grids."""
+    spec = registry.METHODS[method]
+    grid = scaled_grid(spec.grid, f, mult)
+    registry.METHODS[method] = dataclasses.replace(spec, grid=grid)
+    try:
+        tasks = [Task(Path(folder).name, folder, s, method) for s in range(splits)]
+        start = time.perf_counter()
+        records = run_bundle(tasks, settings)
+        seconds = time.perf_counter() - start
+    finally:
+        registry.METHODS[method] = spec
+    info = dataset_info(folder, load_uci_split(folder, 0))
+    searched = sum(c["epochs"] for c in grid(info, settings.quick))
+    epochs = sum(searched + int(r["config"]["epochs"]) for r in records)
+    return seconds, epochs
+
+
+def full_epochs(folder: str, method: str, splits: int, quick: bool = False) -> float:
+    """Epochs the full run trains over all splits: the grid's, and the final fit's at the
+    grid's mean epochs."""
+    info = dataset_info(folder, load_uci_split(folder, 0))
+    grid = registry.METHODS[method].grid(info, quick)
+    per_split = [c["epochs"] for c in grid]
+    return splits * (sum(per_split) + sum(per_split) / len(per_split))
+
+
+def project(folder: str, method: str, splits: int, settings: BenchmarkSettings, f: float) -> dict:
+    """The two scaled runs of (``folder``, ``method``) and the full run's projected seconds."""
+    t1, e1 = timed_bundle(folder, method, splits, settings, f, 1)
+    t2, e2 = timed_bundle(folder, method, splits, settings, f, 2)
+    per_epoch = max(0.0, (t2 - t1) / (e2 - e1))
+    fixed = max(0.0, t1 - per_epoch * e1)
+    epochs = full_epochs(folder, method, splits, settings.quick)
+    return {"runs": [[t1, e1], [t2, e2]], "epochs": epochs, "seconds": fixed + per_epoch * epochs}
+
+
+def measured_seconds(path: str) -> dict[tuple[str, str], float]:
+    """Seconds per (data set, method) of a committed run's records."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            r = json.loads(line)
+            out[(r["dataset"], r["method"])] += r["search_seconds"] + r["final_seconds"]
+    return dict(out)
+
+
+def two_worker_wall(jobs: list[float]) -> float:
+    """Largest first onto the less loaded of two workers: the later finish.
+
+    Example:
+        >>> two_worker_wall([5.0, 3.0, 3.0, 1.0])
+        6.0
+    """
+    loads = [0.0, 0.0]
+    for job in sorted(jobs, reverse=True):
+        loads[loads.index(min(loads))] += job
+    return max(loads)
+
+
+def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: dict) -> str:
+    methods = registry.available_methods()
+    total = sum(seconds.values())
+    wall = two_worker_wall(list(seconds.values()))
+    lines = [
+        "# The nine-set UCI benchmark: projected time",
+        "",
+        f"Projected with `benchmarks/uci/projection.py` ({time.strftime('%Y-%m-%d')}, one thread "
+        "per worker): **{:.0f} CPU-minutes, about {:.0f} minutes wall with `--jobs 2`** ".format(
+            total / 60, wall / 60
+        )
+        + "(the jobs scheduled largest first on two workers).",
+        "",
+        "| data set | rows × features, splits | from | " + " | ".join(methods) + " | total (min) |",
+        "|---|---|---|" + "---|" * (len(methods) + 1),
+    ]
+    for name, (rows, features, splits) in NINE_SETS.items():
+        row = [seconds.get((name, m), 0.0) for m in methods]
+        cells = " | ".join(f"{s / 60:.1f}" for s in row)
+        lines.append(
+            f"| {name} | {rows:,} × {features}, {splits} | {source.get(name, '-')} | {cells} | "
+            f"{sum(row) / 60:.1f} |"
+        )
+    lines += [
+        "",
+        "Minutes per method (one thread). *measured*: the committed four-set run "
+        "(`benchmarks/results/uci/uci_runs.jsonl`); *projected*: a synthetic set of that size, "
+        "each method run twice with its grid's epochs scaled (table below), time = a + b × "
+        "epochs.",
+        "",
+        "| data set | method | scaled runs (s, epochs) | full-run epochs | projected (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for (name, method), run in runs.items():
+        scaled = ", ".join(f"{t:.1f} s / {e:,}" for t, e in run["runs"])
+        lines.append(
+            f"| {name} | {method} | {scaled} | {run['epochs']:,.0f} | {run['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one small set, two splits (smoke)")
+    parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
+    parser.add_argument("--runs", default=RUNS, help="the four-set run's uci_runs.jsonl")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seconds = measured_seconds(args.runs)
+    names = {folder: name for name, folder in SHARED.items()}
+    seconds = {(names.get(d, d), m): s for (d, m), s in seconds.items()}
+    source = {name: "measured" for name in SHARED}
+    sizes = {n: v for n, v in NINE_SETS.items() if n not in SHARED}
+    settings = BenchmarkSettings(validation_samples=200, test_samples=1000)
+    if args.quick:  # the quick grids, one small set: a smoke run of the whole script
+        sizes = {"wine": (300, 4, 2)}
+        settings = BenchmarkSettings(quick=True, validation_samples=20, test_samples=50)
+    runs: dict[tuple[str, str], dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        # first use of each method in the process (torch.func's set-up, allocator growth) off
+        # the clock: a quick-grid run on a small set
+        warm = str(synthetic_folder(Path(tmp) / "warm-up", 200, 4, 2))
+        for method in registry.available_methods():
+            run_bundle([Task("warm-up", warm, s, method) for s in range(2)], BenchmarkSettings(
+                quick=True, validation_samples=20, test_samples=50))  # fmt: skip
+        for name, (rows, features, splits) in sizes.items():
+            folder = str(synthetic_folder(Path(tmp) / name, rows, features, splits))
+            f = 1.0 if args.quick else min(1.0, ROWS_PER_EPOCH_SCALE / rows)
+            for method in registry.available_methods():
+                runs[(name, method)] = project(folder, method, splits, settings, f)
+                seconds[(name, method)] = runs[(name, method)]["seconds"]
+                print(f"{name} {method}: {runs[(name, method)]}", file=sys.stderr, flush=True)
+            source[name] = "projected"
+    text = report(seconds, source, runs)
+    publish(text, None if args.quick else args.output)
+
+
+if __name__ == "__main__":
+    main()
