@@ -21,7 +21,6 @@ from pyro.infer import autoguide
 from bnn_pyro._checks import check_float, check_instance, check_int, check_module
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
-from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.inputs import InputSpec, input_spec
 from bnn_pyro.nn.pyro_net import make_bayesian_
 from bnn_pyro.nn.support import check_supported_layers
@@ -193,8 +192,7 @@ class VariationalBNN(SVIModel):
     def _outputs(
         self, X: torch.Tensor, samples: Mapping[str, torch.Tensor], chunk_size: int | None
     ) -> torch.Tensor:
-        num = next(iter(samples.values())).shape[0]
-        chunk = chunk_size or chunk_rows(self.net, num)
+        chunk = chunk_size  # None: the evaluator sizes its passes
         was_training = self.net.training
         self.net.eval()
         try:

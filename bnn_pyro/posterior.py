@@ -21,7 +21,8 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._streaming import fill_rows
 from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
-from bnn_pyro.nn.batched import BatchedTwin, same_results
+from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, same_results
+from bnn_pyro.nn.chain import LinearChain
 from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite
 
 __all__ = ["draw_posterior", "NetEvaluator"]
@@ -88,6 +89,8 @@ class NetEvaluator:
         self.batched: bool | None = None  # decided on first use
         self._paths = {s.name: f"{s.module_name}.{s.param_name}".lstrip(".") for s in sites}
         self._twin = BatchedTwin(plain, list(self._paths.values()))
+        self._chain = LinearChain.of(plain)  # the prediction kernel of a plain MLP, or None
+        self._plain = plain
 
     def _shared(self) -> dict[str, torch.Tensor]:
         named = {**dict(self.net.named_parameters()), **dict(self.net.named_buffers())}
@@ -98,6 +101,13 @@ class NetEvaluator:
     ) -> torch.Tensor:
         stacked = {self._paths[name]: value for name, value in params.items()}
         return self._twin.run(self._shared(), stacked, x, chunk, self.net.training)
+
+    def _chained(
+        self, params: Mapping[str, torch.Tensor], x: torch.Tensor, chunk: int | None = None
+    ) -> torch.Tensor:
+        assert self._chain is not None
+        tensors = {**self._shared(), **{self._paths[k]: v for k, v in params.items()}}
+        return self._chain.run(tensors, x, chunk)
 
     def _vmapped(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         def one(p: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -110,6 +120,13 @@ class NetEvaluator:
         self.batched = same_results(
             lambda: self._batched(probe, x[:3]), lambda: self._vmapped(probe, x[:3])
         )
+        if self._chain is not None and not (
+            self.batched
+            and same_results(
+                lambda: self._chained(probe, x[:3]), lambda: self._vmapped(probe, x[:3])
+            )
+        ):
+            self._chain = None
 
     @torch.no_grad()
     def __call__(
@@ -117,22 +134,29 @@ class NetEvaluator:
     ) -> torch.Tensor:
         """Net outputs for every sample, ``chunk_size`` rows at a time.
 
+        A net that is a chain of linear layers and activations runs through
+        :class:`~bnn_pyro.nn.chain.LinearChain` (blocks of samples, see there), any other
+        through the twin in chunks of rows, or ``vmap`` when the twin does not apply.
+
         Args:
             params: ``{site: (S, *site_shape)}`` (other keys are ignored).
             x: ``(n, ...)`` inputs.
-            chunk_size: rows per pass (default: all).
+            chunk_size: at most this many rows per pass (default: sized from the layer widths
+                and ``S``, so that one pass's activations stay within a few MB).
 
         Returns:
             ``(S, n, ...)``.
         """
         params = {k: params[k] for k in self.site_names}
-        chunk = chunk_size or x.shape[0]
         if self.batched is None:
             self._decide(params, x)
+        num_samples = next(iter(params.values())).shape[0]
+        chunk = chunk_size or chunk_rows(self._plain, num_samples)
         if not self.batched:
             return fill_rows(lambda a, b: self._vmapped(params, x[a:b]), x.shape[0], chunk)
-        num_samples = next(iter(params.values())).shape[0]
         if num_samples == 1:  # a lone sample dim of size 1 reads as "no sample dim": pad to 2
             padded = {k: v.expand(2, *v.shape[1:]) for k, v in params.items()}
-            return self._batched(padded, x, chunk)[:1]
+            return self(padded, x, chunk_size)[:1]
+        if self._chain is not None:
+            return self._chained(params, x, chunk_size)
         return self._batched(params, x, chunk)
