@@ -43,9 +43,9 @@ def bundled(tasks: list[Task]) -> list[list[Task]]:
     group per task otherwise (in the order the groups first appear).
 
     Example:
-        >>> tasks = [Task("a", "/a", s, m) for s in (0, 1) for m in ("vi", "swag")]
+        >>> tasks = [Task("a", "/a", s, m) for s in (0, 1) for m in ("vi", "ensemble")]
         >>> [[(t.split, t.method) for t in g] for g in bundled(tasks)]
-        [[(0, 'vi'), (1, 'vi')], [(0, 'swag')], [(1, 'swag')]]
+        [[(0, 'vi'), (1, 'vi')], [(0, 'ensemble')], [(1, 'ensemble')]]
     """
     groups: dict[Any, list[Task]] = {}
     for i, task in enumerate(tasks):

@@ -2,7 +2,7 @@
 
 The standard benchmark (Hernández-Lobato & Adams 2015) has nine data sets. Four are shared
 (``../shared/data/uci``): their time is the committed full run's (``benchmarks/results/uci/
-uci_runs.jsonl``: each record's search and final seconds, summed per data set and method). The
+uci.json``: each record's search and final seconds, summed per data set and method). The
 other five are stood in for by synthetic sets of their size (rows × features, splits: wine
 1,599 × 11, kin8nm 8,192 × 8, naval 11,934 × 16, power 9,568 × 4, each over 20 splits; protein
 45,730 × 9 over 5), written in the UCI folder format (:func:`benchmarks.uci.writer.
@@ -52,7 +52,7 @@ from benchmarks.uci.runner import BenchmarkSettings, Task, dataset_info  # noqa:
 from benchmarks.uci.writer import write_uci_folder  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results", "uci_projection.md")
-RUNS = os.path.join(ROOT, "benchmarks", "results", "uci", "uci_runs.jsonl")
+RUNS = os.path.join(ROOT, "benchmarks", "results", "uci", "uci.json")
 
 #: The nine sets: name -> (rows, features, splits); ``shared`` names the folder measured in full.
 NINE_SETS: dict[str, tuple[int, int, int]] = {
@@ -142,11 +142,10 @@ def project(folder: str, method: str, splits: int, settings: BenchmarkSettings, 
 
 
 def measured_seconds(path: str) -> dict[tuple[str, str], float]:
-    """Seconds per (data set, method) of a committed run's records."""
+    """Seconds per (data set, method) of a committed run's records (its ``uci.json``)."""
     out: dict[tuple[str, str], float] = defaultdict(float)
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            r = json.loads(line)
+        for r in json.load(handle)["runs"]:
             out[(r["dataset"], r["method"])] += r["search_seconds"] + r["final_seconds"]
     return dict(out)
 
@@ -190,7 +189,7 @@ def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: 
     lines += [
         "",
         "Minutes per method (one thread). *measured*: the committed four-set run "
-        "(`benchmarks/results/uci/uci_runs.jsonl`); *projected*: a synthetic set of that size, "
+        "(`benchmarks/results/uci/uci.json`); *projected*: a synthetic set of that size, "
         "each method run twice with its grid's epochs scaled (table below), time = a + b × "
         "epochs.",
         "",
@@ -209,7 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small set, two splits (smoke)")
     parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
-    parser.add_argument("--runs", default=RUNS, help="the four-set run's uci_runs.jsonl")
+    parser.add_argument("--runs", default=RUNS, help="the four-set run's uci.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     seconds = measured_seconds(args.runs)
