@@ -166,6 +166,8 @@ def map_phase(
         )  # fmt: skip
     finally:
         bnn.local_reparameterization = estimator
+        for p in params:  # the last MAP step's gradient must not add to SVI's first one
+            p.grad = None
     with torch.no_grad():
         for s in guide._sites:
             key = guide._key(s.name)

@@ -30,8 +30,10 @@ from bnn_pyro._checks import as_tensor
 from bnn_pyro._rng import seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
+from bnn_pyro.map_init import check_init, map_phase
 from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.pyro_net import _site_prior
+from bnn_pyro.training.batches import shuffled_batches
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
@@ -245,6 +247,8 @@ def fit_stacked(
     lr_schedule: Any = None,
     callbacks: Iterable[Callback] = (),
     progress: bool = True,
+    init: str | None = None,
+    map_epochs: int | None = None,
 ) -> History:
     """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation``)
     models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
@@ -264,6 +268,9 @@ def fit_stacked(
             :meth:`bnn_pyro.VariationalBNN.fit` (``optimizer``: an elementwise one;
             ``lr=None``: the class's default; ``lr_schedule=None``: the SVI default, cosine).
         callbacks: ``fn(bnns, epoch, history)`` after each epoch, the models written back.
+        init, map_epochs: as in :meth:`bnn_pyro.VariationalBNN.fit`: with ``init="map"`` each
+            member runs its own MAP phase (:func:`bnn_pyro.map_init.map_phase`, one member at
+            a time, on its own minibatch order) before the stacked SVI.
 
     Returns:
         A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.
@@ -290,6 +297,9 @@ def fit_stacked(
         )  # fmt: skip
     if weight_decay:
         raise ValueError("weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)")
+    if init is not None or map_epochs is not None:
+        for b in bnns:
+            map_epochs = check_init(b, init, map_epochs, epochs)
     lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
     reason = why_not_stacked_vi(bnns)
     if reason is not None:
@@ -314,6 +324,12 @@ def fit_stacked(
             g.set_state(torch.get_rng_state())
         b.dataset_size = n
         generators.append(g)
+    order = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    if map_epochs:  # as fit(init="map"): each member's MAP phase on its own minibatch order
+        for b, x, t, g, seed in zip(bnns, xs, ys, order, seeds, strict=True):
+            member_batches = shuffled_batches(x, t, min(batch_size, n), True, int(seed))
+            map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
+            g.set_state(member_batches.generator.get_state())
     stacked = StackedVI(bnns, generators, n, kl_weight)
     x_all, y_all = torch.stack(xs), torch.stack(ys)
     if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
@@ -322,7 +338,6 @@ def fit_stacked(
             return [(x_all, y_all)]
 
     else:
-        order = [torch.Generator().manual_seed(int(s)) for s in seeds]
         batches = stacked_batches(x_all, y_all, batch_size, order, per_member=True)
     opt = make_optimizer(optimizer, stacked.parameters(), lr)
     step = StackedLossStep(stacked.member_losses, opt, f"fit_stacked (lr={lr})", weighted=False)

@@ -108,6 +108,23 @@ def test_svi_starts_from_the_map_weights():
     assert not torch.equal(_locs(bnn), locs)  # and SVI moved on from there
 
 
+def test_svi_continues_a_map_start_as_it_would_a_copied_one():
+    """The MAP phase leaves nothing behind but the guide: SVI from a MAP start equals SVI from a
+    fresh model holding the same guide values (a leftover MAP gradient once added itself to the
+    first SVI step's)."""
+    X, y = _linear_data()
+    started = _linear_bnn()
+    started.fit(X, y, epochs=0, batch_size=50, init="map", map_epochs=5, progress=False, seed=0)
+    assert all(p.grad is None for p in started.parameters())
+    copied = _linear_bnn()
+    copied.fit(X, y, epochs=0, batch_size=50, progress=False, seed=0)
+    copied.load_state_dict(started.state_dict())
+    for bnn in (started, copied):
+        bnn.fit(X, y, epochs=2, batch_size=50, progress=False, seed=1)
+    for p, q in zip(started.parameters(), copied.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 def _wave(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 1, generator=g) * 6 - 3

@@ -102,6 +102,27 @@ def test_full_batch_and_a_schedule_match_too():
             assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("per_member", [False, True], ids=["shared data", "own data"])
+def test_map_initialised_stacked_fit_is_each_models_own(per_member):
+    X, y, _ = _data("regression", members=K if per_member else None)
+    fit = dict(epochs=4, batch_size=32, lr=1e-2, init="map", map_epochs=3)
+    alone = _models("learned noise", 1)
+    _one_by_one(alone, X, y, per_member, **fit)
+    together = _models("learned noise", 1)
+    fit_stacked(together, X, y, seeds=list(range(K)), progress=False, **fit)
+    # 12 MAP steps one member at a time, then 16 stacked SVI steps: round-off only, as above
+    for a, b in zip(alone, together, strict=True):
+        assert a.map_history["loss"] == b.map_history["loss"]  # the same MAP phase, alone
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
+    plain = _models("learned noise", 1)  # without the MAP phase the members end elsewhere
+    fit_stacked(plain, X, y, seeds=list(range(K)), progress=False, epochs=4, batch_size=32)
+    moved = plain[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
+    assert moved.abs().max() > 1e-2
+    with pytest.raises(ValueError, match="map_epochs is used only with init='map'"):
+        fit_stacked(plain, X, y, seeds=list(range(K)), progress=False, map_epochs=2)
+
+
 def test_callbacks_see_the_models_as_trained_so_far():
     X, y, _ = _data("regression")
     models = _models("fixed noise", 1)
