@@ -209,6 +209,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one small set, two splits (smoke)")
     parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
     parser.add_argument("--runs", default=RUNS, help="the four-set run's uci.json")
+    parser.add_argument(
+        "--sets", default=None, help="comma-separated synthetic sets to time (default: all five)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     seconds = measured_seconds(args.runs)
@@ -216,6 +219,12 @@ def main() -> None:
     seconds = {(names.get(d, d), m): s for (d, m), s in seconds.items()}
     source = {name: "measured" for name in SHARED}
     sizes = {n: v for n, v in NINE_SETS.items() if n not in SHARED}
+    if args.sets:
+        wanted = args.sets.split(",")
+        unknown = sorted(set(wanted) - set(sizes))
+        if unknown:
+            parser.error(f"--sets: unknown {unknown}; choose from {sorted(sizes)}")
+        sizes = {n: sizes[n] for n in wanted}
     settings = BenchmarkSettings(validation_samples=200, test_samples=1000)
     if args.quick:  # the quick grids, one small set: a smoke run of the whole script
         sizes = {"wine": (300, 4, 2)}
@@ -232,7 +241,9 @@ def main() -> None:
             folder = str(synthetic_folder(Path(tmp) / name, rows, features, splits))
             f = 1.0 if args.quick else min(1.0, ROWS_PER_EPOCH_SCALE / rows)
             for method in registry.available_methods():
+                began = time.perf_counter()
                 runs[(name, method)] = project(folder, method, splits, settings, f)
+                runs[(name, method)]["took"] = time.perf_counter() - began
                 seconds[(name, method)] = runs[(name, method)]["seconds"]
                 print(f"{name} {method}: {runs[(name, method)]}", file=sys.stderr, flush=True)
             source[name] = "projected"

@@ -36,7 +36,10 @@ METHODS: dict[str, MethodSpec] = _keyed(
         MethodSpec(
             name="vi",
             label="VI (VariationalBNN)",
-            description="mean-field VariationalBNN, Trace_ELBO, learned noise, Adam, batch 32",
+            description=(
+                "mean-field VariationalBNN, Trace_ELBO, noise learned or fixed, predictive noise "
+                "factor chosen on validation, Adam, batch 32"
+            ),
             grid=variational.vi_grid,
             train=variational.vi_train,
             checkpoints=variational.vi_checkpoints,
