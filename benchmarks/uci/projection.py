@@ -20,8 +20,12 @@ configuration being unknown) gives the projection. The wall time with ``--jobs 2
 the (set, method) jobs largest first on two workers (a job of the harness is one split, or
 all splits of a stacked method: it never splits further).
 
-One thread, as the harness's workers. Run: ``python -m benchmarks.uci.projection [--quick]``;
-the full run writes ``benchmarks/results/uci_projection.md``.
+``--sets kin8nm,protein`` times only those (the issue's 8,192- and 45,730-row sizes); the
+sets left out are interpolated per method, linear in rows per split between the sizes measured
+or timed (:func:`fill_untimed`).
+
+One thread, as the harness's workers. Run: ``python -m benchmarks.uci.projection [--quick]
+[--sets ...]``; a run that is not ``--quick`` writes ``benchmarks/results/uci_projection.md``.
 """
 
 from __future__ import annotations
@@ -163,6 +167,43 @@ def two_worker_wall(jobs: list[float]) -> float:
     return max(loads)
 
 
+def interpolated(points: list[tuple[int, float]], rows: int) -> float:
+    """Seconds per split at ``rows``, linear in rows between the nearest known sizes
+    ``points = [(rows, seconds per split), ...]`` (the end segments extended, never below 0).
+
+    Example:
+        >>> interpolated([(100, 1.0), (1000, 10.0), (10000, 40.0)], 5500)
+        25.0
+        >>> interpolated([(100, 1.0), (1000, 10.0)], 2000)
+        20.0
+    """
+    pts = sorted(points)
+    if len(pts) == 1:
+        return pts[0][1] * rows / pts[0][0]
+    right = next((i for i, (r, _) in enumerate(pts) if r >= rows), len(pts) - 1)
+    right = max(1, right)
+    (r0, s0), (r1, s1) = pts[right - 1], pts[right]
+    return max(0.0, s0 + (s1 - s0) * (rows - r0) / (r1 - r0))
+
+
+def fill_untimed(seconds: dict[tuple[str, str], float], source: dict[str, str]) -> None:
+    """Seconds of the sets neither measured nor timed, per method from the sizes that were
+    (:func:`interpolated` in rows, per split, times the set's splits)."""
+    known = [n for n in NINE_SETS if n in source]
+    for name, (rows, _, splits) in NINE_SETS.items():
+        if name in source:
+            continue
+        for method in registry.available_methods():
+            points = [
+                (NINE_SETS[k][0], seconds[(k, method)] / NINE_SETS[k][2])
+                for k in known
+                if (k, method) in seconds
+            ]
+            if points:
+                seconds[(name, method)] = interpolated(points, rows) * splits
+        source[name] = "interpolated"
+
+
 def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: dict) -> str:
     methods = registry.available_methods()
     total = sum(seconds.values())
@@ -191,7 +232,8 @@ def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: 
         "Minutes per method (one thread). *measured*: the committed four-set run "
         "(`benchmarks/results/uci/uci.json`); *projected*: a synthetic set of that size, "
         "each method run twice with its grid's epochs scaled (table below), time = a + b × "
-        "epochs.",
+        "epochs; *interpolated*: not timed, each method's seconds per split linear in rows "
+        "between the nearest measured or projected sizes.",
         "",
         "| data set | method | scaled runs (s, epochs) | full-run epochs | projected (s) |",
         "|---|---|---|---|---|",
@@ -247,6 +289,7 @@ def main() -> None:
                 seconds[(name, method)] = runs[(name, method)]["seconds"]
                 print(f"{name} {method}: {runs[(name, method)]}", file=sys.stderr, flush=True)
             source[name] = "projected"
+    fill_untimed(seconds, source)
     text = report(seconds, source, runs)
     publish(text, None if args.quick else args.output)
 
