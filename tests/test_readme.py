@@ -59,6 +59,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "distributed",
         "stacked",
         "uci",
+        "uci_projection",
     }
     assert module.render(text) == text, "run python benchmarks/update_readme.py"
 
