@@ -84,7 +84,7 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     X = torch.randn(80, 3, generator=g)
     y = X[:, 0] - X[:, 1] + 0.5 * torch.randn(80, generator=g)
     # eight data sets: the splits of a stacked method finish together as one unit, so one data
-    # set alone can be done before the signal lands (it was once); eight leave seconds of work
+    # set alone can be done before the signal lands; eight leave seconds of work
     for name in FOLDERS:
         write_uci_folder(root / name, X, y, n_splits=4)
     return root
@@ -102,6 +102,9 @@ def test_a_stopped_harness_leaves_no_workers_and_whole_records(data_root, tmp_pa
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a shell gives a job
+        # a foreground job's Ctrl-C: SIGINT handled by default, even when this test process was
+        # started in the background (which ignores SIGINT, and children inherit that)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     runs = out / RUNS_FILE
     workers: set[int] = set()
