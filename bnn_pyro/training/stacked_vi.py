@@ -11,9 +11,9 @@ rounding (tested).
 
 Covered: the library's mean-field guide, a prior whose layers are Normal with one loc and scale
 each (``IIDPrior(Normal)``, ``LayerwiseNormalPrior``, the default), a ``Gaussian`` (fixed or
-learned noise), ``Categorical`` or ``Bernoulli`` likelihood, one particle; the weight-space
-estimator or local reparameterization / flipout of linear layers. :func:`why_not_stacked_vi`
-names what is not.
+learned noise), ``HeteroscedasticGaussian``, ``Categorical`` or ``Bernoulli`` likelihood, one
+particle; the weight-space estimator or local reparameterization / flipout of linear layers.
+:func:`why_not_stacked_vi` names what is not.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pyro.distributions import Independent
 from bnn_pyro._checks import as_tensor
 from bnn_pyro._rng import seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
-from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
+from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.map_init import check_init, map_phase
 from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.pyro_net import _site_prior
@@ -42,6 +42,14 @@ from bnn_pyro.training.stacked_lrt import reparameterized_forward
 from bnn_pyro.weight_distributions import SharedNormal
 
 __all__ = ["StackedVI", "fit_stacked", "why_not_stacked_vi"]
+
+
+_STACKED_LIKELIHOODS = (Gaussian, HeteroscedasticGaussian, Categorical, Bernoulli)
+
+
+def _floor(likelihood: Any) -> float | None:
+    """A heteroscedastic likelihood's ``min_scale`` (members must share it), else ``None``."""
+    return likelihood.min_scale if isinstance(likelihood, HeteroscedasticGaussian) else None
 
 
 def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
@@ -64,9 +72,15 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
     ]
     if any(s != shapes[0] for s in shapes[1:]):
         return "the models differ in their nets or their Bayesian sites"
-    kinds = {(type(b.likelihood), getattr(b.likelihood, "learned", False)) for b in bnns}
-    if len(kinds) > 1 or next(iter(kinds))[0] not in (Gaussian, Categorical, Bernoulli):
-        return "the likelihoods must be one of Gaussian, Categorical, Bernoulli, the same for all"
+    kinds = {
+        (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
+        for b in bnns
+    }
+    if len(kinds) > 1 or next(iter(kinds))[0] not in _STACKED_LIKELIHOODS:
+        return (
+            "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
+            "Bernoulli, the same for all (a heteroscedastic min_scale included)"
+        )
     estimators = {b.local_reparameterization for b in bnns}
     if len(estimators) > 1:
         return "the models differ in local_reparameterization"
@@ -220,6 +234,10 @@ def _log_likelihood(
     if isinstance(lik, Bernoulli):
         bce = F.binary_cross_entropy_with_logits(f, y, reduction="none")
         return -bce.reshape(k, -1).sum(1)
+    if isinstance(lik, HeteroscedasticGaussian):  # (K, B, 2O): locs, then raw scales
+        loc, s = lik._loc_scale(f, {})
+        z = (loc - y) / s
+        return (-0.5 * z.pow(2) - s.log()).reshape(k, -1).sum(1) - loc[0].numel() * _LOG_SQRT_2PI
     if noise is None:
         s = torch.tensor([b.likelihood.scale for b in bnns], dtype=f.dtype, device=f.device)
         s = s.view(k, 1, 1).expand(k, 1, f.shape[-1])

@@ -26,6 +26,7 @@ def _data(task: str, n: int = 100, members: int | None = None):
 CASES = {
     "fixed noise": (lambda k: bp.Gaussian(0.2 + 0.1 * k), None, "regression"),
     "learned noise": (lambda k: bp.Gaussian("learned"), None, "regression"),
+    "heteroscedastic": (lambda k: bp.HeteroscedasticGaussian(), None, "regression"),
     "categorical": (lambda k: bp.Categorical(), None, "categorical"),
     "bernoulli": (lambda k: bp.Bernoulli(), None, "bernoulli"),
     "layerwise prior": (
@@ -40,6 +41,7 @@ CASES = {
 
 def _models(case: str, out: int):
     likelihood, prior, _, *estimator = CASES[case]
+    out = likelihood(0).output_dim(out) if case == "heteroscedastic" else out
     models = []
     for k in range(K):
         torch.manual_seed(100 + k)  # each member's own initial weights
@@ -145,6 +147,9 @@ def test_what_cannot_be_stacked_is_refused_by_name():
     other = bp.VariationalBNN(bp.nn.mlp(4, [9], 1), bp.Gaussian(0.3))
     assert "differ" in why_not_stacked_vi([make(), other])
     assert "guide" in why_not_stacked_vi([make(guide="normal")])
+    het = lambda m: bp.VariationalBNN(bp.nn.mlp(4, [8], 2), bp.HeteroscedasticGaussian(m))  # noqa: E731
+    assert why_not_stacked_vi([het(1e-3), het(1e-3)]) is None
+    assert "min_scale" in why_not_stacked_vi([het(1e-3), het(1e-2)])
     hooked = make()
     hooked.net[0].register_forward_hook(lambda module, inputs, output: None)
     assert "hooks" in why_not_stacked_vi([make(), hooked])
