@@ -37,8 +37,8 @@ METHODS: dict[str, MethodSpec] = _keyed(
             name="vi",
             label="VI (VariationalBNN)",
             description=(
-                "mean-field VariationalBNN, Trace_ELBO, noise learned or fixed, predictive noise "
-                "factor chosen on validation, Adam, batch 32"
+                "mean-field VariationalBNN, Trace_ELBO, noise learned per input or fixed, "
+                "predictive noise factor chosen on validation, Adam, batch 32"
             ),
             grid=variational.vi_grid,
             train=variational.vi_train,
