@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -193,14 +194,14 @@ class BaseBayesianMethod(nn.Module, ABC):
     @property
     def device(self) -> torch.device:
         """The device of the method's tensors."""
-        for tensor in (*self.buffers(), *self.parameters()):
+        for tensor in itertools.chain(self.buffers(), self.parameters()):  # lazy: the first
             return tensor.device
         return torch.device("cpu")
 
     @property
     def dtype(self) -> torch.dtype:
         """The floating dtype of the method's tensors."""
-        for tensor in (*self.buffers(), *self.parameters()):
+        for tensor in itertools.chain(self.buffers(), self.parameters()):
             if tensor.is_floating_point():
                 return tensor.dtype
         return torch.get_default_dtype()

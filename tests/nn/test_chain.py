@@ -69,10 +69,15 @@ def test_chain_equals_a_loop_over_samples(name, budget, monkeypatch):
     torch.testing.assert_close(got, _loop(net, tensors, x, 7), rtol=1e-5, atol=1e-5)
 
 
-def test_shared_tensors_and_float64_and_row_limit():
+@pytest.mark.parametrize(
+    "shared",
+    [("0.weight", "2.bias"), ("0.weight", "0.bias"), ("0.bias", "4.weight")],
+    ids=["first weight", "first layer", "first bias, last weight"],
+)
+def test_shared_tensors_and_float64_and_row_limit(shared):
     torch.manual_seed(0)
     net = NETS["tanh, two hidden"]().double()
-    tensors = _stacked(net, 5, shared=("0.weight", "2.bias"))
+    tensors = _stacked(net, 5, shared=shared)
     x = torch.randn(9, 4, dtype=torch.float64)
     got = LinearChain.of(net).run(tensors, x, max_rows=2)
     assert got.dtype == torch.float64
