@@ -157,6 +157,16 @@ class _Layer:
             self.samples = 0  # shared by every sample
         self.wide: torch.Tensor | None = None
         self.flat_bias: torch.Tensor | None = None
+        self.units = weight.shape[-2]
+        self.buffer: torch.Tensor | None = None  # this layer's outputs, reused by every block
+
+    def space(self, s: int, r: int, like: torch.Tensor) -> torch.Tensor:
+        """A contiguous ``(s, out, r)`` view of the layer's buffer, allocated by the first (the
+        largest) block: blocks write their outputs in place instead of new tensors."""
+        size = s * self.units * r
+        if self.buffer is None or self.buffer.numel() < size:
+            self.buffer = like.new_empty(size)
+        return self.buffer[:size].view(s, self.units, r)
 
     def widen(self, num: int) -> None:
         """For a first layer: the weights as one ``(S·out, in)`` matrix (sample s's units in
@@ -173,24 +183,26 @@ class _Layer:
 
     def first(self, xr: torch.Tensor, s0: int, s1: int) -> torch.Tensor:
         """``(s, out, r)`` for the rows ``xr (r, in)`` shared by samples ``s0:s1``."""
-        s = s1 - s0
+        s, units = s1 - s0, self.units
+        out = self.space(s, xr.shape[0], xr)
         if self.wide is None:
             h = F.linear(xr, self.weight, self.bias).T
-            return h.expand(s, *h.shape).contiguous()
-        units = self.weight.shape[-2]
+            return out.copy_(h.expand(s, *h.shape))
         rows = self.wide[s0 * units : s1 * units]
+        flat = out.view(s * units, xr.shape[0])
         if self.flat_bias is None:
-            flat = rows @ xr.T
+            torch.mm(rows, xr.T, out=flat)
         else:
-            flat = torch.addmm(self.flat_bias[s0 * units : s1 * units], rows, xr.T)
-        return flat.view(s, units, xr.shape[0])
+            torch.addmm(self.flat_bias[s0 * units : s1 * units], rows, xr.T, out=flat)
+        return out
 
     def later(self, h: torch.Tensor, s0: int, s1: int) -> torch.Tensor:
         """``(s, out, r)`` from the previous layer's ``h (s, in, r)``."""
         w, b = self.weight, self.bias
         s = s1 - s0
         w = w.expand(s, *w.shape) if w.dim() == 2 else w[s0:s1]
+        out = self.space(s, h.shape[2], h)
         if b is None:
-            return torch.bmm(w, h)
+            return torch.bmm(w, h, out=out)
         bias = b[s0:s1] if b.dim() == 2 else b.expand(s, b.shape[-1])
-        return torch.baddbmm(bias.unsqueeze(2), w, h)
+        return torch.baddbmm(bias.unsqueeze(2), w, h, out=out)
