@@ -174,11 +174,10 @@ class _Layer:
         w, b = self.weight, self.bias
         if w.dim() == 2 and (b is None or b.dim() == 1):
             return  # shared: one product for every sample
-        out_features = w.shape[-2]
         w = w if w.dim() == 3 else w.expand(num, *w.shape)
-        self.wide = w.reshape(num * out_features, w.shape[2])
+        self.wide = w.reshape(num * self.units, w.shape[2])
         if b is not None:
-            b = b if b.dim() == 2 else b.expand(num, out_features)
+            b = b if b.dim() == 2 else b.expand(num, self.units)
             self.flat_bias = b.reshape(-1, 1)
 
     def first(self, xr: torch.Tensor, s0: int, s1: int) -> torch.Tensor:
