@@ -3,7 +3,8 @@
 A method with a ``train_stacked`` function (:class:`~benchmarks.uci.method.MethodSpec`) trains
 the same configuration on K splits as one stacked model (:func:`bnn_pyro.fit_stacked`): the
 search trains each grid configuration once for all splits, and the final fit trains the splits
-that chose the same configuration together. Every split keeps its own rows, its own seeds
+that chose the same grid configuration together (:func:`final_groups`: whatever epoch count and
+predictive-only overrides each chose). Every split keeps its own rows, its own seeds
 (:func:`~benchmarks.uci.protocol.seed_for`, as :func:`~benchmarks.uci.runner.run_task` derives
 them) and its own choice, so each record is the one :func:`~benchmarks.uci.runner.run_task`
 gives for that split, up to float rounding (tested). Anything a bundle cannot do together (a
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from benchmarks.uci.data import load_uci_split, validation_split
-from benchmarks.uci.method import MethodSpec
+from benchmarks.uci.method import MethodSpec, Report
 from benchmarks.uci.protocol import RegressionData, prepare, seed_for
 from benchmarks.uci.registry import get_method
 from benchmarks.uci.runner import (
@@ -35,7 +36,7 @@ from benchmarks.uci.runner import (
     search_report,
 )
 
-__all__ = ["bundled", "run_bundle"]
+__all__ = ["bundled", "final_groups", "run_bundle"]
 
 
 def bundled(tasks: list[Task]) -> list[list[Task]]:
@@ -120,31 +121,93 @@ def _search(
     return records
 
 
-def _final(
-    spec: MethodSpec, splits: list[Any], configs: list[dict[str, Any]], settings: BenchmarkSettings
-) -> list[dict[str, float] | None]:
-    """Test scores per split, the splits that chose one configuration trained together;
-    ``None`` where that failed (the caller runs those splits the usual way)."""
-    scores: list[dict[str, float] | None] = [None] * len(splits)
-    groups: dict[str, list[int]] = {}
+def final_groups(
+    spec: MethodSpec, grid: list[dict[str, Any]], configs: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], list[int]]]:
+    """The final fits that one stacked run can do: ``(run config, indices into configs)``.
+
+    A chosen configuration is a grid configuration with two kinds of change, neither of which
+    needs its own training run: its ``epochs`` is one of the grid configuration's checkpoints
+    (the search scored it inside a longer run, which the protocol counts as a run of that many
+    epochs: ``spec.checkpoints`` lists more than one epoch count only where that holds), and
+    keys the grid does not have are predictive-only overrides (``noise_factor``, Gal's
+    ``tau``), scored from the same training. So the splits that chose the same grid
+    configuration share one run, as long as the longest of them; each split still keeps its
+    own seed and is scored at its own epoch count and overrides. A chosen configuration that
+    matches no grid configuration this way runs with those that chose exactly the same one.
+
+    Example:
+        >>> import dataclasses
+        >>> from benchmarks.uci.registry import get_method
+        >>> grid = [{"epochs": 8, "lr": 0.1}, {"epochs": 8, "lr": 0.01}]
+        >>> spec = dataclasses.replace(get_method("vi"), checkpoints=lambda c: [2, 4, 6, 8])
+        >>> chosen = [{"epochs": 2, "lr": 0.1, "tau": 1.0}, {"epochs": 6, "lr": 0.1, "tau": 2.0},
+        ...           {"epochs": 8, "lr": 0.01}]
+        >>> final_groups(spec, grid, chosen)
+        [({'epochs': 6, 'lr': 0.1}, [0, 1]), ({'epochs': 8, 'lr': 0.01}, [2])]
+    """
+    grid_keys = {key for config in grid for key in config}
+
+    def without_epochs(config: Mapping[str, Any]) -> str:
+        return _config_key({k: v for k, v in config.items() if k != "epochs"})
+
+    sources = {without_epochs(g): g for g in grid}
+    groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
     for k, config in enumerate(configs):
-        groups.setdefault(_config_key(config), []).append(k)
-    for members in groups.values():
-        config = configs[members[0]]
+        base = {key: value for key, value in config.items() if key in grid_keys}
+        source = sources.get(without_epochs(base))
+        if source is None or int(config["epochs"]) not in spec.checkpoints(source):
+            key, run = f"exact {_config_key(config)}", dict(config)
+        else:
+            key, run = f"grid {_config_key(source)}", {**source, "epochs": 0}
+        run, members = groups.setdefault(key, (run, []))
+        members.append(k)
+        if key.startswith("grid"):
+            run["epochs"] = max(int(run["epochs"]), int(config["epochs"]))
+    return list(groups.values())
+
+
+def _at_epoch(report: Report, epochs: int) -> Report:
+    """``report`` restricted to the checkpoint at ``epochs``."""
+
+    def restricted(epoch: int, predictor: Any, overrides: Mapping[str, Any] | None = None) -> None:
+        if epoch == epochs:
+            report(epoch, predictor, overrides)
+
+    return restricted
+
+
+def _final(
+    spec: MethodSpec,
+    splits: list[Any],
+    configs: list[dict[str, Any]],
+    grid: list[dict[str, Any]],
+    settings: BenchmarkSettings,
+) -> list[dict[str, float] | None]:
+    """Test scores per split, trained together as :func:`final_groups` groups them; ``None``
+    where that failed (the caller runs those splits the usual way)."""
+    scores: list[dict[str, float] | None] = [None] * len(splits)
+    for run, members in final_groups(spec, grid, configs):
         datas = [prepare(splits[k]) for k in members]
         found: list[dict[str, float]] = [{} for _ in members]
         seeds = [
-            seed_for(splits[k].dataset, splits[k].split, spec.name, "final", _config_key(config))
+            seed_for(
+                splits[k].dataset, splits[k].split, spec.name, "final", _config_key(configs[k])
+            )
             for k in members
+        ]
+        reports = [
+            _at_epoch(final_report(configs[k], d, f), int(configs[k]["epochs"]))
+            for k, d, f in zip(members, datas, found, strict=True)
         ]
         try:
             _stacked_run(
                 spec,
-                config,
+                run,
                 datas,
                 seeds,
-                [int(config["epochs"])],
-                [final_report(config, d, f) for d, f in zip(datas, found, strict=True)],
+                sorted({int(configs[k]["epochs"]) for k in members}),
+                reports,
                 settings.test_samples,
             )
         except (*_TRAINING_FAILURES, NotImplementedError):
@@ -181,7 +244,13 @@ def run_bundle(tasks: list[Task], settings: BenchmarkSettings) -> list[dict[str,
     ranked = [ranked_records(r) for r in records]
     chosen = [dict(r[0]["config"]) if r else None for r in ranked]
     runnable = [k for k, c in enumerate(chosen) if c is not None]
-    final = _final(spec, [splits[k] for k in runnable], [chosen[k] for k in runnable], settings)
+    final = _final(
+        spec,
+        [splits[k] for k in runnable],
+        [chosen[k] for k in runnable],  # type: ignore[misc]
+        spec.grid(dataset_info(tasks[0].folder, splits[0]), settings.quick),
+        settings,
+    )
     done = time.perf_counter()
     share = len(tasks)
     out: list[dict[str, Any]] = []

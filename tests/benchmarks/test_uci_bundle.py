@@ -8,14 +8,16 @@ import pytest
 import torch
 
 from benchmarks.uci import registry
-from benchmarks.uci.bundle import bundled, run_bundle
+from benchmarks.uci.bundle import bundled, final_groups, run_bundle
 from benchmarks.uci.runner import BenchmarkSettings, Task, run_task
 from benchmarks.uci.writer import write_uci_folder
 
 
 def _small_grid(info, quick):
-    base = {"lr": 3e-3, "batch_size": 16, "prior_gain": 1.0, "init_scale": 0.01, "elbo": "trace"}
-    return [{**base, "epochs": 6, "noise_tau": tau} for tau in (None, 4.0)]
+    base = {"lr": 3e-2, "batch_size": 16, "prior_gain": 1.0, "init_scale": 0.01, "elbo": "trace"}
+    factors = {"noise_factors": [0.5, 1.0, 2.0]}  # predictive-only: one run scores all three
+    # 12 epochs at 3e-2: the toy's splits choose different checkpoints (3 to 9 epochs)
+    return [{**base, **factors, "epochs": 12, "noise_tau": tau} for tau in (None, 4.0)]
 
 
 def _small_dropout_grid(info, quick):
@@ -60,6 +62,32 @@ def test_bundled_records_are_the_split_by_split_records(toy, method):
         assert got["test_ll"] == pytest.approx(alone["test_ll"], rel=1e-4)
         assert got["rmse"] == pytest.approx(alone["rmse"], rel=1e-4)
         assert [r["config"] for r in got["records"]] == [r["config"] for r in alone["records"]]
+
+
+def test_final_fits_share_a_run_across_epochs_and_overrides(toy):
+    """The toy's splits choose different epoch counts and noise factors from one grid
+    configuration; the test above checks their records equal the split-by-split ones, this one
+    that they really were trained in fewer runs than there are distinct choices."""
+    settings = BenchmarkSettings(validation_samples=20, test_samples=50)
+    records = run_bundle([Task("toy", toy, s, "vi") for s in range(3)], settings)
+    chosen = [r["config"] for r in records]
+    grid = _small_grid(None, False)
+    groups = final_groups(registry.METHODS["vi"], grid, chosen)
+    distinct = {str(sorted(c.items())) for c in chosen}
+    assert len(groups) < len(distinct)
+    assert any(len({chosen[k]["epochs"] for k in members}) > 1 for _, members in groups)
+    for run, members in groups:
+        assert run["epochs"] == max(chosen[k]["epochs"] for k in members)
+        assert "noise_factor" not in run  # every factor is scored; each split keeps its own
+
+
+def test_a_decaying_schedule_is_not_merged_across_epochs():
+    """Only ``config["epochs"]`` is a checkpoint of a decaying schedule: a split that chose
+    another epoch count (impossible from the search, but as a guard) is not cut from a run."""
+    grid = [{"epochs": 8, "lr": 0.1, "lr_schedule": "cosine"}]
+    chosen = [{**grid[0], "epochs": 8}, {**grid[0], "epochs": 4}]
+    groups = final_groups(registry.METHODS["vi"], grid, chosen)
+    assert groups == [(chosen[0], [0]), (chosen[1], [1])]
 
 
 def test_only_methods_that_stack_are_bundled():
