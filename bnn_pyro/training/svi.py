@@ -56,7 +56,11 @@ class _TorchOptim(PyroOptim):
 
     def __call__(self, params: Iterable[torch.Tensor], *args: Any, **kwargs: Any) -> None:
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        # what zero_grad(set_to_none=True) does, without its profiler record per call (~10 us
+        # of a ~1 ms step on a small net)
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = None
 
 
 def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -> PyroOptim:
