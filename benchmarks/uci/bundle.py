@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from benchmarks.uci.data import load_uci_split, validation_split
-from benchmarks.uci.method import MethodSpec, Report
+from benchmarks.uci.method import MethodSpec
 from benchmarks.uci.protocol import RegressionData, prepare, seed_for
 from benchmarks.uci.registry import get_method
 from benchmarks.uci.runner import (
@@ -79,13 +79,12 @@ def _stacked_run(
 
 
 def _search(
-    spec: MethodSpec, tasks: list[Task], splits: list[Any], settings: BenchmarkSettings
+    spec: MethodSpec, splits: list[Any], grid: list[dict[str, Any]], settings: BenchmarkSettings
 ) -> list[list[dict[str, Any]]]:
     """Each split's search records, every grid configuration trained once for all splits."""
     datas = [prepare(validation_split(s, settings.validation_fraction)) for s in splits]
-    info = dataset_info(tasks[0].folder, splits[0])
-    records: list[list[dict[str, Any]]] = [[] for _ in tasks]
-    for config in spec.grid(info, settings.quick):
+    records: list[list[dict[str, Any]]] = [[] for _ in splits]
+    for config in grid:
         key = _config_key(config)
         seeds = [seed_for(s.dataset, s.split, spec.name, "search", key) for s in splits]
         marks = [len(r) for r in records]
@@ -151,30 +150,21 @@ def final_groups(
     def without_epochs(config: Mapping[str, Any]) -> str:
         return _config_key({k: v for k, v in config.items() if k != "epochs"})
 
-    sources = {without_epochs(g): g for g in grid}
-    groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    keyed = [(without_epochs(g), g) for g in grid]
+    groups: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
     for k, config in enumerate(configs):
-        base = {key: value for key, value in config.items() if key in grid_keys}
-        source = sources.get(without_epochs(base))
-        if source is None or int(config["epochs"]) not in spec.checkpoints(source):
-            key, run = f"exact {_config_key(config)}", dict(config)
-        else:
-            key, run = f"grid {_config_key(source)}", {**source, "epochs": 0}
-        run, members = groups.setdefault(key, (run, []))
+        epochs = int(config["epochs"])
+        base = without_epochs({key: v for key, v in config.items() if key in grid_keys})
+        source = next(
+            (g for key, g in keyed if key == base and epochs in spec.checkpoints(g)), None
+        )
+        if source is None:  # trained on its own, with those that chose exactly the same
+            run, members = groups.setdefault(("exact", _config_key(config)), (dict(config), []))
+        else:  # as long as the longest member's epochs
+            run, members = groups.setdefault(("grid", _config_key(source)), (dict(source), []))
+            run["epochs"] = max(int(run["epochs"]), epochs) if members else epochs
         members.append(k)
-        if key.startswith("grid"):
-            run["epochs"] = max(int(run["epochs"]), int(config["epochs"]))
     return list(groups.values())
-
-
-def _at_epoch(report: Report, epochs: int) -> Report:
-    """``report`` restricted to the checkpoint at ``epochs``."""
-
-    def restricted(epoch: int, predictor: Any, overrides: Mapping[str, Any] | None = None) -> None:
-        if epoch == epochs:
-            report(epoch, predictor, overrides)
-
-    return restricted
 
 
 def _final(
@@ -196,9 +186,9 @@ def _final(
             )
             for k in members
         ]
+        # each scores its own checkpoint and predictive variant of the shared run
         reports = [
-            _at_epoch(final_report(configs[k], d, f), int(configs[k]["epochs"]))
-            for k, d, f in zip(members, datas, found, strict=True)
+            final_report(configs[k], d, f) for k, d, f in zip(members, datas, found, strict=True)
         ]
         try:
             _stacked_run(
@@ -239,17 +229,14 @@ def run_bundle(tasks: list[Task], settings: BenchmarkSettings) -> list[dict[str,
     if spec.train_stacked is None or len(tasks) < 2 or len(sizes) > 1:
         return [run_task(t, settings) for t in tasks]
     start = time.perf_counter()
-    records = _search(spec, tasks, splits, settings)
+    grid = spec.grid(dataset_info(tasks[0].folder, splits[0]), settings.quick)
+    records = _search(spec, splits, grid, settings)
     searched = time.perf_counter()
     ranked = [ranked_records(r) for r in records]
     chosen = [dict(r[0]["config"]) if r else None for r in ranked]
     runnable = [k for k, c in enumerate(chosen) if c is not None]
     final = _final(
-        spec,
-        [splits[k] for k in runnable],
-        [chosen[k] for k in runnable],  # type: ignore[misc]
-        spec.grid(dataset_info(tasks[0].folder, splits[0]), settings.quick),
-        settings,
+        spec, [splits[k] for k in runnable], [chosen[k] for k in runnable], grid, settings
     )
     done = time.perf_counter()
     share = len(tasks)

@@ -168,14 +168,17 @@ def final_report(
     config: Mapping[str, Any], data: RegressionData, scores: dict[str, float]
 ) -> Report:
     """The ``report`` of a final run: the chosen predictive scored on ``data``'s evaluation
-    rows into ``scores`` (a predictive variant that was not chosen is skipped).
+    rows into ``scores`` (a predictive variant that was not chosen, or a checkpoint other than
+    ``config["epochs"]`` of a run shared with longer ones, is skipped).
 
     Example:
         >>> data = RegressionData(torch.zeros(4, 1), torch.zeros(4, 1), torch.zeros(2, 1),
         ...                       torch.zeros(2, 1), 1.0, 8)
         >>> scores = {}
-        >>> report = final_report({"tau": 1.0}, data, scores)
+        >>> report = final_report({"tau": 1.0, "epochs": 3}, data, scores)
         >>> report(3, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 2.0}); scores
+        {}
+        >>> report(2, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 1.0}); scores
         {}
         >>> report(3, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 1.0}); sorted(scores)
         ['rmse', 'test_ll']
@@ -184,6 +187,8 @@ def final_report(
     def report(
         epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
     ) -> None:
+        if epoch != int(config["epochs"]):
+            return  # another split's checkpoint of a shared run
         if any(config.get(key) != value for key, value in (overrides or {}).items()):
             return  # a predictive variant that was not chosen
         locs, scales = predictor(data.x_eval)
