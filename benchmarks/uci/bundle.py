@@ -28,6 +28,7 @@ from benchmarks.uci.runner import (
     _TRAINING_FAILURES,
     BenchmarkSettings,
     Task,
+    _check_types,
     _config_key,
     dataset_info,
     final_report,
@@ -144,7 +145,16 @@ def final_groups(
         ...           {"epochs": 8, "lr": 0.01}]
         >>> final_groups(spec, grid, chosen)
         [({'epochs': 6, 'lr': 0.1}, [0, 1]), ({'epochs': 8, 'lr': 0.01}, [2])]
+
+    Raises:
+        TypeError: ``spec`` is not a :class:`MethodSpec` or ``grid``/``configs`` not lists.
+        ValueError: a grid or chosen configuration without an ``"epochs"`` key.
     """
+    _check_types(spec=(spec, MethodSpec), grid=(grid, list), configs=(configs, list))
+    for name, entries in (("grid", grid), ("configs", configs)):
+        for entry in entries:
+            if not isinstance(entry, Mapping) or "epochs" not in entry:
+                raise ValueError(f"every entry of {name} needs an 'epochs' key, got {entry!r}")
     grid_keys = {key for config in grid for key in config}
 
     def without_epochs(config: Mapping[str, Any]) -> str:

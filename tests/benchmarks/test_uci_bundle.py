@@ -90,6 +90,16 @@ def test_a_decaying_schedule_is_not_merged_across_epochs():
     assert groups == [(chosen[0], [0]), (chosen[1], [1])]
 
 
+def test_final_groups_refuses_bad_input():
+    spec = registry.METHODS["vi"]
+    with pytest.raises(TypeError, match="spec must be a MethodSpec"):
+        final_groups("vi", [], [])
+    with pytest.raises(TypeError, match="configs must be a list"):
+        final_groups(spec, [], ({"epochs": 2},))
+    with pytest.raises(ValueError, match="every entry of configs needs an 'epochs' key"):
+        final_groups(spec, [{"epochs": 4, "lr": 0.1}], [{"lr": 0.1}])
+
+
 def test_only_methods_that_stack_are_bundled():
     tasks = [Task("a", "/a", s, m) for s in range(2) for m in ("vi", "swag", "ensemble")]
     groups = bundled(tasks)
