@@ -56,7 +56,7 @@ class BNNLightningModule(lightning.LightningModule):
             not needed once the guide is set up (a fitted or loaded method).
         lr: the optimizer's learning rate.
         optimizer: ``None`` (Adam), a name or a torch optimizer class, as ``fit`` takes it.
-        elbo: ``"trace"``, ``"meanfield"`` or ``"stl"``, as ``fit`` takes it.
+        elbo: ``"trace"``, ``"meanfield"``, ``"stl"`` or ``"alpha"``, as ``fit`` takes it.
         num_particles: samples per step (vectorized).
 
     Each training step logs ``loss`` (the negative ELBO of the minibatch, scaled to ``N``).

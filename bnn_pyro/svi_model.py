@@ -53,7 +53,7 @@ class SVIModel(BaseBayesianMethod):
 
     likelihood: Likelihood
     site_names: list[str]
-    elbos: tuple[str, ...] = ("trace", "meanfield", "stl")
+    elbos: tuple[str, ...] = ("trace", "meanfield", "stl", "alpha")
 
     def __init__(self) -> None:
         super().__init__()
@@ -178,10 +178,10 @@ class SVIModel(BaseBayesianMethod):
             batch_size: minibatch size; ``None`` = full batch. Ignored for a DataLoader.
             lr: learning rate of the default ``torch.optim.Adam`` (or of an optimizer class).
             optimizer: see :func:`bnn_pyro.training.as_pyro_optim`.
-            elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL), ``"meanfield"``
-                (``TraceMeanField_ELBO``: closed-form KL where the prior allows), ``"stl"``
-                (``Trace_ELBO`` with the "sticking the landing" gradient, Roeder et al. 2017:
-                less variance near the optimum; Normal guides), or an ELBO.
+            elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL), ``"meanfield"`` (exact KL),
+                ``"stl"`` (the "sticking the landing" gradient), ``"alpha"`` (black-box alpha,
+                10 particles unless ``num_particles`` says more) or an ELBO: see
+                :func:`bnn_pyro.training.make_elbo`.
             num_particles: samples per step, vectorized (``vectorize_particles=True``).
             kl_weight: beta, a float or ``fn(epoch) -> float`` (e.g.
                 :func:`bnn_pyro.training.linear_annealing`); 1 is the ELBO.

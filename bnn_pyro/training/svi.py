@@ -16,6 +16,7 @@ import torch
 from pyro.infer import ELBO, SVI
 from pyro.optim import PyroOptim
 
+from bnn_pyro.alpha_elbo import AlphaELBO
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
@@ -82,12 +83,16 @@ def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -
 def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbo.FastTrace_ELBO`), ``"meanfield"`` →
     ``TraceMeanField_ELBO``, ``"stl"`` → ``Trace_ELBO`` with the "sticking the landing" gradient
-    (:class:`~bnn_pyro.stl_elbo.StickingTheLanding_ELBO`), all recording the NLL part for the
-    history; or an ``ELBO`` instance used as given.
+    (:class:`~bnn_pyro.stl_elbo.StickingTheLanding_ELBO`), ``"alpha"`` → the black-box alpha
+    energy at ``alpha = 0.5`` (:class:`~bnn_pyro.alpha_elbo.AlphaELBO`; ``num_particles`` 1
+    becomes its default 10: one draw has no ``log mean exp``), all recording the NLL part for
+    the history; or an ``ELBO`` instance used as given.
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
         'RecordingMeanField_ELBO'
+        >>> make_elbo("alpha", num_particles=1, vectorize=True).num_particles
+        10
     """
     if isinstance(elbo, ELBO):
         return elbo
@@ -95,11 +100,14 @@ def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
         "trace": FastTrace_ELBO,
         "meanfield": RecordingMeanField_ELBO,
         "stl": StickingTheLanding_ELBO,
+        "alpha": AlphaELBO,
     }
     if elbo not in classes:
         raise ValueError(f"elbo must be one of {tuple(classes)} or a pyro ELBO, got {elbo!r}")
     if not isinstance(num_particles, int) or num_particles < 1:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
+    if elbo == "alpha":
+        return AlphaELBO(num_particles=num_particles if num_particles > 1 else 10)
     return classes[elbo](
         num_particles=num_particles,
         vectorize_particles=vectorize and num_particles > 1,

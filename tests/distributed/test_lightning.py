@@ -34,7 +34,9 @@ def _trainer(**options) -> lightning.Trainer:
     return lightning.Trainer(accelerator="cpu", enable_checkpointing=False, **quiet, **options)
 
 
-@pytest.mark.parametrize(("elbo", "particles"), [("trace", 1), ("meanfield", 3), ("stl", 1)])
+@pytest.mark.parametrize(
+    ("elbo", "particles"), [("trace", 1), ("meanfield", 3), ("stl", 1), ("alpha", 4)]
+)
 def test_the_loss_is_fits_loss_for_the_same_batch_and_draws(elbo, particles):
     X, y = _data()
     torch.manual_seed(0)
