@@ -6,7 +6,10 @@ per layer, weights and biases: He et al.'s variance for ReLU units, which keeps 
 activations at the scale of its inputs); the exact mean-field guide started at the
 net's initial weights with posterior std ``init_scale``; Adam at a constant learning rate; KL
 weight 1 (the ELBO, no tempering); ``Trace_ELBO`` (Monte Carlo KL) unless the config says
-``elbo="meanfield"``.
+``elbo="meanfield"`` or ``"alpha"`` (the black-box alpha energy). The environment variable
+:data:`OVERRIDES_ENV` (a JSON object of configuration keys, e.g. ``{"kl_weight": 0.2}``) is laid
+over every configuration of the grid: :mod:`benchmarks.uci.variants` runs the variations that
+issue 12 tried that way (worker processes inherit it).
 
 The observation noise is a hyper-parameter, as Gal's ``tau`` is for MC dropout: either learned
 per input (``HeteroscedasticGaussian``: the net's second output, through a softplus, is the
@@ -48,7 +51,9 @@ more than a standard error either: three times the steps (:data:`_STEPS` 30,000)
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,6 +78,8 @@ SCHEDULE, INIT = "constant", None
 #: The weight prior's std per layer: ``sqrt(2 / fan_in)`` (see the module docstring).
 PRIOR = "kaiming"
 KL_WEIGHTS = (1.0,)
+#: A JSON object of configuration keys laid over every grid configuration (see the docstring).
+OVERRIDES_ENV = "BNN_PYRO_UCI_VI_OVERRIDES"
 #: Multiples of the trained noise std tried in the predictive (chosen on validation rows).
 NOISE_FACTORS = (0.5, 0.6, 0.7, 0.85, 1.0, 1.2, 1.4, 1.7, 2.0)
 
@@ -110,6 +117,9 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
         taus = _noise_taus(info)
         steps_per_epoch = max(1, math.ceil(info.n_train * 0.8 / batch_size))
         epochs = int(min(2000, max(400, round(_STEPS / steps_per_epoch, -2))))
+    overrides = json.loads(os.environ.get(OVERRIDES_ENV) or "{}")
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{OVERRIDES_ENV} must hold a JSON object, got {overrides!r}")
     return [
         {
             "epochs": epochs,
@@ -124,6 +134,7 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
             "lr_schedule": SCHEDULE,
             "init": INIT,
             "kl_weight": beta,
+            **overrides,
         }
         for tau in taus
         for beta in KL_WEIGHTS
@@ -207,7 +218,7 @@ def vi_train(
         config: ``epochs``, ``lr``, ``batch_size``, ``noise_tau`` (``None``: noise learned per
             input; else a fixed noise precision in original units), ``prior`` (a
             :class:`~bnn_pyro.LayerwiseNormalPrior` method; ``"radford"`` if absent),
-            ``prior_gain``, ``init_scale``, ``elbo``.
+            ``prior_gain``, ``init_scale``, ``elbo`` (and ``num_particles``, default 1).
         x: ``(N, D)`` normalised inputs; y: ``(N, 1)`` normalised targets.
         y_std: target std of the training rows (turns ``noise_tau`` into a normalised std).
         hidden: hidden width.
@@ -243,6 +254,7 @@ def vi_train(
         batch_size=int(config["batch_size"]),
         lr=float(config["lr"]),
         elbo=str(config["elbo"]),
+        num_particles=int(config.get("num_particles", 1)),
         progress=False,
         seed=seed,
         callbacks=[callback],
@@ -270,13 +282,13 @@ def vi_train_stacked(
     :func:`vi_train` ends (up to float rounding).
 
     Args:
-        config: as :func:`vi_train` (``elbo`` must be ``"trace"``).
+        config: as :func:`vi_train` (``elbo`` ``"trace"`` or ``"alpha"``).
         xs: ``(K, N, D)``; ys: ``(K, N, 1)`` normalised rows of each split.
         y_stds, seeds, reports: one per split.
         hidden, checkpoints, num_samples, method: as :func:`vi_train`.
 
     Raises:
-        ValueError: the configuration cannot be stacked (``elbo`` other than ``"trace"``).
+        ValueError: the configuration cannot be stacked (``elbo`` ``"meanfield"``, ``"stl"``).
 
     Example:
         >>> xs, ys = torch.randn(2, 40, 3), torch.randn(2, 40, 1)
@@ -288,8 +300,8 @@ def vi_train_stacked(
         >>> seen
         [(0, 4), (1, 4)]
     """
-    if config["elbo"] != "trace":
-        raise ValueError(f"only elbo='trace' trains stacked, got {config['elbo']!r}")
+    if config["elbo"] not in ("trace", "alpha"):
+        raise ValueError(f"only elbo='trace' or 'alpha' trains stacked, got {config['elbo']!r}")
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     bnns = [
@@ -316,4 +328,6 @@ def vi_train_stacked(
         lr_schedule=config.get("lr_schedule", "constant"),  # as vi_train
         init=config.get("init"),
         kl_weight=float(config.get("kl_weight", 1.0)),
+        elbo=str(config["elbo"]),
+        num_particles=int(config.get("num_particles", 1)),
     )

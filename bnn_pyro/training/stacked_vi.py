@@ -38,6 +38,7 @@ from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
+from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.training.stacked_lrt import reparameterized_forward
 from bnn_pyro.weight_distributions import SharedNormal
 
@@ -156,23 +157,27 @@ class StackedVI(nn.Module):
             out[site.name] = (loc, scale, norm)
         return out
 
-    def _draw(self) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict[int, tuple]]:
-        """Each member's draws (its own generator, its own site order), ``log q`` ``(K,)`` and
+    def _draw(self, particles: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor, dict]:
+        """Each member's draws (its own generator, its own site order): ``(K, *shape)``, or
+        ``(K, P, *shape)`` with ``particles`` P; ``log q`` ``(K,)`` / ``(K, P)``; and
         ``{id(draw): (loc, scale)}`` of the real-valued sites (what the LRT layers need)."""
         values, log_q, scales = {}, 0.0, {}
+        lead = (particles,) if particles else ()
         for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
             shape = loc.shape[1:]
             eps = torch.stack(
                 [
-                    torch.randn(shape, generator=g, dtype=loc.dtype, device=loc.device)
+                    torch.randn(lead + shape, generator=g, dtype=loc.dtype, device=loc.device)
                     for g in self.generators
                 ]
             )
             scale = F.softplus(rho)
+            if particles:
+                loc, scale = loc.unsqueeze(1), scale.unsqueeze(1)
             z = loc + eps * scale
             if not spec.exp:
                 scales[id(z)] = (loc, scale)
-            dims = tuple(range(1, loc.dim()))
+            dims = tuple(range(1 + len(lead), z.dim()))
             lq = (
                 -0.5 * (eps * eps).sum(dims) - scale.log().sum(dims) - shape.numel() * _LOG_SQRT_2PI
             )
@@ -183,16 +188,23 @@ class StackedVI(nn.Module):
             log_q = log_q + lq
         return values, log_q, scales
 
+    def _log_prior(self, values: dict[str, torch.Tensor], particles: int = 0) -> Any:
+        """The net sites' prior log-density per member, ``(K,)`` (``(K, P)`` with particles)."""
+        log_p = 0.0
+        lead = 2 if particles else 1
+        for name, (m, s, norm) in self._priors.items():
+            w = values[name]
+            dims = tuple(range(lead, w.dim()))
+            view = (-1,) + (1,) * (w.dim() - 1)
+            sq = ((w - m.view(view)) / s.view(view)).pow(2).sum(dims)
+            size = w.shape[lead:].numel()
+            log_p = log_p - 0.5 * sq - size * norm.view((-1,) + (1,) * (lead - 1))
+        return log_p
+
     def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(K,)``: ``-(N/B log p(y | x, w_k) + beta (log p(w_k) - log q(w_k)))`` per member."""
         values, log_q, scales = self._draw()
-        log_p = 0.0
-        for name, (m, s, norm) in self._priors.items():
-            w = values[name]
-            dims = tuple(range(1, w.dim()))
-            view = (-1,) + (1,) * (w.dim() - 1)
-            sq = ((w - m.view(view)) / s.view(view)).pow(2).sum(dims)
-            log_p = log_p - 0.5 * sq - w[0].numel() * norm
+        log_p = self._log_prior(values)
         stacked = {self._paths[n]: v for n, v in values.items() if n in self._paths}
         net = self._twin.load({}, stacked)
         estimator = self.bnns[0].local_reparameterization
@@ -227,27 +239,7 @@ def _log_likelihood(
     bnns: Sequence[Any], lik: Any, f: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None
 ) -> torch.Tensor:
     """``(K,)`` summed log-likelihoods of each member's minibatch."""
-    k = f.shape[0]
-    if isinstance(lik, Categorical):
-        ce = F.cross_entropy(f.reshape(-1, f.shape[-1]), y.reshape(-1), reduction="none")
-        return -ce.view(k, -1).sum(1)
-    if isinstance(lik, Bernoulli):
-        bce = F.binary_cross_entropy_with_logits(f, y, reduction="none")
-        return -bce.reshape(k, -1).sum(1)
-    if isinstance(lik, HeteroscedasticGaussian):  # (K, B, 2O): locs, then raw scales
-        loc, s = lik._loc_scale(f, {})
-        z = (loc - y) / s
-        return (-0.5 * z.pow(2) - s.log()).reshape(k, -1).sum(1) - loc[0].numel() * _LOG_SQRT_2PI
-    if noise is None:
-        s = torch.tensor([b.likelihood.scale for b in bnns], dtype=f.dtype, device=f.device)
-        s = s.view(k, 1, 1).expand(k, 1, f.shape[-1])
-    else:
-        s = noise.view(k, 1, -1)
-    z = (f - y) / s
-    rows = f.shape[1]
-    return (-0.5 * z.pow(2)).reshape(k, -1).sum(1) - rows * (
-        s.log().reshape(k, -1).sum(1) + f.shape[-1] * _LOG_SQRT_2PI
-    )
+    return row_log_likelihood(bnns, lik, f, y, noise).sum(1)
 
 
 def fit_stacked(
@@ -267,6 +259,8 @@ def fit_stacked(
     progress: bool = True,
     init: str | None = None,
     map_epochs: int | None = None,
+    elbo: str = "trace",
+    num_particles: int = 1,
 ) -> History:
     """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation``)
     models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
@@ -289,6 +283,8 @@ def fit_stacked(
         init, map_epochs: as in :meth:`bnn_pyro.VariationalBNN.fit`: with ``init="map"`` each
             member runs its own MAP phase (:func:`bnn_pyro.map_init.map_phase`, one member at
             a time, on its own minibatch order) before the stacked SVI.
+        elbo, num_particles: ``"trace"`` (one particle) or ``"alpha"`` (the black-box alpha
+            energy, :class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI`), as in ``fit``.
 
     Returns:
         A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.
@@ -319,6 +315,13 @@ def fit_stacked(
         for b in bnns:
             map_epochs = check_init(b, init, map_epochs, epochs)
     lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
+    if (elbo, num_particles) != ("trace", 1) and (elbo != "alpha" or num_particles < 1):
+        raise ValueError(
+            f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (num_particles >= 1), "
+            f"got elbo={elbo!r}, num_particles={num_particles!r}"
+        )
+    if elbo == "alpha" and any(b.local_reparameterization for b in bnns):
+        raise ValueError("elbo='alpha' is stacked for the weight-space estimator only")
     reason = why_not_stacked_vi(bnns)
     if reason is not None:
         raise ValueError(f"fit_stacked: {reason}")
@@ -348,7 +351,13 @@ def fit_stacked(
             member_batches = shuffled_batches(x, t, min(batch_size, n), True, int(seed))
             map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
             g.set_state(member_batches.generator.get_state())
-    stacked = StackedVI(bnns, generators, n, kl_weight)
+    if elbo == "alpha":
+        from bnn_pyro.training.stacked_alpha import StackedAlphaVI
+
+        p = num_particles if num_particles > 1 else 10  # as fit(elbo="alpha")
+        stacked: StackedVI = StackedAlphaVI(bnns, generators, n, kl_weight, num_particles=p)
+    else:
+        stacked = StackedVI(bnns, generators, n, kl_weight)
     x_all, y_all = torch.stack(xs), torch.stack(ys)
     if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
 

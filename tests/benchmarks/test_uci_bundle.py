@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from benchmarks.uci import registry
+from benchmarks.uci import registry, variational
 from benchmarks.uci.bundle import bundled, final_groups, run_bundle
 from benchmarks.uci.runner import BenchmarkSettings, Task, run_task
 from benchmarks.uci.writer import write_uci_folder
@@ -62,6 +62,27 @@ def test_bundled_records_are_the_split_by_split_records(toy, method):
         assert got["test_ll"] == pytest.approx(alone["test_ll"], rel=1e-4)
         assert got["rmse"] == pytest.approx(alone["rmse"], rel=1e-4)
         assert [r["config"] for r in got["records"]] == [r["config"] for r in alone["records"]]
+
+
+def test_an_alpha_energy_grid_bundles_as_it_runs_split_by_split(toy, monkeypatch):
+    """``elbo="alpha"`` configurations: the stacked energy in the bundle, ``fit(elbo="alpha")``
+    split by split (:mod:`benchmarks.uci.variants` runs them this way)."""
+    monkeypatch.setenv("BNN_PYRO_UCI_VI_OVERRIDES", '{"elbo": "alpha", "num_particles": 3}')
+
+    def grid(info, quick):
+        return [{**c, "epochs": 6} for c in variational.vi_grid(info, quick=True)]
+
+    monkeypatch.setitem(
+        registry.METHODS, "vi", dataclasses.replace(registry.METHODS["vi"], grid=grid)
+    )
+    settings = BenchmarkSettings(validation_samples=20, test_samples=50)
+    tasks = [Task("toy", toy, s, "vi") for s in range(2)]
+    for task, got in zip(tasks, run_bundle(tasks, settings), strict=True):
+        alone = run_task(task, settings)
+        assert got["stacked"] == 2 and got["config"]["elbo"] == "alpha"
+        assert got["config"]["num_particles"] == 3
+        assert got["test_ll"] == pytest.approx(alone["test_ll"], rel=1e-4)
+        assert got["rmse"] == pytest.approx(alone["rmse"], rel=1e-4)
 
 
 def test_final_fits_share_a_run_across_epochs_and_overrides(toy):

@@ -159,3 +159,38 @@ def test_what_cannot_be_stacked_is_refused_by_name():
         fit_stacked([make()], "rows", y, seeds=[0], progress=False)
     with pytest.raises(ValueError, match="elementwise"):
         fit_stacked([make()], X, y, seeds=[0], optimizer=torch.optim.LBFGS, progress=False)
+
+
+@pytest.mark.parametrize(
+    "case", ["fixed noise", "learned noise", "heteroscedastic", "categorical", "layerwise prior"]
+)
+def test_stacked_alpha_fit_is_each_models_own_fit(case):
+    """``elbo="alpha"``: each member's P draws come from its own stream in the order of Pyro's
+    particle plate, so the stacked energy is each member's own ``fit(elbo="alpha")``."""
+    X, y, out = _data(CASES[case][2], members=K)
+    fit = dict(epochs=3, batch_size=32, lr=1e-2, elbo="alpha", num_particles=4)
+    alone = _models(case, out)
+    histories = _one_by_one(alone, X, y, True, **fit)
+    together = _models(case, out)
+    history = fit_stacked(together, X, y, seeds=list(range(K)), progress=False, **fit)
+    # 12 steps, the same arithmetic batched differently: round-off only, as above
+    for a, b in zip(alone, together, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
+    for k in range(K):
+        got = [row[k] for row in history["member_loss"]]
+        assert got == pytest.approx(histories[k]["loss"], rel=1e-4)
+    plain = _models(case, out)  # the ELBO ends elsewhere: the test can tell the two apart
+    fit_stacked(plain, X, y, seeds=list(range(K)), progress=False, epochs=3, batch_size=32)
+    moved = plain[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
+    assert moved.abs().max() > 1e-4
+
+
+def test_stacked_alpha_refuses_what_it_does_not_cover():
+    X, y, _ = _data("regression")
+    models = _models("local reparameterization", 1)
+    with pytest.raises(ValueError, match="weight-space estimator only"):
+        fit_stacked(models, X, y, seeds=[0, 1, 2], elbo="alpha", progress=False)
+    for bad in [dict(elbo="stl"), dict(elbo="trace", num_particles=3), dict(num_particles=0)]:
+        with pytest.raises(ValueError, match="fit_stacked takes elbo"):
+            fit_stacked(_models("fixed noise", 1), X, y, seeds=[0, 1, 2], progress=False, **bad)
