@@ -64,6 +64,18 @@ def _one_by_one(models, X, y, per_member: bool, **fit):
     return histories
 
 
+def _assert_same_fits(alone, histories, together, history):
+    """The stacked fit's members end as the one-by-one fits: a few steps of the same arithmetic
+    batched differently (per-member noise streams and orders are the one-by-one ones), so
+    float32 round-off only, ~1e-7 relative per operation."""
+    for a, b in zip(alone, together, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
+    for k in range(K):
+        got = [row[k] for row in history["member_loss"]]
+        assert got == pytest.approx(histories[k]["loss"], rel=1e-4)
+
+
 @pytest.mark.parametrize("per_member", [False, True], ids=["shared data", "own data"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_stacked_fit_is_each_models_own_fit(case, per_member):
@@ -73,14 +85,7 @@ def test_stacked_fit_is_each_models_own_fit(case, per_member):
     histories = _one_by_one(alone, X, y, per_member, **fit)
     together = _models(case, out)
     history = fit_stacked(together, X, y, seeds=list(range(K)), progress=False, **fit)
-    # 16 steps of the same arithmetic batched differently (per-member noise streams and orders
-    # are the one-by-one ones): float32 round-off only, ~1e-7 relative per operation
-    for a, b in zip(alone, together, strict=True):
-        for p, q in zip(a.parameters(), b.parameters(), strict=True):
-            assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
-    for k in range(K):
-        got = [row[k] for row in history["member_loss"]]
-        assert got == pytest.approx(histories[k]["loss"], rel=1e-4)
+    _assert_same_fits(alone, histories, together, history)
     x_new = X[0, :5] if per_member else X[:5]
     for a, b in zip(alone, together, strict=True):  # the models predict as their own fits do
         assert torch.allclose(
@@ -173,13 +178,7 @@ def test_stacked_alpha_fit_is_each_models_own_fit(case):
     histories = _one_by_one(alone, X, y, True, **fit)
     together = _models(case, out)
     history = fit_stacked(together, X, y, seeds=list(range(K)), progress=False, **fit)
-    # 12 steps, the same arithmetic batched differently: round-off only, as above
-    for a, b in zip(alone, together, strict=True):
-        for p, q in zip(a.parameters(), b.parameters(), strict=True):
-            assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
-    for k in range(K):
-        got = [row[k] for row in history["member_loss"]]
-        assert got == pytest.approx(histories[k]["loss"], rel=1e-4)
+    _assert_same_fits(alone, histories, together, history)
     plain = _models(case, out)  # the ELBO ends elsewhere: the test can tell the two apart
     fit_stacked(plain, X, y, seeds=list(range(K)), progress=False, epochs=3, batch_size=32)
     moved = plain[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
