@@ -156,7 +156,8 @@ def _per_particle(log_prob: torch.Tensor, p: int) -> torch.Tensor:
 
 
 def _per_particle_rows(name: str, site: dict, p: int) -> torch.Tensor:
-    """``(P, B)``: an observed site's per-row log-likelihood (inner dims summed; masked rows 0)."""
+    """``(P, B)``: an observed site's log-likelihood factors, one per element of its batch shape
+    under the plates (the rows; events already summed; masked rows 0)."""
     log_prob = scale_and_mask(site["unscaled_log_prob"], 1.0, site["mask"])
     plates = [f for f in site["cond_indep_stack"] if f.name != _PARTICLES]
     if not plates or log_prob.dim() < 2 or log_prob.shape[0] != p:
@@ -164,5 +165,4 @@ def _per_particle_rows(name: str, site: dict, p: int) -> torch.Tensor:
             f"elbo='alpha' needs the observed site {name!r} drawn under the particle plate with "
             f"its rows in a plate; its log-density has shape {tuple(log_prob.shape)}"
         )
-    rows = log_prob.reshape(p, log_prob.shape[1], -1).sum(-1)
-    return rows
+    return log_prob.reshape(p, -1)
