@@ -12,7 +12,8 @@ rounding (tested).
 Covered: the library's mean-field guide, a prior whose layers are Normal with one loc and scale
 each (``IIDPrior(Normal)``, ``LayerwiseNormalPrior``, the default), a ``Gaussian`` (fixed or
 learned noise), ``HeteroscedasticGaussian``, ``Categorical`` or ``Bernoulli`` likelihood, one
-particle; the weight-space estimator or local reparameterization / flipout of linear layers.
+particle (or the black-box alpha energy's P: :mod:`bnn_pyro.training.stacked_alpha`); the
+weight-space estimator or local reparameterization / flipout of linear layers.
 :func:`why_not_stacked_vi` names what is not.
 """
 
@@ -26,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions import Independent
 
-from bnn_pyro._checks import as_tensor
+from bnn_pyro._checks import as_tensor, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
@@ -315,9 +316,10 @@ def fit_stacked(
         for b in bnns:
             map_epochs = check_init(b, init, map_epochs, epochs)
     lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
-    if (elbo, num_particles) != ("trace", 1) and (elbo != "alpha" or num_particles < 1):
+    num_particles = check_int("num_particles", num_particles)
+    if (elbo, num_particles) != ("trace", 1) and elbo != "alpha":
         raise ValueError(
-            f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (num_particles >= 1), "
+            f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
             f"got elbo={elbo!r}, num_particles={num_particles!r}"
         )
     if elbo == "alpha" and any(b.local_reparameterization for b in bnns):

@@ -190,6 +190,10 @@ def test_stacked_alpha_refuses_what_it_does_not_cover():
     models = _models("local reparameterization", 1)
     with pytest.raises(ValueError, match="weight-space estimator only"):
         fit_stacked(models, X, y, seeds=[0, 1, 2], elbo="alpha", progress=False)
-    for bad in [dict(elbo="stl"), dict(elbo="trace", num_particles=3), dict(num_particles=0)]:
+    for bad in [dict(elbo="stl"), dict(elbo="trace", num_particles=3)]:
         with pytest.raises(ValueError, match="fit_stacked takes elbo"):
             fit_stacked(_models("fixed noise", 1), X, y, seeds=[0, 1, 2], progress=False, **bad)
+    for bad in [0, 2.5, True]:
+        with pytest.raises((TypeError, ValueError), match="num_particles"):
+            fit_stacked(_models("fixed noise", 1), X, y, seeds=[0, 1, 2], progress=False,
+                        elbo="alpha", num_particles=bad)  # fmt: skip
