@@ -6,10 +6,12 @@ split with a reference run::
 
 runs ``vi`` with the variant's configuration keys laid over its grid
 (:data:`benchmarks.uci.variational.OVERRIDES_ENV`), writes the usual ``uci.json`` / ``uci.md``
-to ``--out``, then prints per data set the change in test log-likelihood and RMSE paired split
-by split against ``--base`` (default: the committed ``benchmarks/results/uci/uci.json``):
-the mean of the per-split differences ± their standard error. Pairing removes the split's own
-difficulty, which dominates the unpaired standard errors of the table.
+to ``--out``, then prints, and writes to ``OUT/paired.md``, per data set the change in test
+log-likelihood and RMSE paired split by split against ``--base`` (default: the committed
+``benchmarks/results/uci/uci.json``): the mean of the per-split differences ± their standard
+error. Pairing removes the split's own difficulty, which dominates the unpaired standard errors
+of the table. ``benchmarks/results/uci/variants/`` keeps the tables of the runs quoted in
+issue 12's notes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -27,7 +30,7 @@ from typing import Any
 from benchmarks.uci.cli import main as uci_main
 from benchmarks.uci.variational import OVERRIDES_ENV
 
-__all__ = ["VARIANTS", "main", "paired_change"]
+__all__ = ["VARIANTS", "main", "paired_change", "paired_markdown"]
 
 #: name -> the configuration keys laid over the ``vi`` grid.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -96,6 +99,38 @@ def paired_change(
     return out
 
 
+def paired_markdown(
+    variant: str, changes: Mapping[str, Mapping[str, Any]], base: str, command: str
+) -> str:
+    """The paired change of :func:`paired_change` as a markdown table (written to
+    ``OUT/paired.md`` by :func:`main`).
+
+    Example:
+        >>> row = {"n": 20, "test_ll": 0.1, "test_ll_se": 0.05, "rmse": -0.2, "rmse_se": 0.1,
+        ...        "mean_ll": -2.5, "base_ll": -2.6}
+        >>> print(paired_markdown("alpha", {"d": row}, "uci.json", "cmd").splitlines()[-1])
+        | d | -2.500 | -2.600 | +0.100 ± 0.050 | -0.200 ± 0.100 | 20 |
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {sorted(VARIANTS)}")
+    lines = [
+        f"# vi, variant `{variant}`: paired change against the reference run",
+        "",
+        f"- Configuration keys laid over the vi grid: `{json.dumps(VARIANTS[variant])}`",
+        f"- Reference: `{base}`",
+        f"- Command: `{command}`",
+        "",
+        "| data | test LL | reference | change in test LL | change in RMSE | splits |",
+        "|---|---|---|---|---|---|",
+    ]
+    for dataset, c in changes.items():
+        lines.append(
+            f"| {dataset} | {c['mean_ll']:.3f} | {c['base_ll']:.3f} | {c['test_ll']:+.3f} ± "
+            f"{c['test_ll_se']:.3f} | {c['rmse']:+.3f} ± {c['rmse_se']:.3f} | {c['n']} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one variant (see the module docstring); the arguments after the variant's name are
     ``python -m benchmarks.uci``'s (``--methods`` is ``vi``), plus ``--base``."""
@@ -103,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("variant", choices=sorted(VARIANTS))
     parser.add_argument("--base", default=str(BASE), help="the reference uci.json")
     parser.add_argument("--out", required=True, help="output folder (not the committed one)")
-    args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args, rest = parser.parse_known_args(raw)
     if "--methods" in rest:
         parser.error("--methods is vi for a variant")
     base_path = Path(args.base)
@@ -117,15 +153,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         del os.environ[OVERRIDES_ENV]
     runs = json.loads((Path(args.out) / "uci.json").read_text())["runs"]
-    base = json.loads(base_path.read_text())["runs"]
+    reference = json.loads(base_path.read_text())
+    base = reference["runs"]
+    changes = paired_change(runs, base)
+    command = "python -m benchmarks.uci.variants " + shlex.join(raw)
+    label = f"{_shown(base_path)} (run of {reference.get('date', 'unknown date')})"
+    table = paired_markdown(args.variant, changes, label, command)
+    (Path(args.out) / "paired.md").write_text(table + "\n")
     print(f"vi, variant {args.variant} {VARIANTS[args.variant]}, paired against {base_path}:")
-    for dataset, c in paired_change(runs, base).items():
+    for dataset, c in changes.items():
         print(
             f"  {dataset}: test LL {c['mean_ll']:.3f} (reference {c['base_ll']:.3f}), change "
             f"{c['test_ll']:+.3f} ± {c['test_ll_se']:.3f}; RMSE {c['rmse']:+.3f} ± "
             f"{c['rmse_se']:.3f} ({c['n']} splits)"
         )
     return code
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when inside it (tables do not name a machine)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def test_paired_change_pairs_splits_and_leaves_out_errors_and_other_methods():
     assert variants.paired_change(new, [], "vi") == {}
     with pytest.raises(TypeError, match="method must be a str"):
         variants.paired_change(new, old, method=1)
+    with pytest.raises(ValueError, match="unknown variant"):
+        variants.paired_markdown("nope", {}, "base", "cmd")
 
 
 def test_a_variant_runs_vi_with_its_keys_and_prints_the_paired_change(tmp_path, capsys):
@@ -60,6 +62,8 @@ def test_a_variant_runs_vi_with_its_keys_and_prints_the_paired_change(tmp_path, 
     assert {r["config"]["kl_weight"] for r in runs} == {0.2}
     printed = capsys.readouterr().out
     assert "variant kl0.2" in printed and "toy: test LL" in printed and "(2 splits)" in printed
+    table = (out / "paired.md").read_text()
+    assert '{"kl_weight": 0.2}' in table and "| toy |" in table and "--base" in table
     assert OVERRIDES_ENV not in os.environ  # the variant leaves no trace
     with pytest.raises(SystemExit):
         variants.main(["kl0.2", *common, "--methods", "lrt", "--base", base, "--out", str(out)])
