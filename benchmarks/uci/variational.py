@@ -46,11 +46,14 @@ more than a standard error either: three times the steps (:data:`_STEPS` 30,000)
 0.019 / -0.009 +- 0.014, a MAP start +0.054 +- 0.054 / -0.003 +- 0.014, 100 hidden units -0.024
 / -0.004, Blundell's scale mixture prior (concrete) +0.008 +- 0.018; a fixed KL weight of 0.2
 (a tempered posterior, a different model) gave boston +0.156 +- 0.057 and concrete +0.023 +-
-0.030, one of 0.05 +0.019 +- 0.080 and +0.027 +- 0.030. The black-box alpha energy in place
-of the ELBO (``elbo="alpha"``, 0.5, 10 particles; ``python -m benchmarks.uci.variants alpha``),
-over all four sets: boston +0.043 +- 0.029, concrete +0.005 +- 0.015, energy +0.069 +- 0.058,
-yacht +0.143 +- 0.057, at 2.5x the training time; twice the prior std (``prior_gain2``) and a
-10x smaller initial std (``init_scale1e-3``) on concrete: -0.002 +- 0.013, -0.015 +- 0.015.
+0.030, one of 0.05 +0.019 +- 0.080 and +0.027 +- 0.030. Against the committed run of
+2026-11-25 (``python -m benchmarks.uci.variants NAME``, tables in
+``benchmarks/results/uci/variants/``): KL weight 0.2 boston +0.154 +- 0.058 (-2.42), concrete
++0.011 +- 0.029, energy +0.019 +- 0.128, yacht +0.374 +- 0.099; the black-box alpha energy in
+place of the ELBO (``elbo="alpha"``, 0.5, 10 particles) boston +0.043 +- 0.029, concrete +0.005
++- 0.015, energy +0.069 +- 0.058, yacht +0.143 +- 0.057, at 2.5x the training time; on concrete
+KL weight 0.05 +0.013 +- 0.028, a MAP start -0.021 +- 0.012, twice the prior std -0.002 +-
+0.013, a 10x smaller initial std -0.015 +- 0.015.
 """
 
 from __future__ import annotations
