@@ -43,7 +43,10 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
 
-__all__ = ["AlphaELBO", "log_mean_exp"]
+__all__ = ["DEFAULT_PARTICLES", "AlphaELBO", "alpha_particles", "check_alpha", "log_mean_exp"]
+
+#: Draws per step unless told otherwise (Li & Gal's choice; see the module docstring).
+DEFAULT_PARTICLES = 10
 
 _PARTICLES = "num_particles_vectorized"  # the name of Pyro's particle plate
 
@@ -73,11 +76,13 @@ class AlphaELBO(Trace_ELBO):
         (torch.Size([]), True)
     """
 
-    def __init__(self, alpha: float = 0.5, num_particles: int = 10, max_plate_nesting: int = 1):
-        alpha = check_float("alpha", alpha, minimum=0.0, strict=True)
-        if alpha > 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        num_particles = check_int("num_particles", num_particles, minimum=2)
+    def __init__(
+        self,
+        alpha: float = 0.5,
+        num_particles: int = DEFAULT_PARTICLES,
+        max_plate_nesting: int = 1,
+    ):
+        alpha, num_particles = check_alpha(alpha, num_particles)
         max_plate_nesting = check_int("max_plate_nesting", max_plate_nesting, minimum=1)
         super().__init__(
             num_particles=num_particles,
@@ -127,6 +132,38 @@ class AlphaELBO(Trace_ELBO):
         if loss.requires_grad:
             loss.backward()
         return float(loss.detach())
+
+
+def check_alpha(alpha: float, num_particles: int) -> tuple[float, int]:
+    """``(alpha, num_particles)`` checked: ``alpha`` a float in ``(0, 1]``, ``num_particles`` an
+    int ``>= 2`` (one draw has no ``log mean exp``).
+
+    Raises:
+        TypeError, ValueError: naming the argument.
+
+    Example:
+        >>> check_alpha(0.5, 10)
+        (0.5, 10)
+        >>> check_alpha(1.5, 10)
+        Traceback (most recent call last):
+        ...
+        ValueError: alpha must be in (0, 1], got 1.5
+    """
+    alpha = check_float("alpha", alpha, minimum=0.0, strict=True)
+    if alpha > 1.0:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    return alpha, check_int("num_particles", num_particles, minimum=2)
+
+
+def alpha_particles(num_particles: int) -> int:
+    """The draws per step that ``elbo="alpha"`` uses for a ``num_particles`` setting: 1 (``fit``'s
+    default, meaningless for ``log mean exp``) means :data:`DEFAULT_PARTICLES`.
+
+    Example:
+        >>> alpha_particles(1), alpha_particles(32)
+        (10, 32)
+    """
+    return DEFAULT_PARTICLES if num_particles == 1 else num_particles
 
 
 def log_mean_exp(z: torch.Tensor) -> torch.Tensor:

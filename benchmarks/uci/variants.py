@@ -91,6 +91,8 @@ def paired_change(
         for metric in ("test_ll", "rmse"):
             diffs = [float(a[metric]) - float(b[metric]) for a, b in pairs]
             row[metric] = statistics.fmean(diffs)
+            # the sample std (n - 1) of the differences, a paired test's; not the protocol's
+            # mean_stderr, whose population std (n) follows the reference code for the table
             spread = statistics.stdev(diffs) if len(diffs) > 1 else math.nan
             row[f"{metric}_se"] = spread / math.sqrt(len(diffs))
         row["mean_ll"] = statistics.fmean(float(a["test_ll"]) for a, _ in pairs)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bnn_pyro.alpha_elbo import log_mean_exp
+from bnn_pyro.alpha_elbo import check_alpha, log_mean_exp
 from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.training.stacked_vi import StackedVI
 
@@ -54,11 +54,7 @@ class StackedAlphaVI(StackedVI):
         num_particles: int = 10,
     ) -> None:
         super().__init__(bnns, generators, dataset_size, kl_weight)
-        if not 0.0 < alpha <= 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        if num_particles < 2:
-            raise ValueError(f"num_particles must be >= 2, got {num_particles}")
-        self.alpha, self.num_particles = float(alpha), int(num_particles)
+        self.alpha, self.num_particles = check_alpha(alpha, num_particles)
 
     def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(K,)``: ``-(N/B sum_n (1/alpha) log mean_p p(y_n | w_kp)^alpha + beta mean_p
@@ -73,15 +69,9 @@ class StackedAlphaVI(StackedVI):
             return t.unsqueeze(1).expand(k, p, *t.shape[1:]).flatten(0, 1)
 
         f = net(per_draw(x))  # (K * P, B, O)
-        noise = [n for n in values if n not in self._paths]
-        for name in noise:  # the learned noise's prior, each member's own
-            log_p = log_p + torch.stack(
-                [
-                    b.likelihood.noise_prior(f).log_prob(values[name][i]).reshape(p, -1).sum(-1)
-                    for i, b in enumerate(self.bnns)
-                ]
-            )
-        scale = values[noise[0]].flatten(0, 1) if noise else None
+        log_p = log_p + self._noise_log_prior(values, f)
+        noise = self._learned_noise(values)
+        scale = None if noise is None else noise.flatten(0, 1)
         lik = self.bnns[0].likelihood
         rows = row_log_likelihood(self.bnns, lik, f, per_draw(y), scale).view(k, p, -1)
         data = (log_mean_exp(self.alpha * rows.transpose(0, 1)) / self.alpha).sum(-1)  # (K,)

@@ -202,6 +202,25 @@ class StackedVI(nn.Module):
             log_p = log_p - 0.5 * sq - size * norm.view((-1,) + (1,) * (lead - 1))
         return log_p
 
+    def _learned_noise(self, values: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """The learned noise scale's draws (the one latent site outside the net), else None."""
+        noise = [n for n in values if n not in self._paths]
+        return values[noise[0]] if noise else None
+
+    def _noise_log_prior(self, values: dict[str, torch.Tensor], f: torch.Tensor) -> Any:
+        """The learned noise's prior log-density, each member's own: ``(K,)``, or ``(K, P)`` when
+        the draws carry a particle dimension; 0 without a learned noise."""
+        noise = self._learned_noise(values)
+        if noise is None:
+            return 0.0
+        lead = noise.shape[1:-1].numel()  # P, or 1 without particles
+        return torch.stack(
+            [
+                b.likelihood.noise_prior(f).log_prob(noise[k]).reshape(lead, -1).sum(-1)
+                for k, b in enumerate(self.bnns)
+            ]
+        ).view(noise.shape[:-1])
+
     def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(K,)``: ``-(N/B log p(y | x, w_k) + beta (log p(w_k) - log q(w_k)))`` per member."""
         values, log_q, scales = self._draw()
@@ -213,16 +232,8 @@ class StackedVI(nn.Module):
             f = reparameterized_forward(net, x, scales, estimator, self.generators)
         else:
             f = net(x)  # (K, B, O)
-        lik = self.bnns[0].likelihood
-        noise = [n for n in values if n not in self._paths]
-        for name in noise:  # the learned noise's prior, each member's own
-            log_p = log_p + torch.stack(
-                [
-                    b.likelihood.noise_prior(f).log_prob(values[name][k]).sum()
-                    for k, b in enumerate(self.bnns)
-                ]
-            )
-        log_lik = _log_likelihood(self.bnns, lik, f, y, values.get(noise[0]) if noise else None)
+        log_p, noise = log_p + self._noise_log_prior(values, f), self._learned_noise(values)
+        log_lik = row_log_likelihood(self.bnns, self.bnns[0].likelihood, f, y, noise).sum(1)
         scale = self.dataset_size / x.shape[1]
         return -(scale * log_lik + self.kl_weight * (log_p - log_q))
 
@@ -234,13 +245,6 @@ class StackedVI(nn.Module):
                 key = b.guide._key(spec.name)
                 b.guide.locs[key].copy_(loc[k])
                 b.guide.rhos[key].copy_(rho[k])
-
-
-def _log_likelihood(
-    bnns: Sequence[Any], lik: Any, f: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None
-) -> torch.Tensor:
-    """``(K,)`` summed log-likelihoods of each member's minibatch."""
-    return row_log_likelihood(bnns, lik, f, y, noise).sum(1)
 
 
 def fit_stacked(
@@ -354,9 +358,10 @@ def fit_stacked(
             map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
             g.set_state(member_batches.generator.get_state())
     if elbo == "alpha":
+        from bnn_pyro.alpha_elbo import alpha_particles
         from bnn_pyro.training.stacked_alpha import StackedAlphaVI
 
-        p = num_particles if num_particles > 1 else 10  # as fit(elbo="alpha")
+        p = alpha_particles(num_particles)  # as fit(elbo="alpha")
         stacked: StackedVI = StackedAlphaVI(bnns, generators, n, kl_weight, num_particles=p)
     else:
         stacked = StackedVI(bnns, generators, n, kl_weight)

@@ -16,7 +16,7 @@ import torch
 from pyro.infer import ELBO, SVI
 from pyro.optim import PyroOptim
 
-from bnn_pyro.alpha_elbo import AlphaELBO
+from bnn_pyro.alpha_elbo import AlphaELBO, alpha_particles
 from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
@@ -107,7 +107,7 @@ def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     if not isinstance(num_particles, int) or num_particles < 1:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
     if elbo == "alpha":
-        return AlphaELBO(num_particles=num_particles if num_particles > 1 else 10)
+        return AlphaELBO(num_particles=alpha_particles(num_particles))
     return classes[elbo](
         num_particles=num_particles,
         vectorize_particles=vectorize and num_particles > 1,
