@@ -85,6 +85,19 @@ def test_an_alpha_energy_grid_bundles_as_it_runs_split_by_split(toy, monkeypatch
         assert got["rmse"] == pytest.approx(alone["rmse"], rel=1e-4)
 
 
+def test_an_objective_that_does_not_stack_is_refused_before_training():
+    """The bundle falls back to split-by-split fits on this ValueError (fit_stacked's check)."""
+    info = variational.DatasetInfo("toy", 40, 3)
+    config = {**variational.vi_grid(info, quick=True)[0], "elbo": "meanfield"}
+    seen = []
+    with pytest.raises(ValueError, match="fit_stacked takes elbo"):
+        variational.vi_train_stacked(
+            config, torch.randn(2, 40, 3), torch.randn(2, 40, 1), y_stds=[1.0, 1.0], hidden=4,
+            seeds=[0, 1], checkpoints=[2], reports=[seen.append] * 2, num_samples=2,
+        )  # fmt: skip
+    assert seen == []
+
+
 def test_final_fits_share_a_run_across_epochs_and_overrides(toy):
     """The toy's splits choose different epoch counts and noise factors from one grid
     configuration; the test above checks their records equal the split-by-split ones, this one
