@@ -163,18 +163,22 @@ def alpha_particles(num_particles: int) -> int:
         >>> alpha_particles(1), alpha_particles(32)
         (10, 32)
     """
+    num_particles = check_int("num_particles", num_particles)
     return DEFAULT_PARTICLES if num_particles == 1 else num_particles
 
 
 def log_mean_exp(z: torch.Tensor) -> torch.Tensor:
-    """``log mean_p exp(z_p)`` over dim 0, exact for small spreads: ``max + log1p(mean(expm1(z -
-    max)))`` keeps the digits that ``logsumexp(z) - log P`` cancels away when ``alpha`` is small.
+    """``log mean_p exp(z_p)`` over dim 0 (``(P, *rest)`` → ``rest``), exact for small spreads:
+    ``max + log1p(mean(expm1(z - max)))`` keeps the digits that ``logsumexp(z) - log P`` cancels
+    away when ``alpha`` is small.
 
     Example:
         >>> z = torch.tensor([[1e-7], [3e-7]])
         >>> float(log_mean_exp(z)[0]) / 2e-7  # the mean of z, to float precision
         1.0...
     """
+    if not isinstance(z, torch.Tensor) or z.dim() == 0 or z.shape[0] == 0:
+        raise ValueError(f"z must be a tensor with draws along dim 0, got {z!r}")
     top = z.detach().max(0).values
     return top + torch.log1p(torch.expm1(z - top).mean(0))
 

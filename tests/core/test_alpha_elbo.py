@@ -17,7 +17,7 @@ import torch
 from pyro.infer import Trace_ELBO
 
 import bnn_pyro as bp
-from bnn_pyro.alpha_elbo import AlphaELBO
+from bnn_pyro.alpha_elbo import AlphaELBO, alpha_particles, log_mean_exp
 
 NOISE = 0.5
 
@@ -195,3 +195,13 @@ def test_fit_with_alpha_reaches_the_closed_form_optimum():
     # in all); P = 100 makes it 0.25%.
     assert torch.allclose(loc, mean, atol=0.1 * float(std.min())), (loc, mean)
     assert torch.allclose(scale, std, rtol=0.05), (scale, std)
+
+
+def test_the_helpers_refuse_what_they_cannot_use():
+    for bad in [torch.tensor(1.0), torch.zeros(0, 3), [1.0, 2.0]]:
+        with pytest.raises(ValueError, match="draws along dim 0"):
+            log_mean_exp(bad)
+    assert float(log_mean_exp(torch.tensor([0.0, math.log(3.0)]))) == pytest.approx(math.log(2.0))
+    for bad in [0, 2.5, True]:
+        with pytest.raises((TypeError, ValueError), match="num_particles"):
+            alpha_particles(bad)
