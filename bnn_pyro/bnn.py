@@ -69,6 +69,9 @@ class VariationalBNN(SVIModel):
             guide, an ELBO gradient with less variance; ``predict`` still draws weights. Needs
             a guide that draws each weight from its own Normal (``"meanfield"``, ``"normal"``).
         num_samples: the default ``S`` of :meth:`predict` (a call's ``num_samples`` overrides).
+        elbo: the objective :meth:`fit` minimises when its ``elbo`` is not given: ``"trace"``
+            (default, the ELBO), ``"meanfield"``, ``"stl"`` or ``"alpha"`` (the black-box alpha
+            energy, :mod:`bnn_pyro.alpha_elbo`; what ``make("bb_alpha", ...)`` builds).
 
     Shapes:
         ``fit(X: (N, *features), y: (N,) | (N, O))``; ``predict(X) -> mean (N, O'), variance
@@ -94,8 +97,12 @@ class VariationalBNN(SVIModel):
         init_scale: float = 0.01,
         local_reparameterization: bool | str = False,
         num_samples: int = 100,
+        elbo: str = "trace",
     ) -> None:
         super().__init__()
+        if elbo not in self.elbos:  # a name, so that the model can be saved and loaded
+            raise ValueError(f"elbo must be one of {self.elbos}, got {elbo!r}")
+        self.default_elbo = elbo
         check_module("net", net)
         check_supported_layers("net", net, type(self).__name__)
         check_instance("likelihood", likelihood, Likelihood, LIKELIHOOD_EXPECTED)
@@ -226,6 +233,7 @@ class VariationalBNN(SVIModel):
             "init_scale": self.init_scale,
             "local_reparameterization": self.local_reparameterization or False,
             "num_samples": self.num_samples,
+            "elbo": self.default_elbo,
             "dtype": str(self.dtype).removeprefix("torch."),
         }
 
@@ -243,6 +251,7 @@ class VariationalBNN(SVIModel):
             init_scale=config["init_scale"],
             local_reparameterization=config["local_reparameterization"],
             num_samples=config["num_samples"],
+            elbo=config.get("elbo", "trace"),  # files saved before the option: the ELBO
         )
 
     def extra_repr(self) -> str:
@@ -252,6 +261,7 @@ class VariationalBNN(SVIModel):
             f"likelihood={self.likelihood!r}, prior={self.prior!r}, guide={self.guide_spec!r}, "
             f"{len(self.site_names)} Bayesian tensors, {fitted}"
             + (f", local_reparameterization={lrt!r}" if lrt else "")
+            + (f", elbo={self.default_elbo!r}" if self.default_elbo != "trace" else "")
         )
 
 

@@ -56,7 +56,8 @@ class BNNLightningModule(lightning.LightningModule):
             not needed once the guide is set up (a fitted or loaded method).
         lr: the optimizer's learning rate.
         optimizer: ``None`` (Adam), a name or a torch optimizer class, as ``fit`` takes it.
-        elbo: ``"trace"``, ``"meanfield"``, ``"stl"`` or ``"alpha"``, as ``fit`` takes it.
+        elbo: ``None`` (the method's own), ``"trace"``, ``"meanfield"``, ``"stl"`` or
+            ``"alpha"``, as ``fit`` takes it.
         num_particles: samples per step (vectorized).
 
     Each training step logs ``loss`` (the negative ELBO of the minibatch, scaled to ``N``).
@@ -72,7 +73,7 @@ class BNNLightningModule(lightning.LightningModule):
         example: tuple[Any, Any] | None = None,
         lr: float = 1e-3,
         optimizer: Any = None,
-        elbo: str = "trace",
+        elbo: str | None = None,
         num_particles: int = 1,
     ) -> None:
         if not isinstance(method, SVIModel):
@@ -84,6 +85,7 @@ class BNNLightningModule(lightning.LightningModule):
         dataset_size = check_int("dataset_size", dataset_size)
         lr = check_float("lr", lr, minimum=0.0, strict=True)
         num_particles = check_int("num_particles", num_particles)
+        elbo = method.default_elbo if elbo is None else elbo
         if elbo not in method.elbos:
             raise ValueError(f"elbo must be one of {method.elbos}, got {elbo!r}")
         if not method._is_fitted():

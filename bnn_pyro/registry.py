@@ -9,6 +9,7 @@ name               method
 =================  ===============================================================
 ``vi``             ``VariationalBNN`` (Bayes by Backprop on Pyro)
 ``lrt``            ``VariationalBNN(local_reparameterization=True)``
+``bb_alpha``       ``VariationalBNN(elbo="alpha")`` (black-box alpha, Hernandez-Lobato 2016)
 ``hidden_layer``   ``HiddenLayerBNN`` (an MLP of local-reparameterization layers)
 ``dropout``        ``MCDropout``
 ``ensemble``       ``DeepEnsemble`` (members: copies of the net, re-initialised)
@@ -37,6 +38,7 @@ __all__ = ["METHODS", "load", "make", "method_class", "register_method"]
 _BUILTIN: dict[str, tuple[str, dict[str, Any]]] = {
     "vi": ("bnn_pyro.bnn:VariationalBNN", {}),
     "lrt": ("bnn_pyro.bnn:VariationalBNN", {"local_reparameterization": True}),
+    "bb_alpha": ("bnn_pyro.bnn:VariationalBNN", {"elbo": "alpha"}),
     "hidden_layer": ("bnn_pyro.hidden_layer_bnn:HiddenLayerBNN", {}),
     "dropout": ("bnn_pyro.methods.mc_dropout:MCDropout", {}),
     "ensemble": ("bnn_pyro.methods.ensemble:DeepEnsemble", {}),
@@ -100,8 +102,8 @@ def make(name: str, net: nn.Module, likelihood: Likelihood, **options: Any) -> B
     """Build the method called ``name`` around a plain ``net`` and a likelihood.
 
     Args:
-        name: one of :data:`METHODS` (``"vi"``, ``"lrt"``, ``"hidden_layer"``, ``"dropout"``,
-            ``"ensemble"``, ``"swag"``, ``"laplace"``, ``"vbnn"``).
+        name: one of :data:`METHODS` (``"vi"``, ``"lrt"``, ``"bb_alpha"``, ``"hidden_layer"``,
+            ``"dropout"``, ``"ensemble"``, ``"swag"``, ``"laplace"``, ``"vbnn"``).
         net: a ``torch.nn.Module`` mapping ``(N, D)`` to ``(N, O)``. Ensembles copy and
             re-initialise it per member; ``hidden_layer`` and ``vbnn`` read the widths of an
             MLP of ``nn.Linear`` layers (and refuse any other net with a clear error).

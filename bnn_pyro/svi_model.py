@@ -1,10 +1,8 @@
 """``SVIModel``: what every Pyro-trained BNN here shares: input checks, the ``fit`` loop's data
-plumbing, and prediction from posterior samples.
-
-A subclass defines the Pyro ``model``, a ``guide``, how to draw posterior samples
-(:meth:`SVIModel._draw_posterior`) and how to evaluate the net on them (:meth:`SVIModel._outputs`).
-:class:`~bnn_pyro.VariationalBNN` and :class:`~bnn_pyro.HiddenLayerBNN` are the two.
-"""
+plumbing, and prediction from posterior samples. A subclass defines the Pyro ``model``, a
+``guide``, how to draw posterior samples (:meth:`SVIModel._draw_posterior`) and how to evaluate
+the net on them (:meth:`SVIModel._outputs`): :class:`~bnn_pyro.VariationalBNN`,
+:class:`~bnn_pyro.HiddenLayerBNN`."""
 
 from __future__ import annotations
 
@@ -44,16 +42,15 @@ _NO_NOISE = "include_noise=True needs a Gaussian likelihood, not {!r}"
 
 
 class SVIModel(BaseBayesianMethod):
-    """Base class of the SVI-trained BNNs (see the module docstring).
-
-    Subclasses set ``self.likelihood``, ``self.guide``, ``self.site_names`` and define
-    ``model(x, y=None, dataset_size=None, kl_weight=1.0)``, :meth:`_draw_posterior`,
-    :meth:`_outputs` and :meth:`_output_dim`.
-    """
+    """Base class of the SVI-trained BNNs (see the module docstring). Subclasses set
+    ``self.likelihood``, ``self.guide``, ``self.site_names`` and define ``model(x, y=None,
+    dataset_size=None, kl_weight=1.0)``, :meth:`_draw_posterior`, :meth:`_outputs` and
+    :meth:`_output_dim`."""
 
     likelihood: Likelihood
     site_names: list[str]
     elbos: tuple[str, ...] = ("trace", "meanfield", "stl", "alpha")
+    default_elbo: str = "trace"  # fit's objective when its elbo is None
 
     def __init__(self) -> None:
         super().__init__()
@@ -151,7 +148,7 @@ class SVIModel(BaseBayesianMethod):
         batch_size: int | None = 128,
         lr: float = 1e-2,
         optimizer: Any = None,
-        elbo: str = "trace",
+        elbo: Any = None,
         num_particles: int = 1,
         kl_weight: KLWeightSpec = 1.0,
         callbacks: Iterable[Callback] = (),
@@ -178,7 +175,8 @@ class SVIModel(BaseBayesianMethod):
             batch_size: minibatch size; ``None`` = full batch. Ignored for a DataLoader.
             lr: learning rate of the default ``torch.optim.Adam`` (or of an optimizer class).
             optimizer: see :func:`bnn_pyro.training.as_pyro_optim`.
-            elbo: ``"trace"`` (``Trace_ELBO``: Monte Carlo KL), ``"meanfield"`` (exact KL),
+            elbo: ``None`` (the model's own, ``"trace"`` unless its constructor chose another),
+                ``"trace"`` (``Trace_ELBO``: Monte Carlo KL), ``"meanfield"`` (exact KL),
                 ``"stl"`` (the "sticking the landing" gradient), ``"alpha"`` (black-box alpha,
                 10 particles unless ``num_particles`` says more) or an ELBO: see
                 :func:`bnn_pyro.training.make_elbo`.
@@ -208,6 +206,7 @@ class SVIModel(BaseBayesianMethod):
         check_seed("seed", seed)
         check_schedule_args(lr_schedule, average)
         map_epochs = check_init(self, init, map_epochs, epochs)
+        elbo = self.default_elbo if elbo is None else elbo
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
         callbacks = check_callbacks(callbacks, validation_data is not None)

@@ -110,7 +110,7 @@ def test_fit_takes_a_dataloader(name):
         by_tensors = bp.make(name, _net(1), bp.Gaussian(scale=0.3))
         by_tensors.fit(X, y, epochs=0, progress=False)
         by_loader.fit(loader)
-    elif name in ("vi", "lrt", "hidden_layer"):  # the SVI loop runs the loader's batches
+    elif name in ("vi", "lrt", "bb_alpha", "hidden_layer"):  # the SVI loop runs its batches
         history = by_loader.fit(loader, **kwargs)
         assert len(history["loss"]) == 2
         return

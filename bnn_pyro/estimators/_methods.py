@@ -25,7 +25,7 @@ DTYPE = torch.float64
 
 #: The methods whose regression noise is their Gaussian likelihood's scale: one float for all
 #: the target columns (the others take a per-column ``noise_scale``).
-SCALAR_NOISE = ("vi", "lrt", "hidden_layer")
+SCALAR_NOISE = ("vi", "lrt", "bb_alpha", "hidden_layer")
 
 _Options = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -39,6 +39,7 @@ def _normal_prior(p: dict[str, Any]) -> dict[str, Any]:
 _OPTIONS: dict[str, _Options] = {
     "vi": _normal_prior,
     "lrt": _normal_prior,
+    "bb_alpha": _normal_prior,
     "hidden_layer": lambda p: {"prior_scale": p["prior_scale"]},
     "vbnn": lambda p: {"prior_std": p["prior_scale"]},
     "dropout": lambda p: {"dropout_rate": p["dropout_rate"]},

@@ -29,6 +29,7 @@ _COMMON_ARGS = """
         activation: ``"relu"``, ``"tanh"``, ``"gelu"``, ... (:data:`bnn_pyro.nn.mlp.ACTIVATIONS`).
         method: a name from :data:`bnn_pyro.METHODS`: ``"vi"`` (mean-field variational
             inference), ``"lrt"`` (the same trained with local reparameterization),
+            ``"bb_alpha"`` (the same trained on the black-box alpha energy),
             ``"hidden_layer"`` (HiddenLayer sites), ``"vbnn"`` (pure-torch Bayes by Backprop),
             ``"dropout"`` (MC dropout), ``"ensemble"`` (deep ensemble), ``"swag"`` or
             ``"laplace"`` (GGN Laplace, linearised predictive).

@@ -50,7 +50,8 @@ class TabularBNN(Persistence):
         task: ``"regression"`` or ``"classification"``.
         method: a name from :data:`bnn_pyro.METHODS`: ``"vi"`` (mean-field variational
             inference, :class:`~bnn_pyro.VariationalBNN`), ``"lrt"`` (the same with local
-            reparameterization), ``"hidden_layer"`` (:class:`~bnn_pyro.HiddenLayerBNN`),
+            reparameterization), ``"bb_alpha"`` (the same trained on the black-box alpha
+            energy), ``"hidden_layer"`` (:class:`~bnn_pyro.HiddenLayerBNN`),
             ``"vbnn"`` (:class:`~bnn_pyro.VariationalBayesNN`, pure-torch Bayes by Backprop),
             ``"dropout"`` (MC dropout), ``"ensemble"`` (deep ensemble), ``"swag"`` or
             ``"laplace"`` (GGN Laplace with the linearised predictive).
@@ -63,10 +64,10 @@ class TabularBNN(Persistence):
         prior_scale: std of the Gaussian prior ``N(0, prior_scale²)`` on every weight (the
             variational methods, Laplace), or the matching L2 penalty ``1 / (prior_scale² N)``
             on the mean loss (the methods trained to a point estimate).
-        noise: regression noise std: ``"learned"`` (``"vi"``, ``"lrt"``, ``"hidden_layer"``: a
-            latent with a posterior; ``"vbnn"``: optimised with the ELBO; the others: the
-            maximum-likelihood std of the training residuals) or a float in the units of
-            ``y``.
+        noise: regression noise std: ``"learned"`` (``"vi"``, ``"lrt"``, ``"bb_alpha"``,
+            ``"hidden_layer"``: a latent with a posterior; ``"vbnn"``: optimised with the ELBO;
+            the others: the maximum-likelihood std of the training residuals) or a float in the
+            units of ``y``.
         standardize: standardise the columns of ``X`` (and of ``y`` for regression) inside.
         dropout_rate: dropout probability (``method="dropout"``).
         ensemble_size: number of members (``method="ensemble"``).

@@ -30,9 +30,7 @@ from pyro.distributions import Independent
 from bnn_pyro._checks import as_tensor, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
-from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.map_init import check_init, map_phase
-from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.pyro_net import _site_prior
 from bnn_pyro.training.batches import shuffled_batches
 from bnn_pyro.training.callbacks import History
@@ -41,62 +39,10 @@ from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
 from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.training.stacked_lrt import reparameterized_forward
+from bnn_pyro.training.stacked_support import members_elbo, why_not_stacked_vi
 from bnn_pyro.weight_distributions import SharedNormal
 
 __all__ = ["StackedVI", "fit_stacked", "why_not_stacked_vi"]
-
-
-_STACKED_LIKELIHOODS = (Gaussian, HeteroscedasticGaussian, Categorical, Bernoulli)
-
-
-def _floor(likelihood: Any) -> float | None:
-    """A heteroscedastic likelihood's ``min_scale`` (members must share it), else ``None``."""
-    return likelihood.min_scale if isinstance(likelihood, HeteroscedasticGaussian) else None
-
-
-def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
-    """``None`` when the models can train stacked, else why not (see the module docstring).
-
-    Example:
-        >>> import bnn_pyro as bp
-        >>> make = lambda: bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
-        >>> why_not_stacked_vi([make(), make()]) is None
-        True
-    """
-    from bnn_pyro.bnn import VariationalBNN
-
-    if len(bnns) < 1 or any(type(b) is not VariationalBNN for b in bnns):
-        return "fit_stacked trains VariationalBNN models (the class itself)"
-    shapes = [
-        [(s.name, s.shape) for s in b._evaluator.sites]
-        + [(k, v.shape) for k, v in b.net.named_parameters()]
-        for b in bnns
-    ]
-    if any(s != shapes[0] for s in shapes[1:]):
-        return "the models differ in their nets or their Bayesian sites"
-    kinds = {
-        (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
-        for b in bnns
-    }
-    if len(kinds) > 1 or next(iter(kinds))[0] not in _STACKED_LIKELIHOODS:
-        return (
-            "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
-            "Bernoulli, the same for all (a heteroscedastic min_scale included)"
-        )
-    estimators = {b.local_reparameterization for b in bnns}
-    if len(estimators) > 1:
-        return "the models differ in local_reparameterization"
-    if None not in estimators and any(
-        isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
-    ):
-        return "local reparameterization of conv layers is not stacked"
-    if any(b.prior.cached is False for b in bnns):
-        return "a learned prior is not stacked"
-    if any(b.guide_spec != "meanfield" for b in bnns):
-        return "the guide must be the library's mean-field guide ('meanfield')"
-    if any(has_hooks(b.net) for b in bnns):
-        return "the nets have forward or backward hooks (the stacked copy would skip them)"
-    return None
 
 
 class StackedVI(nn.Module):
@@ -264,7 +210,7 @@ def fit_stacked(
     progress: bool = True,
     init: str | None = None,
     map_epochs: int | None = None,
-    elbo: str = "trace",
+    elbo: str | None = None,
     num_particles: int = 1,
 ) -> History:
     """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation``)
@@ -289,7 +235,8 @@ def fit_stacked(
             member runs its own MAP phase (:func:`bnn_pyro.map_init.map_phase`, one member at
             a time, on its own minibatch order) before the stacked SVI.
         elbo, num_particles: ``"trace"`` (one particle) or ``"alpha"`` (the black-box alpha
-            energy, :class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI`), as in ``fit``.
+            energy, :class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI`), as in ``fit``;
+            ``None``: the members' own (their ``elbo=``, one for all).
 
     Returns:
         A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.
@@ -321,6 +268,7 @@ def fit_stacked(
             map_epochs = check_init(b, init, map_epochs, epochs)
     lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
     num_particles = check_int("num_particles", num_particles)
+    elbo = elbo if elbo is not None else members_elbo(bnns)
     if (elbo, num_particles) != ("trace", 1) and elbo != "alpha":
         raise ValueError(
             f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "

@@ -1,0 +1,85 @@
+"""Which ``VariationalBNN`` models :func:`~bnn_pyro.training.stacked_vi.fit_stacked` can train
+as one: :func:`why_not_stacked_vi` names what stands in the way, or returns ``None``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch.nn as nn
+
+from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
+from bnn_pyro.nn.batched import has_hooks
+
+__all__ = ["members_elbo", "why_not_stacked_vi"]
+
+_STACKED_LIKELIHOODS = (Gaussian, HeteroscedasticGaussian, Categorical, Bernoulli)
+
+
+def _floor(likelihood: Any) -> float | None:
+    """A heteroscedastic likelihood's ``min_scale`` (members must share it), else ``None``."""
+    return likelihood.min_scale if isinstance(likelihood, HeteroscedasticGaussian) else None
+
+
+def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
+    """``None`` when the models can train stacked, else why not (see the module docstring).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> make = lambda: bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+        >>> why_not_stacked_vi([make(), make()]) is None
+        True
+    """
+    from bnn_pyro.bnn import VariationalBNN
+
+    if len(bnns) < 1 or any(type(b) is not VariationalBNN for b in bnns):
+        return "fit_stacked trains VariationalBNN models (the class itself)"
+    shapes = [
+        [(s.name, s.shape) for s in b._evaluator.sites]
+        + [(k, v.shape) for k, v in b.net.named_parameters()]
+        for b in bnns
+    ]
+    if any(s != shapes[0] for s in shapes[1:]):
+        return "the models differ in their nets or their Bayesian sites"
+    kinds = {
+        (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
+        for b in bnns
+    }
+    if len(kinds) > 1 or next(iter(kinds))[0] not in _STACKED_LIKELIHOODS:
+        return (
+            "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
+            "Bernoulli, the same for all (a heteroscedastic min_scale included)"
+        )
+    estimators = {b.local_reparameterization for b in bnns}
+    if len(estimators) > 1:
+        return "the models differ in local_reparameterization"
+    if None not in estimators and any(
+        isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
+    ):
+        return "local reparameterization of conv layers is not stacked"
+    if any(b.prior.cached is False for b in bnns):
+        return "a learned prior is not stacked"
+    if any(b.guide_spec != "meanfield" for b in bnns):
+        return "the guide must be the library's mean-field guide ('meanfield')"
+    if any(has_hooks(b.net) for b in bnns):
+        return "the nets have forward or backward hooks (the stacked copy would skip them)"
+    return None
+
+
+def members_elbo(bnns: Sequence[Any]) -> str:
+    """The objective the models' own ``fit`` uses when not told (``VariationalBNN(elbo=)``),
+    which must be one for all.
+
+    Raises:
+        ValueError: the models were built with different objectives.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> make = lambda **kw: bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1), **kw)
+        >>> members_elbo([make(elbo="alpha"), make(elbo="alpha")])
+        'alpha'
+    """
+    own = {getattr(b, "default_elbo", "trace") for b in bnns}
+    if len(own) > 1:
+        raise ValueError(f"the models' own objectives (elbo=) differ: {sorted(own)}; pass elbo=")
+    return own.pop() if own else "trace"
