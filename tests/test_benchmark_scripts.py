@@ -69,17 +69,17 @@ def test_uci_projection_quick_projects_every_method_from_two_scaled_runs():
         r"^\| wine \| (\w+) \| [0-9.]+ s / ([0-9,]+), [0-9.]+ s / ([0-9,]+) \|", text, re.M
     )
     assert sorted(m for m, _, _ in runs) == sorted(
-        ["vi", "lrt", "dropout", "ensemble", "swag", "laplace"]
+        ["vi", "lrt", "bb_alpha", "dropout", "ensemble", "swag", "laplace"]
     )
     epochs = {m: (int(a.replace(",", "")), int(b.replace(",", ""))) for m, a, b in runs}
     # the second run trains every configuration for LONG_RUN (4) times the epochs. Where the
     # final fit trains the whole configuration (no epoch checkpoints scored) the total is
     # exactly that multiple;
-    # vi and lrt score checkpoints and refit at the one validation chose, which may differ
-    # between the runs (the accounting itself: the unit test below), so only more epochs
+    # vi, lrt and bb_alpha score checkpoints and refit at the one validation chose, which may
+    # differ between the runs (the accounting itself: the unit test below), so only more epochs
     for method in ("dropout", "ensemble", "swag", "laplace"):
         assert epochs[method][1] == 4 * epochs[method][0], epochs
-    assert all(epochs[m][1] > epochs[m][0] for m in ("vi", "lrt")), epochs
+    assert all(epochs[m][1] > epochs[m][0] for m in ("vi", "lrt", "bb_alpha")), epochs
 
 
 def test_projection_counts_each_grid_configuration_and_the_chosen_final_fit(monkeypatch):

@@ -2,8 +2,8 @@
 
 The harness adds what a benchmark needs to a library method (a grid, a label, a cost); it does
 not name methods of its own: importing this module fails if a name here is not one of
-``bnn_pyro.METHODS``. Benchmarked: ``vi``, ``lrt``, ``dropout``, ``ensemble``, ``swag``,
-``laplace``.
+``bnn_pyro.METHODS``. Benchmarked: ``vi``, ``lrt``, ``bb_alpha``, ``dropout``, ``ensemble``,
+``swag``, ``laplace``.
 """
 
 from __future__ import annotations
@@ -55,6 +55,19 @@ METHODS: dict[str, MethodSpec] = _keyed(
             checkpoints=variational.vi_checkpoints,
             cost=40.0,
             train_stacked=functools.partial(variational.vi_train_stacked, method="lrt"),
+        ),
+        MethodSpec(
+            name="bb_alpha",
+            label="BB-α (VariationalBNN)",
+            description=(
+                "vi trained on the black-box alpha energy, alpha 0.5, 10 particles "
+                "(make('bb_alpha')); the same grid, noise and factors"
+            ),
+            grid=variational.bb_alpha_grid,
+            train=functools.partial(variational.vi_train, method="bb_alpha"),
+            checkpoints=variational.vi_checkpoints,
+            cost=75.0,
+            train_stacked=functools.partial(variational.vi_train_stacked, method="bb_alpha"),
         ),
         MethodSpec(
             name="dropout",

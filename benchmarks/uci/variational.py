@@ -74,9 +74,9 @@ from bnn_pyro.priors import LayerwiseNormalPrior
 from bnn_pyro.registry import make
 from bnn_pyro.training.stacked_vi import fit_stacked
 
-__all__ = ["vi_checkpoints", "vi_grid", "vi_train", "vi_train_stacked"]
+__all__ = ["bb_alpha_grid", "vi_checkpoints", "vi_grid", "vi_train", "vi_train_stacked"]
 
-_METHODS = ("vi", "lrt")  # the bnn_pyro.METHODS names trained here
+_METHODS = ("vi", "lrt", "bb_alpha")  # the bnn_pyro.METHODS names trained here
 
 _CHECKPOINTS = 4
 _STEPS = 10_000  # optimisation steps per configuration in the search
@@ -146,6 +146,18 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
         for tau in taus
         for beta in KL_WEIGHTS
     ]
+
+
+def bb_alpha_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
+    """:func:`vi_grid` on the black-box alpha energy: the ``bb_alpha`` row
+    (``make("bb_alpha")``, alpha 0.5 and 10 particles, :mod:`bnn_pyro.alpha_elbo`); the same
+    search otherwise, the same noise, factors and epochs.
+
+    Example:
+        >>> [(c["elbo"], c["num_particles"]) for c in bb_alpha_grid(DatasetInfo("t", 40, 3), True)]
+        [('alpha', 10)]
+    """
+    return [{**c, "elbo": "alpha", "num_particles": 10} for c in vi_grid(info, quick)]
 
 
 def vi_checkpoints(config: Mapping[str, Any]) -> list[int]:
