@@ -5,7 +5,7 @@ Example:
     >>> bnn = bp.VariationalBNN(bp.nn.mlp(13, [50], 1), bp.likelihoods.Gaussian(scale="learned"))
     >>> swag = bp.make("swag", bp.nn.mlp(13, [50], 1), bp.Gaussian(scale="learned"))
     >>> list(bp.METHODS)[:3]
-    ['vi', 'lrt', 'hidden_layer']
+    ['vi', 'lrt', 'bb_alpha']
 """
 
 import pyro.distributions as dist

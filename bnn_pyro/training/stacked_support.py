@@ -22,7 +22,8 @@ def _floor(likelihood: Any) -> float | None:
 
 
 def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
-    """``None`` when the models can train stacked, else why not (see the module docstring).
+    """``None`` when the models can train stacked, else why not (what is covered:
+    :mod:`bnn_pyro.training.stacked_vi`'s docstring).
 
     Example:
         >>> import bnn_pyro as bp
