@@ -36,6 +36,7 @@ from bnn_pyro.training import (
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
+from bnn_pyro.training.svi import ELBO_CLASSES
 
 __all__ = ["SVIModel"]
 _NO_NOISE = "include_noise=True needs a Gaussian likelihood, not {!r}"
@@ -49,7 +50,7 @@ class SVIModel(BaseBayesianMethod):
 
     likelihood: Likelihood
     site_names: list[str]
-    elbos: tuple[str, ...] = ("trace", "meanfield", "stl", "alpha")
+    elbos: tuple[str, ...] = tuple(ELBO_CLASSES)  # the objectives fit takes by name
     default_elbo: str = "trace"  # fit's objective when its elbo is None
 
     def __init__(self) -> None:

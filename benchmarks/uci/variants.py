@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.uci.cli import main as uci_main
-from benchmarks.uci.variational import OVERRIDES_ENV
+from benchmarks.uci.variational import ALPHA_KEYS, OVERRIDES_ENV
 
 __all__ = ["VARIANTS", "main", "paired_change", "paired_markdown"]
 
 #: name -> the configuration keys laid over the ``vi`` grid.
 VARIANTS: dict[str, dict[str, Any]] = {
     # the black-box alpha energy (bnn_pyro.alpha_elbo), alpha 0.5, 10 particles
-    "alpha": {"elbo": "alpha", "num_particles": 10},
+    "alpha": ALPHA_KEYS,
     # tempered posteriors (a different model): the KL weighted by beta for the whole run
     "kl0.2": {"kl_weight": 0.2},
     "kl0.05": {"kl_weight": 0.05},

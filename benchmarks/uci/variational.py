@@ -75,6 +75,7 @@ from typing import Any
 import torch
 
 from benchmarks.uci.method import Config, DatasetInfo, Report, checkpoint_epochs
+from bnn_pyro.alpha_elbo import DEFAULT_PARTICLES
 from bnn_pyro.likelihoods import Gaussian, HeteroscedasticGaussian
 from bnn_pyro.likelihoods.gaussian import GaussianLikelihood
 from bnn_pyro.nn import mlp
@@ -97,6 +98,9 @@ KL_WEIGHTS = (1.0,)
 OVERRIDES_ENV = "BNN_PYRO_UCI_VI_OVERRIDES"
 #: Multiples of the trained noise std tried in the predictive (chosen on validation rows).
 NOISE_FACTORS = (0.5, 0.6, 0.7, 0.85, 1.0, 1.2, 1.4, 1.7, 2.0)
+#: The configuration keys of the ``bb_alpha`` row (and of ``variants``' ``alpha``): the alpha
+#: energy, its default alpha 0.5 and P.
+ALPHA_KEYS = {"elbo": "alpha", "num_particles": DEFAULT_PARTICLES}
 
 
 def _noise_taus(info: DatasetInfo) -> list[float | None]:
@@ -165,7 +169,7 @@ def bb_alpha_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
         >>> [(c["elbo"], c["num_particles"]) for c in bb_alpha_grid(DatasetInfo("t", 40, 3), True)]
         [('alpha', 10)]
     """
-    return [{**c, "elbo": "alpha", "num_particles": 10} for c in vi_grid(info, quick)]
+    return [{**c, **ALPHA_KEYS} for c in vi_grid(info, quick)]
 
 
 def vi_checkpoints(config: Mapping[str, Any]) -> list[int]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bnn_pyro.alpha_elbo import check_alpha, log_mean_exp
+from bnn_pyro.alpha_elbo import DEFAULT_PARTICLES, check_alpha, log_mean_exp
 from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.training.stacked_vi import StackedVI
 
@@ -51,7 +51,7 @@ class StackedAlphaVI(StackedVI):
         dataset_size: int,
         kl_weight: float = 1.0,
         alpha: float = 0.5,
-        num_particles: int = 10,
+        num_particles: int = DEFAULT_PARTICLES,
     ) -> None:
         super().__init__(bnns, generators, dataset_size, kl_weight)
         self.alpha, self.num_particles = check_alpha(alpha, num_particles)
@@ -69,8 +69,8 @@ class StackedAlphaVI(StackedVI):
             return t.unsqueeze(1).expand(k, p, *t.shape[1:]).flatten(0, 1)
 
         f = net(per_draw(x))  # (K * P, B, O)
-        log_p = log_p + self._noise_log_prior(values, f)
         noise = self._learned_noise(values)
+        log_p = log_p + self._noise_log_prior(noise, f)
         scale = None if noise is None else noise.flatten(0, 1)
         lik = self.bnns[0].likelihood
         rows = row_log_likelihood(self.bnns, lik, f, per_draw(y), scale).view(k, p, -1)

@@ -153,10 +153,10 @@ class StackedVI(nn.Module):
         noise = [n for n in values if n not in self._paths]
         return values[noise[0]] if noise else None
 
-    def _noise_log_prior(self, values: dict[str, torch.Tensor], f: torch.Tensor) -> Any:
-        """The learned noise's prior log-density, each member's own: ``(K,)``, or ``(K, P)`` when
-        the draws carry a particle dimension; 0 without a learned noise."""
-        noise = self._learned_noise(values)
+    def _noise_log_prior(self, noise: torch.Tensor | None, f: torch.Tensor) -> Any:
+        """The prior log-density of the learned noise's draws ``noise`` (:meth:`_learned_noise`),
+        each member's own: ``(K,)``, or ``(K, P)`` when the draws carry a particle dimension; 0
+        without a learned noise."""
         if noise is None:
             return 0.0
         lead = noise.shape[1:-1].numel()  # P, or 1 without particles
@@ -178,7 +178,8 @@ class StackedVI(nn.Module):
             f = reparameterized_forward(net, x, scales, estimator, self.generators)
         else:
             f = net(x)  # (K, B, O)
-        log_p, noise = log_p + self._noise_log_prior(values, f), self._learned_noise(values)
+        noise = self._learned_noise(values)
+        log_p = log_p + self._noise_log_prior(noise, f)
         log_lik = row_log_likelihood(self.bnns, self.bnns[0].likelihood, f, y, noise).sum(1)
         scale = self.dataset_size / x.shape[1]
         return -(scale * log_lik + self.kl_weight * (log_p - log_q))

@@ -38,6 +38,7 @@ DEFAULT_SCHEDULE = "cosine"
 
 __all__ = [
     "DEFAULT_SCHEDULE",
+    "ELBO_CLASSES",
     "GuardedSVI",
     "KLWeightSpec",
     "SVIStep",
@@ -80,6 +81,15 @@ def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -
     return _TorchOptim(make_optimizer(optimizer, params, lr))
 
 
+#: The objectives :func:`make_elbo` (and so ``fit``) builds by name.
+ELBO_CLASSES: dict[str, type[ELBO]] = {
+    "trace": FastTrace_ELBO,
+    "meanfield": RecordingMeanField_ELBO,
+    "stl": StickingTheLanding_ELBO,
+    "alpha": AlphaELBO,
+}
+
+
 def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbo.FastTrace_ELBO`), ``"meanfield"`` →
     ``TraceMeanField_ELBO``, ``"stl"`` → ``Trace_ELBO`` with the "sticking the landing" gradient
@@ -96,19 +106,13 @@ def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
     """
     if isinstance(elbo, ELBO):
         return elbo
-    classes = {
-        "trace": FastTrace_ELBO,
-        "meanfield": RecordingMeanField_ELBO,
-        "stl": StickingTheLanding_ELBO,
-        "alpha": AlphaELBO,
-    }
-    if elbo not in classes:
-        raise ValueError(f"elbo must be one of {tuple(classes)} or a pyro ELBO, got {elbo!r}")
+    if elbo not in ELBO_CLASSES:
+        raise ValueError(f"elbo must be one of {tuple(ELBO_CLASSES)} or a pyro ELBO, got {elbo!r}")
     if not isinstance(num_particles, int) or num_particles < 1:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
     if elbo == "alpha":
         return AlphaELBO(num_particles=alpha_particles(num_particles))
-    return classes[elbo](
+    return ELBO_CLASSES[elbo](
         num_particles=num_particles,
         vectorize_particles=vectorize and num_particles > 1,
         max_plate_nesting=1,
