@@ -112,3 +112,45 @@ def test_projection_counts_each_grid_configuration_and_the_chosen_final_fit(monk
     assert seen["grid"] == [40, 10]
     assert epochs == 2 * (40 + 10) + 3 + 4
     assert registry.METHODS["vi"].grid(None, False) == [{"epochs": 400}, {"epochs": 100}]
+
+
+def test_projection_lengthens_the_lever_arm_until_the_per_epoch_time_shows(monkeypatch):
+    # protein's Laplace read 108.0 s at 25 epochs and 107.8 s at 100: a two-run slope of 0
+    # projected the full run at its fixed part alone. Timed runs that grow by less than half
+    # are followed by runs 4x longer (up to 64x), and the line is fitted through all of them.
+    sys.path.insert(0, os.path.dirname(BENCHMARKS))
+    from benchmarks.uci import projection
+    from benchmarks.uci.runner import BenchmarkSettings
+
+    def timed(fixed, per_epoch, noise):
+        calls = []
+
+        def fake(folder, method, splits, settings, f, mult):
+            calls.append(mult)
+            epochs = 25 * mult
+            return fixed + per_epoch * epochs + noise.get(mult, 0.0), epochs
+
+        return fake, calls
+
+    monkeypatch.setattr(projection, "full_epochs", lambda *a, **k: 6250.0)
+    # the slope (0.2 s/epoch) hidden by -5 s of noise at 100 epochs; 16x shows it (+75 s)
+    fake, calls = timed(100.0, 0.2, {4: -5.0})
+    monkeypatch.setattr(projection, "timed_bundle", fake)
+    out = projection.project("/x", "laplace", 5, BenchmarkSettings(), 0.01)
+    assert calls == [1, 4, 16]
+    a, b = projection.line_fit([tuple(r) for r in out["runs"]])
+    assert out["seconds"] == a + b * 6250.0
+    # least squares through the three points: the -5 s moves the slope by
+    # 75 * 5 / 78,750 = 0.0048 (the point's lever times the noise over sum (e - mean e)^2)
+    assert abs(b - 0.2) < 0.006 and out["seconds"] > 1000.0  # the two-run slope gave b = 0
+
+    # a slope the second run shows at once: two runs, as before
+    fake, calls = timed(10.0, 1.0, {})
+    monkeypatch.setattr(projection, "timed_bundle", fake)
+    out = projection.project("/x", "vi", 5, BenchmarkSettings(), 0.01)
+    assert calls == [1, 4] and abs(out["seconds"] - (10.0 + 6250.0)) < 1e-6
+    # never past MAX_MULT, even with no slope at all
+    fake, calls = timed(100.0, 0.0, {})
+    monkeypatch.setattr(projection, "timed_bundle", fake)
+    projection.project("/x", "laplace", 5, BenchmarkSettings(), 0.01)
+    assert calls == [1, 4, 16, 64] and max(calls) == projection.MAX_MULT

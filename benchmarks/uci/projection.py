@@ -11,15 +11,19 @@ Gal's files would).
 
 Full grids take hours at these sizes, so each (set, method) runs through the harness's own
 :func:`~benchmarks.uci.bundle.run_bundle` (every split, the same protocol, grids and scoring)
-twice, every configuration's epochs scaled to ``e1 = max(1, round(e · f))`` and then
+at least twice, every configuration's epochs scaled to ``e1 = max(1, round(e · f))`` and then
 ``LONG_RUN · e1 = 4 · e1`` (``f = 80 / rows``, so each run trains a similar number of steps).
 The time is modelled as ``a + b · E``, ``E`` the epochs trained over all splits (each grid
-configuration's and the final fit's): the two runs give ``a`` (scoring, the Laplace curvature,
-set-up) and ``b`` (per epoch), and the full run's ``E`` (its final fit counted at the grid's
-mean epochs, the chosen configuration being unknown) gives the projection. The second run is
-four times the first, not twice: where the fixed part dominates, the slope from a doubling
-was the difference of two noisy times (protein's dropout projected at 13,883 s and then 3,844 s
-by two runs with ``2 · e1``); a lever arm of ``3 · e1`` divides that noise by three. The wall
+configuration's and the final fit's): the runs give ``a`` (scoring, the Laplace curvature,
+set-up) and ``b`` (per epoch) by least squares (:func:`line_fit`), and the full run's ``E``
+(its final fit counted at the grid's mean epochs, the chosen configuration being unknown)
+gives the projection. The second run is four times the first, not twice: where the fixed part
+dominates, the slope from a doubling was the difference of two noisy times (protein's dropout
+projected at 13,883 s and then 3,844 s by two runs with ``2 · e1``); a lever arm of ``3 · e1``
+divides that noise by three. Where even that is not enough (protein's Laplace, its full GGN
+curvature on 36,584 rows per split: 108.0 s at 25 epochs and 107.8 s at 100, so ``b = 0`` and
+a projection of 1.8 minutes, a floor), the epochs are multiplied by four again, up to ``64 ·
+e1``, until a run takes :data:`RESOLVED_GROWTH` (half) more than the first. The wall
 time with ``--jobs 2`` schedules the (set, method) jobs largest first on two workers (a job of
 the harness is one split, or all splits of a stacked method: it never splits further).
 
@@ -76,6 +80,10 @@ NINE_SETS: dict[str, tuple[int, int, int]] = {
 SHARED = {"boston": "bostonHousing", "concrete": "concrete", "energy": "energy", "yacht": "yacht"}
 ROWS_PER_EPOCH_SCALE = 80.0  # f = 80 / rows
 LONG_RUN = 4  # the second run's epochs: LONG_RUN × the first's
+#: A run that took less than this fraction more than the first leaves the slope in the noise:
+#: the next run's epochs are LONG_RUN times longer again, up to MAX_MULT × the first's.
+RESOLVED_GROWTH = 0.5
+MAX_MULT = LONG_RUN**3
 
 
 def synthetic_folder(path: Path, rows: int, features: int, splits: int, seed: int = 0) -> Path:
@@ -139,14 +147,49 @@ def full_epochs(folder: str, method: str, splits: int, quick: bool = False) -> f
     return splits * (sum(per_split) + sum(per_split) / len(per_split))
 
 
+def line_fit(runs: list[tuple[float, int]]) -> tuple[float, float]:
+    """``(a, b)`` of ``seconds = a + b · epochs``, least squares over the timed ``runs``
+    (``[(seconds, epochs), ...]``, at least two epoch counts), neither below 0.
+
+    Example:
+        >>> a, b = line_fit([(12.0, 10), (24.0, 40), (72.0, 160)])
+        >>> round(a, 6), round(b, 6)
+        (8.0, 0.4)
+    """
+    if len({e for _, e in runs}) < 2:
+        raise ValueError(f"runs must hold at least two epoch counts, got {runs!r}")
+    mean_t = sum(t for t, _ in runs) / len(runs)
+    mean_e = sum(e for _, e in runs) / len(runs)
+    slope = sum((e - mean_e) * (t - mean_t) for t, e in runs) / sum(
+        (e - mean_e) ** 2 for _, e in runs
+    )
+    slope = max(0.0, slope)
+    return max(0.0, mean_t - slope * mean_e), slope
+
+
 def project(folder: str, method: str, splits: int, settings: BenchmarkSettings, f: float) -> dict:
-    """The two scaled runs of (``folder``, ``method``) and the full run's projected seconds."""
-    t1, e1 = timed_bundle(folder, method, splits, settings, f, 1)
-    t2, e2 = timed_bundle(folder, method, splits, settings, f, LONG_RUN)
-    per_epoch = max(0.0, (t2 - t1) / (e2 - e1))
-    fixed = max(0.0, t1 - per_epoch * e1)
+    """The scaled runs of (``folder``, ``method``) and the full run's projected seconds.
+
+    The epochs are scaled once (``e1``), then by :data:`LONG_RUN`, and again by
+    :data:`LONG_RUN` up to :data:`MAX_MULT` while the latest run took less than
+    :data:`RESOLVED_GROWTH` more than the first (the per-epoch part still inside the fixed
+    part's noise); :func:`line_fit` over all of them gives ``a + b · E``.
+    """
+    runs = [timed_bundle(folder, method, splits, settings, f, 1)]
+    mult = LONG_RUN
+    while True:
+        runs.append(timed_bundle(folder, method, splits, settings, f, mult))
+        resolved = runs[-1][0] - runs[0][0] >= RESOLVED_GROWTH * runs[0][0]
+        if resolved or mult >= MAX_MULT or settings.quick:
+            break
+        mult *= LONG_RUN
+    fixed, per_epoch = line_fit(runs)
     epochs = full_epochs(folder, method, splits, settings.quick)
-    return {"runs": [[t1, e1], [t2, e2]], "epochs": epochs, "seconds": fixed + per_epoch * epochs}
+    return {
+        "runs": [list(r) for r in runs],
+        "epochs": epochs,
+        "seconds": fixed + per_epoch * epochs,
+    }
 
 
 def measured_seconds(path: str) -> dict[tuple[str, str], float]:
@@ -235,8 +278,10 @@ def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: 
         "",
         "Minutes per method (one thread). *measured*: the committed four-set run "
         "(`benchmarks/results/uci/uci.json`); *projected*: a synthetic set of that size, "
-        "each method run twice with its grid's epochs scaled (table below), time = a + b × "
-        "epochs; *interpolated*: not timed, each method's seconds per split linear in rows "
+        "each method run at least twice with its grid's epochs scaled (table below; runs 4× "
+        "longer again, up to 64×, while the latest took less than half more than the first), "
+        "time = a + b × epochs by least squares; *interpolated*: not timed, each method's "
+        "seconds per split linear in rows "
         "between the nearest measured or projected sizes.",
         "",
         "| data set | method | scaled runs (s, epochs) | full-run epochs | projected (s) |",
