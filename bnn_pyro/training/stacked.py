@@ -251,6 +251,8 @@ class StackedLossStep(TrainingStep):
         weighted: an epoch's loss weights each minibatch by its rows (the loss per point, as
             :class:`~bnn_pyro.training.TrainingStep`); ``False``: the plain mean of the
             minibatch losses (an SVI step's negative ELBO estimates).
+        on_epoch: called with the epoch (0-based) before its first step, e.g. to set a
+            scheduled ``kl_weight``.
 
     Example:
         >>> w = nn.Parameter(torch.zeros(2, 1))
@@ -268,14 +270,17 @@ class StackedLossStep(TrainingStep):
         optimizer: torch.optim.Optimizer,
         desc: str = "fit",
         weighted: bool = True,
+        on_epoch: Callable[[int], None] | None = None,
     ) -> None:
         self.member_losses, self.optimizer, self.desc = member_losses, optimizer, desc
-        self.weighted = weighted
+        self.weighted, self.on_epoch = weighted, on_epoch
         self._epoch: list[torch.Tensor] = []
         self._rows = 0
 
     def start_epoch(self, epoch: int) -> None:
         self._epoch, self._rows = [], 0
+        if self.on_epoch is not None:
+            self.on_epoch(epoch)
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
         self.optimizer.zero_grad(set_to_none=True)

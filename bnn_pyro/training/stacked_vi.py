@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions import Independent
 
-from bnn_pyro._checks import as_tensor, check_int
+from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.map_init import check_init, map_phase
@@ -40,6 +40,7 @@ from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, st
 from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.training.stacked_lrt import reparameterized_forward
 from bnn_pyro.training.stacked_support import members_elbo, why_not_stacked_vi
+from bnn_pyro.training.svi import KLWeightSpec, kl_weight_at
 from bnn_pyro.weight_distributions import SharedNormal
 
 __all__ = ["StackedVI", "fit_stacked", "why_not_stacked_vi"]
@@ -205,7 +206,7 @@ def fit_stacked(
     lr: float | None = None,
     optimizer: Any = None,
     weight_decay: float = 0.0,
-    kl_weight: float = 1.0,
+    kl_weight: KLWeightSpec = 1.0,
     lr_schedule: Any = None,
     callbacks: Iterable[Callback] = (),
     progress: bool = True,
@@ -229,8 +230,9 @@ def fit_stacked(
         y: ``(N,)``/``(N, O)`` targets, or ``(K, N)``/``(K, N, O)``.
         seeds: K seeds, each as ``fit(seed=)``.
         epochs, batch_size, lr, optimizer, kl_weight, lr_schedule, progress: as in
-            :meth:`bnn_pyro.VariationalBNN.fit` (``optimizer``: an elementwise one;
-            ``lr=None``: the class's default; ``lr_schedule=None``: the SVI default, cosine).
+            :meth:`bnn_pyro.VariationalBNN.fit` (``kl_weight``: a float or ``fn(epoch)``, e.g.
+            :func:`~bnn_pyro.training.callbacks.linear_annealing`; ``optimizer``: an elementwise
+            one; ``lr=None``: the class's default; ``lr_schedule=None``: the SVI default, cosine).
         callbacks: ``fn(bnns, epoch, history)`` after each epoch, the models written back.
         init, map_epochs: as in :meth:`bnn_pyro.VariationalBNN.fit`: with ``init="map"`` each
             member runs its own MAP phase (:func:`bnn_pyro.map_init.map_phase`, one member at
@@ -264,6 +266,8 @@ def fit_stacked(
         )  # fmt: skip
     if weight_decay:
         raise ValueError("weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)")
+    if not callable(kl_weight):
+        check_float("kl_weight", kl_weight, minimum=0.0)
     if init is not None or map_epochs is not None:
         for b in bnns:
             map_epochs = check_init(b, init, map_epochs, epochs)
@@ -311,9 +315,9 @@ def fit_stacked(
         from bnn_pyro.training.stacked_alpha import StackedAlphaVI
 
         p = alpha_particles(num_particles)  # as fit(elbo="alpha")
-        stacked: StackedVI = StackedAlphaVI(bnns, generators, n, kl_weight, num_particles=p)
+        stacked: StackedVI = StackedAlphaVI(bnns, generators, n, num_particles=p)
     else:
-        stacked = StackedVI(bnns, generators, n, kl_weight)
+        stacked = StackedVI(bnns, generators, n)
     x_all, y_all = torch.stack(xs), torch.stack(ys)
     if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
 
@@ -323,7 +327,12 @@ def fit_stacked(
     else:
         batches = stacked_batches(x_all, y_all, batch_size, order, per_member=True)
     opt = make_optimizer(optimizer, stacked.parameters(), lr)
-    step = StackedLossStep(stacked.member_losses, opt, f"fit_stacked (lr={lr})", weighted=False)
+
+    def set_kl_weight(epoch: int) -> None:  # as fit: the schedule's value at each epoch
+        stacked.kl_weight = kl_weight_at(kl_weight, epoch)
+
+    desc = f"fit_stacked (lr={lr})"
+    step = StackedLossStep(stacked.member_losses, opt, desc, False, on_epoch=set_kl_weight)
 
     def write_back(_: Any, epoch: int, history: History) -> None:
         stacked.write_back()

@@ -43,11 +43,29 @@ __all__ = [
     "KLWeightSpec",
     "SVIStep",
     "as_pyro_optim",
+    "kl_weight_at",
     "make_elbo",
     "run_svi",
 ]
 
 KLWeightSpec = float | Callable[[int], float]
+
+
+def kl_weight_at(kl_weight: KLWeightSpec, epoch: int) -> float:
+    """Beta for ``epoch`` (0-based) of a ``kl_weight`` spec: the float, or ``kl_weight(epoch)``.
+
+    Raises:
+        ValueError: the value is not a finite float >= 0.
+
+    Example:
+        >>> from bnn_pyro.training.callbacks import linear_annealing
+        >>> kl_weight_at(0.5, 3), kl_weight_at(linear_annealing(4), 1)
+        (0.5, 0.25)
+    """
+    beta = float(kl_weight(epoch) if callable(kl_weight) else kl_weight)
+    if not (beta >= 0 and math.isfinite(beta)):
+        raise ValueError(f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}")
+    return beta
 
 
 class _TorchOptim(PyroOptim):
@@ -237,13 +255,7 @@ class SVIStep(TrainingStep):
             self.optimizer = svi.optim.optimizer
 
     def start_epoch(self, epoch: int) -> None:
-        beta = self.kl_weight(epoch) if callable(self.kl_weight) else self.kl_weight
-        beta = float(beta)
-        if not (beta >= 0 and math.isfinite(beta)):
-            raise ValueError(
-                f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}"
-            )
-        self.beta, self.nll_total = beta, 0.0
+        self.beta, self.nll_total = kl_weight_at(self.kl_weight, epoch), 0.0
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
         loss = self.svi.step(xb, yb, dataset_size=self.dataset_size, kl_weight=self.beta)

@@ -109,6 +109,30 @@ def test_full_batch_and_a_schedule_match_too():
             assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("elbo", ["trace", "alpha"])
+def test_a_kl_weight_schedule_is_each_models_own_too(elbo):
+    # fit's kl_weight may be fn(epoch) (a warm-up); the stacked run sets the same beta at the
+    # start of each epoch, so each member ends where its own fit ends (round-off only)
+    X, y, _ = _data("regression")
+    warm = bp.training.callbacks.linear_annealing(3)  # beta 0, 1/3, 2/3, then 1
+    particles = 2 if elbo == "alpha" else 1
+    fit = dict(epochs=5, batch_size=32, lr=1e-2, kl_weight=warm, elbo=elbo, num_particles=particles)
+    alone = _models("learned noise", 1)
+    histories = _one_by_one(alone, X, y, False, **fit)
+    assert [round(b, 4) for b in histories[0]["kl_weight"]] == [0.0, 0.3333, 0.6667, 1.0, 1.0]
+    together = _models("learned noise", 1)
+    history = fit_stacked(together, X, y, seeds=list(range(K)), progress=False, **fit)
+    _assert_same_fits(alone, histories, together, history)
+    plain = _models("learned noise", 1)  # beta 1 throughout ends elsewhere: the schedule is used
+    fit_stacked(plain, X, y, seeds=list(range(K)), progress=False, **{**fit, "kl_weight": 1.0})
+    moved = plain[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
+    assert moved.abs().max() > 1e-3
+    with pytest.raises(ValueError, match="kl_weight must be a finite float >= 0"):
+        fit_stacked(plain, X, y, seeds=[0, 1, 2], progress=False, epochs=2, kl_weight=lambda e: -1)
+    with pytest.raises(ValueError, match="kl_weight"):
+        fit_stacked(plain, X, y, seeds=[0, 1, 2], progress=False, kl_weight=-0.5)
+
+
 @pytest.mark.parametrize("per_member", [False, True], ids=["shared data", "own data"])
 def test_map_initialised_stacked_fit_is_each_models_own(per_member):
     X, y, _ = _data("regression", members=K if per_member else None)
