@@ -39,6 +39,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # tempered posteriors (a different model): the KL weighted by beta for the whole run
     "kl0.2": {"kl_weight": 0.2},
     "kl0.05": {"kl_weight": 0.05},
+    # the KL weight warmed up linearly from 0 over the first half of each configuration's
+    # epochs, checkpoints scored from its end (measured against the run before it; the
+    # grid's since, variational.KL_WARMUP), and the grid without it
+    "warmup0.5": {"kl_warmup_fraction": 0.5},
+    "warmup0": {"kl_warmup_fraction": 0.0},
     # the guide's means from a MAP fit (bnn_pyro.map_init)
     "map": {"init": "map"},
     # twice the kaiming prior std; a 10x smaller initial posterior std

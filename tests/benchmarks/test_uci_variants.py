@@ -10,7 +10,7 @@ import torch
 
 from benchmarks.uci import variants
 from benchmarks.uci.method import DatasetInfo
-from benchmarks.uci.variational import OVERRIDES_ENV, vi_grid
+from benchmarks.uci.variational import OVERRIDES_ENV, kl_weight_spec, vi_checkpoints, vi_grid
 from benchmarks.uci.writer import write_uci_folder
 
 
@@ -24,6 +24,42 @@ def test_overrides_reach_every_configuration_and_bad_ones_are_refused(monkeypatc
     monkeypatch.setenv(OVERRIDES_ENV, "[1, 2]")
     with pytest.raises(ValueError, match="JSON object"):
         vi_grid(info)
+
+
+def test_the_kl_warmup_is_half_of_each_configurations_epochs_and_its_checkpoints_follow_it(
+    monkeypatch,
+):
+    info = DatasetInfo("toy", 455, 13)
+    grid = vi_grid(info)
+    assert [c["kl_warmup"] for c in grid] == [c["epochs"] // 2 for c in grid] == [400]
+    # scored only from the warm-up's end: every candidate ends on the ELBO
+    assert vi_checkpoints(grid[0]) == [400, 600, 800]
+    schedule = kl_weight_spec(grid[0])
+    assert [schedule(e) for e in (0, 200, 399, 400, 799)] == [0.0, 0.5, 399 / 400, 1.0, 1.0]
+    # the variant without it: no key at all (a configuration's keys seed its runs)
+    monkeypatch.setenv(OVERRIDES_ENV, json.dumps(variants.VARIANTS["warmup0"]))
+    plain = vi_grid(info)
+    assert all("kl_warmup" not in c for c in plain)
+    assert vi_checkpoints(plain[0]) == [200, 400, 600, 800] and kl_weight_spec(plain[0]) == 1.0
+
+
+def test_vi_train_passes_the_warmup_schedule_to_fit(monkeypatch):
+    import bnn_pyro as bp
+    from benchmarks.uci.variational import vi_train
+
+    seen = {}
+    real_fit = bp.VariationalBNN.fit
+
+    def spy(self, *args, **kwargs):
+        seen["kl_weight"] = kwargs["kl_weight"]
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(bp.VariationalBNN, "fit", spy)
+    config = {**vi_grid(DatasetInfo("toy", 40, 3), quick=True)[0], "epochs": 4, "kl_warmup": 2}
+    x, y = torch.randn(40, 3), torch.randn(40, 1)
+    vi_train(config, x, y, y_std=1.0, hidden=4, seed=0, checkpoints=[4],
+             report=lambda e, p, o: None, num_samples=2)  # fmt: skip
+    assert [seen["kl_weight"](e) for e in range(4)] == [0.0, 0.5, 1.0, 1.0]
 
 
 def _record(split, ll, rmse, **extra):
