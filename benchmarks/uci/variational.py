@@ -99,6 +99,7 @@ from bnn_pyro.priors import LayerwiseNormalPrior
 from bnn_pyro.registry import make
 from bnn_pyro.training.callbacks import linear_annealing
 from bnn_pyro.training.stacked_vi import fit_stacked
+from bnn_pyro.training.svi import KLWeightSpec
 
 __all__ = [
     "bb_alpha_grid",
@@ -144,9 +145,10 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     noise).
 
     Minibatches of 32 at a constant learning rate of 3e-3, about 10,000 steps per
-    configuration (so smaller data sets get more epochs, 400 to 2,000), each scored at 4 epoch
-    counts and each of :data:`NOISE_FACTORS`; the :data:`PRIOR` prior. ``quick`` gives one
-    configuration of a few epochs (factor 1) for smoke tests.
+    configuration (so smaller data sets get more epochs, 400 to 2,000), the KL weight warmed
+    up over the first :data:`KL_WARMUP` of them (``kl_warmup``, epochs), each scored at the
+    epoch counts of :func:`vi_checkpoints` and each of :data:`NOISE_FACTORS`; the :data:`PRIOR`
+    prior. ``quick`` gives one configuration of a few epochs (factor 1) for smoke tests.
 
     Example:
         >>> from benchmarks.uci.data import UCIHyperparameters
@@ -203,7 +205,7 @@ def bb_alpha_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     return [{**c, **ALPHA_KEYS} for c in vi_grid(info, quick)]
 
 
-def kl_weight_spec(config: Mapping[str, Any]) -> Any:
+def kl_weight_spec(config: Mapping[str, Any]) -> KLWeightSpec:
     """The configuration's ``kl_weight`` for ``fit``: the float, or with ``kl_warmup`` epochs
     a schedule rising linearly from 0 to it over those epochs.
 
