@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 
 
@@ -154,3 +156,11 @@ def test_projection_lengthens_the_lever_arm_until_the_per_epoch_time_shows(monke
     monkeypatch.setattr(projection, "timed_bundle", fake)
     projection.project("/x", "laplace", 5, BenchmarkSettings(), 0.01)
     assert calls == [1, 4, 16, 64] and max(calls) == projection.MAX_MULT
+
+
+def test_line_fit_needs_two_epoch_counts():
+    sys.path.insert(0, os.path.dirname(BENCHMARKS))
+    from benchmarks.uci import projection
+
+    with pytest.raises(ValueError, match="at least two epoch counts"):
+        projection.line_fit([(10.0, 25), (12.0, 25)])
