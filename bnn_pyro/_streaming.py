@@ -70,7 +70,8 @@ def block_seed(seed: int | None, start: int, row_wise: bool) -> int | None:
     """
     if seed is None or start == 0 or not row_wise:
         return seed
-    return seed_from(torch.Generator().manual_seed((seed * 1_000_003 + start) % 2**63))
+    cpu = torch.Generator(device="cpu")  # a seed source: the same seeds on every device
+    return seed_from(cpu.manual_seed((seed * 1_000_003 + start) % 2**63))
 
 
 def fill_rows(

@@ -168,7 +168,12 @@ class VariationalBNN(SVIModel):
         # one forward pass on two rows per input layout, remembered: predict asks every call
         key = (tuple(x.shape[1:]), x.dtype, x.device)
         if key not in self._output_dims:
-            values = {k: v.unsqueeze(0) for k, v in self._init_values.items()}
+            # the initial values were taken at construction: on the model's device and dtype
+            # now (they are plain attributes, which .to() does not move)
+            values = {
+                k: v.to(device=x.device, dtype=x.dtype).unsqueeze(0)
+                for k, v in self._init_values.items()
+            }
             self._output_dims[key] = int(self._evaluator(values, x[:2]).shape[-1])
         return self._output_dims[key]
 

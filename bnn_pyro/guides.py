@@ -158,7 +158,7 @@ class MeanFieldNormalGuide(nn.Module):
             value = self.init_loc.get(name)
             if value is None:
                 value = autoguide.initialization.init_to_median(site)
-            value = torch.as_tensor(value, dtype=site["value"].dtype).to(site["value"].device)
+            value = torch.as_tensor(value, dtype=site["value"].dtype, device=site["value"].device)
             if value.shape != spec.shape:
                 raise ValueError(
                     f"init_loc[{name!r}] has shape {tuple(value.shape)}, the site has "

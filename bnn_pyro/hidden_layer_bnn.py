@@ -120,7 +120,7 @@ class HiddenLayerBNN(SVIModel):
 
     def _make_guide(self) -> nn.Module:
         """A mean-field guide for the likelihood's own latents, or an empty guide."""
-        x = torch.zeros(2, self.in_features)
+        x = self.locs[0].new_zeros(2, self.in_features)
         with torch.no_grad(), poutine.block():
             trace = poutine.trace(self.model).get_trace(x)
         latents = [

@@ -91,8 +91,10 @@ class LearnedNormalPrior(Prior, nn.Module):
             ):
                 key = self._key(module_name)
                 param = next(module.parameters(recurse=False))
-                value = torch.tensor(math.log(self.init_scale), dtype=param.dtype)
-                bound.log_scales[key] = nn.Parameter(value.to(param.device))
+                value = torch.tensor(
+                    math.log(self.init_scale), dtype=param.dtype, device=param.device
+                )
+                bound.log_scales[key] = nn.Parameter(value)
                 module.__dict__[_LAYER_KEY] = key
         return bound
 

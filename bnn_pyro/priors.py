@@ -191,12 +191,8 @@ def _rebuild(d: TorchDistribution, device: torch.device, dtype: torch.dtype) -> 
     """A copy of a scalar-parameter distribution on another device/dtype."""
     try:
         params = {k: getattr(d, k) for k in d.arg_constraints}
-        moved = {
-            k: torch.as_tensor(v).to(device=device, dtype=dtype)
-            if torch.is_floating_point(torch.as_tensor(v))
-            else torch.as_tensor(v).to(device)
-            for k, v in params.items()
-        }
+        moved = {k: torch.as_tensor(v, device=device) for k, v in params.items()}
+        moved = {k: v.to(dtype) if v.is_floating_point() else v for k, v in moved.items()}
         return type(d)(**moved, validate_args=False)
     except (TypeError, AttributeError) as err:
         raise TypeError(

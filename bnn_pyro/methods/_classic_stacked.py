@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from bnn_pyro._rng import noise_generators, order_generators
 from bnn_pyro.methods._training import check_fit_args, member_task_losses
 from bnn_pyro.training import History, make_optimizer, train
 from bnn_pyro.training.stacked import (
@@ -129,12 +130,13 @@ def fit_classic_stacked(
     ]
     xs = torch.stack([d[0] for d in data])
     ys = torch.stack([d[1] for d in data])
-    generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    generators = order_generators([int(s) for s in seeds])
+    noise = noise_generators(generators, [int(s) for s in seeds], xs.device)  # dropout masks
     # each member's own epoch callbacks (SWAG's snapshots), the members written back first
     member_callbacks = [
         [m._collector(settings.epochs)] if hasattr(m, "_collector") else [] for m in methods
     ]
-    stacked = StackedModels(nets, xs[0], generators)
+    stacked = StackedModels(nets, xs[0], noise)
 
     def per_member_callbacks(_: Any, epoch: int, history: History) -> None:
         if any(member_callbacks):
@@ -157,7 +159,7 @@ def fit_classic_stacked(
         history = train(
             stacked,
             step,
-            stacked_batches(xs, ys, settings.batch_size, generators, per_member=True),
+            stacked_batches(xs, ys, settings.batch_size, generators, per_member=True, noise=noise),
             epochs=settings.epochs,
             callbacks=[per_member_callbacks],
             progress=settings.progress,

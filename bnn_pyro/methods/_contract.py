@@ -358,7 +358,7 @@ class ClassicMethod(BaseBayesianMethod):
         """After a regression fit: unless the user set it, ``noise_scale`` becomes the
         maximum-likelihood std of the training residuals of the predictive mean."""
         if self.task == "regression" and not self._noise_from_user:
-            gen = None if seed is None else torch.Generator().manual_seed(seed)
+            gen = None if seed is None else torch.Generator(device="cpu").manual_seed(seed)
             mean, _ = self.predict(x, normalize_output=False, generator=gen)
             self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bnn_pyro._rng import noise_generators, order_generators
 from bnn_pyro.methods._training import (
     TrainSettings,
     member_task_losses,
@@ -68,11 +69,12 @@ def fit_stacked(
     device = module_device(members[0])
     x, yt = x.to(device), yt.to(device)
     seeds = _member_seeds(settings.seed, len(members))
-    # one generator per member for its minibatch order and its dropout masks, as the global
-    # generator of its own seeded run draws both
-    generators = [torch.Generator().manual_seed(s) for s in seeds]
-    stacked = StackedModels(members, x, generators)
-    batches = stacked_batches(x, yt, settings.batch_size, generators)
+    # each member's generators of its minibatch order and dropout masks, as its own seeded run
+    # draws them: one CPU stream for both on the CPU, the device's for the masks on a GPU
+    generators = order_generators(seeds)
+    noise = noise_generators(generators, seeds, device)
+    stacked = StackedModels(members, x, noise)
+    batches = stacked_batches(x, yt, settings.batch_size, generators, noise=noise)
     if settings.resume is not None:  # the run's state is the stacked parameters, not the members
         for name, p in stacked.named_parameters():
             settings.resume.extra[name] = p

@@ -28,8 +28,9 @@ def covariance(h: torch.Tensor, lam: float, structure: str) -> torch.Tensor:
 def sample(
     mean: torch.Tensor, h: torch.Tensor, lam: float, structure: str, num_samples: int
 ) -> torch.Tensor:
-    """``(S, P)`` draws (global RNG). Full: with ``H + λI = L Lᵀ``, ``θ = θ* + L⁻ᵀ z``."""
-    z = torch.randn(num_samples, mean.numel(), dtype=mean.dtype).to(mean.device)
+    """``(S, P)`` draws (the global RNG of ``mean``'s device). Full: with ``H + λI = L Lᵀ``,
+    ``θ = θ* + L⁻ᵀ z``."""
+    z = torch.randn(num_samples, mean.numel(), dtype=mean.dtype, device=mean.device)
     if structure == "diag":
         return mean + z / (h + lam).sqrt()
     chol = torch.linalg.cholesky(precision(h, lam, structure))

@@ -207,7 +207,7 @@ class VariationalBayesNN(ClassicMethod):
         params = list(self.parameters())
         log_sigma = None
         if self.task == "regression" and not self._noise_from_user:
-            init = yt.std(dim=0).clamp_min(1e-3) if len(yt) > 1 else torch.ones(yt.shape[1])
+            init = yt.std(dim=0).clamp_min(1e-3) if len(yt) > 1 else yt.new_ones(yt.shape[1])
             log_sigma = init.log().to(device).requires_grad_(True)
             params.append(log_sigma)
             if settings.resume is not None:  # trained besides the state: saved for resuming

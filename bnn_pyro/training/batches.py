@@ -58,7 +58,7 @@ def permuted_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> Batch
     n = len(x)
     # under torch.distributed: one order for every rank, from a generator of its own
     shared = (
-        torch.Generator().manual_seed(distributed.shared_seed(None))
+        torch.Generator(device="cpu").manual_seed(distributed.shared_seed(None))
         if distributed.active()
         else None
     )

@@ -311,12 +311,15 @@ def stacked_batches(
     batch_size: int,
     generators: list[torch.Generator],
     per_member: bool = False,
+    noise: list[torch.Generator] | None = None,
 ) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
     """Per epoch, member ``k``'s rows in the order ``torch.randperm(N, generator=generators[k])``
     (what its one-by-one run draws), in ``(K, B, ...)`` blocks of ``batch_size`` rows.
 
     ``x (N, ...)``, ``y (N, ...)`` are shared by the members; with ``per_member``, ``x (K, N,
-    ...)`` and ``y (K, N, ...)`` hold each member's own rows.
+    ...)`` and ``y (K, N, ...)`` hold each member's own rows. ``noise``: the members' noise
+    generators where they are not ``generators`` themselves (on a GPU, see
+    :func:`bnn_pyro._rng.noise_generators`), saved and restored with them by a resumable run.
 
     Example:
         >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
@@ -336,19 +339,24 @@ def stacked_batches(
             else:
                 yield x[idx], y[idx]
 
-    batches.generator = _Generators(generators)  # type: ignore[attr-defined] # for resume
+    kept = list(generators) + [g for g in noise or [] if all(g is not o for o in generators)]
+    batches.generator = _Generators(kept)  # type: ignore[attr-defined] # for resume
     return batches
 
 
 class _Generators:
-    """K generators saved and restored as one (what a resumable run does with its batches')."""
+    """Generators saved and restored as one (what a resumable run does with its batches'): their
+    states end to end (a CPU generator's state and a GPU's differ in length)."""
 
     def __init__(self, generators: list[torch.Generator]) -> None:
         self.generators = generators
 
     def get_state(self) -> torch.Tensor:
-        return torch.stack([g.get_state() for g in self.generators])
+        return torch.cat([g.get_state() for g in self.generators])
 
     def set_state(self, state: torch.Tensor) -> None:
-        for g, s in zip(self.generators, state, strict=True):
+        sizes = [g.get_state().numel() for g in self.generators]
+        if state.numel() != sum(sizes):
+            raise ValueError(f"a state of {state.numel()} bytes for generators of {sizes}")
+        for g, s in zip(self.generators, state.split(sizes), strict=True):
             g.set_state(s.clone())

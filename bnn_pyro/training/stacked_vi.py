@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from pyro.distributions import Independent
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
-from bnn_pyro._rng import seeded
+from bnn_pyro._rng import global_rng_state, order_generators, seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.map_init import check_init, map_phase
 from bnn_pyro.nn.pyro_net import _site_prior
@@ -300,11 +300,11 @@ def fit_stacked(
         with seeded(int(seed), b.device):  # what fit does before its first step
             b.input_shape = tuple(x.shape[1:])
             b._setup_guide(x[:2], t[:2], (x, t))
-            g = torch.Generator(device=b.device)
-            g.set_state(torch.get_rng_state())
+            g = torch.Generator(device=b.device)  # where its own fit's draws come from now
+            g.set_state(global_rng_state(b.device))
         b.dataset_size = n
         generators.append(g)
-    order = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    order = order_generators([int(s) for s in seeds])
     if map_epochs:  # as fit(init="map"): each member's MAP phase on its own minibatch order
         for b, x, t, g, seed in zip(bnns, xs, ys, order, seeds, strict=True):
             member_batches = shuffled_batches(x, t, min(batch_size, n), True, int(seed))
