@@ -48,7 +48,9 @@ _TAIL_ARGS = """
         ensemble_size: number of members (``method="ensemble"``).
         random_state: ``None``, an int or a ``numpy.random.RandomState``; seeds the initial
             weights, the minibatches and the Monte Carlo samples of ``predict``.
-        progress: show a progress bar during ``fit``."""
+        progress: show a progress bar during ``fit``.
+        device: where the model trains and predicts: ``None``/``"cpu"`` (default), ``"cuda"``,
+            ``"cuda:1"``; the arrays are copied there and the results back as NumPy arrays."""
 
 
 class _BNNEstimator(BaseEstimator):
@@ -102,7 +104,7 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
     of ``y`` (as ``GaussianProcessRegressor`` does): the epistemic spread of the Monte Carlo
     samples *and* the observation noise, ``std² = Var_s[mean_s] + E_s[noise_s²]``, in the units
     of ``y``. Inputs and targets are standardised inside (``standardize=True``). Computation
-    runs in float64 on the CPU.
+    runs in float64, on the CPU unless ``device`` names a GPU.
 
     Args:{common}
         noise: the observation noise std: ``"learned"`` (the variational methods: inferred
@@ -146,6 +148,7 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
         ensemble_size: int = 5,
         random_state: int | np.random.RandomState | None = None,
         progress: bool = False,
+        device: str | None = None,
     ) -> None:
         self.hidden_sizes = hidden_sizes
         self.activation = activation
@@ -161,6 +164,7 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
         self.ensemble_size = ensemble_size
         self.random_state = random_state
         self.progress = progress
+        self.device = device
 
     def fit(self, X: Any, y: Any) -> BNNRegressor:
         """Standardise, build and train the model.
@@ -252,6 +256,7 @@ class BNNClassifier(ClassifierMixin, _BNNEstimator):
         ensemble_size: int = 5,
         random_state: int | np.random.RandomState | None = None,
         progress: bool = False,
+        device: str | None = None,
     ) -> None:
         self.hidden_sizes = hidden_sizes
         self.activation = activation
@@ -266,6 +271,7 @@ class BNNClassifier(ClassifierMixin, _BNNEstimator):
         self.ensemble_size = ensemble_size
         self.random_state = random_state
         self.progress = progress
+        self.device = device
 
     def fit(self, X: Any, y: Any) -> BNNClassifier:
         """Standardise, build and train the model.

@@ -1,9 +1,9 @@
 """``TabularBNN``: a BNN for a table of numbers, the engine of the estimators and the CLI.
 
 It standardises the inputs (and regression targets), trains one of the registry's methods
-(:data:`bnn_pyro.METHODS`) in float64, maps predictions back to the units of ``y``, and saves
-everything to one file that loads with ``torch.load(weights_only=True)``. It needs no
-scikit-learn.
+(:data:`bnn_pyro.METHODS`) in float64 on the CPU or a GPU (``device=``), maps predictions back
+to the units of ``y`` as NumPy arrays, and saves everything to one file that loads with
+``torch.load(weights_only=True)``. It needs no scikit-learn.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bnn_pyro._checks import check_device
 from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.estimators import _methods
 from bnn_pyro.estimators._params import check_hyperparameters
@@ -71,6 +72,10 @@ class TabularBNN(Persistence):
         standardize: standardise the columns of ``X`` (and of ``y`` for regression) inside.
         dropout_rate: dropout probability (``method="dropout"``).
         ensemble_size: number of members (``method="ensemble"``).
+        device: where the model trains and predicts: ``None`` or ``"cpu"`` (default), ``"cuda"``,
+            ``"cuda:1"``, a ``torch.device``; the NumPy inputs are copied there and the results
+            back. Refused before any work when this machine lacks it. Not saved: a loaded model
+            is on the CPU (move ``model.module`` with ``.to()``).
 
     Shapes:
         ``fit(X: (N, D), y: (N,) | (N, O) floats, or (N,) labels 0..C-1)``;
@@ -100,7 +105,9 @@ class TabularBNN(Persistence):
         standardize: bool = True,
         dropout_rate: float = 0.1,
         ensemble_size: int = 5,
+        device: str | torch.device | None = None,
     ) -> None:
+        self.device = check_device("device", device) or torch.device("cpu")
         self.params = check_hyperparameters(
             task=task,
             method=method,
@@ -166,7 +173,7 @@ class TabularBNN(Persistence):
                     "scale for all columns)"
                 )
             return float(scaled[0])
-        return torch.as_tensor(scaled, dtype=_methods.DTYPE)
+        return torch.as_tensor(scaled, dtype=_methods.DTYPE, device=self.device)
 
     def fit(
         self,
@@ -211,22 +218,27 @@ class TabularBNN(Persistence):
         self.x_mean, self.x_scale = _moments(X, standardize)
         if self.task == "regression":
             self.y_mean, self.y_scale = _moments(y, standardize)
-            targets = torch.as_tensor((y - self.y_mean) / self.y_scale, dtype=_methods.DTYPE)
+            standardized = (y - self.y_mean) / self.y_scale
+            targets = torch.as_tensor(standardized, dtype=_methods.DTYPE, device=self.device)
             n_out = y.shape[1]
         else:
             self.y_mean = self.y_scale = None
-            targets = torch.as_tensor(y)
+            targets = torch.as_tensor(y, device=self.device)
             n_out = int(y.max()) + 1 if n_classes is None else n_classes
         self.noise_std = self._fixed_noise(self.y_scale) if self.task == "regression" else None
         self.n_features, self.n_outputs, self.n_train, self.seed = X.shape[1], n_out, len(X), seed
         inputs = self._inputs(X)
-        self.module = _methods.build(self.params, self.n_features, n_out, self.noise_std, seed)
+        module = _methods.build(self.params, self.n_features, n_out, self.noise_std, seed)
+        self.module = module.to(self.device)
         _methods.fit(self.module, self.params, inputs, targets, seed, progress)
         return self
 
     # ------------------------------------------------------------------ prediction
     def _inputs(self, X: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor((X - self.x_mean) / self.x_scale, dtype=_methods.DTYPE)
+        device = self.module.device if self.module is not None else self.device
+        return torch.as_tensor(
+            (X - self.x_mean) / self.x_scale, dtype=_methods.DTYPE, device=device
+        )
 
     def _fitted(self, X: Any) -> torch.Tensor:
         if self.module is None:
@@ -259,9 +271,9 @@ class TabularBNN(Persistence):
                 "predictive_gaussian is for task='regression'; use predict or probability_samples"
             )
         locs, scales = self.module.predictive_gaussian(inputs, seed=self.seed)
-        y_scale = torch.as_tensor(self.y_scale, dtype=locs.dtype)
-        locs = locs * y_scale + torch.as_tensor(self.y_mean, dtype=locs.dtype)
-        return locs, torch.as_tensor(scales, dtype=locs.dtype) * y_scale
+        y_scale = torch.as_tensor(self.y_scale, dtype=locs.dtype, device=locs.device)
+        locs = locs * y_scale + torch.as_tensor(self.y_mean, dtype=locs.dtype, device=locs.device)
+        return locs, torch.as_tensor(scales, dtype=locs.dtype, device=locs.device) * y_scale
 
     @torch.no_grad()
     def probability_samples(self, X: Any) -> torch.Tensor:
@@ -310,7 +322,7 @@ class TabularBNN(Persistence):
             var = var + (scales**2).expand_as(locs).mean(0)
         else:
             var, mean = torch.var_mean(self.probability_samples(X), dim=0, correction=0)
-        return mean.numpy(), var.sqrt().numpy()
+        return mean.cpu().numpy(), var.sqrt().cpu().numpy()
 
     def __repr__(self) -> str:
         fitted = "fitted" if self.module is not None else "not fitted"
