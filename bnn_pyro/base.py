@@ -103,6 +103,12 @@ class BaseBayesianMethod(nn.Module, ABC):
     the per-sample predictive means (class probabilities for a classifier). The variance is the
     disagreement between the S samples (see :func:`summarize_samples`).
 
+    Devices: ``m.to("cuda")`` moves everything the method holds; ``fit`` and ``predict`` move the
+    data they are given to the method's device, and ``predict`` returns its results there.
+    ``seed=`` makes a call reproducible on one device, bit for bit; on another device the same
+    seed gives the same distribution, not the same draws (the CPU's and a GPU's random streams
+    differ). The minibatch order is drawn on the CPU, the same on every device.
+
     Subclasses are registered by class name when they are defined, so a checkpoint names its
     class and :func:`bnn_pyro.load` finds it (a user's own subclass too, once its module is
     imported). To be saved, a subclass implements :meth:`_config` and :meth:`_from_config`.
