@@ -80,7 +80,7 @@ def _fit(
 ) -> BaseBayesianMethod:
     """``bnn_pyro.make(name, net, likelihood, **options)`` fitted on ``(x, y)`` for ``epochs``
     with the config's ``batch_size`` and ``lr`` (and ``fit_options``, e.g. ``weight_decay``)."""
-    model = make(name, net, likelihood, **(options or {}))
+    model = make(name, net, likelihood, **(options or {})).to(x.device)  # where its rows are
     model.fit(
         x,
         y,
@@ -153,6 +153,7 @@ def dropout_train(
         ({'tau': 0.1}, torch.Size([5, 40, 1]), 1.5811)
     """
     model, weight_decay = dropout_model(config, x.shape, hidden, seed, num_samples)
+    model = model.to(x.device)
     model.fit(
         x,
         y,
@@ -339,6 +340,7 @@ def swag_laplace_train(
         (torch.Size([5, 40, 1]), torch.Size([5, 40, 1]))
     """
     model, fit_options = swag_laplace_model(method, x.shape, hidden, seed, num_samples)
+    model = model.to(x.device)
     model.fit(
         x,
         y,

@@ -59,7 +59,7 @@ def dropout_train_stacked(
         [(0, {'tau': 0.1}), (1, {'tau': 0.1})]
     """
     built = [dropout_model(config, xs.shape[1:], hidden, seed, num_samples) for seed in seeds]
-    models = [model for model, _ in built]
+    models = [model.to(xs.device) for model, _ in built]
     epochs = max(checkpoints)
     fit_stacked(
         models,
@@ -104,7 +104,7 @@ def swag_laplace_train_stacked(
         [(0, 2), (1, 2)]
     """
     built = [swag_laplace_model(method, xs.shape[1:], hidden, seed, num_samples) for seed in seeds]
-    models = [model for model, _ in built]
+    models = [model.to(xs.device) for model, _ in built]
     epochs = max(checkpoints)
     fit_stacked(
         models,

@@ -83,7 +83,9 @@ def _search(
     spec: MethodSpec, splits: list[Any], grid: list[dict[str, Any]], settings: BenchmarkSettings
 ) -> list[list[dict[str, Any]]]:
     """Each split's search records, every grid configuration trained once for all splits."""
-    datas = [prepare(validation_split(s, settings.validation_fraction)) for s in splits]
+    datas = [
+        prepare(validation_split(s, settings.validation_fraction), settings.device) for s in splits
+    ]
     records: list[list[dict[str, Any]]] = [[] for _ in splits]
     for config in grid:
         key = _config_key(config)
@@ -188,7 +190,7 @@ def _final(
     where that failed (the caller runs those splits the usual way)."""
     scores: list[dict[str, float] | None] = [None] * len(splits)
     for run, members in final_groups(spec, grid, configs):
-        datas = [prepare(splits[k]) for k in members]
+        datas = [prepare(splits[k], settings.device) for k in members]
         found: list[dict[str, float]] = [{} for _ in members]
         seeds = [
             seed_for(

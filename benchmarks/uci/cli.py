@@ -121,6 +121,11 @@ def build_parser(prog: str = "python -m benchmarks.uci") -> argparse.ArgumentPar
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or per-task lines")
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the models train: cpu, cuda, cuda:1 (default: %(default)s)",
+    )
+    parser.add_argument(
         "--render-only",
         action="store_true",
         help=f"run nothing: rewrite OUT/{MARKDOWN_FILE} and the charts from OUT/{JSON_FILE}",
@@ -222,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(markdown_report(payload), flush=True)
         return 0
     tasks = _tasks(args, parser)
-    settings = BenchmarkSettings(quick=args.quick)
+    try:
+        settings = BenchmarkSettings(quick=args.quick, device=args.device)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs_path = out / RUNS_FILE

@@ -63,6 +63,8 @@ from benchmarks.uci.runner import BenchmarkSettings, Task, dataset_info  # noqa:
 from benchmarks.uci.writer import write_uci_folder  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results", "uci_projection.md")
+#: ``--device cuda``'s table (every set timed there: the committed run measured the CPU).
+RESULTS_GPU = os.path.join(ROOT, "benchmarks", "results", "uci_projection_gpu.md")
 RUNS = os.path.join(ROOT, "benchmarks", "results", "uci", "uci.json")
 
 #: The nine sets: name -> (rows, features, splits); ``shared`` names the folder measured in full.
@@ -251,18 +253,33 @@ def fill_untimed(seconds: dict[tuple[str, str], float], source: dict[str, str]) 
         source[name] = "interpolated"
 
 
-def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: dict) -> str:
+def report(
+    seconds: dict[tuple[str, str], float],
+    source: dict[str, str],
+    runs: dict,
+    device: str = "cpu",
+) -> str:
+    """The projection's markdown: the headline, minutes per set and method, the timed runs
+    (``device``: where they ran; on a GPU the headline is one process's minutes there)."""
     methods = registry.available_methods()
     total = sum(seconds.values())
     wall = two_worker_wall(list(seconds.values()))
+    if device == "cpu":
+        headline = (
+            f"Projected with `benchmarks/uci/projection.py` ({time.strftime('%Y-%m-%d')}, one "
+            f"thread per worker): **{total / 60:.0f} CPU-minutes, about {wall / 60:.0f} minutes "
+            "wall with `--jobs 2`** (the jobs scheduled largest first on two workers)."
+        )
+    else:
+        headline = (
+            f"Projected with `benchmarks/uci/projection.py --device {device}` "
+            f"({time.strftime('%Y-%m-%d')}, {_device_name(device)}, one process): "
+            f"**{total / 60:.0f} minutes** on one GPU, every set timed there."
+        )
     lines = [
         "# The nine-set UCI benchmark: projected time",
         "",
-        f"Projected with `benchmarks/uci/projection.py` ({time.strftime('%Y-%m-%d')}, one thread "
-        "per worker): **{:.0f} CPU-minutes, about {:.0f} minutes wall with `--jobs 2`** ".format(
-            total / 60, wall / 60
-        )
-        + "(the jobs scheduled largest first on two workers).",
+        headline,
         "",
         "| data set | rows × features, splits | from | " + " | ".join(methods) + " | total (min) |",
         "|---|---|---|" + "---|" * (len(methods) + 1),
@@ -295,6 +312,12 @@ def report(seconds: dict[tuple[str, str], float], source: dict[str, str], runs: 
     return "\n".join(lines)
 
 
+def _device_name(device: str) -> str:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    return device
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one small set, two splits (smoke)")
@@ -303,31 +326,49 @@ def main() -> None:
     parser.add_argument(
         "--sets", default=None, help="comma-separated synthetic sets to time (default: all five)"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="time the runs there; on a GPU every set is timed (the committed run measured the "
+        "CPU) and the table goes to results/uci_projection_gpu.md (default: %(default)s)",
+    )
     args = parser.parse_args()
+    try:
+        BenchmarkSettings(device=args.device)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    on_cpu = args.device == "cpu"
+    replace = dataclasses.replace
+    if not on_cpu and args.output == RESULTS:
+        args.output = RESULTS_GPU
     torch.set_num_threads(1)
-    seconds = measured_seconds(args.runs)
+    seconds = measured_seconds(args.runs) if on_cpu else {}
     names = {folder: name for name, folder in SHARED.items()}
     seconds = {(names.get(d, d), m): s for (d, m), s in seconds.items()}
-    source = {name: "measured" for name in SHARED}
-    sizes = {n: v for n, v in NINE_SETS.items() if n not in SHARED}
+    source = {name: "measured" for name in SHARED} if on_cpu else {}
+    sizes = {n: v for n, v in NINE_SETS.items() if n not in SHARED or not on_cpu}
     if args.sets:
         wanted = args.sets.split(",")
         unknown = sorted(set(wanted) - set(sizes))
         if unknown:
             parser.error(f"--sets: unknown {unknown}; choose from {sorted(sizes)}")
         sizes = {n: sizes[n] for n in wanted}
-    settings = BenchmarkSettings(validation_samples=200, test_samples=1000)
+    settings = BenchmarkSettings(validation_samples=200, test_samples=1000, device=args.device)
     if args.quick:  # the quick grids, one small set: a smoke run of the whole script
         sizes = {"wine": (300, 4, 2)}
-        settings = BenchmarkSettings(quick=True, validation_samples=20, test_samples=50)
+        settings = BenchmarkSettings(
+            quick=True, validation_samples=20, test_samples=50, device=args.device
+        )
     runs: dict[tuple[str, str], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # first use of each method in the process (torch.func's set-up, allocator growth) off
         # the clock: a quick-grid run on a small set
         warm = str(synthetic_folder(Path(tmp) / "warm-up", 200, 4, 2))
         for method in registry.available_methods():
-            run_bundle([Task("warm-up", warm, s, method) for s in range(2)], BenchmarkSettings(
-                quick=True, validation_samples=20, test_samples=50))  # fmt: skip
+            warm_tasks = [Task("warm-up", warm, s, method) for s in range(2)]
+            run_bundle(
+                warm_tasks, replace(settings, quick=True, validation_samples=20, test_samples=50)
+            )
         for name, (rows, features, splits) in sizes.items():
             folder = str(synthetic_folder(Path(tmp) / name, rows, features, splits))
             f = 1.0 if args.quick else min(1.0, ROWS_PER_EPOCH_SCALE / rows)
@@ -339,7 +380,7 @@ def main() -> None:
                 print(f"{name} {method}: {runs[(name, method)]}", file=sys.stderr, flush=True)
             source[name] = "projected"
     fill_untimed(seconds, source)
-    text = report(seconds, source, runs)
+    text = report(seconds, source, runs, args.device)
     publish(text, None if args.quick else args.output)
 
 

@@ -78,8 +78,9 @@ def hidden_units(n_rows: int) -> int:
     return 100 if n_rows > LARGE_DATASET_ROWS else 50
 
 
-def prepare(split: UCISplit) -> RegressionData:
-    """Normalise a split with its training statistics: train on ``X_train``, score ``X_test``.
+def prepare(split: UCISplit, device: str | torch.device = "cpu") -> RegressionData:
+    """Normalise a split with its training statistics: train on ``X_train``, score ``X_test``;
+    the rows on ``device`` (the methods' models follow their rows there).
 
     Pass a :func:`benchmarks.uci.data.validation_split` to get the validation pair (its
     ``X_test`` is the last 20% of the training rows; the real test rows are not in it).
@@ -106,10 +107,10 @@ def prepare(split: UCISplit) -> RegressionData:
     if not isinstance(split, UCISplit):
         raise TypeError(f"split must be a UCISplit, got {type(split).__name__}")
     return RegressionData(
-        x=split.normalize_x(split.X_train),
-        y=split.normalize_y(split.y_train),
-        x_eval=split.normalize_x(split.X_test),
-        y_eval=split.normalize_y(split.y_test),
+        x=split.normalize_x(split.X_train).to(device),
+        y=split.normalize_y(split.y_train).to(device),
+        x_eval=split.normalize_x(split.X_test).to(device),
+        y_eval=split.normalize_y(split.y_test).to(device),
         y_std=float(split.y_std),
         hidden=hidden_units(int(split.X_train.shape[0])),
     )

@@ -28,6 +28,7 @@ from benchmarks.uci.data import (
 from benchmarks.uci.method import DatasetInfo, MethodSpec, Report
 from benchmarks.uci.protocol import Predictor, RegressionData, prepare, score, seed_for
 from benchmarks.uci.registry import get_method
+from bnn_pyro._checks import check_device
 from bnn_pyro.exceptions import TrainingDivergedError
 
 __all__ = ["BenchmarkSettings", "Task", "run_task", "select_hyperparameters"]
@@ -44,12 +45,15 @@ class BenchmarkSettings:
         validation_fraction: share of the training rows held out for the search.
         validation_samples: predictive samples when scoring validation rows.
         test_samples: predictive samples when scoring test rows.
+        device: where the models train and predict (``"cpu"``, ``"cuda"``, ``"cuda:1"``): the
+            rows are moved there and each method's model follows its rows.
     """
 
     quick: bool = False
     validation_fraction: float = 0.2
     validation_samples: int = 200
     test_samples: int = 1000
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if not isinstance(self.quick, bool):
@@ -63,10 +67,17 @@ class BenchmarkSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.device, str):
+            raise TypeError(f"device must be a str such as 'cuda', got {self.device!r}")
+        check_device("device", self.device)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a JSON-ready dict."""
-        return asdict(self)
+        """The settings as a JSON-ready dict (``device`` only where it is not the CPU, so the
+        records of runs from before it existed still match a CPU run's on ``--resume``)."""
+        out = asdict(self)
+        if out["device"] == "cpu":
+            del out["device"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -251,7 +262,7 @@ def select_hyperparameters(
     _check_types(spec=(spec, MethodSpec), split=(split, UCISplit), info=(info, DatasetInfo))
     _check_types(settings=(settings, BenchmarkSettings))
     val = validation_split(split, settings.validation_fraction)
-    data = prepare(val)
+    data = prepare(val, settings.device)
     records: list[dict[str, Any]] = []
     for config in spec.grid(info, settings.quick):
         seed = seed_for(split.dataset, split.split, spec.name, "search", _config_key(config))
@@ -282,7 +293,7 @@ def select_hyperparameters(
 def _final_fit(
     spec: MethodSpec, split: UCISplit, config: Mapping[str, Any], settings: BenchmarkSettings
 ) -> dict[str, float]:
-    data = prepare(split)
+    data = prepare(split, settings.device)
     seed = seed_for(split.dataset, split.split, spec.name, "final", _config_key(config))
     scores: dict[str, float] = {}
 

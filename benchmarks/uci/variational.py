@@ -328,7 +328,7 @@ def vi_train(
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    bnn = _build(config, method, x.shape[1], hidden, y_std, seed)
+    bnn = _build(config, method, x.shape[1], hidden, y_std, seed).to(x.device)
     wanted = set(checkpoints)
 
     def callback(model: Any, epoch: int, history: Any) -> None:
@@ -392,7 +392,7 @@ def vi_train_stacked(
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     bnns = [
-        _build(config, method, xs.shape[-1], hidden, y_std, seed)
+        _build(config, method, xs.shape[-1], hidden, y_std, seed).to(xs.device)
         for y_std, seed in zip(y_stds, seeds, strict=True)
     ]
     wanted = set(checkpoints)

@@ -104,6 +104,8 @@ def test_parse_names() -> None:
         (["--methods", "vi,magic"], "unknown name"),
         (["--datasets", "boston"], "unknown name"),
         (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--device", "gpu"], "device must be a torch device"),
+        *([] if torch.cuda.is_available() else [(["--device", "cuda"], "device")]),
     ],
 )
 def test_cli_bad_arguments_exit_2(
