@@ -151,7 +151,7 @@ class NetEvaluator:
         if self.batched is None:
             self._decide(params, x)
         num_samples = next(iter(params.values())).shape[0]
-        chunk = chunk_size or chunk_rows(self._plain, num_samples)
+        chunk = chunk_size or chunk_rows(self._plain, num_samples, device=x.device)
         if not self.batched:
             return fill_rows(lambda a, b: self._vmapped(params, x[a:b]), x.shape[0], chunk)
         if num_samples == 1:  # a lone sample dim of size 1 reads as "no sample dim": pad to 2

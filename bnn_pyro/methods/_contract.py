@@ -141,7 +141,7 @@ class ClassicMethod(BaseBayesianMethod):
         seed = self._predict_seed(seed, generator)
         normalize = self._normalize(normalize_output)
         n = len(x)
-        rows = chunk_rows(self, num_samples, BLOCK_BUDGET)
+        rows = chunk_rows(self, num_samples, BLOCK_BUDGET, self.device)
         if rows < n and seed is None:  # one seed for every block: the same posterior draws
             seed = int(torch.randint(0, 2**62, (1,)))
 

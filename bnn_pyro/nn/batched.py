@@ -23,18 +23,52 @@ from torch.func import functional_call, vmap
 from bnn_pyro._streaming import fill_rows
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
-__all__ = ["BatchedTwin", "StackedCall", "chunk_rows", "has_hooks", "same_results"]
+__all__ = [
+    "BatchedTwin",
+    "StackedCall",
+    "chunk_rows",
+    "device_budget",
+    "has_hooks",
+    "same_results",
+]
 
 # Elements of one (S, rows, width) activation per pass: 256K floats (1 MB), so memory stays
 # bounded whatever N is. The size trades the two costs of a pass: much smaller blocks pay Python
 # overhead per pass, much larger ones fresh pages of memory on every pass (the timings behind it:
 # benchmarks/results/library_measurements.md).
 ACTIVATION_BUDGET = 1 << 18
+#: A GPU's budgets are this many times a CPU's. A GPU has no cache for a block to stay inside;
+#: what costs there is a kernel launch (microseconds) per layer per block, so a block should
+#: stream tens of MB (tens of microseconds at a few TB/s) to make the launches few, while memory
+#: stays bounded by the block, not by N × S (128 MB per float32 activation at the CPU's 1 MB).
+GPU_BUDGET_SCALE = 128
+#: ... and at most this many elements (256 MB in float32), so a block fits a small GPU too.
+GPU_BUDGET_MAX = 1 << 26
 
 
-def chunk_rows(net: nn.Module, num_samples: int, budget: int = ACTIVATION_BUDGET) -> int:
+def device_budget(budget: int, device: torch.device | str | None) -> int:
+    """``budget`` (elements per block, a CPU's) for ``device``: times :data:`GPU_BUDGET_SCALE`
+    (at most :data:`GPU_BUDGET_MAX`) on a CUDA device, unchanged elsewhere.
+
+    Example:
+        >>> device_budget(1000, "cpu"), device_budget(1000, torch.device("cuda"))
+        (1000, 128000)
+        >>> device_budget(1 << 22, "cuda") == GPU_BUDGET_MAX
+        True
+    """
+    if device is None or torch.device(device).type != "cuda":
+        return budget
+    return min(budget * GPU_BUDGET_SCALE, max(budget, GPU_BUDGET_MAX))
+
+
+def chunk_rows(
+    net: nn.Module,
+    num_samples: int,
+    budget: int = ACTIVATION_BUDGET,
+    device: torch.device | None = None,
+) -> int:
     """Rows per pass so that one ``(num_samples, rows, widest layer)`` activation fits ``budget``
-    elements (at least 8 rows).
+    elements (at least 8 rows), the budget scaled for ``device`` (:func:`device_budget`).
 
     Example:
         >>> chunk_rows(nn.Sequential(nn.Linear(13, 50), nn.ReLU(), nn.Linear(50, 1)), 100)
@@ -42,6 +76,7 @@ def chunk_rows(net: nn.Module, num_samples: int, budget: int = ACTIVATION_BUDGET
     """
     widths = [m.out_features for m in net.modules() if isinstance(m, nn.Linear)]
     widths += [m.out_channels for m in net.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    budget = device_budget(budget, device)
     return max(8, budget // (max(1, num_samples) * max(widths or [1024])))
 
 
@@ -222,5 +257,5 @@ class StackedCall:
         twin = self._usable_twin(net, stacked, x)
         if twin is None:
             return self.vmapped(net, stacked, x)
-        chunk = chunk_rows(net, next(iter(stacked.values())).shape[0])
+        chunk = chunk_rows(net, next(iter(stacked.values())).shape[0], device=x.device)
         return twin.run(self._shared(net, stacked), stacked, x, chunk, net.training)

@@ -14,7 +14,8 @@ parameter sets without a loop over samples and without the per-chunk Python of t
   (``baddbmm``), activation in place; the last is written to the ``(S, N, O)`` output;
 * blocks hold about ``budget`` elements (all rows and as many samples as fit; rows are split
   only when one sample's activations of every row exceed it), so memory stays bounded whatever
-  N and S are and each block's activations stay in cache.
+  N and S are and each block's activations stay in cache; the budget is the device's
+  (:func:`chain_budget`).
 
 ``benchmarks/step_time.py`` times the whole of ``predict`` (draws, this kernel, the reduction)
 against a plain torch loop over samples. The layout and the budget are measured choices (one
@@ -32,10 +33,23 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["LinearChain"]
+from bnn_pyro.nn.batched import device_budget
 
-#: Elements of one block's widest activation (1 MB in float32).
+__all__ = ["LinearChain", "chain_budget"]
+
+#: Elements of one block's widest activation on a CPU (1 MB in float32: the L2 cache).
 CHAIN_BUDGET = 1 << 18
+
+
+def chain_budget(device: torch.device) -> int:
+    """Elements of one block's widest activation on ``device``: :data:`CHAIN_BUDGET` on a CPU,
+    :data:`~bnn_pyro.nn.batched.GPU_BUDGET_SCALE` times that on a CUDA device.
+
+    Example:
+        >>> chain_budget(torch.device("cpu")), chain_budget(torch.device("cuda"))
+        (262144, 33554432)
+    """
+    return device_budget(CHAIN_BUDGET, device)
 
 
 def _in_place(act: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -112,8 +126,9 @@ class LinearChain:
         ]
         num = next(layer.samples for layer in layers if layer.samples)
         n = x.shape[0]
-        s_block = max(1, min(num, CHAIN_BUDGET // max(1, n * self.widest)))
-        r_block = n if s_block > 1 else max(1, CHAIN_BUDGET // self.widest)
+        budget = chain_budget(x.device)
+        s_block = max(1, min(num, budget // max(1, n * self.widest)))
+        r_block = n if s_block > 1 else max(1, budget // self.widest)
         if max_rows is not None:
             r_block = min(r_block, max_rows)
         layers[0].widen(num)
