@@ -143,6 +143,7 @@ def _bad_csv(folder, name, text):
         ("x1,y\n1,2\n2,3\n", ["--val-fraction", "1.5"], "--val-fraction must be in [0, 1)"),
         ("x1,y\n1,2\n2,3\n", ["--epochs", "0"], "epochs must be an int >= 1"),
         ("x1,y\n1,2\n2,3\n", ["--features", "x1,y"], "must not include the target"),
+        ("x1,y\n1,2\n2,3\n", ["--device", "gpu"], "device must be a torch device"),
     ],
 )
 def test_fit_errors_are_one_line_and_exit_2(tmp_path, capsys, content, args, message):

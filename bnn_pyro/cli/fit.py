@@ -188,6 +188,7 @@ def run_fit(args: argparse.Namespace) -> int:
         lr=args.lr,
         num_samples=args.num_samples,
         prior_scale=args.prior_scale,
+        device=args.device,
     )
     model.metadata = {
         "feature_names": features,
@@ -304,5 +305,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=int, default=0, help="random seed (0)")
     fit.add_argument("--out", required=True, help="output folder (created if missing)")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.add_argument("--device", default="cpu", help="where to train: cpu, cuda, cuda:1 (cpu)")
     fit.set_defaults(func=run_fit)
     return fit
