@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.uci.protocol import mean_stderr
+from benchmarks.uci.protocol import FINAL_FLAG_RATIO, mean_stderr
 from benchmarks.uci.published import PUBLISHED_UCI
 from benchmarks.uci.targets import evaluate_targets, targets_markdown
 
@@ -166,6 +166,21 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
         fixed = {k: next(iter(v)) for k, v in params.items() if k not in varied}
         text = "; ".join(f"{k}: {v}" for k, v in varied.items())
         lines.append(f"- {name}: {text} (fixed: {json.dumps(fixed, sort_keys=True)})")
+    flagged = [r for r in payload["runs"] if r.get("flagged")]
+    if flagged:
+        lines += ["", f"## Flagged final fits ({len(flagged)})", ""]
+        lines += [
+            f"A final fit whose in-sample RMSE is more than {FINAL_FLAG_RATIO:g}× its search's "
+            "validation RMSE of the same configuration "
+            "(scored as it is above):",
+            "",
+        ]
+        lines += [
+            f"- {r['dataset']} split {r['split']} {r['method']}: in-sample RMSE "
+            f"{r['train_rmse']:.4g} against {r['search_val_rmse']:.4g} in the search; test RMSE "
+            f"{r['rmse']:.4g}"
+            for r in flagged
+        ]
     errors = [r for r in payload["runs"] if "error" in r]
     if errors:
         lines += ["", f"## Failed tasks ({len(errors)})", ""]

@@ -26,7 +26,14 @@ from benchmarks.uci.data import (
     validation_split,
 )
 from benchmarks.uci.method import DatasetInfo, MethodSpec, Report
-from benchmarks.uci.protocol import Predictor, RegressionData, prepare, score, seed_for
+from benchmarks.uci.protocol import (
+    FINAL_FLAG_RATIO,
+    Predictor,
+    RegressionData,
+    prepare,
+    score,
+    seed_for,
+)
 from benchmarks.uci.registry import get_method
 from bnn_pyro._checks import check_device
 from bnn_pyro.exceptions import TrainingDivergedError
@@ -180,19 +187,22 @@ def final_report(
 ) -> Report:
     """The ``report`` of a final run: the chosen predictive scored on ``data``'s evaluation
     rows into ``scores`` (a predictive variant that was not chosen, or a checkpoint other than
-    ``config["epochs"]`` of a run shared with longer ones, is skipped).
+    ``config["epochs"]`` of a run shared with longer ones, is skipped), and its in-sample RMSE
+    on the training rows (``train_rmse``, original units), which :func:`final_check` holds
+    against the search's validation RMSE.
 
     Example:
         >>> data = RegressionData(torch.zeros(4, 1), torch.zeros(4, 1), torch.zeros(2, 1),
         ...                       torch.zeros(2, 1), 1.0, 8)
         >>> scores = {}
         >>> report = final_report({"tau": 1.0, "epochs": 3}, data, scores)
-        >>> report(3, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 2.0}); scores
+        >>> zeros = lambda x: (torch.zeros(1, len(x), 1), 1.0)
+        >>> report(3, zeros, {"tau": 2.0}); scores
         {}
-        >>> report(2, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 1.0}); scores
+        >>> report(2, zeros, {"tau": 1.0}); scores
         {}
-        >>> report(3, lambda x: (torch.zeros(1, 2, 1), 1.0), {"tau": 1.0}); sorted(scores)
-        ['rmse', 'test_ll']
+        >>> report(3, zeros, {"tau": 1.0}); sorted(scores)
+        ['rmse', 'test_ll', 'train_rmse']
     """
 
     def report(
@@ -202,10 +212,30 @@ def final_report(
             return  # another split's checkpoint of a shared run
         if any(config.get(key) != value for key, value in (overrides or {}).items()):
             return  # a predictive variant that was not chosen
-        locs, scales = predictor(data.x_eval)
+        locs, scales = predictor(data.x)
+        scores["train_rmse"] = score(locs, scales, data.y, data.y_std)["rmse"]
+        locs, scales = predictor(data.x_eval)  # the test rows last, once
         scores.update(score(locs, scales, data.y_eval, data.y_std))
 
     return report
+
+
+def final_check(train_rmse: float | None, val_rmse: float | None) -> dict[str, Any]:
+    """The final fit held against its search: ``{"train_rmse", "search_val_rmse", "flagged"}``,
+    flagged when the final's in-sample RMSE exceeds :data:`FINAL_FLAG_RATIO` times the search's
+    validation RMSE of the same configuration (a final fit that went wrong where its search run
+    did not: it stays scored, and the report lists it).
+
+    Example:
+        >>> final_check(0.0012, 0.001)["flagged"], final_check(0.9, 0.001)["flagged"]
+        (False, True)
+    """
+    flagged = (
+        train_rmse is not None
+        and val_rmse is not None
+        and not train_rmse <= FINAL_FLAG_RATIO * val_rmse  # NaN is flagged too
+    )
+    return {"train_rmse": train_rmse, "search_val_rmse": val_rmse, "flagged": bool(flagged)}
 
 
 def ranked_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -367,6 +397,10 @@ def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
         "rmse": scores["rmse"],
         "config": best,
         "val_ll": next(r["val_ll"] for r in ranked if r["config"] == best),
+        **final_check(
+            scores.get("train_rmse"),
+            next(r.get("val_rmse") for r in ranked if r["config"] == best),
+        ),
         "n_train": int(split.X_train.shape[0]),
         "n_test": int(split.X_test.shape[0]),
         "search_seconds": searched - start,

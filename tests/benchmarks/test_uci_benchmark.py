@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -33,8 +34,11 @@ from benchmarks.uci import (
     validation_split,
     write_uci_folder,
 )
+from benchmarks.uci.bundle import run_bundle
 from benchmarks.uci.cli import find_datasets
 from benchmarks.uci.method import checkpoint_epochs
+from benchmarks.uci.protocol import FINAL_FLAG_RATIO
+from benchmarks.uci.results import markdown_report
 from benchmarks.uci.variational import vi_train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,9 +242,62 @@ def test_run_task_scores_test_rows_only_at_the_end(
     record = run_task(Task("poisoned", str(poisoned), 0, "spy"), BenchmarkSettings())
     poisoned_calls = [i for i, (_, x) in enumerate(calls) if float(x.abs().max()) > 100.0]
     assert poisoned_calls == [len(calls) - 1]  # only the final prediction on the test rows
-    assert calls[-2][0] == "fit" and calls[-2][1].shape[0] == 54  # retrained on all 54 rows
+    assert calls[-3][0] == "fit" and calls[-3][1].shape[0] == 54  # retrained on all 54 rows
+    assert calls[-2][1].shape[0] == 54  # its in-sample error, held against the search's
     assert record["n_train"] == 54 and record["n_test"] == 6
     assert record["config"]["epochs"] in (1, 2) and math.isfinite(record["test_ll"])
+    assert record["flagged"] is False and record["search_val_rmse"] > 0
+
+
+def _breaks_when_refit(rows_in_search: int) -> MethodSpec:
+    """A method that predicts 0 after training on the search's rows and 50 (five y stds off)
+    after training on more: a final fit that went wrong where its search did not."""
+
+    def train(config, x, y, *, y_std, hidden, seed, checkpoints, report, num_samples) -> None:
+        level = 0.0 if x.shape[0] == rows_in_search else 50.0
+        for epoch in checkpoints:
+            report(epoch, lambda x_eval: (torch.full((3, len(x_eval), 1), level), torch.ones(())))
+
+    grid = lambda info, quick: [{"epochs": 1}]  # noqa: E731
+    return MethodSpec("breaks", "Breaks", "good in the search only", grid, train, lambda c: [1])
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_final_fit_far_worse_than_its_search_is_flagged(
+    poisoned: Path, monkeypatch: pytest.MonkeyPatch, stacked: bool
+) -> None:
+    spec = _breaks_when_refit(43)  # 54 training rows, the last 20% (11) held out in the search
+    if stacked:  # the same through the bundle's stacked final fits
+
+        def train_stacked(config, xs, ys, *, reports, **kwargs) -> None:
+            for k, report in enumerate(reports):
+                spec.train(
+                    config,
+                    xs[k],
+                    ys[k],
+                    y_std=1.0,
+                    hidden=8,
+                    seed=0,
+                    checkpoints=kwargs["checkpoints"],
+                    report=report,
+                    num_samples=3,
+                )
+
+        spec = dataclasses.replace(spec, train_stacked=train_stacked)  # fmt: skip
+    monkeypatch.setitem(registry.METHODS, "breaks", spec)
+    folder = write_uci_folder(poisoned.parent / "plain", torch.randn(60, 2), torch.randn(60))
+    tasks = [Task("plain", str(folder), k, "breaks") for k in (0, 1)]
+    records = (
+        run_bundle(tasks, BenchmarkSettings())
+        if stacked
+        else [run_task(tasks[0], BenchmarkSettings())]
+    )
+    record = records[0]
+    assert record["flagged"] is True
+    assert record["train_rmse"] > FINAL_FLAG_RATIO * record["search_val_rmse"]
+    runs = [{**r, "config": {"epochs": 1}} for r in records]
+    text = markdown_report({"summary": summarize(runs), "runs": runs, "methods": {"breaks": {}}})
+    assert "## Flagged final fits" in text and "plain split 0 breaks" in text
 
 
 # ---------------------------------------------------------------------------- smoke runs
@@ -355,7 +412,8 @@ def test_predictive_variants_are_scored_from_one_run(
     record = run_task(Task("poisoned", str(poisoned), 0, "variants"), BenchmarkSettings())
     assert len(fits) == 2 and fits[1]["level"] == 0.0  # one search run, one final run
     assert record["config"] == {"epochs": 1, "level": 0.0}
-    assert scored_levels == [5.0, 0.0, -5.0, 0.0]  # the final run scores only the chosen one
+    # the final run scores only the chosen one: on its training rows (in-sample), then the test
+    assert scored_levels == [5.0, 0.0, -5.0, 0.0, 0.0]
     assert [r["config"]["level"] for r in record["records"]] == [5.0, 0.0, -5.0]
 
 
