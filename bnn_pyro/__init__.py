@@ -30,6 +30,7 @@ from bnn_pyro.exceptions import (
     NotFittedError,
     PosteriorCollapseWarning,
     TrainingDivergedError,
+    TrainingInstabilityWarning,
 )
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
@@ -75,6 +76,7 @@ __all__ = [
     "MeanFieldNormalGuide",
     "NotFittedError",
     "PosteriorCollapseWarning",
+    "TrainingInstabilityWarning",
     "ScaleMixturePrior",
     "TrainingDivergedError",
     "VariationalBNN",

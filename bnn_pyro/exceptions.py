@@ -7,6 +7,7 @@ __all__ = [
     "CheckpointError",
     "NotFittedError",
     "PosteriorCollapseWarning",
+    "TrainingInstabilityWarning",
     "TrainingDivergedError",
 ]
 
@@ -75,5 +76,17 @@ class PosteriorCollapseWarning(UserWarning):
 
     Example:
         >>> issubclass(PosteriorCollapseWarning, UserWarning)
+        True
+    """
+
+
+class TrainingInstabilityWarning(UserWarning):
+    """Warned at the end of ``fit`` when the loss leapt out of its optimum and gave back more
+    than half of the progress made (a *blow-up*, see :mod:`bnn_pyro.training.blowup`). A fit
+    that stayed up keeps its parameters from before the blow-up; the message names the epoch and
+    what avoids it (a smaller learning rate, a decaying schedule, more particles).
+
+    Example:
+        >>> issubclass(TrainingInstabilityWarning, UserWarning)
         True
     """

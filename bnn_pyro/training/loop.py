@@ -21,6 +21,7 @@ import torch
 from bnn_pyro._progress import tqdm
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.training import distributed
+from bnn_pyro.training.blowup import BlowUpGuard
 from bnn_pyro.training.callbacks import History, state_copy
 from bnn_pyro.training.schedules import IterateAverage, LRScheduleSpec, make_lr_schedule
 
@@ -223,6 +224,9 @@ def train(
     bar = tqdm(range(first, epochs), desc=desc, unit="epoch", disable=not shown_here, leave=False)
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
     initial = snapshot
+    guard = BlowUpGuard(module)
+    for past in range(len(history.get("loss", []))):  # a resumed run's epochs so far
+        guard.after_epoch({k: v[past] for k, v in history.items() if len(v) > past}, False)
     try:
         for epoch in bar:
             if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
@@ -257,6 +261,7 @@ def train(
                 row.update(validation())
             row["seconds"] = time.perf_counter() - start
             history.append(**distributed.mean_row(row))  # the same row on every rank
+            guard.after_epoch({k: v[-1] for k, v in history.items()})
             shown = {k: f"{row[k]:.4g}" for k in ("loss", "kl") if k in row}
             bar.set_postfix(shown, refresh=False)
             stop = any([bool(cb(module, epoch, history)) for cb in callbacks])
@@ -277,4 +282,5 @@ def train(
         bar.close()
     if averager is not None:
         averager.apply()
+    history.blowups = guard.finish()  # type: ignore[attr-defined]
     return history

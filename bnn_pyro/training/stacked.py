@@ -242,7 +242,10 @@ def _loop(nets: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
 
 class StackedLossStep(TrainingStep):
     """One step of K stacked models: ``member_losses(xb, yb) -> (K,)`` mean losses, summed for
-    the gradient; the epoch row is ``loss`` (the members' mean) and ``member_loss`` (a list).
+    the gradient; the epoch row is ``loss`` (the members' mean) and ``member_loss`` (a list),
+    and ``kl_weight`` where ``member_losses`` is a method of an object with a ``kl_weight``
+    (the stacked VI's: the blow-up guard of :mod:`bnn_pyro.training.blowup` compares epochs of
+    one KL weight only).
 
     Args:
         member_losses: ``(xb (K, B, ...), yb (K, B, ...)) -> (K,)``.
@@ -302,7 +305,11 @@ class StackedLossStep(TrainingStep):
 
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
         per_member = (torch.stack(self._epoch).sum(0) / self._rows).tolist()
-        return {"loss": sum(per_member) / len(per_member), "member_loss": per_member}
+        row = {"loss": sum(per_member) / len(per_member), "member_loss": per_member}
+        beta = getattr(getattr(self.member_losses, "__self__", None), "kl_weight", None)
+        if beta is not None:
+            row["kl_weight"] = float(beta)
+        return row
 
 
 def stacked_batches(
