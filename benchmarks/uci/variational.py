@@ -12,7 +12,8 @@ step); in the run before the warm-up +0.098 +- 0.055, +0.012 +- 0.011, +0.101 +-
 Setup: one hidden ReLU layer; a ``LayerwiseNormalPrior("kaiming")`` (std ``sqrt(2 / fan_in)``
 per layer, weights and biases: He et al.'s variance for ReLU units, which keeps a prior draw's
 activations at the scale of its inputs); the exact mean-field guide started at the
-net's initial weights with posterior std ``init_scale``; Adam at a constant learning rate; KL
+net's initial weights with posterior std ``init_scale``; Adam at a constant learning rate
+(:data:`LR`, below); KL
 weight 1 (the ELBO, no tempering) after a linear warm-up from 0 over the first half of the
 epochs (below); ``Trace_ELBO`` (Monte Carlo KL) unless the config says
 ``elbo="meanfield"`` or ``"alpha"`` (the black-box alpha energy). The environment variable
@@ -55,6 +56,17 @@ a posterior that trained under a KL weight below 1 until its last epochs, nearer
 than the ELBO's optimum (a KL weight of 0.2 throughout, a tempered model: boston +0.154, below).
 The committed run with it (vi): boston -2.43 +- 0.04, concrete -3.08 +- 0.03, energy -1.14,
 yacht -0.51; its training time relative to MC dropout's is unchanged (0.62 against 0.59).
+
+The learning rate is 1e-3 (:data:`LR`); it was 3e-3 until a run on the naval propulsion set
+(10,740 training rows, a target whose spread is 1.5% of its level, nearly noiseless): there the
+search saw a good model on every split (validation RMSE 0.0003-0.0012) while half of the final
+fits left their optimum at 3e-3 and never came back (test RMSE up to 1.0, the target's whole
+range being 0.05). Twelve seeds of one split's final fit, stacked: 6 of 12 broke at 3e-3, 0 of 12
+at 1e-3 (RMSE 0.0004-0.0011 at 400 epochs). On the four data sets here, paired over 20 splits
+against the run at 3e-3, test log-likelihood: vi boston +0.063 +- 0.018, concrete -0.003 +-
+0.019, energy +0.091 +- 0.044, yacht -0.001 +- 0.062; lrt -0.021 +- 0.053, +0.004 +- 0.020,
++0.036 +- 0.032, +0.032 +- 0.045; bb_alpha +0.018 +- 0.022, -0.006 +- 0.011, -0.082 +- 0.038,
+-0.027 +- 0.033.
 
 A constant learning rate makes the first ``k`` epochs of a long run identical to a run of ``k``
 epochs with the same seed, so each configuration is trained once and scored at several epoch
@@ -114,6 +126,8 @@ _METHODS = ("vi", "lrt", "bb_alpha")  # the bnn_pyro.METHODS names trained here
 
 _CHECKPOINTS = 4
 _STEPS = 10_000  # optimisation steps per configuration in the search
+#: Adam's learning rate (see the module docstring: 3e-3 broke half of the naval final fits).
+LR = 1e-3
 #: The learning rate over a run and the guide's start (see the module docstring).
 SCHEDULE, INIT = "constant", None
 #: The weight prior's std per layer: ``sqrt(2 / fan_in)`` (see the module docstring).
@@ -144,7 +158,7 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     """The VI grid: the noise, learned per input or fixed at the folder's largest tau (smallest
     noise).
 
-    Minibatches of 32 at a constant learning rate of 3e-3, about 10,000 steps per
+    Minibatches of 32 at a constant learning rate of :data:`LR`, about 10,000 steps per
     configuration (so smaller data sets get more epochs, 400 to 2,000), the KL weight warmed
     up over the first :data:`KL_WARMUP` of them (``kl_warmup``, epochs), each scored at the
     epoch counts of :func:`vi_checkpoints` and each of :data:`NOISE_FACTORS`; the :data:`PRIOR`
@@ -173,7 +187,7 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     return [
         {
             "epochs": epochs,
-            "lr": 3e-3,
+            "lr": LR,
             "batch_size": batch_size,
             "noise_tau": tau,
             "prior": PRIOR,
