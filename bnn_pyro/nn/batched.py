@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, vmap
 
+from bnn_pyro._checks import check_int
 from bnn_pyro._streaming import fill_rows
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
@@ -55,7 +56,12 @@ def device_budget(budget: int, device: torch.device | str | None) -> int:
         (1000, 128000)
         >>> device_budget(1 << 22, "cuda") == GPU_BUDGET_MAX
         True
+        >>> device_budget(0, "cpu")
+        Traceback (most recent call last):
+          ...
+        ValueError: budget must be an int >= 1, got 0
     """
+    budget = check_int("budget", budget)
     if device is None or torch.device(device).type != "cuda":
         return budget
     return min(budget * GPU_BUDGET_SCALE, max(budget, GPU_BUDGET_MAX))

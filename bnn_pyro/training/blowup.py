@@ -31,6 +31,7 @@ above theirs. Half and ten are far from both.
 
 from __future__ import annotations
 
+import math
 import statistics
 import warnings
 from collections.abc import Mapping
@@ -70,7 +71,16 @@ def gave_back(values: list[float]) -> float:
         0.012
         >>> gave_back([10.0, 6.0, 2.0, 9.0, 12.0, 11.0, 12.0, 12.0])  # above where it started
         1.25
+        >>> gave_back([])
+        Traceback (most recent call last):
+          ...
+        ValueError: values must be a non-empty list of finite numbers (one per epoch), got []
     """
+    if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        shown = values if len(values) < 8 else f"{len(values)} values"
+        raise ValueError(
+            f"values must be a non-empty list of finite numbers (one per epoch), got {shown}"
+        )
     best = min(values)
     progress = values[0] - best
     end = statistics.median(values[-RECOVERY_EPOCHS:])
@@ -123,7 +133,8 @@ class BlowUpGuard:
     def __init__(self, module: torch.nn.Module) -> None:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.series: list[list[float]] = []
-        self.best: list[tuple[int, list[torch.Tensor] | None]] = []  # epoch, kept tensors
+        # per series: its best epoch (within the series), that epoch's value, the kept tensors
+        self.best: list[tuple[int, float, list[torch.Tensor] | None]] = []
         self.epochs = 0  # epochs seen, the run's earlier ones included
         self.start = 0  # the epoch the series start at (where the KL weight last changed)
         self.weight: float | None = None
@@ -156,12 +167,12 @@ class BlowUpGuard:
         weight = row.get("kl_weight")
         if not self.series or weight != self.weight:  # a new KL weight: compare from here on
             self.series = [[] for _ in values]
-            self.best = [(-1, None) for _ in values]
+            self.best = [(-1, float("inf"), None) for _ in values]
             self.start, self.weight = self.epochs - 1, weight
         for k, value in enumerate(values):
             series = self.series[k]
-            if not series or value < min(series):
-                self.best[k] = (len(series), self._kept(k) if keep else None)
+            if value < self.best[k][1]:  # a running best: one comparison per epoch
+                self.best[k] = (len(series), value, self._kept(k) if keep else None)
             series.append(value)
 
     def finish(self) -> list[int]:
@@ -169,7 +180,7 @@ class BlowUpGuard:
         and warn. Returns the (0-based) epochs they were put back to."""
         restored: list[int] = []
         for k, series in enumerate(self.series):
-            at, kept = self.best[k]
+            at, _, kept = self.best[k]
             if kept is None or not blew_up(series):
                 continue
             share = gave_back(series)

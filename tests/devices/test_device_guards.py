@@ -240,3 +240,15 @@ def test_the_estimators_on_the_cpu_by_name_give_the_default_numbers():
     named = bp.BNNRegressor(device="cpu", **kwargs).fit(X, y).predict(X[:4], return_std=True)
     default = bp.BNNRegressor(**kwargs).fit(X, y).predict(X[:4], return_std=True)
     assert all((a == b).all() for a, b in zip(named, default, strict=True))
+
+
+def test_the_device_helpers_refuse_bad_input():
+    from bnn_pyro._rng import noise_generators, order_generators
+    from bnn_pyro.nn.batched import device_budget
+
+    with pytest.raises(ValueError, match="one seed per generator"):
+        noise_generators(order_generators([0, 1]), [0], torch.device("cpu"))
+    with pytest.raises(ValueError, match="budget must be an int >= 1"):
+        device_budget(0, "cuda")
+    with pytest.raises(TypeError, match="budget"):
+        device_budget(2.5, "cpu")

@@ -106,3 +106,9 @@ def test_the_guard_compares_the_epochs_of_the_last_kl_weight_only():
         late.after_epoch({"loss": loss, "kl_weight": weight})
     with pytest.warns(bp.TrainingInstabilityWarning, match="at epoch 49"):
         assert late.finish() == [49]
+
+
+@pytest.mark.parametrize("values", [[], [1.0, float("nan"), 0.5], [1.0, "2"]])
+def test_gave_back_refuses_what_is_not_a_series_of_epoch_values(values):
+    with pytest.raises(ValueError, match="non-empty list of finite numbers"):
+        gave_back(values)
