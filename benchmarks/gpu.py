@@ -42,14 +42,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pyro
-import pyro.distributions as dist
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _contenders import plain_pyro_svi  # benchmarks/_contenders.py (run from this folder)
 from _report import publish  # benchmarks/_report.py (scripts run from this folder)
-from pyro.infer import SVI, Trace_ELBO
-from pyro.infer.autoguide import AutoNormal
-from pyro.nn import PyroModule, PyroSample
 
 import bnn_pyro as bp
 
@@ -148,33 +145,7 @@ def torch_bbb(sizes: list[int], X: torch.Tensor, y: torch.Tensor, batch: int):
 
 def plain_pyro(sizes: list[int], X: torch.Tensor, y: torch.Tensor, batch: int):
     n, device = X.shape[0], X.device
-    zero = torch.tensor(0.0, device=device)
-    pyro.clear_param_store()
-
-    class Net(PyroModule):
-        def __init__(self) -> None:
-            super().__init__()
-            layers = []
-            for d_in, d_out in zip(sizes[:-1], sizes[1:], strict=True):
-                layer = PyroModule[nn.Linear](d_in, d_out)
-                layer.weight = PyroSample(dist.Normal(zero, 1.0).expand([d_out, d_in]).to_event(2))
-                layer.bias = PyroSample(dist.Normal(zero, 1.0).expand([d_out]).to_event(1))
-                layers.append(layer)
-            self.layers = PyroModule[nn.ModuleList](layers)
-
-        def forward(self, x, y=None):
-            h = x
-            for i, layer in enumerate(self.layers):
-                h = layer(h)
-                if i < len(self.layers) - 1:
-                    h = F.relu(h)
-            with pyro.plate("data", n, subsample=torch.arange(x.shape[0], device=device)):
-                pyro.sample("obs", dist.Categorical(logits=h), obs=y)
-
-    model = Net().to(device)
-    svi = SVI(
-        model, AutoNormal(model, init_scale=0.01), pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO()
-    )
+    svi = plain_pyro_svi(sizes, n, True, device)
 
     def epoch() -> None:
         for idx in epoch_batches(n, batch, device):

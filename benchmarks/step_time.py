@@ -29,14 +29,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pyro
-import pyro.distributions as dist
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _contenders import plain_pyro_svi  # benchmarks/_contenders.py (run from this folder)
 from _report import publish  # benchmarks/_report.py (scripts run from this folder)
-from pyro.infer import SVI, Predictive, Trace_ELBO
-from pyro.infer.autoguide import AutoNormal
-from pyro.nn import PyroModule, PyroSample
+from pyro.infer import Predictive
 
 import bnn_pyro as bp
 
@@ -127,35 +125,7 @@ def torch_bbb_step(sizes, X, y, classification, fused=False):
 
 
 def plain_pyro_step(sizes, X, y, classification):
-    n = X.shape[0]
-    pyro.clear_param_store()
-
-    class Net(PyroModule):
-        def __init__(self):
-            super().__init__()
-            layers = []
-            for d_in, d_out in zip(sizes[:-1], sizes[1:], strict=True):
-                layer = PyroModule[nn.Linear](d_in, d_out)
-                layer.weight = PyroSample(dist.Normal(0.0, 1.0).expand([d_out, d_in]).to_event(2))
-                layer.bias = PyroSample(dist.Normal(0.0, 1.0).expand([d_out]).to_event(1))
-                layers.append(layer)
-            self.layers = PyroModule[nn.ModuleList](layers)
-
-        def forward(self, x, y=None):
-            h = x
-            for i, layer in enumerate(self.layers):
-                h = layer(h)
-                if i < len(self.layers) - 1:
-                    h = F.relu(h)
-            with pyro.plate("data", n, subsample=torch.arange(x.shape[0])):
-                if classification:
-                    pyro.sample("obs", dist.Categorical(logits=h), obs=y)
-                else:
-                    pyro.sample("obs", dist.Normal(h, 1.0).to_event(1), obs=y)
-
-    model = Net()
-    guide = AutoNormal(model, init_scale=0.01)
-    svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO())
+    svi = plain_pyro_svi(sizes, X.shape[0], classification)
     xb, yb = X[:BATCH], y[:BATCH]
     return lambda: svi.step(xb, yb)
 

@@ -130,8 +130,9 @@ def fit_classic_stacked(
     ]
     xs = torch.stack([d[0] for d in data])
     ys = torch.stack([d[1] for d in data])
-    generators = order_generators([int(s) for s in seeds])
-    noise = noise_generators(generators, [int(s) for s in seeds], xs.device)  # dropout masks
+    member_seeds = [int(s) for s in seeds]
+    generators = order_generators(member_seeds)
+    noise = noise_generators(generators, member_seeds, xs.device)  # dropout masks
     # each member's own epoch callbacks (SWAG's snapshots), the members written back first
     member_callbacks = [
         [m._collector(settings.epochs)] if hasattr(m, "_collector") else [] for m in methods
