@@ -91,7 +91,7 @@ for metric, title in (("test_ll", "test log-likelihood"), ("rmse", "test RMSE"))
     plt.show()
 
 # %% [markdown]
-# ## Against the targets of issue 5
+# ## Against the targets set from the published results
 #
 # `benchmarks.uci.targets.evaluate_targets` checks them on the summary (test
 # log-likelihood, higher is better). The standard error of a difference combines both sides,

@@ -158,7 +158,7 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
         lines += _table(summary, metric, labels)
     targets = evaluate_targets(summary)
     if targets:
-        lines += ["", "## Targets of issue 5 (test log-likelihood)", ""]
+        lines += ["", "## Targets against the published results (test log-likelihood)", ""]
         lines += targets_markdown(targets)
     lines += ["", "## Chosen hyper-parameters (value: number of splits)", ""]
     for name, params in chosen_hyperparameters(payload["runs"]).items():

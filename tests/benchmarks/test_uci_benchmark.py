@@ -383,7 +383,10 @@ def test_smoke_run_real_folder(tmp_path: Path) -> None:
     payload = _check_outputs(tmp_path, {"yacht"}, ["vi", "dropout"], [0])
     assert all(r["n_train"] == 277 and r["n_test"] == 31 for r in payload["runs"])
     markdown = (tmp_path / "uci.md").read_text()
-    assert "## Targets of issue 5" in markdown and "vi beats VI (PBP paper)" in markdown
+    assert (
+        "## Targets against the published results" in markdown
+        and "vi beats VI (PBP paper)" in markdown
+    )
     dropout = next(r for r in payload["runs"] if r["method"] == "dropout")
     assert dropout["config"]["dropout"] == 0.005 and dropout["config"]["tau"] == 0.25
 
