@@ -46,8 +46,8 @@ from bnn_pyro.methods import (
 from bnn_pyro.poutine import LocalReparameterization
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
 from bnn_pyro.registry import METHODS, load, make, register_method
+from bnn_pyro.stacking import fit_stacked
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
-from bnn_pyro.training.stacked_vi import fit_stacked
 
 __version__ = "0.1.0"
 

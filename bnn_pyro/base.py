@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ import torch.nn as nn
 from bnn_pyro._checks import check_int, check_seed
 from bnn_pyro._rng import seed_from
 from bnn_pyro._streaming import reduce_samples
+from bnn_pyro.checkpoint import class_named, load_method, register_class, save_method
 
 if TYPE_CHECKING:
     from bnn_pyro.training import History
@@ -111,7 +113,8 @@ class BaseBayesianMethod(nn.Module, ABC):
 
     Subclasses are registered by class name when they are defined, so a checkpoint names its
     class and :func:`bnn_pyro.load` finds it (a user's own subclass too, once its module is
-    imported). To be saved, a subclass implements :meth:`_config` and :meth:`_from_config`.
+    imported). To be saved, a subclass implements :meth:`checkpoint_config` and
+    :meth:`from_checkpoint_config` (the :class:`~bnn_pyro.checkpoint.Checkpointable` hooks).
 
     Example:
         >>> from bnn_pyro.methods import MCDropout
@@ -127,11 +130,11 @@ class BaseBayesianMethod(nn.Module, ABC):
 
     #: The default number of predictive samples ``S``; ``predict(num_samples=...)`` overrides.
     num_samples: int = 100
-    _subclasses: dict[str, type[BaseBayesianMethod]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        BaseBayesianMethod._subclasses[cls.__name__] = cls
+        _rename_old_hooks(cls)
+        register_class(cls)
 
     @staticmethod
     def subclass(name: str) -> type[BaseBayesianMethod]:
@@ -142,14 +145,7 @@ class BaseBayesianMethod(nn.Module, ABC):
             >>> BaseBayesianMethod.subclass("SWAG") is bp.SWAG
             True
         """
-        try:
-            return BaseBayesianMethod._subclasses[name]
-        except KeyError:
-            known = sorted(BaseBayesianMethod._subclasses)
-            raise ValueError(
-                f"no bnn_pyro method class named {name!r} is defined (known: {known}); import "
-                "the module that defines it before loading"
-            ) from None
+        return class_named(name)
 
     @classmethod
     def from_net(cls, net: nn.Module, likelihood: Any, **options: Any) -> BaseBayesianMethod:
@@ -242,21 +238,23 @@ class BaseBayesianMethod(nn.Module, ABC):
         return seed
 
     # ------------------------------------------------------------------ checkpoints
-    def _config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> dict[str, Any]:
         """The constructor settings as plain data (``weights_only``-safe), without the net."""
         raise NotImplementedError(f"{type(self).__name__} cannot be saved yet")
 
     @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> BaseBayesianMethod:
-        """A fresh, unfitted instance around ``net`` from :meth:`_config`'s settings."""
+    def from_checkpoint_config(
+        cls, net: nn.Module | None, config: dict[str, Any]
+    ) -> BaseBayesianMethod:
+        """A fresh, unfitted instance around ``net`` from :meth:`checkpoint_config`'s settings."""
         raise NotImplementedError(f"{cls.__name__} cannot be loaded yet")
 
-    def _fitted_state(self) -> dict[str, Any]:
+    def fitted_state(self) -> dict[str, Any]:
         """What a fitted model holds beyond ``state_dict()`` (plain data)."""
         return {}
 
-    def _restore_fitted_state(self, fitted: dict[str, Any]) -> None:
-        """Put back :meth:`_fitted_state` before ``load_state_dict`` (e.g. create lazily made
+    def restore_fitted_state(self, fitted: dict[str, Any]) -> None:
+        """Put back :meth:`fitted_state` before ``load_state_dict`` (e.g. create lazily made
         parameters)."""
 
     def save(self, path: str | os.PathLike) -> None:
@@ -268,8 +266,6 @@ class BaseBayesianMethod(nn.Module, ABC):
         Args:
             path: the file to write (its folder must exist).
         """
-        from bnn_pyro.checkpoint import save_method
-
         save_method(self, path)
 
     @classmethod
@@ -288,8 +284,6 @@ class BaseBayesianMethod(nn.Module, ABC):
         Returns:
             The method, of this class (or a subclass).
         """
-        from bnn_pyro.checkpoint import load_method
-
         return load_method(path, net=net, map_location=map_location, expected=cls)
 
     def predictive_gaussian(
@@ -320,3 +314,25 @@ class BaseBayesianMethod(nn.Module, ABC):
         if bool((scales <= 0).any()):
             raise ValueError(f"noise_scale must be positive, got {noise_scale}")
         return locs, scales
+
+
+#: The checkpoint hooks' earlier names, and their names now.
+_OLD_HOOKS = {
+    "_config": "checkpoint_config",
+    "_from_config": "from_checkpoint_config",
+    "_fitted_state": "fitted_state",
+    "_restore_fitted_state": "restore_fitted_state",
+}
+
+
+def _rename_old_hooks(cls: type) -> None:
+    """A subclass that defines a checkpoint hook under its earlier, underscored name keeps
+    working: the hook is taken under its new name, with a ``DeprecationWarning``."""
+    for old, new in _OLD_HOOKS.items():
+        if old in vars(cls) and new not in vars(cls):
+            warnings.warn(
+                f"{cls.__name__}.{old} is deprecated: name the checkpoint hook {new}",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            setattr(cls, new, vars(cls)[old])

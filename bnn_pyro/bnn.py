@@ -19,6 +19,7 @@ import torch.nn as nn
 from pyro.infer import autoguide
 
 from bnn_pyro._checks import check_float, check_instance, check_int, check_module
+from bnn_pyro.direct_elbo import DirectLoss, direct_loss_for
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
 from bnn_pyro.nn.inputs import InputSpec, input_spec
@@ -212,6 +213,13 @@ class VariationalBNN(SVIModel):
         finally:
             self.net.train(was_training)
 
+    def fast_loss(self, stl: bool = False) -> DirectLoss | None:
+        """This model's ELBO in plain torch (:class:`~bnn_pyro.direct_elbo.DirectLoss`), which
+        ``fit`` hands to its ELBO: ``None`` for a subclass (its model may differ), a Pyro
+        autoguide, or a net with hooks. The ELBO checks it against ``Trace_ELBO`` on the first
+        step and uses it only if the two agree."""
+        return direct_loss_for(self, stl) if type(self) is VariationalBNN else None
+
     # ------------------------------------------------------------------ KL and checkpoints
     def kl_divergence(self) -> torch.Tensor:
         """``KL(q || p)`` summed over all latent sites, in closed form (mean-field guide, priors
@@ -228,7 +236,7 @@ class VariationalBNN(SVIModel):
         return total
 
     # ------------------------------------------------------------------ checkpoint hooks
-    def _config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> dict[str, Any]:
         if not isinstance(self.guide_spec, str) or self.guide_spec not in GUIDE_NAMES:
             raise ValueError("only models built with a named guide (e.g. 'meanfield') can be saved")
         return {
@@ -243,7 +251,9 @@ class VariationalBNN(SVIModel):
         }
 
     @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> VariationalBNN:
+    def from_checkpoint_config(
+        cls, net: nn.Module | None, config: dict[str, Any]
+    ) -> VariationalBNN:
         if net is None:
             raise ValueError(
                 f"loading a {cls.__name__} needs net=: a fresh instance of the saved architecture"

@@ -4,12 +4,16 @@ A checkpoint is a dict of tensors, numbers, strings, lists and dicts, so it load
 ``torch.load(weights_only=True)`` (no pickled code runs). It holds:
 
 - ``format_version``: :data:`FORMAT_VERSION`;
-- ``class``: the method's class name, looked up among the
-  :class:`~bnn_pyro.BaseBayesianMethod` subclasses (a user's own subclass too, once defined);
-- ``config``: the constructor settings from the method's ``_config()`` (priors and likelihoods
-  as their ``config()`` dicts, which name their classes in the same way);
+- ``class``: the method's class name, looked up among the classes registered with
+  :func:`register_class` (every :class:`~bnn_pyro.BaseBayesianMethod` subclass registers itself
+  when it is defined, a user's own too);
+- ``config``: the constructor settings from the method's ``checkpoint_config()`` (priors and
+  likelihoods as their ``config()`` dicts, which name their classes in the same way);
 - ``state``: ``method.state_dict()`` on the CPU (device-neutral);
-- ``fitted``: the method's ``_fitted_state()`` (e.g. the training set size).
+- ``fitted``: the method's ``fitted_state()`` (e.g. the training set size).
+
+What a saved class provides is the :class:`Checkpointable` protocol; this module knows no method
+class, so every method (and the contract's ``save``/``load``) builds on it.
 
 The file itself is written by :func:`atomic_save` and read by :func:`load_file` (both from
 :mod:`bnn_pyro._checkpoint_file`, re-exported here): atomic writes that leave the old file intact
@@ -21,9 +25,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-import pyro.poutine as poutine
 import torch
 import torch.nn as nn
 
@@ -33,21 +36,19 @@ from bnn_pyro._checkpoint_file import (
     load_file,
     remove_stale_temporaries,
 )
-from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.exceptions import CheckpointError
-
-if TYPE_CHECKING:
-    from bnn_pyro.svi_model import SVIModel
 
 __all__ = [
     "FORMAT_VERSION",
     "atomic_save",
+    "Checkpointable",
     "check_format",
-    "create_guide_parameters",
+    "class_named",
     "load_file",
     "load_method",
     "method_state",
     "read_checkpoint",
+    "register_class",
     "remove_stale_temporaries",
     "save_method",
 ]
@@ -56,12 +57,74 @@ __all__ = [
 #: ``HiddenLayerBNN``, each in a layout of its own.)
 FORMAT_VERSION = 2
 
+_CLASSES: dict[str, type] = {}
+_C = TypeVar("_C", bound=type)
+
+
+@runtime_checkable
+class Checkpointable(Protocol):
+    """What a class provides to be saved by :func:`save_method` and rebuilt by
+    :func:`load_method` (every :class:`~bnn_pyro.BaseBayesianMethod` does).
+
+    - ``checkpoint_config()``: the constructor settings as plain data, without the net;
+    - ``from_checkpoint_config(net, config)`` (a classmethod): a fresh, unfitted instance;
+    - ``fitted_state()`` / ``restore_fitted_state(fitted)``: what a fitted instance holds beyond
+      ``state_dict()``, put back before ``load_state_dict``;
+    - ``state_dict()`` / ``load_state_dict(state)``: as a ``torch.nn.Module``'s.
+    """
+
+    def checkpoint_config(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_checkpoint_config(cls, net: nn.Module | None, config: dict[str, Any]) -> Any: ...
+
+    def fitted_state(self) -> dict[str, Any]: ...
+
+    def restore_fitted_state(self, fitted: dict[str, Any]) -> None: ...
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> Any: ...
+
+
+def register_class(cls: _C) -> _C:
+    """Register ``cls`` under its name, so a checkpoint that names it finds it (returns ``cls``:
+    usable as a decorator). A later class of the same name replaces the earlier one.
+
+    Example:
+        >>> @register_class
+        ... class Mine: ...
+        >>> class_named("Mine") is Mine
+        True
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_class takes a class, got {type(cls).__name__}")
+    _CLASSES[cls.__name__] = cls
+    return cls
+
+
+def class_named(name: str) -> type:
+    """The registered class called ``name`` (raises ``ValueError`` if unknown).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> class_named("SWAG") is bp.SWAG
+        True
+    """
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise ValueError(
+            f"no bnn_pyro method class named {name!r} is defined (known: {sorted(_CLASSES)}); "
+            "import the module that defines it before loading"
+        ) from None
+
 
 def _plain(value: Any) -> Any:
     return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
-def method_state(method: BaseBayesianMethod) -> dict[str, Any]:
+def method_state(method: Checkpointable) -> dict[str, Any]:
     """The checkpoint dict of ``method``: what :func:`save_method` writes (see the module
     docstring), for a caller that keeps it inside a file of its own.
 
@@ -71,18 +134,20 @@ def method_state(method: BaseBayesianMethod) -> dict[str, Any]:
         >>> sorted(method_state(m))
         ['class', 'config', 'fitted', 'format_version', 'state']
     """
-    if not isinstance(method, BaseBayesianMethod):
-        raise TypeError(f"method must be a BaseBayesianMethod, got {type(method).__name__}")
+    if not isinstance(method, Checkpointable):
+        raise TypeError(
+            f"method must be a bnn_pyro method (a BaseBayesianMethod), got {type(method).__name__}"
+        )
     return {
         "format_version": FORMAT_VERSION,
         "class": type(method).__name__,
-        "config": method._config(),
-        "fitted": method._fitted_state(),
+        "config": method.checkpoint_config(),
+        "fitted": method.fitted_state(),
         "state": {k: _plain(v) for k, v in method.state_dict().items()},
     }
 
 
-def save_method(method: BaseBayesianMethod, path: str | os.PathLike) -> None:
+def save_method(method: Checkpointable, path: str | os.PathLike) -> None:
     """Write ``method`` to ``path`` (see the module docstring for the contents).
 
     Args:
@@ -190,8 +255,8 @@ def load_method(
     path: str | os.PathLike,
     net: nn.Module | None = None,
     map_location: Any = None,
-    expected: type[BaseBayesianMethod] | None = None,
-) -> BaseBayesianMethod:
+    expected: type | None = None,
+) -> Any:
     """Rebuild the method saved at ``path`` around ``net``.
 
     Args:
@@ -225,7 +290,7 @@ def load_method(
     if net is not None and not isinstance(net, nn.Module):
         raise TypeError(f"net must be a torch.nn.Module or None, got {type(net).__name__}")
     state = read_checkpoint(path, map_location)
-    cls = BaseBayesianMethod.subclass(state["class"])
+    cls = class_named(state["class"])
     if expected is not None and not issubclass(cls, expected):
         raise CheckpointError(f"{source} holds a {state['class']}, not a {expected.__name__}")
     missing = [k for k in ("config", "fitted", "state") if not isinstance(state.get(k), dict)]
@@ -234,8 +299,8 @@ def load_method(
     if net is not None:
         _check_net_shapes(net, state["state"])
     try:
-        method = cls._from_config(net, state["config"])
-        method._restore_fitted_state(state["fitted"])
+        method = cls.from_checkpoint_config(net, state["config"])
+        method.restore_fitted_state(state["fitted"])
         method.load_state_dict(state["state"])
     except RuntimeError as err:
         sizes = _SIZE_MISMATCH.search(str(err))
@@ -250,12 +315,3 @@ def load_method(
             + (text[0] if text else type(err).__name__)
         ) from None
     return method
-
-
-def create_guide_parameters(bnn: SVIModel) -> None:
-    """Create a rebuilt SVI model's guide parameters (to be overwritten by a saved state) from
-    one dummy row of ``bnn.input_shape`` and a ``y`` drawn from the model."""
-    x = torch.zeros((1, *(bnn.input_shape or ())), dtype=bnn.dtype, device=bnn.device)
-    with torch.no_grad():
-        y = poutine.trace(bnn.model).get_trace(x).nodes[bnn.likelihood.name]["value"]
-        bnn._setup_guide(x, y)

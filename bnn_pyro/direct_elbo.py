@@ -37,7 +37,7 @@ from bnn_pyro.nn.pyro_net import DEVICE_REF, _site_prior
 from bnn_pyro.weight_distributions import SharedNormal
 
 if TYPE_CHECKING:
-    from bnn_pyro.bnn import VariationalBNN
+    from bnn_pyro.svi_model import SVIModel
 
 __all__ = ["DirectLoss", "direct_loss_for"]
 
@@ -68,7 +68,7 @@ class DirectLoss:
         True
     """
 
-    def __init__(self, bnn: VariationalBNN, stl: bool = False) -> None:
+    def __init__(self, bnn: SVIModel, stl: bool = False) -> None:
         self.bnn, self.stl = bnn, stl
         self.params = [p for p in bnn.parameters() if p.requires_grad]
         guide = bnn.guide
@@ -209,10 +209,10 @@ def _log_likelihood(
 
 
 def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
-    """A :class:`DirectLoss` for ``bnn``, or ``None`` when the model is not one it covers: a
-    :class:`~bnn_pyro.VariationalBNN` with the library's mean-field guide (set up), no forward
-    or backward hooks on the net's modules (the plain-torch twin
-    would not call them).
+    """A :class:`DirectLoss` for ``bnn`` (a :class:`~bnn_pyro.VariationalBNN`, whose
+    ``fast_loss`` calls this), or ``None`` when the model is not one it covers: the library's
+    mean-field guide (set up), no forward or backward hooks on the net's modules (the
+    plain-torch twin would not call them).
 
     Example:
         >>> import bnn_pyro as bp
@@ -220,10 +220,6 @@ def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
         >>> direct_loss_for(bnn) is None  # a Pyro autoguide: the Pyro path
         True
     """
-    from bnn_pyro.bnn import VariationalBNN
-
-    if type(bnn) is not VariationalBNN:
-        return None
     guide = bnn.guide
     if not isinstance(guide, MeanFieldNormalGuide) or not guide.is_setup:
         return None

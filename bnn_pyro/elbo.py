@@ -7,15 +7,17 @@ function terms, no model-side sampling), it computes
 ``sum_model log p * scale - sum_guide log q * scale`` from one light recording messenger
 instead of building, pruning and scoring two ``Trace`` objects. That bookkeeping is most of the
 cost of a step for a small net. Anything else, and the first step of every run (so Pyro's
-validation sees the structure once), goes through ``Trace_ELBO`` unchanged. When the model is
-a mean-field :class:`~bnn_pyro.VariationalBNN`'s, the loss is computed in plain torch
-(:mod:`bnn_pyro.direct_elbo`) from the first call on, once that call has shown, against
-``Trace_ELBO`` run from the same random state, that it gives the same loss and gradients. The
+validation sees the structure once), goes through ``Trace_ELBO`` unchanged. A method may hand in a
+plain-torch implementation of its own loss (``fast_loss=``; a mean-field
+:class:`~bnn_pyro.VariationalBNN` hands in :mod:`bnn_pyro.direct_elbo`'s): it is used from the
+first call on, once that call has shown, against ``Trace_ELBO`` run from the same random state,
+that it gives the same loss and gradients. This module knows no method. The
 test suite checks loss and gradients against ``Trace_ELBO`` under the same random draws.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -98,7 +100,11 @@ def _fast_path_applies(model_trace: Any, guide_trace: Any) -> bool:
 class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
     """``pyro.infer.Trace_ELBO`` with a fast path for fully reparameterized guides.
 
-    Same constructor and results as ``Trace_ELBO``; see the module docstring.
+    Same constructor and results as ``Trace_ELBO``; see the module docstring. ``fast_loss``, if
+    given, is called once with ``stl`` (whether the guide's entropy is scored with detached
+    parameters) and returns ``None`` or a callable ``loss(*args, **kwargs) -> (loss, nll)`` with a
+    ``params`` list: the model's own plain-torch implementation of this loss, checked on the first
+    call and used from then on only if it agrees.
 
     Example:
         >>> import pyro, pyro.distributions as dist
@@ -119,12 +125,17 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
     #: Whether the guide's entropy is scored with detached parameters (STL, a subclass).
     _stl = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, fast_loss: Callable[[bool], Any] | None = None, **kwargs: Any
+    ) -> None:
+        if fast_loss is not None and not callable(fast_loss):
+            raise TypeError(f"fast_loss must be callable or None, got {type(fast_loss).__name__}")
         super().__init__(*args, **kwargs)
         self.fast = False  # decided from the traces of the first, fully checked, call
         self._fast_candidate = True
-        # the plain-torch loss of bnn_pyro.direct_elbo: None until the first call looks for it
-        # (and checks it), False when the model is not one it covers or it failed the check
+        self._fast_loss_for = fast_loss
+        # the handed-in plain-torch loss: None until the first call builds it (and checks it),
+        # False when there is none or it failed the check
         self._direct: Any = None
 
     def _guide_log_prob(self, site: dict) -> torch.Tensor:
@@ -180,7 +191,8 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         same random state, the direct loss. If the two agree in loss and gradients, the direct
         loss is returned and used from then on, so every step of every run (a resumed one too)
         takes the same path; otherwise ``Trace_ELBO``'s loss, and the recording path after."""
-        direct = direct_loss_for_model(model, guide, self._stl) if self.num_particles == 1 else None
+        make = self._fast_loss_for
+        direct = make(self._stl) if make is not None and self.num_particles == 1 else None
         device = direct.params[0].device if direct is not None and direct.params else None
         before = None if device is None else _rng_state(device)
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
@@ -217,19 +229,6 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
         self.fast = self._fast_candidate
         return loss
-
-
-def direct_loss_for_model(model: Any, guide: Any, stl: bool = False) -> Any:
-    """The :class:`~bnn_pyro.direct_elbo.DirectLoss` of ``model``'s owner when ``model`` is a
-    ``VariationalBNN``'s ``model`` method and ``guide`` its own guide; otherwise ``None``."""
-    from bnn_pyro.direct_elbo import direct_loss_for
-
-    owner = getattr(model, "__self__", None)
-    if owner is None or getattr(owner, "guide", None) is not guide:
-        return None
-    if getattr(model, "__func__", None) is not getattr(type(owner), "model", None):
-        return None
-    return direct_loss_for(owner, stl)
 
 
 def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

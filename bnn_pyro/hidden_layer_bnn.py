@@ -241,7 +241,7 @@ class HiddenLayerBNN(SVIModel):
         )
 
     # ------------------------------------------------------------------ checkpoint hooks
-    def _config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> dict[str, Any]:
         if self.activation_name is None:
             raise ValueError(
                 "only a model built with a named activation (e.g. 'relu') can be saved"
@@ -259,7 +259,9 @@ class HiddenLayerBNN(SVIModel):
         }
 
     @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> HiddenLayerBNN:
+    def from_checkpoint_config(
+        cls, net: nn.Module | None, config: dict[str, Any]
+    ) -> HiddenLayerBNN:
         config = dict(config)
         dtype = getattr(torch, config.pop("dtype"))
         likelihood = likelihood_from_config(config.pop("likelihood"))

@@ -102,7 +102,7 @@ class BNNLightningModule(lightning.LightningModule):
         self.method = method
         method.dataset_size = dataset_size
         self.dataset_size, self.lr, self.optimizer_spec = dataset_size, lr, optimizer
-        self.elbo = make_elbo(elbo, num_particles, vectorize=True)
+        self.elbo = make_elbo(elbo, num_particles, vectorize=True, fast_loss=method.fast_loss)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch's negative ELBO, scaled to ``dataset_size`` (differentiable)."""

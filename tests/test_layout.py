@@ -1,4 +1,8 @@
-"""The package's shape: files under 400 lines, no import cycle, the core free of ``methods/``."""
+"""The package's shape: files under 400 lines, no import cycle, the core free of ``methods/``.
+
+Every import counts: at module level, inside functions and under ``if TYPE_CHECKING`` alike (a
+function-level import is still a dependency, and only hides a cycle from the interpreter).
+``from package import module`` is an import of that module, not of the package's face."""
 
 from __future__ import annotations
 
@@ -22,13 +26,15 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _runtime_imports(path: Path, known: set[str]) -> set[str]:
-    """Modules of this package imported at module level (not under ``if TYPE_CHECKING``, not
-    inside functions: those run later and cannot form an import cycle)."""
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Modules of this package that ``path`` imports anywhere in it."""
     found = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                for a in node.names
+            ]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
@@ -38,7 +44,7 @@ def _runtime_imports(path: Path, known: set[str]) -> set[str]:
 
 
 MODULES = _modules()
-GRAPH = {m: _runtime_imports(p, set(MODULES)) - {m} for m, p in MODULES.items()}
+GRAPH = {m: _imports(p, set(MODULES)) - {m} for m, p in MODULES.items()}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -53,8 +59,6 @@ def _cycle_from(start: str) -> list[str] | None:
     while stack:
         node, path = stack.pop()
         for nxt in GRAPH[node]:
-            if nxt.startswith(node + "."):
-                continue  # a package importing its own submodules is not a cycle
             if nxt == start:
                 return [*path, nxt]
             if nxt not in seen:
@@ -76,6 +80,14 @@ def test_the_core_does_not_import_the_classic_methods():
             assert not bad, f"{module} imports {bad}"
 
 
+def test_training_imports_no_method():
+    """``training/`` is the method-agnostic engine: no file of it imports ``methods/``."""
+    for module, imports in GRAPH.items():
+        if module.startswith("bnn_pyro.training"):
+            bad = sorted(i for i in imports if i.startswith("bnn_pyro.methods"))
+            assert not bad, f"{module} imports {bad}"
+
+
 def test_the_checker_sees_a_cycle():
     """The cycle search finds one when there is one (so a pass above means something)."""
     GRAPH["bnn_pyro.base"].add("bnn_pyro.registry")
@@ -85,3 +97,15 @@ def test_the_checker_sees_a_cycle():
     finally:
         GRAPH["bnn_pyro.base"].discard("bnn_pyro.registry")
         GRAPH["bnn_pyro.registry"].discard("bnn_pyro.base")
+
+
+def test_the_checker_counts_imports_inside_functions(tmp_path):
+    """An import inside a function body, or under TYPE_CHECKING, is an edge too."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from bnn_pyro import base\n"
+        "def f():\n    from bnn_pyro.training import loop\n"
+    )
+    known = {"bnn_pyro", "bnn_pyro.base", "bnn_pyro.training", "bnn_pyro.training.loop"}
+    assert _imports(source, known) == {"bnn_pyro.base", "bnn_pyro.training.loop"}

@@ -22,7 +22,7 @@ from benchmarks.uci.baselines import (
     swag_laplace_model,
 )
 from benchmarks.uci.method import Report
-from bnn_pyro.training.stacked_vi import fit_stacked
+from bnn_pyro.stacking import fit_stacked
 
 __all__ = ["dropout_train_stacked", "swag_laplace_train_stacked"]
 

@@ -109,8 +109,8 @@ from bnn_pyro.likelihoods.gaussian import GaussianLikelihood
 from bnn_pyro.nn import mlp
 from bnn_pyro.priors import LayerwiseNormalPrior
 from bnn_pyro.registry import make
+from bnn_pyro.stacking import fit_stacked
 from bnn_pyro.training.callbacks import linear_annealing
-from bnn_pyro.training.stacked_vi import fit_stacked
 from bnn_pyro.training.svi import KLWeightSpec
 
 __all__ = [

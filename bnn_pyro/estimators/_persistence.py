@@ -111,7 +111,7 @@ class Persistence:
         module = _methods.build(
             model.params, model.n_features, model.n_outputs, model.noise_std, model.seed
         )
-        module._restore_fitted_state(state["module"]["fitted"])
+        module.restore_fitted_state(state["module"]["fitted"])
         module.load_state_dict(state["module"]["state"])
         model.module = module
         return model

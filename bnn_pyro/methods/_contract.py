@@ -4,7 +4,7 @@ plumbing of ``fit``.
 
 A subclass implements :meth:`ClassicMethod._sample_outputs` (``S`` raw net outputs), ``fit``
 (through :meth:`ClassicMethod._fit_data` and :meth:`ClassicMethod._train`) and the checkpoint
-hooks ``_config``/``_from_config``.
+hooks ``checkpoint_config``/``from_checkpoint_config``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from bnn_pyro.methods._training import (
 from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.inputs import InputSpec, input_spec, takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
+from bnn_pyro.training.batches import gather_loader
 from bnn_pyro.training.resume import ResumePath, open_resume
 
 __all__ = ["ClassicMethod"]
@@ -249,7 +250,8 @@ class ClassicMethod(BaseBayesianMethod):
         """
         if isinstance(x, DataLoader):
             net = self._net()
-            x, y = _gather(x, y, net is not None and takes_indices(net))
+            indices = net is not None and takes_indices(net)
+            x, y = gather_loader(x, y, lambda t, name: check_inputs(t, name, indices))
         settings = check_fit_args(
             epochs,
             batch_size,
@@ -367,34 +369,19 @@ class ClassicMethod(BaseBayesianMethod):
     #: and the likelihood.
     _config_keys: tuple[str, ...] = ()
 
-    def _config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> dict[str, Any]:
         return {
             "likelihood": self.likelihood.config(),
             **{key: getattr(self, key) for key in self._config_keys},
         }
 
     @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> BaseBayesianMethod:
+    def from_checkpoint_config(
+        cls, net: nn.Module | None, config: dict[str, Any]
+    ) -> BaseBayesianMethod:
         options = {k: v for k, v in config.items() if k != "likelihood"}
         return cls(net, likelihood=cls._likelihood_from(config), **options)  # type: ignore[call-arg]
 
     @staticmethod
     def _likelihood_from(config: dict[str, Any]) -> Likelihood:
         return likelihood_from_config(config["likelihood"])
-
-
-def _gather(loader: DataLoader, y: Any, indices: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``(x, y)`` batches of ``loader`` concatenated (each checked to be a pair of tensors)."""
-    if y is not None:
-        raise TypeError("y must be None when x is a DataLoader (it yields (x, y))")
-    xs, ys = [], []
-    for i, batch in enumerate(loader):
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise ValueError(f"the DataLoader must yield (x, y) pairs, got {type(batch).__name__}")
-        xs.append(check_inputs(batch[0], f"x of batch {i}", indices))
-        if not isinstance(batch[1], torch.Tensor):
-            raise TypeError(f"y of batch {i} must be a torch.Tensor, got {type(batch[1]).__name__}")
-        ys.append(batch[1])
-    if not xs:
-        raise ValueError("the DataLoader yielded no batch")
-    return torch.cat(xs), torch.cat(ys)

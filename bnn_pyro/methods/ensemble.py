@@ -353,7 +353,7 @@ class DeepEnsemble(ClassicMethod):
         return _mean_history(runs)
 
     @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> DeepEnsemble:
+    def from_checkpoint_config(cls, net: nn.Module | None, config: dict[str, Any]) -> DeepEnsemble:
         if net is None:
             raise ValueError("loading a DeepEnsemble needs net=: one member's architecture")
         options = {k: v for k, v in config.items() if k != "likelihood"}

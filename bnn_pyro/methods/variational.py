@@ -234,7 +234,7 @@ class VariationalBayesNN(ClassicMethod):
             self._estimate_noise(float(sigma) if sigma.numel() == 1 else sigma)
         return history
 
-    def _config(self) -> dict[str, Any]:
+    def checkpoint_config(self) -> dict[str, Any]:
         d_in, hidden, d_out, activation = self._architecture
         if not isinstance(activation, str):
             raise ValueError(
@@ -251,13 +251,15 @@ class VariationalBayesNN(ClassicMethod):
         }
 
     @classmethod
-    def _from_config(cls, net: nn.Module | None, config: dict[str, Any]) -> VariationalBayesNN:
+    def from_checkpoint_config(
+        cls, net: nn.Module | None, config: dict[str, Any]
+    ) -> VariationalBayesNN:
         return cls(**{**config, "likelihood": cls._likelihood_from(config)})
 
-    def _fitted_state(self) -> dict[str, Any]:
+    def fitted_state(self) -> dict[str, Any]:
         return {"dataset_size": self.dataset_size}
 
-    def _restore_fitted_state(self, fitted: dict[str, Any]) -> None:
+    def restore_fitted_state(self, fitted: dict[str, Any]) -> None:
         self.dataset_size = fitted["dataset_size"]
 
     @classmethod

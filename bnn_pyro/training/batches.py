@@ -10,7 +10,14 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro.training import distributed
 
-__all__ = ["Batches", "loader_batches", "permuted_batches", "shuffled_batches", "validation_nll"]
+__all__ = [
+    "Batches",
+    "gather_loader",
+    "loader_batches",
+    "permuted_batches",
+    "shuffled_batches",
+    "validation_nll",
+]
 
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
@@ -128,3 +135,31 @@ def validation_nll(model: Any, data: Any) -> Callable[[], float]:
     X_val = model._inputs(data[0], "X_val")
     y_val = model._targets(data[1], X_val, "y_val")
     return lambda: -model.log_predictive_density(X_val, y_val, num_samples=20, seed=0)
+
+
+def gather_loader(
+    loader: DataLoader, y: Any, check_x: Callable[[Any, str], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(x, y)`` batches of ``loader`` concatenated: ``(N, ...)`` and ``(N, ...)``, each
+    ``x`` passed through ``check_x(x, name)`` and each ``y`` checked to be a tensor. ``y`` is the
+    caller's own ``y`` argument, which must be ``None`` beside a loader.
+
+    Example:
+        >>> from torch.utils.data import TensorDataset
+        >>> loader = DataLoader(TensorDataset(torch.zeros(5, 2), torch.ones(5)), batch_size=2)
+        >>> [t.shape for t in gather_loader(loader, None, lambda x, name: x)]
+        [torch.Size([5, 2]), torch.Size([5])]
+    """
+    if y is not None:
+        raise TypeError("y must be None when x is a DataLoader (it yields (x, y))")
+    xs, ys = [], []
+    for i, batch in enumerate(loader):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise ValueError(f"the DataLoader must yield (x, y) pairs, got {type(batch).__name__}")
+        xs.append(check_x(batch[0], f"x of batch {i}"))
+        if not isinstance(batch[1], torch.Tensor):
+            raise TypeError(f"y of batch {i} must be a torch.Tensor, got {type(batch[1]).__name__}")
+        ys.append(batch[1])
+    if not xs:
+        raise ValueError("the DataLoader yielded no batch")
+    return torch.cat(xs), torch.cat(ys)

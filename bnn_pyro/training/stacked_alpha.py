@@ -36,7 +36,7 @@ class StackedAlphaVI(StackedVI):
 
     Example:
         >>> import bnn_pyro as bp
-        >>> from bnn_pyro.training.stacked_vi import fit_stacked
+        >>> from bnn_pyro.stacking import fit_stacked
         >>> X = torch.randn(64, 2); y = X.sum(-1, keepdim=True)
         >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)) for _ in range(3)]
         >>> h = fit_stacked(bnns, X, y, seeds=[0, 1, 2], epochs=2, elbo="alpha", progress=False)

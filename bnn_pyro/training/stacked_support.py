@@ -1,4 +1,4 @@
-"""Which ``VariationalBNN`` models :func:`~bnn_pyro.training.stacked_vi.fit_stacked` can train
+"""Which ``VariationalBNN`` models :func:`bnn_pyro.fit_stacked` can train
 as one: :func:`why_not_stacked_vi` names what stands in the way, or returns ``None``."""
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""K mean-field ``VariationalBNN`` fits in one pass: seeds, data splits or noise levels at once.
+"""K mean-field ``VariationalBNN`` models' guides stacked as one: :class:`StackedVI`.
 
-:func:`fit_stacked` trains K models of one architecture as one (see
-:mod:`bnn_pyro.training.stacked` for the idea) with the single-particle ``Trace_ELBO`` loss of
-:mod:`bnn_pyro.direct_elbo`, each member on its own data (a shared ``(N, D)`` set or one
-``(N, D)`` set per member, e.g. the splits of a benchmark), with its own seed, prior scales and
-noise. Every member draws its noise from a generator of its own in the order its own ``fit``
-would draw from the global one (the guide's set-up draw included), and its minibatch order from
-its own seeded generator: the result is each member's ``bnn.fit(..., seed=seed_k)`` up to float
-rounding (tested).
+:func:`bnn_pyro.fit_stacked` (:mod:`bnn_pyro.training.stacked_vi_fit`) trains K models of one
+architecture as one (see :mod:`bnn_pyro.training.stacked` for the idea) with the
+single-particle ``Trace_ELBO`` loss of :mod:`bnn_pyro.direct_elbo`, each member on its own data
+(a shared ``(N, D)`` set or one ``(N, D)`` set per member, e.g. the splits of a benchmark), with
+its own seed, prior scales and noise. Every member draws its noise from a generator of its own
+in the order its own ``fit`` would draw from the global one (the guide's set-up draw included),
+and its minibatch order from its own seeded generator: the result is each member's
+``bnn.fit(..., seed=seed_k)`` up to float rounding (tested).
 
 Covered: the library's mean-field guide, a prior whose layers are Normal with one loc and scale
 each (``IIDPrior(Normal)``, ``LayerwiseNormalPrior``, the default), a ``Gaussian`` (fixed or
@@ -19,7 +19,7 @@ weight-space estimator or local reparameterization / flipout of linear layers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,23 +27,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions import Independent
 
-from bnn_pyro._checks import as_tensor, check_float, check_int
-from bnn_pyro._rng import global_rng_state, order_generators, seeded
 from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
-from bnn_pyro.map_init import check_init, map_phase
 from bnn_pyro.nn.pyro_net import _site_prior
-from bnn_pyro.training.batches import shuffled_batches
-from bnn_pyro.training.callbacks import History
-from bnn_pyro.training.loop import Callback, train
-from bnn_pyro.training.optim import make_optimizer
-from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
 from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.training.stacked_lrt import reparameterized_forward
-from bnn_pyro.training.stacked_support import members_elbo, why_not_stacked_vi
-from bnn_pyro.training.svi import KLWeightSpec, kl_weight_at
+from bnn_pyro.training.stacked_support import why_not_stacked_vi
 from bnn_pyro.weight_distributions import SharedNormal
 
-__all__ = ["StackedVI", "fit_stacked", "why_not_stacked_vi"]
+__all__ = ["StackedVI", "why_not_stacked_vi"]
 
 
 class StackedVI(nn.Module):
@@ -193,166 +184,3 @@ class StackedVI(nn.Module):
                 key = b.guide._key(spec.name)
                 b.guide.locs[key].copy_(loc[k])
                 b.guide.rhos[key].copy_(rho[k])
-
-
-def fit_stacked(
-    bnns: Sequence[Any],
-    X: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    seeds: Sequence[int],
-    epochs: int = 100,
-    batch_size: int = 128,
-    lr: float | None = None,
-    optimizer: Any = None,
-    weight_decay: float = 0.0,
-    kl_weight: KLWeightSpec = 1.0,
-    lr_schedule: Any = None,
-    callbacks: Iterable[Callback] = (),
-    progress: bool = True,
-    init: str | None = None,
-    map_epochs: int | None = None,
-    elbo: str | None = None,
-    num_particles: int = 1,
-) -> History:
-    """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation``)
-    models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
-    float rounding).
-
-    ``MCDropout``, ``SWAG`` and ``LaplaceApproximation`` models go to
-    :func:`bnn_pyro.methods._classic_stacked.fit_classic_stacked` (there ``kl_weight`` and
-    ``callbacks`` do not apply; ``weight_decay`` applies there only).
-
-    Args:
-        bnns: K models of one architecture (see :func:`why_not_stacked_vi`).
-        X: ``(N, D)`` shared by all, or ``(K, N, D)``: member k's own rows (a tensor, numpy
-            array or nested list).
-        y: ``(N,)``/``(N, O)`` targets, or ``(K, N)``/``(K, N, O)``.
-        seeds: K seeds, each as ``fit(seed=)``.
-        epochs, batch_size, lr, optimizer, kl_weight, lr_schedule, progress: as in
-            :meth:`bnn_pyro.VariationalBNN.fit` (``kl_weight``: a float or ``fn(epoch)``, e.g.
-            :func:`~bnn_pyro.training.callbacks.linear_annealing`; ``optimizer``: an elementwise
-            one; ``lr=None``: the class's default; ``lr_schedule=None``: the SVI default, cosine).
-        callbacks: ``fn(bnns, epoch, history)`` after each epoch, the models written back.
-        init, map_epochs: as in :meth:`bnn_pyro.VariationalBNN.fit`: with ``init="map"`` each
-            member runs its own MAP phase (:func:`bnn_pyro.map_init.map_phase`, one member at
-            a time, on its own minibatch order) before the stacked SVI.
-        elbo, num_particles: ``"trace"`` (one particle) or ``"alpha"`` (the black-box alpha
-            energy, :class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI`), as in ``fit``;
-            ``None``: the members' own (their ``elbo=``, one for all).
-
-    Returns:
-        A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.
-
-    Example:
-        >>> import bnn_pyro as bp
-        >>> X = torch.randn(64, 2); y = X.sum(-1, keepdim=True)
-        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)) for _ in range(3)]
-        >>> history = fit_stacked(bnns, X, y, seeds=[0, 1, 2], epochs=2, progress=False)
-        >>> len(history["member_loss"][-1])
-        3
-    """
-    from bnn_pyro.methods._classic_stacked import fit_classic_stacked, stacked_classes
-    from bnn_pyro.training.svi import DEFAULT_SCHEDULE
-
-    X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
-    if bnns and any(type(b) in stacked_classes() for b in bnns):
-        if kl_weight != 1.0 or list(callbacks):
-            raise ValueError(f"kl_weight and callbacks do not apply to {type(bnns[0]).__name__}")
-        return fit_classic_stacked(
-            bnns, X, y, seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr,
-            weight_decay=weight_decay, optimizer=optimizer, lr_schedule=lr_schedule,
-            progress=progress,
-        )  # fmt: skip
-    if weight_decay:
-        raise ValueError("weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)")
-    if not callable(kl_weight):
-        check_float("kl_weight", kl_weight, minimum=0.0)
-    if init is not None or map_epochs is not None:
-        for b in bnns:
-            map_epochs = check_init(b, init, map_epochs, epochs)
-    lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
-    num_particles = check_int("num_particles", num_particles)
-    elbo = elbo if elbo is not None else members_elbo(bnns)
-    if (elbo, num_particles) != ("trace", 1) and elbo != "alpha":
-        raise ValueError(
-            f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
-            f"got elbo={elbo!r}, num_particles={num_particles!r}"
-        )
-    if elbo == "alpha" and any(b.local_reparameterization for b in bnns):
-        raise ValueError("elbo='alpha' is stacked for the weight-space estimator only")
-    reason = why_not_stacked_vi(bnns)
-    if reason is not None:
-        raise ValueError(f"fit_stacked: {reason}")
-    k = len(bnns)
-    if len(seeds) != k:
-        raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
-    if not elementwise_optimizer(optimizer):
-        raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
-    per_member = X.dim() == 3
-    xs = [b._inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
-    ys = [b._targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
-    n = xs[0].shape[0]
-    if any(x.shape[0] != n for x in xs):
-        raise ValueError("every member needs the same number of rows")
-    generators = []
-    for b, x, t, seed in zip(bnns, xs, ys, seeds, strict=True):
-        with seeded(int(seed), b.device):  # what fit does before its first step
-            b.input_shape = tuple(x.shape[1:])
-            b._setup_guide(x[:2], t[:2], (x, t))
-            g = torch.Generator(device=b.device)  # where its own fit's draws come from now
-            g.set_state(global_rng_state(b.device))
-        b.dataset_size = n
-        generators.append(g)
-    order = order_generators([int(s) for s in seeds])
-    if map_epochs:  # as fit(init="map"): each member's MAP phase on its own minibatch order
-        for b, x, t, g, seed in zip(bnns, xs, ys, order, seeds, strict=True):
-            member_batches = shuffled_batches(x, t, min(batch_size, n), True, int(seed))
-            map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
-            g.set_state(member_batches.generator.get_state())
-    if elbo == "alpha":
-        from bnn_pyro.alpha_elbo import alpha_particles
-        from bnn_pyro.training.stacked_alpha import StackedAlphaVI
-
-        p = alpha_particles(num_particles)  # as fit(elbo="alpha")
-        stacked: StackedVI = StackedAlphaVI(bnns, generators, n, num_particles=p)
-    else:
-        stacked = StackedVI(bnns, generators, n)
-    x_all, y_all = torch.stack(xs), torch.stack(ys)
-    if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
-
-        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-            return [(x_all, y_all)]
-
-    else:
-        batches = stacked_batches(x_all, y_all, batch_size, order, per_member=True)
-    opt = make_optimizer(optimizer, stacked.parameters(), lr)
-
-    def set_kl_weight(epoch: int) -> None:  # as fit: the schedule's value at each epoch
-        stacked.kl_weight = kl_weight_at(kl_weight, epoch)
-
-    desc = f"fit_stacked (lr={lr})"
-    step = StackedLossStep(stacked.member_losses, opt, desc, False, on_epoch=set_kl_weight)
-
-    def write_back(_: Any, epoch: int, history: History) -> None:
-        stacked.write_back()
-
-    seen = [lambda _, epoch, h, cb=cb: cb(bnns, epoch, h) for cb in callbacks]
-    modes = [b.training for b in bnns]
-    for b in bnns:
-        b.train()
-    try:
-        return train(
-            stacked,
-            step,
-            batches,
-            epochs=epochs,
-            callbacks=[write_back, *seen],
-            progress=progress,
-            desc=f"VariationalBNN, {k} models stacked",
-            lr_schedule=DEFAULT_SCHEDULE if lr_schedule is None else lr_schedule,
-        )
-    finally:
-        stacked.write_back()
-        for b, mode in zip(bnns, modes, strict=True):
-            b.train(mode)

@@ -108,13 +108,20 @@ ELBO_CLASSES: dict[str, type[ELBO]] = {
 }
 
 
-def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
+def make_elbo(
+    elbo: str | ELBO,
+    num_particles: int,
+    vectorize: bool,
+    fast_loss: Callable[[bool], Any] | None = None,
+) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbo.FastTrace_ELBO`), ``"meanfield"`` →
     ``TraceMeanField_ELBO``, ``"stl"`` → ``Trace_ELBO`` with the "sticking the landing" gradient
     (:class:`~bnn_pyro.stl_elbo.StickingTheLanding_ELBO`), ``"alpha"`` → the black-box alpha
     energy at ``alpha = 0.5`` (:class:`~bnn_pyro.alpha_elbo.AlphaELBO`; ``num_particles`` 1
     becomes its default 10: one draw has no ``log mean exp``), all recording the NLL part for
-    the history; or an ``ELBO`` instance used as given.
+    the history; or an ``ELBO`` instance used as given. ``fast_loss`` is the model's own
+    plain-torch loss, handed to ``"trace"`` and ``"stl"`` (see
+    :class:`~bnn_pyro.elbo.FastTrace_ELBO`).
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
@@ -130,10 +137,13 @@ def make_elbo(elbo: str | ELBO, num_particles: int, vectorize: bool) -> ELBO:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
     if elbo == "alpha":
         return AlphaELBO(num_particles=alpha_particles(num_particles))
-    return ELBO_CLASSES[elbo](
+    cls = ELBO_CLASSES[elbo]
+    fast = {"fast_loss": fast_loss} if issubclass(cls, FastTrace_ELBO) else {}
+    return cls(
         num_particles=num_particles,
         vectorize_particles=vectorize and num_particles > 1,
         max_plate_nesting=1,
+        **fast,
     )
 
 

@@ -10,7 +10,6 @@ from pyro.infer import Trace_ELBO
 from pyro.infer.util import is_validation_enabled
 
 import bnn_pyro as bp
-from bnn_pyro import elbo as elbo_module
 from bnn_pyro.direct_elbo import DirectLoss, direct_loss_for
 from bnn_pyro.elbo import FastTrace_ELBO
 from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
@@ -109,7 +108,7 @@ def test_direct_stl_loss_matches_the_stl_elbo():
 
 def test_the_elbo_checks_on_the_first_call_then_uses_the_direct_loss(monkeypatch):
     bnn, X, y = _bnn("gaussian")
-    elbo = FastTrace_ELBO(max_plate_nesting=1)
+    elbo = FastTrace_ELBO(max_plate_nesting=1, fast_loss=bnn.fast_loss)
     seen = []
     general = Trace_ELBO.differentiable_loss
     monkeypatch.setattr(
@@ -149,7 +148,7 @@ def test_a_direct_loss_that_disagrees_is_refused(monkeypatch):
     monkeypatch.setattr(
         DirectLoss, "__call__", lambda self, *a, **k: (call(self, *a, **k)[0] * 1.001, None)
     )
-    elbo = FastTrace_ELBO(max_plate_nesting=1)
+    elbo = FastTrace_ELBO(max_plate_nesting=1, fast_loss=bnn.fast_loss)
     for _ in range(3):
         elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
     assert elbo._direct is False  # the check saw the 0.1% error: the Pyro path stays
@@ -169,7 +168,7 @@ def test_models_it_does_not_cover_keep_the_pyro_path(guide):
 
 def _fit(monkeypatch, direct: bool, elbo: str):
     if not direct:
-        monkeypatch.setattr(elbo_module, "direct_loss_for_model", lambda *a: None)
+        monkeypatch.setattr(bp.VariationalBNN, "fast_loss", lambda self, stl=False: None)
     X, y, _ = _data("regression")
     torch.manual_seed(0)
     bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian("learned"))
@@ -187,3 +186,14 @@ def test_fit_is_the_same_with_and_without_the_direct_loss(monkeypatch, elbo):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
     assert fast_history["loss"] == pytest.approx(slow_history["loss"], rel=1e-4)
     assert fast_history["nll"] == pytest.approx(slow_history["nll"], rel=1e-4)
+
+
+def test_the_elbo_takes_the_direct_loss_only_when_handed_one():
+    """The ELBO knows no model: without ``fast_loss`` it stays on Pyro's path, and a fast loss
+    that is not callable is refused by name."""
+    bnn, X, y = _bnn("gaussian")
+    elbo = FastTrace_ELBO(max_plate_nesting=1)
+    elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
+    assert elbo._direct is False
+    with pytest.raises(TypeError, match="fast_loss must be callable"):
+        FastTrace_ELBO(fast_loss=3)

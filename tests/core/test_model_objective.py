@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import bnn_pyro as bp
-from bnn_pyro.training.stacked_vi import fit_stacked
+from bnn_pyro.stacking import fit_stacked
 
 FIT = dict(epochs=3, batch_size=16, lr=1e-2, progress=False, seed=0)
 
@@ -68,9 +68,9 @@ def test_a_file_saved_before_the_option_loads_with_the_elbo(tmp_path):
     X, y = _data()
     bnn = _model()
     bnn.fit(X, y, **FIT)
-    config = bnn._config()
+    config = bnn.checkpoint_config()
     del config["elbo"]  # what a file written before the option holds
-    rebuilt = bp.VariationalBNN._from_config(bp.nn.mlp(2, [8], 1), config)
+    rebuilt = bp.VariationalBNN.from_checkpoint_config(bp.nn.mlp(2, [8], 1), config)
     assert rebuilt.default_elbo == "trace"
 
 

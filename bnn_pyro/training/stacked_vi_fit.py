@@ -1,0 +1,155 @@
+"""K mean-field ``VariationalBNN`` fits in one pass: :func:`fit_stacked_vi`, the VI branch of
+:func:`bnn_pyro.fit_stacked`.
+
+The members' guides are set up as their own ``fit`` would set them up (each under its seed), then
+stacked (:class:`~bnn_pyro.training.stacked_vi.StackedVI`, or
+:class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI` for the black-box alpha energy) and
+trained by the one loop, the models written back after every epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._rng import global_rng_state, order_generators, seeded
+from bnn_pyro.alpha_elbo import alpha_particles
+from bnn_pyro.map_init import check_init, map_phase
+from bnn_pyro.training.batches import shuffled_batches
+from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.loop import Callback, train
+from bnn_pyro.training.optim import make_optimizer
+from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
+from bnn_pyro.training.stacked_alpha import StackedAlphaVI
+from bnn_pyro.training.stacked_support import members_elbo, why_not_stacked_vi
+from bnn_pyro.training.stacked_vi import StackedVI
+from bnn_pyro.training.svi import DEFAULT_SCHEDULE, KLWeightSpec, kl_weight_at
+
+__all__ = ["fit_stacked_vi"]
+
+
+def fit_stacked_vi(
+    bnns: Sequence[Any],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seeds: Sequence[int],
+    epochs: int = 100,
+    batch_size: int = 128,
+    lr: float | None = None,
+    optimizer: Any = None,
+    weight_decay: float = 0.0,
+    kl_weight: KLWeightSpec = 1.0,
+    lr_schedule: Any = None,
+    callbacks: Iterable[Callback] = (),
+    progress: bool = True,
+    init: str | None = None,
+    map_epochs: int | None = None,
+    elbo: str | None = None,
+    num_particles: int = 1,
+) -> History:
+    """Train K ``VariationalBNN`` models as one: what :func:`bnn_pyro.fit_stacked` does with
+    them (see there for the arguments); each ends as its own ``fit(X_k, y_k, seed=seeds[k],
+    ...)`` would (up to float rounding).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(64, 2); y = X.sum(-1, keepdim=True)
+        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)) for _ in range(3)]
+        >>> history = fit_stacked_vi(bnns, X, y, seeds=[0, 1, 2], epochs=2, progress=False)
+        >>> len(history["member_loss"][-1])
+        3
+    """
+    X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
+    if weight_decay:
+        raise ValueError("weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)")
+    if not callable(kl_weight):
+        check_float("kl_weight", kl_weight, minimum=0.0)
+    if init is not None or map_epochs is not None:
+        for b in bnns:
+            map_epochs = check_init(b, init, map_epochs, epochs)
+    lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
+    num_particles = check_int("num_particles", num_particles)
+    elbo = elbo if elbo is not None else members_elbo(bnns)
+    if (elbo, num_particles) != ("trace", 1) and elbo != "alpha":
+        raise ValueError(
+            f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
+            f"got elbo={elbo!r}, num_particles={num_particles!r}"
+        )
+    if elbo == "alpha" and any(b.local_reparameterization for b in bnns):
+        raise ValueError("elbo='alpha' is stacked for the weight-space estimator only")
+    reason = why_not_stacked_vi(bnns)
+    if reason is not None:
+        raise ValueError(f"fit_stacked: {reason}")
+    k = len(bnns)
+    if len(seeds) != k:
+        raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
+    if not elementwise_optimizer(optimizer):
+        raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
+    per_member = X.dim() == 3
+    xs = [b._inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
+    ys = [b._targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
+    n = xs[0].shape[0]
+    if any(x.shape[0] != n for x in xs):
+        raise ValueError("every member needs the same number of rows")
+    generators = []
+    for b, x, t, seed in zip(bnns, xs, ys, seeds, strict=True):
+        with seeded(int(seed), b.device):  # what fit does before its first step
+            b.input_shape = tuple(x.shape[1:])
+            b._setup_guide(x[:2], t[:2], (x, t))
+            g = torch.Generator(device=b.device)  # where its own fit's draws come from now
+            g.set_state(global_rng_state(b.device))
+        b.dataset_size = n
+        generators.append(g)
+    order = order_generators([int(s) for s in seeds])
+    if map_epochs:  # as fit(init="map"): each member's MAP phase on its own minibatch order
+        for b, x, t, g, seed in zip(bnns, xs, ys, order, seeds, strict=True):
+            member_batches = shuffled_batches(x, t, min(batch_size, n), True, int(seed))
+            map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
+            g.set_state(member_batches.generator.get_state())
+    if elbo == "alpha":
+        p = alpha_particles(num_particles)  # as fit(elbo="alpha")
+        stacked: StackedVI = StackedAlphaVI(bnns, generators, n, num_particles=p)
+    else:
+        stacked = StackedVI(bnns, generators, n)
+    x_all, y_all = torch.stack(xs), torch.stack(ys)
+    if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
+
+        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+            return [(x_all, y_all)]
+
+    else:
+        batches = stacked_batches(x_all, y_all, batch_size, order, per_member=True)
+    opt = make_optimizer(optimizer, stacked.parameters(), lr)
+
+    def set_kl_weight(epoch: int) -> None:  # as fit: the schedule's value at each epoch
+        stacked.kl_weight = kl_weight_at(kl_weight, epoch)
+
+    desc = f"fit_stacked (lr={lr})"
+    step = StackedLossStep(stacked.member_losses, opt, desc, False, on_epoch=set_kl_weight)
+
+    def write_back(_: Any, epoch: int, history: History) -> None:
+        stacked.write_back()
+
+    seen = [lambda _, epoch, h, cb=cb: cb(bnns, epoch, h) for cb in callbacks]
+    modes = [b.training for b in bnns]
+    for b in bnns:
+        b.train()
+    try:
+        return train(
+            stacked,
+            step,
+            batches,
+            epochs=epochs,
+            callbacks=[write_back, *seen],
+            progress=progress,
+            desc=f"VariationalBNN, {k} models stacked",
+            lr_schedule=DEFAULT_SCHEDULE if lr_schedule is None else lr_schedule,
+        )
+    finally:
+        stacked.write_back()
+        for b, mode in zip(bnns, modes, strict=True):
+            b.train(mode)
