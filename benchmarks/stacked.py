@@ -9,7 +9,7 @@ Contenders, in one process, one thread, timed round-robin (``step_time.compare``
   (the largest difference of the members' final losses is printed).
 
 Also K ``VariationalBNN`` fits (5 seeds) one by one against ``bp.fit_stacked``
-(:mod:`bnn_pyro.training.stacked_vi`).
+(:mod:`bnn_pyro.methods.vi.stacked`).
 
 Cases: 5 members at 13→50→1, batch 32, 40 epochs on 1,000 rows (the issue's target: stacked
 ≥ 3× faster), and 5 members at 784→400→400→10, batch 128, 1 epoch on 2,048 rows (reported:

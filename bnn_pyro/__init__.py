@@ -11,6 +11,7 @@ Example:
 import pyro.distributions as dist
 
 from bnn_pyro import (
+    _moved,
     datasets,
     guides,
     likelihoods,
@@ -23,7 +24,6 @@ from bnn_pyro import (
     training,
 )
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
-from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.exceptions import (
     CheckpointError,
@@ -33,7 +33,6 @@ from bnn_pyro.exceptions import (
     TrainingInstabilityWarning,
 )
 from bnn_pyro.guides import MeanFieldNormalGuide
-from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
 from bnn_pyro.learned_prior import LearnedNormalPrior
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods import (
@@ -43,11 +42,15 @@ from bnn_pyro.methods import (
     MCDropout,
     VariationalBayesNN,
 )
+from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
+from bnn_pyro.methods.vi.model import VariationalBNN
 from bnn_pyro.poutine import LocalReparameterization
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
 from bnn_pyro.registry import METHODS, load, make, register_method
 from bnn_pyro.stacking import fit_stacked
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
+
+_moved.install()  # the earlier module paths (bnn_pyro.bnn, ...) still import, with a warning
 
 __version__ = "0.1.0"
 

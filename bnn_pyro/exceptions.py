@@ -72,7 +72,7 @@ class PosteriorCollapseWarning(UserWarning):
     """Warned at the end of ``fit`` when a layer of a mean-field posterior learned nothing: its
     posterior stds stayed at ``init_scale`` (too few steps or too low a learning rate), or its
     posterior collapsed onto the prior (a KL per weight near 0: underfitting). The message names
-    the layer and what usually helps (see :mod:`bnn_pyro.training.diagnostics`).
+    the layer and what usually helps (see :mod:`bnn_pyro.methods.vi.diagnostics`).
 
     Example:
         >>> issubclass(PosteriorCollapseWarning, UserWarning)

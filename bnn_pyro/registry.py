@@ -36,15 +36,15 @@ if TYPE_CHECKING:
 __all__ = ["METHODS", "load", "make", "method_class", "register_method"]
 
 _BUILTIN: dict[str, tuple[str, dict[str, Any]]] = {
-    "vi": ("bnn_pyro.bnn:VariationalBNN", {}),
-    "lrt": ("bnn_pyro.bnn:VariationalBNN", {"local_reparameterization": True}),
-    "bb_alpha": ("bnn_pyro.bnn:VariationalBNN", {"elbo": "alpha"}),
-    "hidden_layer": ("bnn_pyro.hidden_layer_bnn:HiddenLayerBNN", {}),
-    "dropout": ("bnn_pyro.methods.mc_dropout:MCDropout", {}),
-    "ensemble": ("bnn_pyro.methods.ensemble:DeepEnsemble", {}),
-    "swag": ("bnn_pyro.methods.swag:SWAG", {}),
-    "laplace": ("bnn_pyro.methods.laplace:LaplaceApproximation", {}),
-    "vbnn": ("bnn_pyro.methods.variational:VariationalBayesNN", {}),
+    "vi": ("bnn_pyro.methods.vi.model:VariationalBNN", {}),
+    "lrt": ("bnn_pyro.methods.vi.model:VariationalBNN", {"local_reparameterization": True}),
+    "bb_alpha": ("bnn_pyro.methods.vi.model:VariationalBNN", {"elbo": "alpha"}),
+    "hidden_layer": ("bnn_pyro.methods.vi.hidden_layer:HiddenLayerBNN", {}),
+    "dropout": ("bnn_pyro.methods.mc_dropout.dropout:MCDropout", {}),
+    "ensemble": ("bnn_pyro.methods.ensemble.deep_ensemble:DeepEnsemble", {}),
+    "swag": ("bnn_pyro.methods.swag.swag:SWAG", {}),
+    "laplace": ("bnn_pyro.methods.laplace.laplace:LaplaceApproximation", {}),
+    "vbnn": ("bnn_pyro.methods.vi.bayes_nn:VariationalBayesNN", {}),
 }
 _REGISTRY: dict[str, tuple[str | type, dict[str, Any]]] = dict(_BUILTIN)
 

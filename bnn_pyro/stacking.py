@@ -2,7 +2,7 @@
 
 A short dispatcher to each method's own stacked fit: the VI models' (:func:`~bnn_pyro.training.
 stacked_vi_fit.fit_stacked_vi`) and the classic methods' (MC dropout, SWAG, Laplace:
-:func:`~bnn_pyro.methods._classic_stacked.fit_classic_stacked`).
+:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from bnn_pyro._checks import as_tensor
-from bnn_pyro.methods._classic_stacked import fit_classic_stacked, stacked_classes
+from bnn_pyro.methods.classic.stacked import fit_classic_stacked, stacked_classes
+from bnn_pyro.methods.vi.stacked_fit import fit_stacked_vi
+from bnn_pyro.methods.vi.svi import KLWeightSpec
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback
-from bnn_pyro.training.stacked_vi_fit import fit_stacked_vi
-from bnn_pyro.training.svi import KLWeightSpec
 
 __all__ = ["fit_stacked"]
 
@@ -47,11 +47,12 @@ def fit_stacked(
     float rounding).
 
     ``MCDropout``, ``SWAG`` and ``LaplaceApproximation`` models go to
-    :func:`bnn_pyro.methods._classic_stacked.fit_classic_stacked` (there ``kl_weight`` and
+    :func:`bnn_pyro.methods.classic.stacked.fit_classic_stacked` (there ``kl_weight`` and
     ``callbacks`` do not apply; ``weight_decay`` applies there only).
 
     Args:
-        bnns: K models of one architecture (see :func:`why_not_stacked_vi`).
+        bnns: K models of one architecture (for VI, see
+            :func:`~bnn_pyro.methods.vi.stacked_support.why_not_stacked_vi`).
         X: ``(N, D)`` shared by all, or ``(K, N, D)``: member k's own rows (a tensor, numpy
             array or nested list).
         y: ``(N,)``/``(N, O)`` targets, or ``(K, N)``/``(K, N, O)``.
@@ -62,10 +63,10 @@ def fit_stacked(
             one; ``lr=None``: the class's default; ``lr_schedule=None``: the SVI default, cosine).
         callbacks: ``fn(bnns, epoch, history)`` after each epoch, the models written back.
         init, map_epochs: as in :meth:`bnn_pyro.VariationalBNN.fit`: with ``init="map"`` each
-            member runs its own MAP phase (:func:`bnn_pyro.map_init.map_phase`, one member at
-            a time, on its own minibatch order) before the stacked SVI.
+            member runs its own MAP phase (:func:`bnn_pyro.methods.vi.map_init.map_phase`, one
+            member at a time, on its own minibatch order) before the stacked SVI.
         elbo, num_particles: ``"trace"`` (one particle) or ``"alpha"`` (the black-box alpha
-            energy, :class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI`), as in ``fit``;
+            energy, :class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI`), as in ``fit``;
             ``None``: the members' own (their ``elbo=``, one for all).
 
     Returns:

@@ -8,7 +8,7 @@ page, and its place in the navigation, without an edit here.
 Each public object is rendered once, at its *home*:
 
 * an object defined in a public module is rendered on that module's page (its canonical path,
-  e.g. ``bnn_pyro.bnn.VariationalBNN``);
+  e.g. ``bnn_pyro.methods.vi.model.VariationalBNN``);
 * an object defined in a private module (``bnn_pyro.estimators._params.METHODS``) is rendered on
   the page of the public module that exports it, under that module's path
   (``bnn_pyro.estimators.METHODS``).
@@ -150,7 +150,7 @@ class Layout:
 
     def identifier(self, path: str) -> str | None:
         """The identifier documenting ``path`` (a canonical path, possibly a member of a
-        rendered class such as ``bnn_pyro.bnn.VariationalBNN.fit``), or None."""
+        rendered class such as ``bnn_pyro.methods.vi.model.VariationalBNN.fit``), or None."""
         head, rest = path, ""
         while head:
             if head in self.ids:

@@ -10,7 +10,7 @@ import torch.nn as nn
 from pyro.infer import Predictive, Trace_ELBO
 from pyro.infer.autoguide import AutoDiagonalNormal, AutoNormal
 
-from bnn_pyro.elbo import FastTrace_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.nn import Conv2d, batched_conv2d, mlp
 from bnn_pyro.nn.layers import LAYER_HOOKS

@@ -11,7 +11,7 @@ from pyro.infer import Predictive, Trace_ELBO
 
 import bnn_pyro as bp
 from bnn_pyro.exceptions import NotFittedError
-from bnn_pyro.hidden_layer_bnn import HiddenLayerBNN
+from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ PUBLIC_MODULES = [
     "bnn_pyro.poutine",
     "bnn_pyro.methods",
     "bnn_pyro.losses",
-    "bnn_pyro.map_init",
+    "bnn_pyro.methods.vi.map_init",
     "bnn_pyro.estimators",
     "bnn_pyro.exceptions",
     "bnn_pyro.cli",

@@ -34,7 +34,7 @@ __all__ = ["VARIANTS", "main", "paired_change", "paired_markdown"]
 
 #: name -> the configuration keys laid over the ``vi`` grid.
 VARIANTS: dict[str, dict[str, Any]] = {
-    # the black-box alpha energy (bnn_pyro.alpha_elbo), alpha 0.5, 10 particles
+    # the black-box alpha energy (bnn_pyro.elbos.alpha), alpha 0.5, 10 particles
     "alpha": ALPHA_KEYS,
     # tempered posteriors (a different model): the KL weighted by beta for the whole run
     "kl0.2": {"kl_weight": 0.2},
@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # grid's since, variational.KL_WARMUP), and the grid without it
     "warmup0.5": {"kl_warmup_fraction": 0.5},
     "warmup0": {"kl_warmup_fraction": 0.0},
-    # the guide's means from a MAP fit (bnn_pyro.map_init)
+    # the guide's means from a MAP fit (bnn_pyro.methods.vi.map_init)
     "map": {"init": "map"},
     # twice the kaiming prior std; a 10x smaller initial posterior std
     "prior_gain2": {"prior_gain": 2.0},

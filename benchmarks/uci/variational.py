@@ -103,15 +103,15 @@ from typing import Any
 import torch
 
 from benchmarks.uci.method import Config, DatasetInfo, Report, checkpoint_epochs
-from bnn_pyro.alpha_elbo import DEFAULT_PARTICLES
+from bnn_pyro.elbos.alpha import DEFAULT_PARTICLES
 from bnn_pyro.likelihoods import Gaussian, HeteroscedasticGaussian
 from bnn_pyro.likelihoods.gaussian import GaussianLikelihood
+from bnn_pyro.methods.vi.svi import KLWeightSpec
 from bnn_pyro.nn import mlp
 from bnn_pyro.priors import LayerwiseNormalPrior
 from bnn_pyro.registry import make
 from bnn_pyro.stacking import fit_stacked
 from bnn_pyro.training.callbacks import linear_annealing
-from bnn_pyro.training.svi import KLWeightSpec
 
 __all__ = [
     "bb_alpha_grid",
@@ -209,7 +209,7 @@ def vi_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
 
 def bb_alpha_grid(info: DatasetInfo, quick: bool = False) -> list[Config]:
     """:func:`vi_grid` on the black-box alpha energy: the ``bb_alpha`` row
-    (``make("bb_alpha")``, alpha 0.5 and 10 particles, :mod:`bnn_pyro.alpha_elbo`); the same
+    (``make("bb_alpha")``, alpha 0.5 and 10 particles, :mod:`bnn_pyro.elbos.alpha`); the same
     search otherwise, the same noise, factors and epochs.
 
     Example:

@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 from bnn_pyro._checks import check_int
-from bnn_pyro.bnn import VariationalBNN
 from bnn_pyro.cli.output import removed_on_failure
 from bnn_pyro.datasets import toy_function, toy_regression_1d
 from bnn_pyro.exceptions import CLIError
 from bnn_pyro.likelihoods import Gaussian
+from bnn_pyro.methods.vi.model import VariationalBNN
 from bnn_pyro.metrics import gaussian_log_likelihood, rmse
 from bnn_pyro.nn import mlp
 

@@ -10,8 +10,8 @@ How the layer learns its weight's ``loc``/``scale``:
     an ELBO runs the model *replayed* against the guide's trace: every latent site of the model
     takes the guide's value, the very same tensor. When a model site is sampled, the handler
     finds the messenger that replayed it (Pyro's ``ReplayMessenger``, or the recorder of
-    :class:`bnn_pyro.elbo.FastTrace_ELBO`'s fast path) on Pyro's effect stack, reads the guide
-    site's distribution there and, if it is a Normal (under ``Independent`` wrappers), records
+    :class:`bnn_pyro.elbos.trace.FastTrace_ELBO`'s fast path) on Pyro's effect stack, reads the
+    guide site's distribution there and, if it is a Normal (under ``Independent`` wrappers), records
     ``value -> (loc, scale)`` keyed by the identity of the value tensor. The layers offer each
     weight to the handler (:data:`bnn_pyro.nn.layers.LAYER_HOOKS`); a recorded weight is
     reparameterized, any other (a point estimate, a value from ``poutine.condition``,
@@ -37,7 +37,7 @@ from pyro.poutine.runtime import _PYRO_STACK
 from pyro.poutine.util import site_is_subsample
 from torch.utils.weak import WeakIdKeyDictionary
 
-from bnn_pyro.elbo import _Recorder
+from bnn_pyro.elbos.recorder import Recorder
 from bnn_pyro.nn.layers import LAYER_HOOKS, sample_dims
 from bnn_pyro.poutine.estimators import (
     flipout_conv2d,
@@ -68,7 +68,7 @@ def _normal(fn: Any) -> td.Normal | None:
 def _replayed_nodes(frame: Messenger) -> dict | None:
     if isinstance(frame, ReplayMessenger) and frame.trace is not None:
         return frame.trace.nodes
-    if isinstance(frame, _Recorder):
+    if isinstance(frame, Recorder):
         return frame.replay
     return None
 

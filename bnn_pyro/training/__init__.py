@@ -1,13 +1,15 @@
-"""Training: the one loop every ``fit`` runs, its steps, optimizers and callbacks.
+"""Training: the one loop every ``fit`` runs, method-agnostic (it imports no method).
 
 - :func:`train` (``loop.py``): epochs of minibatches, progress bar, :class:`History`, callbacks,
-  validation, divergence guard. A :class:`TrainingStep` says what one step is: a plain loss
-  (:class:`LossStep`) or an SVI step (:class:`SVIStep`).
+  validation, divergence and blow-up guards. A :class:`TrainingStep` says what one step is: a
+  plain loss (:class:`LossStep`); a method brings its own (VI's SVI step is
+  :class:`bnn_pyro.methods.vi.svi.SVIStep`).
 - :func:`make_optimizer` (``optim.py``): the optimizer spec every ``fit`` takes.
+- ``schedules.py``: the learning rate and KL weight over the epochs, iterate averaging.
 - ``callbacks.py``: :class:`History`, :class:`EarlyStopping`, :class:`Checkpoint`,
   :func:`linear_annealing`.
-- ``diagnostics.py``: :class:`LayerDiagnostics`, the per-layer ``kl/`` and ``std/`` entries.
-- ``svi.py``: :class:`GuardedSVI`, :func:`make_elbo`, :func:`run_svi`.
+- ``batches.py``, ``resume.py``, ``blowup.py``: minibatches, resumable runs, the blow-up guard.
+- ``stacked.py``: the engine that trains K models of one architecture as one.
 - ``distributed.py``: data-parallel training when a ``torch.distributed`` group runs.
 """
 
@@ -19,7 +21,6 @@ from bnn_pyro.training.callbacks import (
     linear_annealing,
     state_copy,
 )
-from bnn_pyro.training.diagnostics import LayerDiagnostics
 from bnn_pyro.training.loop import Batch, Callback, LossStep, TrainingStep, train
 from bnn_pyro.training.optim import (
     OPTIMIZER_NAMES,
@@ -30,16 +31,10 @@ from bnn_pyro.training.optim import (
 from bnn_pyro.training.schedules import (
     LR_SCHEDULES,
     IterateAverage,
-    LRScheduleSpec,
-    make_lr_schedule,
-)
-from bnn_pyro.training.svi import (
-    GuardedSVI,
     KLWeightSpec,
-    SVIStep,
-    as_pyro_optim,
-    make_elbo,
-    run_svi,
+    LRScheduleSpec,
+    kl_weight_at,
+    make_lr_schedule,
 )
 
 __all__ = [
@@ -52,21 +47,17 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "EarlyStopping",
-    "GuardedSVI",
     "History",
     "KLWeightSpec",
-    "LayerDiagnostics",
     "LossStep",
-    "SVIStep",
     "TrainingStep",
-    "as_pyro_optim",
     "check_callbacks",
     "check_optimizer",
+    "kl_weight_at",
+    "kl_weight_at",
     "linear_annealing",
-    "make_elbo",
     "make_lr_schedule",
     "make_optimizer",
-    "run_svi",
     "state_copy",
     "train",
 ]

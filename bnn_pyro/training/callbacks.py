@@ -49,7 +49,7 @@ class History(dict):
     (wall time since ``fit`` started); and ``val_nll`` (mean negative log predictive density per
     validation point) when ``validation_data`` is given. Mean-field SVI fits add, per weight site,
     ``kl/<site>`` (its exact KL to the prior) and ``std/<site>`` (its mean posterior std): see
-    :mod:`bnn_pyro.training.diagnostics`; ``plot(keys=("kl/net.0.weight",))`` draws them.
+    :mod:`bnn_pyro.methods.vi.diagnostics`; ``plot(keys=("kl/net.0.weight",))`` draws them.
 
     Example:
         >>> history = History()

@@ -4,7 +4,7 @@
 optional validation score, and a divergence guard. What a step *is* lives in a
 :class:`TrainingStep`: :class:`LossStep` minimises a plain loss with a torch optimizer (MC
 dropout, ensembles, SWAG, the MAP phase of Laplace, ``VariationalBayesNN``);
-:class:`bnn_pyro.training.svi.SVIStep` takes one SVI step (``VariationalBNN``,
+:class:`bnn_pyro.methods.vi.svi.SVIStep` takes one SVI step (``VariationalBNN``,
 ``HiddenLayerBNN``).
 """
 

@@ -21,8 +21,10 @@ from bnn_pyro._checks import check_float
 __all__ = [
     "LR_SCHEDULES",
     "IterateAverage",
+    "KLWeightSpec",
     "LRScheduleSpec",
     "check_schedule_args",
+    "kl_weight_at",
     "make_lr_schedule",
 ]
 
@@ -188,3 +190,25 @@ class IterateAverage:
         if self.means is not None:
             for mean, p in zip(self.means, self.params, strict=True):
                 p.copy_(mean)
+
+
+#: The KL weight beta of a run: a float, or ``fn(epoch) -> float`` (e.g.
+#: :func:`~bnn_pyro.training.callbacks.linear_annealing`).
+KLWeightSpec = float | Callable[[int], float]
+
+
+def kl_weight_at(kl_weight: KLWeightSpec, epoch: int) -> float:
+    """Beta for ``epoch`` (0-based) of a ``kl_weight`` spec: the float, or ``kl_weight(epoch)``.
+
+    Raises:
+        ValueError: the value is not a finite float >= 0.
+
+    Example:
+        >>> from bnn_pyro.training.callbacks import linear_annealing
+        >>> kl_weight_at(0.5, 3), kl_weight_at(linear_annealing(4), 1)
+        (0.5, 0.25)
+    """
+    beta = float(kl_weight(epoch) if callable(kl_weight) else kl_weight)
+    if not (beta >= 0 and math.isfinite(beta)):
+        raise ValueError(f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}")
+    return beta

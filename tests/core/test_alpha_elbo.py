@@ -17,7 +17,7 @@ import torch
 from pyro.infer import Trace_ELBO
 
 import bnn_pyro as bp
-from bnn_pyro.alpha_elbo import AlphaELBO, alpha_particles, log_mean_exp
+from bnn_pyro.elbos.alpha import AlphaELBO, alpha_particles, log_mean_exp
 
 NOISE = 0.5
 

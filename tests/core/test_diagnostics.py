@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import bnn_pyro as bp
 import bnn_pyro.training.resume as resume_module
-from bnn_pyro.training.diagnostics import LayerDiagnostics
+from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
 
 torch.manual_seed(0)
 X = torch.randn(64, 2)

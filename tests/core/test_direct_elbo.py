@@ -1,5 +1,5 @@
-"""The plain-torch ELBO of bnn_pyro.direct_elbo is Pyro's Trace_ELBO: the same loss and gradients
-under the same draws, checked once before use, and the whole fit unchanged by it."""
+"""The plain-torch ELBO of bnn_pyro.methods.vi.fast_loss is Pyro's Trace_ELBO: the same loss
+and gradients under the same draws, checked once before use, and the whole fit unchanged by it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pyro.infer import Trace_ELBO
 from pyro.infer.util import is_validation_enabled
 
 import bnn_pyro as bp
-from bnn_pyro.direct_elbo import DirectLoss, direct_loss_for
-from bnn_pyro.elbo import FastTrace_ELBO
-from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
+from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO
+from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
 
 N = 200
 

@@ -9,7 +9,7 @@ import torch
 from pyro.infer import Trace_ELBO
 
 import bnn_pyro as bp
-from bnn_pyro.elbo import FastTrace_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO
 
 
 def _loss_and_grads(elbo, bnn, x, y, seed):

@@ -58,7 +58,7 @@ def test_the_map_phase_reaches_the_closed_form_posterior_mode(batch_size, map_ep
     assert history == {} and len(bnn.map_history["loss"]) == map_epochs
     error = ((_locs(bnn) - mean).abs() / std).max()
     assert error < tol, error
-    # the scales restart at the model's init_scale (the rule of bnn_pyro.map_init)
+    # the scales restart at the model's init_scale (the rule of bnn_pyro.methods.vi.map_init)
     for scale in bnn.guide.scales().values():
         assert torch.allclose(scale, torch.full_like(scale, bnn.init_scale))
 
@@ -70,7 +70,7 @@ def test_the_map_loss_is_the_models_negative_log_joint():
     bnn = _linear_bnn()
     bnn.fit(X, y, epochs=0, batch_size=None, init="map", map_epochs=1, progress=False, seed=0)
     w = bnn.guide.means()
-    from bnn_pyro.map_init import _neg_log_joint
+    from bnn_pyro.methods.vi.map_init import _neg_log_joint
 
     f = X @ w["net.0.weight"].T + w["net.0.bias"]
     normal = torch.distributions.Normal

@@ -95,8 +95,8 @@ def test_fit_stacked_uses_the_members_objective():
 
 def test_the_lightning_module_takes_the_models_objective():
     pytest.importorskip("lightning")
-    from bnn_pyro.alpha_elbo import AlphaELBO
-    from bnn_pyro.lightning import BNNLightningModule
+    from bnn_pyro.elbos.alpha import AlphaELBO
+    from bnn_pyro.methods.vi.lightning import BNNLightningModule
 
     X, y = _data()
     module = BNNLightningModule(_model(elbo="alpha"), dataset_size=48, example=(X[:4], y[:4]))

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import bnn_pyro as bp
+from bnn_pyro.methods.vi.stacked import why_not_stacked_vi
 from bnn_pyro.stacking import fit_stacked
-from bnn_pyro.training.stacked_vi import why_not_stacked_vi
 
 K = 3
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import bnn_pyro as bp
-from bnn_pyro.elbo import FastTrace_ELBO
+from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO
 from bnn_pyro.guides import inverse_softplus
-from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
 
 NOISE, N = 0.5, 64
 

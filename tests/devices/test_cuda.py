@@ -131,7 +131,7 @@ def test_fit_stacked_on_cuda_matches_each_members_own_fit(name):
 
 def test_the_lightning_module_trains_on_cuda():
     lightning = pytest.importorskip("lightning")
-    from bnn_pyro.lightning import BNNLightningModule
+    from bnn_pyro.methods.vi.lightning import BNNLightningModule
 
     X, y = _data("regression", torch.device("cpu"))
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=0.1))

@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 import pyro  # noqa: E402
 
 import bnn_pyro as bp  # noqa: E402
+from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim, make_elbo  # noqa: E402
 from bnn_pyro.training import Checkpoint, distributed  # noqa: E402
-from bnn_pyro.training.svi import GuardedSVI, as_pyro_optim, make_elbo  # noqa: E402
 from tests.core.test_exact_posterior import NOISE, _data, _posterior  # noqa: E402
 
 
@@ -112,12 +112,12 @@ def others(out: dict) -> None:
 
 def predict(out: dict) -> None:
     """predict is a collective: each rank its blocks, gathered; equal to predicting alone."""
-    import bnn_pyro.svi_model
+    import bnn_pyro.methods.vi.svi_model
 
     X, y = _data()
     bnn = _blr()
     bnn.fit(X, y, epochs=5, progress=False, seed=0)
-    bnn_pyro.svi_model.block_rows = lambda samples, width: 16  # 13 blocks of 200 rows
+    bnn_pyro.methods.vi.svi_model.block_rows = lambda samples, width: 16  # 13 blocks of 200 rows
     sharded = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
     with distributed.local():
         alone = bnn.predict(X, return_samples=True, num_samples=7, seed=3)

@@ -18,7 +18,7 @@ import lightning  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import bnn_pyro as bp  # noqa: E402
-from bnn_pyro.lightning import BNNLightningModule  # noqa: E402
+from bnn_pyro.methods.vi.lightning import BNNLightningModule  # noqa: E402
 
 
 def main() -> None:

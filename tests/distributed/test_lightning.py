@@ -17,8 +17,8 @@ lightning = pytest.importorskip("lightning")
 
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from bnn_pyro.lightning import BNNLightningModule  # noqa: E402
-from bnn_pyro.training.svi import GuardedSVI, as_pyro_optim, make_elbo  # noqa: E402
+from bnn_pyro.methods.vi.lightning import BNNLightningModule  # noqa: E402
+from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim, make_elbo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

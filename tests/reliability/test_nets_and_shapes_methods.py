@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import bnn_pyro as bp
 from bnn_pyro.methods import SWAG, DeepEnsemble, LaplaceApproximation, MCDropout
-from bnn_pyro.methods.variational import VariationalBayesNN
+from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
 from tests.reliability._nets import LIK, D, _data, _mlp
 from tests.reliability.refusal import assert_refused
 

@@ -16,7 +16,7 @@ import pyro.distributions as dist
 import torch
 from pyro.distributions.util import scale_and_mask
 
-from bnn_pyro.elbo import FastTrace_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO
 
 __all__ = ["StickingTheLanding_ELBO"]
 
@@ -44,7 +44,7 @@ def _stl_log_prob(site: dict) -> Any:
 class StickingTheLanding_ELBO(FastTrace_ELBO):
     """``Trace_ELBO`` whose guide entropy is scored with detached parameters (see the module).
 
-    Same constructor, same loss value as :class:`~bnn_pyro.elbo.FastTrace_ELBO`; only the
+    Same constructor, same loss value as :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`; only the
     gradient differs.
 
     Example:

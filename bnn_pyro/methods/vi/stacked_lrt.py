@@ -1,6 +1,6 @@
 """Local reparameterization and flipout for K stacked models, each member's noise its own.
 
-:func:`reparameterized_forward` runs a stacked twin net (:mod:`bnn_pyro.training.stacked_vi`)
+:func:`reparameterized_forward` runs a stacked twin net (:mod:`bnn_pyro.methods.vi.stacked`)
 with its linear layers sampling pre-activations, as
 :func:`bnn_pyro.poutine.estimators.local_reparam_linear` and ``flipout_linear`` do for one model,
 except that member ``k``'s noise comes from ``generators[k]`` with the shapes and in the order

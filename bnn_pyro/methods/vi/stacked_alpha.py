@@ -1,8 +1,8 @@
 """K mean-field ``VariationalBNN`` fits of the black-box alpha energy in one pass:
 ``fit_stacked(..., elbo="alpha")``.
 
-:class:`StackedAlphaVI` is :class:`~bnn_pyro.training.stacked_vi.StackedVI` with
-:class:`~bnn_pyro.alpha_elbo.AlphaELBO`'s loss: each member draws ``P`` joint samples of its
+:class:`StackedAlphaVI` is :class:`~bnn_pyro.methods.vi.stacked.StackedVI` with
+:class:`~bnn_pyro.elbos.alpha.AlphaELBO`'s loss: each member draws ``P`` joint samples of its
 weights from its own generator, ``(K, P, *shape)`` in its own site order (what Pyro's vectorized
 particle plate draws in ``fit(elbo="alpha")``), the ``K * P`` nets run as one stacked net, and
 each row's ``P`` log-likelihoods enter through ``log mean exp``. Member k's loss is the energy
@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from bnn_pyro.alpha_elbo import DEFAULT_PARTICLES, check_alpha, log_mean_exp
-from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
-from bnn_pyro.training.stacked_vi import StackedVI
+from bnn_pyro.elbos.alpha import DEFAULT_PARTICLES, check_alpha, log_mean_exp
+from bnn_pyro.methods.vi.stacked import StackedVI
+from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
 
 __all__ = ["StackedAlphaVI"]
 

@@ -1,8 +1,9 @@
 """K mean-field ``VariationalBNN`` models' guides stacked as one: :class:`StackedVI`.
 
-:func:`bnn_pyro.fit_stacked` (:mod:`bnn_pyro.training.stacked_vi_fit`) trains K models of one
+:func:`bnn_pyro.fit_stacked` (:mod:`bnn_pyro.methods.vi.stacked_fit`) trains K models of one
 architecture as one (see :mod:`bnn_pyro.training.stacked` for the idea) with the
-single-particle ``Trace_ELBO`` loss of :mod:`bnn_pyro.direct_elbo`, each member on its own data
+single-particle ``Trace_ELBO`` loss of :mod:`bnn_pyro.methods.vi.fast_loss`, each member on its
+own data
 (a shared ``(N, D)`` set or one ``(N, D)`` set per member, e.g. the splits of a benchmark), with
 its own seed, prior scales and noise. Every member draws its noise from a generator of its own
 in the order its own ``fit`` would draw from the global one (the guide's set-up draw included),
@@ -12,7 +13,7 @@ and its minibatch order from its own seeded generator: the result is each member
 Covered: the library's mean-field guide, a prior whose layers are Normal with one loc and scale
 each (``IIDPrior(Normal)``, ``LayerwiseNormalPrior``, the default), a ``Gaussian`` (fixed or
 learned noise), ``HeteroscedasticGaussian``, ``Categorical`` or ``Bernoulli`` likelihood, one
-particle (or the black-box alpha energy's P: :mod:`bnn_pyro.training.stacked_alpha`); the
+particle (or the black-box alpha energy's P: :mod:`bnn_pyro.methods.vi.stacked_alpha`); the
 weight-space estimator or local reparameterization / flipout of linear layers.
 :func:`why_not_stacked_vi` names what is not.
 """
@@ -27,11 +28,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions import Independent
 
-from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
+from bnn_pyro.methods.vi.fast_loss import _LOG_SQRT_2PI
+from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
+from bnn_pyro.methods.vi.stacked_lrt import reparameterized_forward
+from bnn_pyro.methods.vi.stacked_support import why_not_stacked_vi
 from bnn_pyro.nn.pyro_net import _site_prior
-from bnn_pyro.training.stacked_likelihoods import row_log_likelihood
-from bnn_pyro.training.stacked_lrt import reparameterized_forward
-from bnn_pyro.training.stacked_support import why_not_stacked_vi
 from bnn_pyro.weight_distributions import SharedNormal
 
 __all__ = ["StackedVI", "why_not_stacked_vi"]

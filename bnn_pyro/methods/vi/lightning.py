@@ -3,7 +3,7 @@
 Pyro's own recipe (``examples/svi_lightning.py``): the ELBO's differentiable loss is the
 ``training_step`` loss, a plain torch optimizer steps the guide's parameters, and Lightning
 runs the loop, the devices and ``strategy="ddp"``. Here the loss is exactly the one ``fit``
-minimises (:func:`bnn_pyro.training.make_elbo`, the model and guide of the method, the data
+minimises (:func:`bnn_pyro.methods.vi.svi.make_elbo`, the model and guide of the method, the data
 plate scaled to the *global* ``dataset_size``), so under DDP, where Lightning averages the
 gradients of the ranks' minibatches, the KL enters once per global step.
 
@@ -13,7 +13,7 @@ import Lightning; this module does.
 Example::
 
     import lightning
-    from bnn_pyro.lightning import BNNLightningModule
+    from bnn_pyro.methods.vi.lightning import BNNLightningModule
 
     bnn = bp.VariationalBNN(bp.nn.mlp(13, [50], 1), bp.Gaussian(scale="learned"))
     module = BNNLightningModule(bnn, dataset_size=len(X), example=(X[:2], y[:2]), lr=1e-2)
@@ -32,13 +32,13 @@ try:
     import lightning
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "bnn_pyro.lightning needs PyTorch Lightning: pip install 'bnn_pyro[lightning]'"
+        "bnn_pyro.methods.vi.lightning needs PyTorch Lightning: pip install 'bnn_pyro[lightning]'"
     ) from err
 
 from bnn_pyro._checks import check_float, check_int
-from bnn_pyro.svi_model import SVIModel
+from bnn_pyro.methods.vi.svi import make_elbo
+from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.training.optim import make_optimizer
-from bnn_pyro.training.svi import make_elbo
 
 __all__ = ["BNNLightningModule"]
 

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods import _checks as checks
-from bnn_pyro.methods._contract import ClassicMethod
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic import checks
+from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     module_device,
 )

@@ -9,7 +9,8 @@ instead of building, pruning and scoring two ``Trace`` objects. That bookkeeping
 cost of a step for a small net. Anything else, and the first step of every run (so Pyro's
 validation sees the structure once), goes through ``Trace_ELBO`` unchanged. A method may hand in a
 plain-torch implementation of its own loss (``fast_loss=``; a mean-field
-:class:`~bnn_pyro.VariationalBNN` hands in :mod:`bnn_pyro.direct_elbo`'s): it is used from the
+:class:`~bnn_pyro.VariationalBNN` hands in :mod:`bnn_pyro.methods.vi.fast_loss`'s): it is used
+from the
 first call on, once that call has shown, against ``Trace_ELBO`` run from the same random state,
 that it gives the same loss and gradients. This module knows no method. The
 test suite checks loss and gradients against ``Trace_ELBO`` under the same random draws.
@@ -23,37 +24,13 @@ from typing import Any
 import torch
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
-from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
+
+from bnn_pyro.elbos.recorder import Recorder
 
 __all__ = ["FastTrace_ELBO", "RecordingMeanField_ELBO", "OBS_SITE"]
 
 OBS_SITE = "obs"
-
-
-class _Recorder(Messenger):
-    """Records sample sites; with ``replay``, makes unobserved sites take the guide's values."""
-
-    def __init__(self, replay: dict[str, dict] | None = None) -> None:
-        super().__init__()
-        self.replay = replay
-        self.sites: dict[str, dict] = {}
-        self.unmatched: list[str] = []
-
-    def _pyro_sample(self, msg: dict) -> None:
-        if self.replay is None or msg["is_observed"] or site_is_subsample(msg):
-            return
-        guide_msg = self.replay.get(msg["name"])
-        if guide_msg is None:
-            self.unmatched.append(msg["name"])
-            return
-        msg["value"] = guide_msg["value"]
-        msg["infer"] = guide_msg["infer"]
-        msg["done"] = True
-
-    def _pyro_post_sample(self, msg: dict) -> None:
-        if not site_is_subsample(msg):
-            self.sites[msg["name"]] = msg
 
 
 def _site_log_prob(msg: dict) -> torch.Tensor:
@@ -150,10 +127,10 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
             yield model_trace, guide_trace
 
     def _one_pass(self, model: Any, guide: Any, args: Any, kwargs: Any) -> tuple | None:
-        guide_rec = _Recorder()
+        guide_rec = Recorder()
         with guide_rec:
             guide(*args, **kwargs)
-        model_rec = _Recorder(replay=guide_rec.sites)
+        model_rec = Recorder(replay=guide_rec.sites)
         with model_rec:
             model(*args, **kwargs)
         if model_rec.unmatched:

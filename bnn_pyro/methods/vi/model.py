@@ -19,16 +19,16 @@ import torch.nn as nn
 from pyro.infer import autoguide
 
 from bnn_pyro._checks import check_float, check_instance, check_int, check_module
-from bnn_pyro.direct_elbo import DirectLoss, direct_loss_for
 from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
+from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
+from bnn_pyro.methods.vi.posterior import NetEvaluator, draw_posterior
+from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.nn.inputs import InputSpec, input_spec
 from bnn_pyro.nn.pyro_net import make_bayesian_
 from bnn_pyro.nn.support import check_supported_layers
-from bnn_pyro.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.poutine import ESTIMATORS, LocalReparameterization
 from bnn_pyro.priors import IIDPrior, Prior, prior_from_config
-from bnn_pyro.svi_model import SVIModel
 
 __all__ = ["VariationalBNN"]
 
@@ -72,7 +72,7 @@ class VariationalBNN(SVIModel):
         num_samples: the default ``S`` of :meth:`predict` (a call's ``num_samples`` overrides).
         elbo: the objective :meth:`fit` minimises when its ``elbo`` is not given: ``"trace"``
             (default, the ELBO), ``"meanfield"``, ``"stl"`` or ``"alpha"`` (the black-box alpha
-            energy, :mod:`bnn_pyro.alpha_elbo`; what ``make("bb_alpha", ...)`` builds).
+            energy, :mod:`bnn_pyro.elbos.alpha`; what ``make("bb_alpha", ...)`` builds).
 
     Shapes:
         ``fit(X: (N, *features), y: (N,) | (N, O))``; ``predict(X) -> mean (N, O'), variance
@@ -214,7 +214,8 @@ class VariationalBNN(SVIModel):
             self.net.train(was_training)
 
     def fast_loss(self, stl: bool = False) -> DirectLoss | None:
-        """This model's ELBO in plain torch (:class:`~bnn_pyro.direct_elbo.DirectLoss`), which
+        """This model's ELBO in plain torch
+        (:class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`), which
         ``fit`` hands to its ELBO: ``None`` for a subclass (its model may differ), a Pyro
         autoguide, or a net with hooks. The ELBO checks it against ``Trace_ELBO`` on the first
         step and uses it only if the two agree."""

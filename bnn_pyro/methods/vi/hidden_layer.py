@@ -29,11 +29,11 @@ from bnn_pyro._streaming import fill_rows
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide, inverse_softplus
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
+from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.nn.batched import ACTIVATION_BUDGET
 from bnn_pyro.nn.inputs import InputSpec
 from bnn_pyro.nn.mlp import ACTIVATIONS, mlp_architecture
 from bnn_pyro.nn.pyro_net import param_statement
-from bnn_pyro.svi_model import SVIModel
 
 __all__ = ["HiddenLayerBNN"]
 

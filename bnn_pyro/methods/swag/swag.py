@@ -16,9 +16,9 @@ from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seed_from, seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._contract import ClassicMethod
-from bnn_pyro.methods._params import batched_call, flatten, unflatten
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.params import batched_call, flatten, unflatten
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     modes,
     module_device,

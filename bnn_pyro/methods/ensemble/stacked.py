@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bnn_pyro._rng import noise_generators, order_generators
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     member_task_losses,
     modes,
@@ -40,7 +40,7 @@ def why_not_stacked(members: list[nn.Module], settings: TrainSettings) -> str | 
     """Why the members cannot train stacked, or ``None`` (see ``DeepEnsemble._fit``).
 
     Example:
-        >>> from bnn_pyro.methods._training import check_fit_args
+        >>> from bnn_pyro.methods.classic.training import check_fit_args
         >>> settings = check_fit_args(1, 8, 1e-3, 0.0, None, False, 0)
         >>> why_not_stacked([nn.Linear(2, 1), nn.Linear(2, 1)], settings) is None
         True

@@ -20,14 +20,14 @@ from torch.utils.data import DataLoader
 from bnn_pyro._streaming import BLOCK_BUDGET, block_seed, stream_summary
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, to_probabilities
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
-from bnn_pyro.methods._checks import (
+from bnn_pyro.methods.classic.checks import (
     check_inputs,
     check_noise_scale,
     check_outputs,
     check_targets,
     resolve_likelihood,
 )
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     check_fit_args,
     module_device,
@@ -170,7 +170,8 @@ class ClassicMethod(BaseBayesianMethod):
         return spec
 
     def _check_x(self, x: Any, name: str = "x") -> torch.Tensor:
-        """``x`` checked (:func:`~bnn_pyro.methods._checks.check_inputs`: floating, or integer
+        """``x`` checked (:func:`~bnn_pyro.methods.classic.checks.check_inputs`: floating, or
+        integer
         indices for a net with an ``nn.Embedding``) and its shape against :meth:`_input_spec`:
         a ``ValueError`` naming ``name`` with both shapes, before any vmap or matrix product."""
         net = self._net()
@@ -320,7 +321,7 @@ class ClassicMethod(BaseBayesianMethod):
         seed: int | None = None,
         before: Iterable[Callback] = (),
     ) -> History:
-        """The one training loop over ``data`` (see :func:`~bnn_pyro.methods._training.train_epochs`);
+        """The one training loop over ``data`` (see :func:`~bnn_pyro.methods.classic.training.train_epochs`);
         callbacks (the method's own ``before`` first, then the user's) see this method."""  # noqa: E501
         return train_epochs(
             params,

@@ -23,7 +23,7 @@ def _floor(likelihood: Any) -> float | None:
 
 def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
     """``None`` when the models can train stacked, else why not (what is covered:
-    :mod:`bnn_pyro.training.stacked_vi`'s docstring).
+    :mod:`bnn_pyro.methods.vi.stacked`'s docstring).
 
     Example:
         >>> import bnn_pyro as bp
@@ -31,7 +31,7 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
         >>> why_not_stacked_vi([make(), make()]) is None
         True
     """
-    from bnn_pyro.bnn import VariationalBNN
+    from bnn_pyro.methods.vi.model import VariationalBNN
 
     if len(bnns) < 1 or any(type(b) is not VariationalBNN for b in bnns):
         return "fit_stacked trains VariationalBNN models (the class itself)"

@@ -1,6 +1,6 @@
 """``Trace_ELBO``'s loss of a mean-field :class:`~bnn_pyro.VariationalBNN`, in plain torch.
 
-After its first, fully checked step, :class:`~bnn_pyro.elbo.FastTrace_ELBO` already skips
+After its first, fully checked step, :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO` already skips
 Pyro's trace bookkeeping; what remains of a small net's step is one ``pyro.sample`` call per
 weight (the messenger stack, a distribution object, ``PyroModule`` attribute look-ups) in the
 guide and again in the model. :class:`DirectLoss` computes the same single-particle estimator
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from pyro.distributions import Independent, constraints
 
-from bnn_pyro.elbo import _Recorder
+from bnn_pyro.elbos.recorder import Recorder
 from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
@@ -37,7 +37,7 @@ from bnn_pyro.nn.pyro_net import DEVICE_REF, _site_prior
 from bnn_pyro.weight_distributions import SharedNormal
 
 if TYPE_CHECKING:
-    from bnn_pyro.svi_model import SVIModel
+    from bnn_pyro.methods.vi.svi_model import SVIModel
 
 __all__ = ["DirectLoss", "direct_loss_for"]
 
@@ -141,7 +141,7 @@ class DirectLoss:
         latents: dict[str, torch.Tensor] = {}
         if self._other:  # the likelihood's own latents, given the guide's values
             replay = {name: {"value": values[name], "infer": {}} for name in self._other}
-            recorder = _Recorder(replay)
+            recorder = Recorder(replay)
             with recorder:
                 latents = self.bnn.likelihood.sample_latents(f)
             for name, site in recorder.sites.items():

@@ -1,6 +1,7 @@
 """``SVIPredictive``: the posterior predictive of a Pyro-trained BNN, from samples of its guide.
 
-The base of :class:`~bnn_pyro.svi_model.SVIModel`: input checks, posterior draws and ``predict``
+The base of :class:`~bnn_pyro.methods.vi.svi_model.SVIModel`: input checks, posterior draws and
+``predict``
 (and the Gaussian predictive and test log-likelihood built on them), vectorized over the samples
 and streamed over blocks of rows. A subclass defines how to draw posterior samples
 (:meth:`SVIPredictive._draw_posterior`) and how to evaluate the net on them

@@ -13,22 +13,22 @@ from bnn_pyro._checks import check_choice, check_device, check_float, check_int,
 from bnn_pyro._rng import seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods import _gaussian_posterior as gp
-from bnn_pyro.methods._checks import check_batches
-from bnn_pyro.methods._contract import ClassicMethod
-from bnn_pyro.methods._curvature import curvature, residual_sigma
-from bnn_pyro.methods._params import (
+from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.checks import check_batches
+from bnn_pyro.methods.classic.params import (
     batched_call,
     flatten,
     last_layer_parameters,
     linearized_call,
     unflatten,
 )
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     modes,
     module_device,
 )
+from bnn_pyro.methods.laplace import gaussian_posterior as gp
+from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
 from bnn_pyro.training import History, distributed
 
 __all__ = ["LaplaceApproximation"]
@@ -228,7 +228,7 @@ class LaplaceApproximation(ClassicMethod):
         ``fit(data_loader)`` or ``fit(data_loader, device)`` (seed API): the net is taken as
         trained; ``H`` is summed over the loader's ``(x, y)`` batches. ``fit(x, y, epochs=...)``:
         first a MAP phase (the one loop, see :meth:`ClassicMethod.fit
-        <bnn_pyro.methods._contract.ClassicMethod.fit>`; ``epochs=0``: none) on cross-entropy or
+        <bnn_pyro.methods.classic.base.ClassicMethod.fit>`; ``epochs=0``: none) on cross-entropy or
         squared error with an L2 ``weight_decay`` on the mean loss, then the posterior on
         ``(x, y)``. That is the MAP under a prior precision ``λ = N · weight_decay``
         (classification) or ``N · weight_decay / (2σ²)`` (regression); ``prior_precision`` need
@@ -240,7 +240,7 @@ class LaplaceApproximation(ClassicMethod):
             y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with inputs only); with a
                 loader, the seed's positional ``device``.
             **kwargs: the training options of :meth:`ClassicMethod.fit
-                <bnn_pyro.methods._contract.ClassicMethod.fit>`, and ``device`` (moves the net
+                <bnn_pyro.methods.classic.base.ClassicMethod.fit>`, and ``device`` (moves the net
                 there first; None keeps the net's device).
 
         Returns:

@@ -10,8 +10,8 @@ import torch.nn as nn
 from bnn_pyro._checks import check_bool, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._contract import ClassicMethod
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     modes,
     module_device,

@@ -2,8 +2,8 @@
 :func:`bnn_pyro.fit_stacked`.
 
 The members' guides are set up as their own ``fit`` would set them up (each under its seed), then
-stacked (:class:`~bnn_pyro.training.stacked_vi.StackedVI`, or
-:class:`~bnn_pyro.training.stacked_alpha.StackedAlphaVI` for the black-box alpha energy) and
+stacked (:class:`~bnn_pyro.methods.vi.stacked.StackedVI`, or
+:class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI` for the black-box alpha energy) and
 trained by the one loop, the models written back after every epoch.
 """
 
@@ -16,17 +16,17 @@ import torch
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import global_rng_state, order_generators, seeded
-from bnn_pyro.alpha_elbo import alpha_particles
-from bnn_pyro.map_init import check_init, map_phase
+from bnn_pyro.elbos.alpha import alpha_particles
+from bnn_pyro.methods.vi.map_init import check_init, map_phase
+from bnn_pyro.methods.vi.stacked import StackedVI
+from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
+from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
+from bnn_pyro.methods.vi.svi import DEFAULT_SCHEDULE, KLWeightSpec, kl_weight_at
 from bnn_pyro.training.batches import shuffled_batches
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
-from bnn_pyro.training.stacked_alpha import StackedAlphaVI
-from bnn_pyro.training.stacked_support import members_elbo, why_not_stacked_vi
-from bnn_pyro.training.stacked_vi import StackedVI
-from bnn_pyro.training.svi import DEFAULT_SCHEDULE, KLWeightSpec, kl_weight_at
 
 __all__ = ["fit_stacked_vi"]
 

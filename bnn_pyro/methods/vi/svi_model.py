@@ -1,6 +1,6 @@
 """``SVIModel``: what every Pyro-trained BNN here shares to be fitted and saved: ``fit`` (the
 data plumbing of the one loop around Pyro's ``SVI``) and the checkpoint hooks, on top of its
-predictive (:class:`~bnn_pyro.svi_predictive.SVIPredictive`). A subclass defines the Pyro
+predictive (:class:`~bnn_pyro.methods.vi.predictive.SVIPredictive`). A subclass defines the Pyro
 ``model``, a ``guide`` and its set-up (:meth:`SVIModel._setup_guide`), how to draw posterior
 samples and how to evaluate the net on them: :class:`~bnn_pyro.VariationalBNN`,
 :class:`~bnn_pyro.HiddenLayerBNN`."""
@@ -17,22 +17,13 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.map_init import check_init, start_from_map
-from bnn_pyro.svi_predictive import SVIPredictive
-from bnn_pyro.training import (
-    Callback,
-    GuardedSVI,
-    History,
-    KLWeightSpec,
-    as_pyro_optim,
-    check_callbacks,
-    make_elbo,
-    run_svi,
-)
+from bnn_pyro.methods.vi.map_init import check_init, start_from_map
+from bnn_pyro.methods.vi.predictive import SVIPredictive
+from bnn_pyro.methods.vi.svi import ELBO_CLASSES, GuardedSVI, as_pyro_optim, make_elbo, run_svi
+from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
-from bnn_pyro.training.svi import ELBO_CLASSES
 
 __all__ = ["SVIModel"]
 
@@ -41,7 +32,7 @@ class SVIModel(SVIPredictive):
     """Base class of the SVI-trained BNNs (see the module docstring). Subclasses set
     ``self.likelihood``, ``self.guide``, ``self.site_names`` and define ``model(x, y=None,
     dataset_size=None, kl_weight=1.0)``, :meth:`_setup_guide` and the hooks of
-    :class:`~bnn_pyro.svi_predictive.SVIPredictive`."""
+    :class:`~bnn_pyro.methods.vi.predictive.SVIPredictive`."""
 
     elbos: tuple[str, ...] = tuple(ELBO_CLASSES)  # the objectives fit takes by name
     default_elbo: str = "trace"  # fit's objective when its elbo is None
@@ -59,7 +50,7 @@ class SVIModel(SVIPredictive):
     def fast_loss(self, stl: bool = False) -> Any:
         """A plain-torch implementation of this model's ``Trace_ELBO`` loss for ``fit`` to hand
         to its ELBO, or ``None`` (the default: Pyro's own path). See
-        :class:`~bnn_pyro.elbo.FastTrace_ELBO`."""
+        :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`."""
         return None
 
     @contextmanager
@@ -119,12 +110,12 @@ class SVIModel(SVIPredictive):
             epochs: passes over the data.
             batch_size: minibatch size; ``None`` = full batch. Ignored for a DataLoader.
             lr: learning rate of the default ``torch.optim.Adam`` (or of an optimizer class).
-            optimizer: see :func:`bnn_pyro.training.as_pyro_optim`.
+            optimizer: see :func:`bnn_pyro.methods.vi.svi.as_pyro_optim`.
             elbo: ``None`` (the model's own, ``"trace"`` unless its constructor chose another),
                 ``"trace"`` (``Trace_ELBO``: Monte Carlo KL), ``"meanfield"`` (exact KL),
                 ``"stl"`` (the "sticking the landing" gradient), ``"alpha"`` (black-box alpha,
                 10 particles unless ``num_particles`` says more) or an ELBO: see
-                :func:`bnn_pyro.training.make_elbo`.
+                :func:`bnn_pyro.methods.vi.svi.make_elbo`.
             num_particles: samples per step, vectorized (``vectorize_particles=True``).
             kl_weight: beta, a float or ``fn(epoch) -> float`` (e.g.
                 :func:`bnn_pyro.training.linear_annealing`); 1 is the ELBO.
@@ -135,10 +126,10 @@ class SVIModel(SVIPredictive):
                 the global RNG.
             lr_schedule, average: the learning rate over the epochs (default ``None``: cosine
                 decay to 0, which converges; ``"constant"``, ...) and Polyak averaging of the
-                guide over the last share of them (see :func:`bnn_pyro.training.run_svi`).
+                guide over the last share of them (see :func:`bnn_pyro.methods.vi.svi.run_svi`).
             resume: a file path that makes the run resumable (:mod:`bnn_pyro.training.resume`).
             init, map_epochs: ``"map"``: the guide starts at a MAP fit of ``map_epochs`` (default
-                ``epochs // 4``) epochs, not on resume (:mod:`bnn_pyro.map_init`).
+                ``epochs // 4``) epochs, not on resume (:mod:`bnn_pyro.methods.vi.map_init`).
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.

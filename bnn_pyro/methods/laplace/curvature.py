@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, jacrev, vmap
 
-from bnn_pyro.methods._params import flatten
+from bnn_pyro.methods.classic.params import flatten
 from bnn_pyro.training import distributed
 
 _LOG_2PI = math.log(2 * math.pi)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from bnn_pyro._rng import noise_generators, order_generators
-from bnn_pyro.methods._training import check_fit_args, member_task_losses
+from bnn_pyro.methods.classic.training import check_fit_args, member_task_losses
 from bnn_pyro.training import History, make_optimizer, train
 from bnn_pyro.training.stacked import (
     StackedLossStep,
@@ -41,9 +41,9 @@ def stacked_classes() -> tuple[type, ...]:
         >>> [c.__name__ for c in stacked_classes()]
         ['MCDropout', 'SWAG', 'LaplaceApproximation']
     """
-    from bnn_pyro.methods.laplace import LaplaceApproximation
-    from bnn_pyro.methods.mc_dropout import MCDropout
-    from bnn_pyro.methods.swag import SWAG
+    from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
+    from bnn_pyro.methods.mc_dropout.dropout import MCDropout
+    from bnn_pyro.methods.swag.swag import SWAG
 
     return (MCDropout, SWAG, LaplaceApproximation)
 

@@ -18,17 +18,17 @@ from bnn_pyro.base import (
     PredictOutput,
 )
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods._checks import check_outputs
-from bnn_pyro.methods._contract import ClassicMethod
-from bnn_pyro.methods._ensemble_stacked import fit_stacked, why_not_stacked
-from bnn_pyro.methods._params import batched_call
-from bnn_pyro.methods._training import (
+from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.checks import check_outputs
+from bnn_pyro.methods.classic.params import batched_call
+from bnn_pyro.methods.classic.training import (
     TrainSettings,
     modes,
     module_device,
     probe,
     task_loss,
 )
+from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
 from bnn_pyro.training import History, LossStep, train
 
 __all__ = ["DeepEnsemble"]

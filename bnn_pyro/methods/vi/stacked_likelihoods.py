@@ -1,6 +1,6 @@
-"""Per-row log-likelihoods of K stacked nets (:mod:`bnn_pyro.training.stacked_vi`): the sum over
+"""Per-row log-likelihoods of K stacked nets (:mod:`bnn_pyro.methods.vi.stacked`): the sum over
 a minibatch is the ELBO's data term, the rows one by one the black-box alpha energy's
-(:mod:`bnn_pyro.training.stacked_alpha`)."""
+(:mod:`bnn_pyro.methods.vi.stacked_alpha`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bnn_pyro.direct_elbo import _LOG_SQRT_2PI
 from bnn_pyro.likelihoods import Bernoulli, Categorical, HeteroscedasticGaussian
+from bnn_pyro.methods.vi.fast_loss import _LOG_SQRT_2PI
 
 __all__ = ["row_log_likelihood"]
 

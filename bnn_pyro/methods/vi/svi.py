@@ -16,15 +16,16 @@ import torch
 from pyro.infer import ELBO, SVI
 from pyro.optim import PyroOptim
 
-from bnn_pyro.alpha_elbo import AlphaELBO, alpha_particles
-from bnn_pyro.elbo import FastTrace_ELBO, RecordingMeanField_ELBO
+from bnn_pyro.elbos.alpha import AlphaELBO, alpha_particles
+from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
-from bnn_pyro.stl_elbo import StickingTheLanding_ELBO
+from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
 from bnn_pyro.training import distributed
 from bnn_pyro.training.callbacks import History
-from bnn_pyro.training.diagnostics import LayerDiagnostics
 from bnn_pyro.training.loop import Batch, Callback, TrainingStep, train
 from bnn_pyro.training.optim import make_optimizer
+from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 
 #: The learning rate of an SVI fit unless told otherwise: cosine decay from ``lr`` to 0 over the
 #: epochs. With a constant step, Adam's iterates keep jittering around the optimum (on the
@@ -40,32 +41,11 @@ __all__ = [
     "DEFAULT_SCHEDULE",
     "ELBO_CLASSES",
     "GuardedSVI",
-    "KLWeightSpec",
     "SVIStep",
     "as_pyro_optim",
-    "kl_weight_at",
     "make_elbo",
     "run_svi",
 ]
-
-KLWeightSpec = float | Callable[[int], float]
-
-
-def kl_weight_at(kl_weight: KLWeightSpec, epoch: int) -> float:
-    """Beta for ``epoch`` (0-based) of a ``kl_weight`` spec: the float, or ``kl_weight(epoch)``.
-
-    Raises:
-        ValueError: the value is not a finite float >= 0.
-
-    Example:
-        >>> from bnn_pyro.training.callbacks import linear_annealing
-        >>> kl_weight_at(0.5, 3), kl_weight_at(linear_annealing(4), 1)
-        (0.5, 0.25)
-    """
-    beta = float(kl_weight(epoch) if callable(kl_weight) else kl_weight)
-    if not (beta >= 0 and math.isfinite(beta)):
-        raise ValueError(f"kl_weight must be a finite float >= 0, got {beta!r} at epoch {epoch}")
-    return beta
 
 
 class _TorchOptim(PyroOptim):
@@ -114,14 +94,15 @@ def make_elbo(
     vectorize: bool,
     fast_loss: Callable[[bool], Any] | None = None,
 ) -> ELBO:
-    """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbo.FastTrace_ELBO`), ``"meanfield"`` →
+    """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`),
+    ``"meanfield"`` →
     ``TraceMeanField_ELBO``, ``"stl"`` → ``Trace_ELBO`` with the "sticking the landing" gradient
-    (:class:`~bnn_pyro.stl_elbo.StickingTheLanding_ELBO`), ``"alpha"`` → the black-box alpha
-    energy at ``alpha = 0.5`` (:class:`~bnn_pyro.alpha_elbo.AlphaELBO`; ``num_particles`` 1
+    (:class:`~bnn_pyro.elbos.stl.StickingTheLanding_ELBO`), ``"alpha"`` → the black-box alpha
+    energy at ``alpha = 0.5`` (:class:`~bnn_pyro.elbos.alpha.AlphaELBO`; ``num_particles`` 1
     becomes its default 10: one draw has no ``log mean exp``), all recording the NLL part for
     the history; or an ``ELBO`` instance used as given. ``fast_loss`` is the model's own
     plain-torch loss, handed to ``"trace"`` and ``"stl"`` (see
-    :class:`~bnn_pyro.elbo.FastTrace_ELBO`).
+    :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`).
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
@@ -229,7 +210,7 @@ class SVIStep(TrainingStep):
     The history row holds ``loss`` (the negative ELBO of the whole data set, the mean of the
     epoch's minibatch estimates), ``nll`` (its expected negative log-likelihood part), ``kl``
     (``(loss - nll) / kl_weight``) and ``kl_weight``, and with ``diagnostics`` the per-layer
-    ``kl/<site>`` and ``std/<site>`` (:class:`~bnn_pyro.training.diagnostics.LayerDiagnostics`).
+    ``kl/<site>`` and ``std/<site>`` (:class:`~bnn_pyro.methods.vi.diagnostics.LayerDiagnostics`).
 
     Args:
         svi: the SVI object; its model and guide take ``(x, y, dataset_size=, kl_weight=)``.
@@ -327,7 +308,7 @@ def run_svi(
         diagnostics: record ``kl/<site>`` and ``std/<site>`` after each epoch and warn
             (:class:`~bnn_pyro.exceptions.PosteriorCollapseWarning`) at the end when a layer
             learned nothing (mean-field ``VariationalBNN`` and ``HiddenLayerBNN``; see
-            :mod:`bnn_pyro.training.diagnostics`).
+            :mod:`bnn_pyro.methods.vi.diagnostics`).
 
     Example:
         >>> import warnings, bnn_pyro as bp
