@@ -15,11 +15,11 @@ from typing import Any
 import pyro.distributions as dist
 import torch
 
-import bnn_pyro
 from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.likelihoods import Categorical, Gaussian, Likelihood
 from bnn_pyro.nn.mlp import mlp
 from bnn_pyro.priors import IIDPrior
+from bnn_pyro.registry import make
 
 DTYPE = torch.float64
 
@@ -97,7 +97,7 @@ def build(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net = mlp(n_in, list(p["hidden_sizes"]), n_out, p["activation"], rate).to(DTYPE)
-        module = bnn_pyro.make(method, net, _likelihood(p, noise), **options)
+        module = make(method, net, _likelihood(p, noise), **options)
     return module.to(DTYPE)  # the methods that build their own layers make them in float32
 
 
