@@ -1,8 +1,10 @@
 """The one method registry: names → method classes, :func:`make` and :func:`load`.
 
 The command line, the scikit-learn estimators and the benchmark harness all read
-:data:`METHODS`. Built-in names are listed here as ``"module:Class"`` strings (imported on first
-use, so this file imports no method); :func:`register_method` adds a user's own.
+:data:`METHODS`. The names are the methods' own: each method folder declares its
+:class:`~bnn_pyro.spec.MethodSpec` entries in its ``spec.py``, found on first use (classes named
+as ``"module:Class"`` strings, so this file imports no method); :func:`register_method` adds a
+user's own class.
 
 =================  ===============================================================
 name               method
@@ -21,36 +23,84 @@ name               method
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
+
+from bnn_pyro.spec import MethodSpec, discover_specs, method_folders
 
 if TYPE_CHECKING:
     from bnn_pyro.base import BaseBayesianMethod
     from bnn_pyro.likelihoods import Likelihood
 
-__all__ = ["METHODS", "load", "make", "method_class", "register_method"]
+__all__ = [
+    "METHODS",
+    "load",
+    "make",
+    "method_class",
+    "method_spec",
+    "method_specs",
+    "register_method",
+]
 
-_BUILTIN: dict[str, tuple[str, dict[str, Any]]] = {
-    "vi": ("bnn_pyro.methods.vi.model:VariationalBNN", {}),
-    "lrt": ("bnn_pyro.methods.vi.model:VariationalBNN", {"local_reparameterization": True}),
-    "bb_alpha": ("bnn_pyro.methods.vi.model:VariationalBNN", {"elbo": "alpha"}),
-    "hidden_layer": ("bnn_pyro.methods.vi.hidden_layer:HiddenLayerBNN", {}),
-    "dropout": ("bnn_pyro.methods.mc_dropout.dropout:MCDropout", {}),
-    "ensemble": ("bnn_pyro.methods.ensemble.deep_ensemble:DeepEnsemble", {}),
-    "swag": ("bnn_pyro.methods.swag.swag:SWAG", {}),
-    "laplace": ("bnn_pyro.methods.laplace.laplace:LaplaceApproximation", {}),
-    "vbnn": ("bnn_pyro.methods.vi.bayes_nn:VariationalBayesNN", {}),
-}
-_REGISTRY: dict[str, tuple[str | type, dict[str, Any]]] = dict(_BUILTIN)
+_USER: dict[str, MethodSpec] = {}  # register_method's, after the discovered ones
+_FOUND: dict[str, MethodSpec] = {}  # every folder's SPECS, read again when a folder appears
+_FOLDERS: list[tuple[tuple[str, str], ...]] = []  # the folders _FOUND was read from
+
+
+def method_specs() -> dict[str, MethodSpec]:
+    """Every registered :class:`~bnn_pyro.spec.MethodSpec` by name, in table order: the
+    methods' own (each folder's ``spec.py``, read again when a folder is added), then those
+    :func:`register_method` added.
+
+    Example:
+        >>> list(method_specs())[:3]
+        ['vi', 'lrt', 'bb_alpha']
+    """
+    folders = method_folders()
+    if _FOLDERS != [folders]:
+        found = {spec.name: spec for spec in discover_specs()}
+        _FOUND.clear()
+        _FOUND.update(found)
+        _FOLDERS[:] = [folders]
+    return {**_FOUND, **_USER}
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The spec registered under ``name`` (a ``ValueError`` naming the choices otherwise).
+
+    Example:
+        >>> method_spec("ensemble").own_samples
+        True
+    """
+    specs = method_specs()
+    if not isinstance(name, str) or name not in specs:
+        raise ValueError(f"method must be one of {tuple(specs)}, got {name!r}")
+    return specs[name]
+
+
+class _Methods(Mapping[str, tuple[Any, dict[str, Any]]]):
+    """The read-only view :data:`METHODS`: name → ``(class or "module:Class", defaults)``."""
+
+    def __getitem__(self, name: str) -> tuple[Any, dict[str, Any]]:
+        spec = method_specs()[name]
+        return spec.cls, dict(spec.defaults)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(method_specs())
+
+    def __len__(self) -> int:
+        return len(method_specs())
+
+    def __repr__(self) -> str:
+        return f"METHODS({list(self)})"
+
 
 #: The registered method names and their ``(class or "module:Class", default options)``,
 #: read-only; ``list(bnn_pyro.METHODS)`` gives the names in table order.
-METHODS: Mapping[str, tuple[str | type, dict[str, Any]]] = MappingProxyType(_REGISTRY)
+METHODS: Mapping[str, tuple[Any, dict[str, Any]]] = _Methods()
 
 
 def register_method(name: str, cls: type, **defaults: Any) -> None:
@@ -69,17 +119,17 @@ def register_method(name: str, cls: type, **defaults: Any) -> None:
         >>> register_method("tempered_dropout", Tempered, dropout_rate=0.2)
         >>> "tempered_dropout" in METHODS
         True
-        >>> del _REGISTRY["tempered_dropout"]  # tidy up: the doctests share one process
+        >>> del _USER["tempered_dropout"]  # tidy up: the doctests share one process
     """
     from bnn_pyro.base import BaseBayesianMethod
 
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, got {name!r}")
-    if name in _BUILTIN:
+    if name in method_specs() and name not in _USER:
         raise ValueError(f"{name!r} is a built-in method name and cannot be replaced")
     if not (isinstance(cls, type) and issubclass(cls, BaseBayesianMethod)):
         raise TypeError(f"cls must be a BaseBayesianMethod subclass, got {cls!r}")
-    _REGISTRY[name] = (cls, dict(defaults))
+    _USER[name] = MethodSpec(name, cls, cls.__name__, defaults, rank=1000 + len(_USER))
 
 
 def method_class(name: str) -> type[BaseBayesianMethod]:
@@ -89,13 +139,7 @@ def method_class(name: str) -> type[BaseBayesianMethod]:
         >>> method_class("swag").__name__
         'SWAG'
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"method must be one of {tuple(_REGISTRY)}, got {name!r}")
-    target = _REGISTRY[name][0]
-    if isinstance(target, str):
-        module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-    return target  # type: ignore[return-value]
+    return method_spec(name).load_class()
 
 
 def make(name: str, net: nn.Module, likelihood: Likelihood, **options: Any) -> BaseBayesianMethod:
@@ -127,7 +171,7 @@ def make(name: str, net: nn.Module, likelihood: Likelihood, **options: Any) -> B
     cls = method_class(name)
     check_module("net", net)
     check_instance("likelihood", likelihood, Likelihood, LIKELIHOOD_EXPECTED)
-    kwargs = {**_REGISTRY[name][1], **options}
+    kwargs = {**method_spec(name).defaults, **options}
     return cls.from_net(net, likelihood, **kwargs)  # type: ignore[attr-defined]
 
 

@@ -1,23 +1,26 @@
 """``fit_stacked``: K models of one method trained as one, each to what its own ``fit`` gives.
 
-A short dispatcher to each method's own stacked fit: the VI models' (:func:`~bnn_pyro.training.
-stacked_vi_fit.fit_stacked_vi`) and the classic methods' (MC dropout, SWAG, Laplace:
-:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`).
+A short dispatcher to the stacked fit that the models' method declares in its
+:class:`~bnn_pyro.spec.MethodSpec` (``stacked_fit``): the VI models'
+(:func:`~bnn_pyro.methods.vi.stacked_fit.fit_stacked_vi`) and the classic methods' (MC dropout,
+SWAG, Laplace: :func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`). An option that
+the method's stacked fit does not take is refused by name unless it is left at its default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from bnn_pyro._checks import as_tensor
-from bnn_pyro.methods.classic.stacked import fit_classic_stacked, stacked_classes
-from bnn_pyro.methods.vi.stacked_fit import fit_stacked_vi
-from bnn_pyro.methods.vi.svi import KLWeightSpec
+from bnn_pyro.registry import method_specs
+from bnn_pyro.spec import load_object
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback
+from bnn_pyro.training.schedules import KLWeightSpec
 
 __all__ = ["fit_stacked"]
 
@@ -81,17 +84,43 @@ def fit_stacked(
         3
     """
     X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
-    if bnns and any(type(b) in stacked_classes() for b in bnns):
-        if kl_weight != 1.0 or list(callbacks):
-            raise ValueError(f"kl_weight and callbacks do not apply to {type(bnns[0]).__name__}")
-        return fit_classic_stacked(
-            bnns, X, y, seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr,
-            weight_decay=weight_decay, optimizer=optimizer, lr_schedule=lr_schedule,
-            progress=progress,
-        )  # fmt: skip
-    return fit_stacked_vi(
-        bnns, X, y, seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr,
-        optimizer=optimizer, weight_decay=weight_decay, kl_weight=kl_weight,
-        lr_schedule=lr_schedule, callbacks=callbacks, progress=progress, init=init,
+    if not bnns:
+        raise ValueError("fit_stacked needs at least one model")
+    stacked_fit = _stacked_fit_of(type(bnns[0]))
+    options: dict[str, Any] = dict(
+        seeds=seeds, epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer,
+        lr_schedule=lr_schedule, progress=progress,
+    )  # fmt: skip
+    given = dict(
+        weight_decay=weight_decay, kl_weight=kl_weight, callbacks=callbacks, init=init,
         map_epochs=map_epochs, elbo=elbo, num_particles=num_particles,
     )  # fmt: skip
+    takes = inspect.signature(stacked_fit).parameters
+    unused = [k for k, v in given.items() if k not in takes and not _is_default(k, v)]
+    if unused:
+        verb = "does" if len(unused) == 1 else "do"
+        raise ValueError(f"{' and '.join(unused)} {verb} not apply to {type(bnns[0]).__name__}")
+    return stacked_fit(bnns, X, y, **options, **{k: v for k, v in given.items() if k in takes})
+
+
+#: The options a method's stacked fit may lack, at their defaults (then they are not passed).
+_DEFAULTS = {"weight_decay": 0.0, "kl_weight": 1.0, "init": None, "map_epochs": None,
+             "elbo": None, "num_particles": 1}  # fmt: skip
+
+
+def _is_default(name: str, value: Any) -> bool:
+    if name == "callbacks":
+        return not list(value)
+    return value is _DEFAULTS[name] or (not callable(value) and value == _DEFAULTS[name])
+
+
+def _stacked_fit_of(cls: type) -> Callable[..., History]:
+    """The stacked fit that ``cls``'s spec declares (a clear error when none does)."""
+    for spec in method_specs().values():
+        if spec.stacked_fit is not None and spec.cls in (cls, f"{cls.__module__}:{cls.__name__}"):
+            return load_object(spec.stacked_fit)
+    stacked = sorted({s.name for s in method_specs().values() if s.stacked_fit is not None})
+    raise ValueError(
+        f"fit_stacked does not train {cls.__name__} models (the class itself); the methods "
+        f"that train stacked: {stacked}"
+    )

@@ -167,7 +167,7 @@ def test_dropout_needs_a_hidden_layer(reg_data):
 def test_float_noise_with_targets_of_different_scales(reg_data, method):
     X, y = reg_data
     reg = BNNRegressor(method=method, noise=0.1, **TINY)
-    if method in _methods.SCALAR_NOISE:  # one Gaussian scale for all the columns
+    if _methods.scalar_noise(method):  # one Gaussian scale for all the columns
         with pytest.raises(ValueError, match="noise as a float with several target columns"):
             reg.fit(X, np.c_[y, 100 * y])
     else:  # the methods with a per-column noise take it

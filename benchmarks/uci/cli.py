@@ -19,7 +19,7 @@ from typing import Any
 
 from benchmarks.uci.data import uci_num_splits
 from benchmarks.uci.parallel import BACKENDS, check_backend, run_tasks
-from benchmarks.uci.registry import METHODS, available_methods
+from benchmarks.uci.registry import available_methods, get_method, runnable_methods
 from benchmarks.uci.results import (
     append_jsonl,
     drop_partial_line,
@@ -95,7 +95,8 @@ def build_parser(prog: str = "python -m benchmarks.uci") -> argparse.ArgumentPar
     parser.add_argument(
         "--methods",
         default="all",
-        help=f"comma-separated, from {available_methods()} (default: all)",
+        help=f"comma-separated, from {runnable_methods()} (default: all, the tuned "
+        f"{available_methods()})",
     )
     parser.add_argument("--jobs", type=int, default=1, help="workers (default: 1: in process)")
     parser.add_argument(
@@ -171,7 +172,11 @@ def _tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[Ta
     try:
         folders = find_datasets(args.data)
         names = parse_names(args.datasets, list(folders), "datasets")
-        methods = parse_names(args.methods, available_methods(), "methods")
+        methods = (
+            available_methods()
+            if args.methods.strip().lower() == "all"
+            else parse_names(args.methods, runnable_methods(), "methods")
+        )
         n_splits = min(uci_num_splits(folders[name]) for name in names)
         splits = parse_splits(args.splits, n_splits)
     except (ValueError, FileNotFoundError) as err:
@@ -184,7 +189,7 @@ def _tasks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[Ta
         parser.error(f"--backend {args.backend}: {err}")
     if args.scheduler is not None and args.backend != "dask":
         parser.error("--scheduler is only used with --backend dask")
-    order = sorted(methods, key=lambda m: -METHODS[m].cost)  # long tasks first in each split
+    order = sorted(methods, key=lambda m: -get_method(m).cost)  # long tasks first in each split
     return [
         Task(name, str(folders[name]), split, method)
         for split in splits
@@ -277,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_key = {(r["dataset"], r["split"], r["method"]): r for r in [*done.values(), *fresh]}
     runs = [by_key[(t.dataset, t.split, t.method)] for t in tasks]
     runs = [{k: v for k, v in r.items() if k != "settings"} for r in runs]
-    order = {m: i for i, m in enumerate(available_methods())}
+    order = {m: i for i, m in enumerate(runnable_methods())}
     runs.sort(key=lambda r: (r["dataset"], order[r["method"]], r["split"]))
     summary = summarize(runs)
     methods = sorted({t.method for t in tasks}, key=order.get)
@@ -290,7 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "versions": _versions(),
         "settings": {**settings.to_dict(), "jobs": args.jobs, "backend": args.backend},
         "methods": {
-            m: {"label": METHODS[m].label, "description": METHODS[m].description} for m in methods
+            m: {"label": get_method(m).label, "description": get_method(m).description}
+            for m in methods
         },
         "summary": summary,
         "runs": runs,
@@ -298,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(out / JSON_FILE, payload)
     (out / MARKDOWN_FILE).write_text(markdown_report(payload))
     if summary:
-        write_charts(summary, out, {m: METHODS[m].label for m in methods})
+        write_charts(summary, out, {m: get_method(m).label for m in methods})
     if not args.quiet:
         print(markdown_report(payload), flush=True)
     return 1 if any("error" in r for r in runs) else 0

@@ -13,9 +13,10 @@ from collections.abc import Iterable
 
 import bnn_pyro
 from benchmarks.uci import baselines, baselines_stacked, variational
+from benchmarks.uci.generic import generic_spec
 from benchmarks.uci.method import MethodSpec
 
-__all__ = ["METHODS", "available_methods", "get_method"]
+__all__ = ["METHODS", "available_methods", "get_method", "runnable_methods"]
 
 
 def _keyed(specs: Iterable[MethodSpec]) -> dict[str, MethodSpec]:
@@ -115,6 +116,10 @@ METHODS: dict[str, MethodSpec] = _keyed(
 )
 
 
+#: The untuned rows :func:`get_method` made for library methods without a tuned one.
+_UNTUNED: dict[str, MethodSpec] = {}
+
+
 def available_methods() -> list[str]:
     """Names of the benchmarked methods, in table order.
 
@@ -128,8 +133,22 @@ def available_methods() -> list[str]:
     return list(METHODS)
 
 
+def runnable_methods() -> list[str]:
+    """Every name the harness runs: the tuned rows (:func:`available_methods`, what ``all``
+    means), then every other :data:`bnn_pyro.METHODS` name, run untuned
+    (:mod:`benchmarks.uci.generic`).
+
+    Example:
+        >>> runnable_methods()[-1]
+        'vbnn'
+    """
+    tuned = available_methods()
+    return [*tuned, *(name for name in bnn_pyro.METHODS if name not in tuned)]
+
+
 def get_method(name: str) -> MethodSpec:
-    """The :class:`MethodSpec` called ``name``.
+    """The :class:`MethodSpec` called ``name``: a tuned row, or for any other library method
+    the untuned row of :mod:`benchmarks.uci.generic`.
 
     Raises:
         TypeError: if ``name`` is not a str.
@@ -141,7 +160,10 @@ def get_method(name: str) -> MethodSpec:
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
-    if name not in METHODS:
-        hint = " (a bnn_pyro method without a benchmark setup)" if name in bnn_pyro.METHODS else ""
-        raise ValueError(f"unknown method {name!r}{hint}; available: {available_methods()}")
-    return METHODS[name]
+    if name in METHODS:
+        return METHODS[name]
+    if name not in bnn_pyro.METHODS:
+        raise ValueError(f"unknown method {name!r}; available: {runnable_methods()}")
+    if name not in _UNTUNED:
+        _UNTUNED[name] = generic_spec(name)
+    return _UNTUNED[name]

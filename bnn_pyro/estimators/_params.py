@@ -12,10 +12,11 @@ from bnn_pyro._checks import check_choice, check_float, check_int
 from bnn_pyro.nn.mlp import ACTIVATIONS
 
 #: The values of ``method``: the names in the method registry (:data:`bnn_pyro.METHODS`) when
-#: the estimators are imported. Every built-in method takes the estimators' MLP: variational
-#: inference (weight or local reparameterization, ``"hidden_layer"``'s HiddenLayer sites, the
-#: pure-torch ``"vbnn"``), MC dropout, deep ensembles, SWAG and the Laplace approximation. (A
-#: method registered before that import is offered too, built with ``num_samples`` only.)
+#: the estimators are imported (a method registered later is taken too). Every built-in method
+#: takes the estimators' MLP: variational inference (weight or local reparameterization,
+#: ``"hidden_layer"``'s HiddenLayer sites, the pure-torch ``"vbnn"``), MC dropout, deep
+#: ensembles, SWAG and the Laplace approximation; each method's options come from its
+#: :class:`~bnn_pyro.spec.MethodSpec`.
 METHODS = tuple(registry.METHODS)
 TASKS = ("regression", "classification")
 
@@ -60,7 +61,7 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
     """
     p = dict(params)
     p["task"] = check_choice("task", p["task"], TASKS)
-    p["method"] = check_choice("method", p["method"], METHODS)
+    p["method"] = check_choice("method", p["method"], tuple(registry.METHODS))
     p["hidden_sizes"] = hidden_sizes(p["hidden_sizes"])
     if not isinstance(p["activation"], str) or p["activation"] not in ACTIVATIONS:
         raise ValueError(
@@ -83,6 +84,8 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
         "dropout_rate", p["dropout_rate"], minimum=0.0, strict=True, maximum=1.0
     )
     p["ensemble_size"] = check_int("ensemble_size", p["ensemble_size"])
-    if p["method"] == "dropout" and not p["hidden_sizes"]:
-        raise ValueError("method='dropout' needs at least one hidden layer, got hidden_sizes=()")
+    if registry.method_spec(p["method"]).dropout_net and not p["hidden_sizes"]:
+        raise ValueError(
+            f"method={p['method']!r} needs at least one hidden layer, got hidden_sizes=()"
+        )
     return p

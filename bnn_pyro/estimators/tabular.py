@@ -165,7 +165,7 @@ class TabularBNN(Persistence):
         if scaled.size == 1:
             return float(scaled[0])
         method = self.params["method"]
-        if method in _methods.SCALAR_NOISE:
+        if _methods.scalar_noise(method):
             if not np.allclose(scaled, scaled[0]):
                 raise ValueError(
                     "noise as a float with several target columns of different scales needs "

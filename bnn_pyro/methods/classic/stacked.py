@@ -22,6 +22,7 @@ import torch
 
 from bnn_pyro._rng import noise_generators, order_generators
 from bnn_pyro.methods.classic.training import check_fit_args, member_task_losses
+from bnn_pyro.spec import discover_specs
 from bnn_pyro.training import History, make_optimizer, train
 from bnn_pyro.training.stacked import (
     StackedLossStep,
@@ -35,17 +36,15 @@ __all__ = ["fit_classic_stacked", "stacked_classes"]
 
 
 def stacked_classes() -> tuple[type, ...]:
-    """The classic methods that train stacked (the classes themselves, not subclasses).
+    """The classic methods that train stacked (the classes themselves, not subclasses): those
+    whose :class:`~bnn_pyro.spec.MethodSpec` names :func:`fit_classic_stacked`.
 
     Example:
         >>> [c.__name__ for c in stacked_classes()]
         ['MCDropout', 'SWAG', 'LaplaceApproximation']
     """
-    from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
-    from bnn_pyro.methods.mc_dropout.dropout import MCDropout
-    from bnn_pyro.methods.swag.swag import SWAG
-
-    return (MCDropout, SWAG, LaplaceApproximation)
+    me = f"{__name__}:{fit_classic_stacked.__name__}"
+    return tuple(s.load_class() for s in discover_specs() if s.stacked_fit == me)
 
 
 def fit_classic_stacked(
