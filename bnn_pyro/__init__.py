@@ -117,4 +117,9 @@ def __getattr__(name: str) -> object:
 
         module = importlib.import_module("bnn_pyro.estimators")
         return module if name == "estimators" else getattr(module, name)
+    # Lightning is imported only when its module is asked for (an optional dependency too)
+    if name == "BNNLightningModule":
+        import importlib
+
+        return importlib.import_module("bnn_pyro.methods.vi.lightning").BNNLightningModule
     raise AttributeError(f"module 'bnn_pyro' has no attribute {name!r}")

@@ -3,7 +3,7 @@
 Every ``predict`` reduces ``S`` predictive samples per row to a mean and a variance. Computing all
 ``(S, N, O)`` samples first and reducing them afterwards needs several transient copies of that
 tensor (and, over many small chunks, fragments the allocator's heap so badly that the peak
-resident memory grew from run to run: issue 13, bug 1). Here the rows are taken ``block`` at a
+resident memory grew from run to run). Here the rows are taken ``block`` at a
 time: each block's samples are reduced at once and written into the ``(N, O)`` result buffers, so
 the memory of a call is the result plus one block, whatever ``N`` is. With
 ``return_samples=True`` the ``(S, N, O)`` samples *are* the result: they are written into one
@@ -81,7 +81,7 @@ def fill_rows(
     written into one output allocated once, then freed.
 
     Keeping hundreds of small pieces alive between large transient activations fragments the
-    allocator's heap: its peak then grows by about one activation per piece (issue 13, bug 1).
+    allocator's heap: its peak then grows by about one activation per piece.
 
     Args:
         fn: ``fn(start, stop)``, the piece for rows ``start:stop`` (along ``dim``).

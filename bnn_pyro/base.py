@@ -37,7 +37,7 @@ PredictOutput = tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Te
 
 
 def to_probabilities(outputs: torch.Tensor, normalize_output: bool = True) -> torch.Tensor:
-    """Apply a softmax to multi-column logits, as the seed methods library does.
+    """Apply a softmax to multi-column logits (class probabilities from a classifier's outputs).
 
     Args:
         outputs: ``(S, N, C)`` per-sample network outputs, or ``(S, N)`` / ``(S, N, 1)``.
@@ -221,8 +221,11 @@ class BaseBayesianMethod(nn.Module, ABC):
             raise
 
     def _samples_to_draw(self, num_samples: int | None) -> int:
-        """``num_samples`` of a ``predict`` call, or the constructor's default; checked."""
-        return self.num_samples if num_samples is None else check_int("num_samples", num_samples)
+        """``num_samples`` of a ``predict`` call, or the method's default; checked either way
+        (the attribute may have been set by hand)."""
+        if num_samples is None:
+            return check_int("num_samples (the method's default)", self.num_samples)
+        return check_int("num_samples", num_samples)
 
     @staticmethod
     def _predict_seed(seed: int | None, generator: torch.Generator | None) -> int | None:

@@ -1,10 +1,10 @@
 """``HiddenLayer``: one Bayesian hidden layer sampled in pre-activation space, its KL folded in.
 
-The seed is Pyro's ``pyro.contrib.bnn.HiddenLayer``; the maths is the same (Kingma, Salimans &
-Welling 2015): for weights ``A ~ Normal(A_mean, A_scale)`` of shape ``(D, H)`` and inputs
-``X: (B, D)``, the pre-activation ``X @ A`` of each example is Gaussian with mean ``X @ A_mean``
-and standard deviation ``sqrt(X² @ A_scale²)``, so it is sampled directly, with fresh noise per
-example and unit, and the weights are never drawn. The differences from the seed:
+It starts from Pyro's ``pyro.contrib.bnn.HiddenLayer``; the maths is the same (Kingma, Salimans &
+Welling 2015): for weights ``A ~ Normal(A_mean, A_scale)`` of shape ``(D, H)`` and inputs ``X: (B,
+D)``, the pre-activation ``X @ A`` of each example is Gaussian with mean ``X @ A_mean`` and standard
+deviation ``sqrt(X² @ A_scale²)``, so it is sampled directly, with fresh noise per example and unit,
+and the weights are never drawn. The differences from Pyro's:
 
 * ``batch_shape`` is the rows of ``X`` (and any leading sample dimensions), ``event_shape`` the
   ``H`` (+1) units, so the layer works inside ``pyro.plate``, under ``Predictive`` and under
@@ -26,7 +26,7 @@ Where the layer goes:
 KL_factor:
     Each of the ``B`` rows carries ``-KL_factor * KL / B``, so ``log_prob(value).sum(-1)`` is
     exactly ``-KL_factor * KL``. Inside ``pyro.plate("data", N, subsample=...)`` the plate
-    multiplies by ``N / B``; ``KL_factor = B / N`` (the seed's prototypical value) then counts the
+    multiplies by ``N / B``; ``KL_factor = B / N`` (the usual value) then counts the
     KL once per step and the loss is the negative ELBO. With the whole data set in the plate
     (``B == N``) use ``KL_factor = 1``.
 """

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 from pyro.distributions.torch_distribution import TorchDistribution
 
-from bnn_pyro.priors import Prior, _positive
+from bnn_pyro.priors.base import Prior, _positive
 
 __all__ = ["LearnedNormalPrior"]
 

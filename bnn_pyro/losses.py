@@ -1,4 +1,4 @@
-"""Closed-form Gaussian KL divergences and the ELBO loss (functional API of seed 003).
+"""Closed-form Gaussian KL divergences and the ELBO loss (the functional API).
 
 The Gaussian KL formula lives here once (:func:`gaussian_kl`); the torch-native Bayesian layers
 (:class:`~bnn_pyro.nn.bayesian_linear.BayesianLinear`,
@@ -75,7 +75,7 @@ def gaussian_kl(
 def kl_cost(mu: torch.Tensor, rho: torch.Tensor, prior_sigma: float = 1.0) -> torch.Tensor:
     """Summed KL between the weight posterior N(mu, softplus(rho)²) and the prior N(0, σ_p²).
 
-    Seed 003 calls ``rho`` a "log-variance", but its sampling formula is
+    ``rho`` is sometimes called a "log-variance", but the sampling formula is
     ``W = mu + softplus(rho) * eps``, i.e. ``sigma = softplus(rho) = log(1 + exp(rho))``. This
     function follows the formula, not the name.
 
@@ -111,8 +111,8 @@ def elbo_loss(
 
     The reconstruction loss is a *mean* over the batch (``F.mse_loss`` or ``F.cross_entropy``).
     Scaling: the per-datum negative ELBO is ``mean NLL + KL / N`` for a data set of N points, so
-    ``beta = 1 / N`` gives the ELBO (divided by N). Seed 003's "typically ``1 / num_batches``"
-    applies to a reconstruction loss *summed* over each batch, not to this mean.
+    ``beta = 1 / N`` gives the ELBO (divided by N). The common advice "typically ``1 /
+    num_batches``" applies to a reconstruction loss *summed* over each batch, not to this mean.
 
     Args:
         predictions: ``(N, O)`` outputs (logits for ``"cross_entropy"``).

@@ -19,6 +19,10 @@ from bnn_pyro.exceptions import CLIError
 
 __all__ = ["ABSURD", "check_fitted", "read_target"]
 
+#: A regression target whose std is at most this share of its largest magnitude (or of 1) is
+#: constant up to float rounding: refused by name rather than trained (it would look diverged).
+CONSTANT = 1e-9
+
 #: A regression whose train RMSE or mean predictive std exceeds ``ABSURD`` times the target's
 #: std is refused: the mean predictor already scores ``1`` times the std.
 ABSURD = 1e6
@@ -69,8 +73,9 @@ def read_target(table: Table, target: str, task: str | None) -> tuple[str, np.nd
         numeric order, text labels sorted).
 
     Raises:
-        CLIError: the column is missing, has a missing value, is text for regression, holds
-            one class only, or does not look like classes (naming ``--task`` or ``--target``).
+        CLIError: the column is missing, has a missing value, is text for regression, is
+            constant (regression), holds one class only, or does not look like classes (naming
+            ``--task`` or ``--target``).
 
     Example:
         >>> t = Table("f.csv", ["y"], [["b"], ["a"], ["b"], ["a"]], [2, 3, 4, 5])
@@ -95,13 +100,20 @@ def read_target(table: Table, target: str, task: str | None) -> tuple[str, np.nd
             task = "classification"  # text labels (or a missing value, reported below)
     if task == "regression":
         try:
-            return task, table.numbers([target])[:, 0], []
+            y = table.numbers([target])[:, 0]
         except CLIError as err:
             if "is not numeric" in str(err):
                 raise CLIError(
                     f"--task regression: {err}; for class labels use --task classification"
                 ) from None
             raise CLIError(f"--target: {err}") from None
+        spread, level = float(np.std(y)), float(np.abs(y).max())
+        if spread <= CONSTANT * max(1.0, level):  # float rounding of one value, not a signal
+            raise CLIError(
+                f"--target: {table.path}: column {target!r} is constant (std {spread:.3g} "
+                f"around {float(np.mean(y)):.6g}): there is nothing to learn"
+            )
+        return task, y, []
     try:
         labels = table.labels(target)
     except CLIError as err:

@@ -10,27 +10,16 @@ particles' mean of ``log q - log p``, or by the caller's ``kl_weight`` times it)
 ELBO; ``alpha = 1`` is the predictive's own log-likelihood (an EP-like fit); ``alpha = 0.5``,
 the value both papers recommend, makes the mean-field fit mass-covering rather than
 mode-seeking: it no longer pays for every draw's error at every row, and keeps a wider posterior
-(on the Bayesian linear regression of ``tests/core/test_alpha_elbo.py``, stds ~1.4x the ELBO's).
+(``tests/core/test_alpha_elbo.py`` checks it on a Bayesian linear regression).
 The ``P`` draws are the estimator's: ``log mean exp`` over them falls short of ``log E`` by
 about ``alpha^2 Var(log p(y_n | w)) / (2P)`` per row, a penalty on the posterior's variance of
 ``alpha / P`` times the data term's own, so ``num_particles`` is part of the method (10 in Li &
 Gal's experiments and the default here: variances about ``alpha / P`` = 5% below the energy's
 exact optimum; the test uses 100).
 
-On the UCI benchmark (20 splits, the ``vi`` protocol of ``benchmarks/uci`` with this energy in
-place of the ELBO, alpha 0.5, 10 particles: ``python -m benchmarks.uci.variants alpha``, 2.5x
-the ELBO's training time, 718 against 290 CPU-seconds), paired split by split against the ELBO:
-boston +0.043 +- 0.029 (-2.53 against -2.57), concrete +0.005 +- 0.015 (-3.09), energy +0.069
-+- 0.058 (-1.02), yacht +0.143 +- 0.057 (-0.44); RMSE +0.05, +0.35, +0.13, -0.29. The learned
-noise no longer absorbs the posterior's spread as much (concrete's validation rows now choose it
-in 16 of 20 splits, the ELBO's in 5, and a predictive noise factor near 1). Better everywhere
-on log-likelihood, significantly on yacht only; it does not close the gap to MC dropout on
-boston or concrete. The benchmark's own ``bb_alpha`` row (``make("bb_alpha")``, the same
-energy under that row's seeds) read boston -2.48 +- 0.04, concrete -3.08, energy -0.99, yacht
--0.43 (paired against ``vi`` +0.098 +- 0.055, +0.012 +- 0.011, +0.101 +- 0.029, +0.150 +- 0.050);
-with the benchmark's KL warm-up over the first half of training (``kl_weight=linear_annealing``)
-it reads boston -2.40 +- 0.04, concrete -3.06 +- 0.02, energy -0.97, yacht -0.25 (against that
-run's ``vi`` +0.030 +- 0.018, +0.019 +- 0.019, +0.169 +- 0.041, +0.255 +- 0.066).
+Measured on the UCI benchmark, paired split by split against the ELBO (``python -m
+benchmarks.uci.variants alpha``): ``benchmarks/results/uci/variants/``; the ``bb_alpha`` row of
+the main table: ``benchmarks/results/uci/uci.md``.
 
 The model's observed sites give the per-row likelihood factors: each must have its rows in
 its leading batch dimension under the particle plate (a ``pyro.plate`` over the data, as every

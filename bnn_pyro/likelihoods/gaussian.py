@@ -135,7 +135,7 @@ class Gaussian(GaussianLikelihood):
         key = (f.shape[-1], f.device, f.dtype)
         prior = self._prior_cache.get(key)
         if prior is None:
-            from bnn_pyro.priors import _rebuild
+            from bnn_pyro.priors.iid import _rebuild
 
             prior = _rebuild(self.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
             self._prior_cache[key] = prior

@@ -8,9 +8,8 @@ posterior collapses onto the prior while a large noise explains the data).
 The rule: the residual standard deviation of an ordinary least-squares fit of ``y`` on the
 flattened inputs (with an intercept), with the unbiased ``N - D - 1`` denominator — the noise a
 *linear* model leaves. A net can do at least as well, so it is an upper bound that is usually
-far below ``std(y)`` (on the standardised UCI sets: boston 0.49, concrete 0.62, energy 0.29,
-yacht 0.80; see ``tests/core/test_noise_init.py`` for how it is checked). With too few rows
-for a linear fit (``N <= D + 1``) it is ``std(y)``. Floored at ``1e-3 std(y)`` (a perfectly
+far below ``std(y)`` (see ``tests/core/test_noise_init.py`` for how it is checked). With too few
+rows for a linear fit (``N <= D + 1``) it is ``std(y)``. Floored at ``1e-3 std(y)`` (a perfectly
 linear target must not start the scale at 0, where its log is -inf).
 """
 

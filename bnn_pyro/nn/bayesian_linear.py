@@ -1,4 +1,4 @@
-"""``BayesianLinear``: Bayes-by-Backprop linear layer with mean and log-std (seed 000)."""
+"""``BayesianLinear``: Bayes-by-Backprop linear layer with mean and log-std."""
 
 from __future__ import annotations
 

@@ -18,11 +18,10 @@ parameter sets without a loop over samples and without the per-chunk Python of t
   (:func:`chain_budget`).
 
 ``benchmarks/step_time.py`` times the whole of ``predict`` (draws, this kernel, the reduction)
-against a plain torch loop over samples. The layout and the budget are measured choices (one
-CPU thread, 13→50→1, 100 samples, 1,000 rows; kernel only): the row-major layout it replaced
-(``x @ W (D, s·H)``, then ``baddbmm`` on ``(s, r, H)``) took 4.7 ms against 4.3 ms for the
-loop, its narrow last layer alone 1.8 ms; feature-major takes 2.7 ms at 5 samples per block
-(the budget below), 3.8 ms at 20 (4 MB blocks leave the 2 MB L2 cache).
+against a plain torch loop over samples (``benchmarks/results/step_time.md``). The layout and
+the budget are measured choices: the row-major layout it replaced (``x @ W (D, s·H)``, then
+``baddbmm`` on ``(s, r, H)``) was slower than that loop, mostly in its narrow last layer, and
+larger blocks than the budget leave the L2 cache.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The functional BNN builder of seed 003: ``bayesian_dense`` and ``build``.
+"""The functional BNN builder: ``bayesian_dense`` and ``build``.
 
 ``build(...)`` returns a :class:`BayesianMLP`: a stack of
 :class:`~bnn_pyro.nn.gaussian_linear.GaussianLinear` layers (``W = mu + softplus(rho) * eps``)
-with an activation between them. ``forward(x, sample=False)`` is the deterministic inference
-of the seed: the mean weights, i.e. epsilon set to zero. ``kl_cost()`` is the summed KL to the
+with an activation between them. ``forward(x, sample=False)`` is the deterministic inference:
+the mean weights, i.e. epsilon set to zero. ``kl_cost()`` is the summed KL to the
 prior, ready for :func:`bnn_pyro.losses.elbo_loss`.
 """
 
@@ -24,7 +24,7 @@ __all__ = ["BayesianMLP", "bayesian_dense", "build"]
 def bayesian_dense(
     in_features: int, units: int, prior_sigma: float = 1.0, name: str = "bayesian_dense"
 ) -> GaussianLinear:
-    """A Bayesian dense layer ``[batch, in_features] -> [batch, units]`` (seed 003).
+    """A Bayesian dense layer ``[batch, in_features] -> [batch, units]``.
 
     Args:
         in_features: input size.
@@ -138,7 +138,7 @@ def build(
     activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
     prior_sigma: float = 1.0,
 ) -> BayesianMLP:
-    """Build a Bayesian neural network ``[batch, input_size] -> [batch, output_size]`` (seed 003).
+    """Build a Bayesian neural network ``[batch, input_size] -> [batch, output_size]``.
 
     Args:
         input_size: input feature dimension.

@@ -50,15 +50,15 @@ class GaussianLinear(nn.Module):
     """Linear layer with Gaussian weights ``W = mu + softplus(rho) * eps`` (Bayes by Backprop).
 
     Parameters ``weight_mu``, ``weight_rho``, ``bias_mu``, ``bias_rho``; the standard deviation
-    is ``softplus(rho)`` (seed 001 calls ``rho`` a log-variance; the formula is a softplus).
+    is ``softplus(rho)`` (``rho`` is sometimes called a log-variance; the formula is a softplus).
 
-    Initialisation differs from seed 001 on purpose. The seed drew ``mu ~ N(0, prior_std²)`` and
-    set ``softplus(rho) = prior_std`` (q equal to the prior): for a layer of width ``D`` the
-    pre-activations then have a standard deviation of about ``sqrt(D) * prior_std * |x|``, which
-    saturates or explodes wide nets. Here ``mu`` is initialised like ``nn.Linear``
-    (``U(-1/sqrt(D), 1/sqrt(D))``) and ``softplus(rho) = init_std``, by default
-    ``0.1 / sqrt(D)``: the net starts as a well-scaled deterministic net with a little noise,
-    and the KL term then pulls the scales towards the prior as far as the data allow.
+    The initialisation is deliberate. With ``mu ~ N(0, prior_std²)`` and ``softplus(rho) =
+    prior_std`` (q equal to the prior), for a layer of width ``D`` the pre-activations would have a
+    standard deviation of about ``sqrt(D) * prior_std * |x|``, which saturates or explodes wide
+    nets. Here ``mu`` is initialised like ``nn.Linear`` (``U(-1/sqrt(D), 1/sqrt(D))``) and
+    ``softplus(rho) = init_std``, by default ``0.1 / sqrt(D)``: the net starts as a well-scaled
+    deterministic net with a little noise, and the KL term then pulls the scales towards the prior
+    as far as the data allow.
 
     Args:
         in_features: input size ``D``.

@@ -45,7 +45,6 @@ __all__ = [
     "active",
     "all_sum",
     "average_gradients",
-    "block_range",
     "broadcast_module",
     "gather_rows",
     "gradient_bytes",
@@ -248,17 +247,6 @@ def gradient_bytes(params: Iterable[torch.Tensor]) -> int:
     params = list(params)
     size = params[0].element_size() if params else 4
     return size * (sum(p.numel() for p in params) + 1)
-
-
-def block_range(num_blocks: int) -> tuple[int, int]:
-    """This rank's contiguous range of ``num_blocks`` blocks (``(0, num_blocks)`` alone).
-
-    Example:
-        >>> block_range(5)
-        (0, 5)
-    """
-    k, r = world_size(), rank()
-    return num_blocks * r // k, num_blocks * (r + 1) // k
 
 
 def gather_rows(part: torch.Tensor, counts: list[int], dim: int) -> torch.Tensor:

@@ -52,7 +52,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("elbos/trace.py", "FastTrace_ELBO._one_pass", "zeros"): _SCALAR,
     ("estimators/_persistence.py", "Persistence.state_dict.tensor", "as_tensor"): _CONFIG,
     ("likelihoods/gaussian.py", "Gaussian._own_config", "as_tensor"): _CONFIG,
-    ("priors.py", "IIDPrior._own_config", "as_tensor"): _CONFIG,
+    ("priors/iid.py", "IIDPrior._own_config", "as_tensor"): _CONFIG,
     ("likelihoods/noise_init.py", "residual_scale", "linspace"): "row indices, moved to X's",
     ("training/stacked.py", "stacked_batches.batches", "randperm"): _ORDER,
     ("training/batches.py", "shuffled_batches.batches", "randperm"): _ORDER,

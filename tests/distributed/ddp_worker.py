@@ -170,6 +170,7 @@ def main() -> None:
             f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
         )
         raise
+    dist.barrier()  # both ranks past their last collective before the group is torn down
     dist.destroy_process_group()
 
 

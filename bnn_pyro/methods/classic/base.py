@@ -76,7 +76,8 @@ class ClassicMethod(BaseBayesianMethod):
     def _set_likelihood(
         self, likelihood: Likelihood | str, noise_scale: Any, heteroscedastic: bool = False
     ) -> None:
-        """Resolve the likelihood (a :class:`Likelihood` or the seed's name) and the noise."""
+        """Resolve the likelihood (a :class:`Likelihood` or a name such as ``"regression"``) and
+        the noise."""
         self.likelihood, self.task, noise = resolve_likelihood(
             likelihood, noise_scale, type(self).__name__, heteroscedastic
         )
@@ -184,7 +185,7 @@ class ClassicMethod(BaseBayesianMethod):
         raise NotImplementedError
 
     def _normalize(self, normalize_output: bool | None) -> bool:
-        """Softmax the samples? ``None``: for a classifier only (the seed's ``True`` also
+        """Softmax the samples? ``None``: for a classifier only (``True`` also
         softmaxes a multi-output regression, which is rarely what anyone wants)."""
         if normalize_output is None:
             return self.task == "classification"

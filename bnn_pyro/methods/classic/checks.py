@@ -29,7 +29,7 @@ def resolve_likelihood(
 ) -> tuple[Likelihood, str, float | torch.Tensor | None]:
     """A classic method's likelihood as ``(Likelihood object, task, noise_scale)``.
 
-    ``value`` is a :class:`~bnn_pyro.likelihoods.Likelihood` or one of the seed's names
+    ``value`` is a :class:`~bnn_pyro.likelihoods.Likelihood` or one of the names
     (``"classification"``/``"categorical"`` → ``Categorical()``; ``"regression"``/``"gaussian"``
     → ``Gaussian(scale=noise_scale)`` if ``noise_scale`` is a float, else
     ``Gaussian(scale="learned")``). ``Gaussian(scale=s)`` fixes the noise std at ``s``;

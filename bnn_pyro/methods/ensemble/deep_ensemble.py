@@ -113,7 +113,7 @@ class DeepEnsemble(ClassicMethod):
     def forward(self, x: torch.Tensor, model_idx: int | None = None) -> torch.Tensor:
         """Raw output of member ``model_idx``, or the average of all members' raw outputs.
 
-        Runs the members in their current modes with autograd (a loop, as the seed); use
+        Runs the members in their current modes with autograd (a loop over the members); use
         :meth:`predict` for vectorized, eval-mode inference.
         """
         if model_idx is not None:

@@ -40,7 +40,7 @@ class LaplaceApproximation(ClassicMethod):
     """Gaussian posterior ``N(θ*, (H + λ I)⁻¹)`` around the trained weights θ*.
 
     ``H`` is the curvature of the negative log-likelihood summed over the training data:
-    ``hessian="fisher"`` is the empirical Fisher ``Σ_n g_n g_nᵀ`` (the seed's choice; the
+    ``hessian="fisher"`` is the empirical Fisher ``Σ_n g_n g_nᵀ`` (the
     per-example gradients come from ``torch.func.vmap(grad)``, one pass per batch instead of
     one backward per example), ``hessian="ggn"`` the generalised Gauss-Newton
     ``Σ_n J_nᵀ Λ_n J_n`` (``Λ = I/σ²`` for a Gaussian likelihood with noise std σ, so the noise
@@ -49,9 +49,9 @@ class LaplaceApproximation(ClassicMethod):
     layer). ``subset="last_layer"`` treats only the last ``nn.Linear`` as Bayesian and keeps
     the rest at θ*.
 
-    Unlike the seed (which averaged the squared gradients over the data), ``H`` is the *sum*
-    over the data, as the Laplace approximation of ``p(θ | D)`` requires. For a linear model
-    with a Gaussian likelihood, the GGN posterior is the exact posterior.
+    ``H`` is the *sum* over the data, not its average, as the Laplace approximation of ``p(θ | D)``
+    requires. For a linear model with a Gaussian likelihood, the GGN posterior is the exact
+    posterior.
 
     :meth:`optimize_prior_precision` chooses λ by maximising the Laplace log-evidence
     :meth:`log_marginal_likelihood`. For regression, ``noise_scale`` is used in the likelihood;
@@ -66,7 +66,7 @@ class LaplaceApproximation(ClassicMethod):
         hessian: ``"fisher"`` or ``"ggn"``.
         hessian_structure: ``"diag"`` or ``"full"``.
         subset: ``"all"`` parameters or the ``"last_layer"``.
-        predictive: ``"nn"`` runs the net on each weight sample (the seed's predictive);
+        predictive: ``"nn"`` runs the net on each weight sample (the sampled predictive);
             ``"glm"`` runs its linearisation ``f(x, θ*) + J(x) (θ - θ*)`` (a Jacobian-vector
             product per sample), which avoids the over-dispersed predictions that sampling a
             diagonal posterior through the full net gives (Immer et al. 2021).
@@ -140,7 +140,7 @@ class LaplaceApproximation(ClassicMethod):
 
     @property
     def posterior_precision(self) -> dict[str, torch.Tensor] | torch.Tensor | None:
-        """``H + λ``: ``{name: tensor}`` (diag, the seed's format) or a ``(P, P)`` matrix."""
+        """``H + λ``: ``{name: tensor}`` (diag) or a ``(P, P)`` matrix."""
         if self._hessian is None:
             return None
         prec = gp.precision(self._hessian, self.prior_precision, self.hessian_structure)
@@ -238,7 +238,7 @@ class LaplaceApproximation(ClassicMethod):
             x: a ``DataLoader`` (or any re-iterable sequence) of ``(x, y)`` batches, or
                 ``(N, D)`` inputs.
             y: ``(N,)`` class indices or ``(N,)`` / ``(N, O)`` targets (with inputs only); with a
-                loader, the seed's positional ``device``.
+                loader, the earlier positional ``device`` (``fit(loader, device)``).
             **kwargs: the training options of :meth:`ClassicMethod.fit
                 <bnn_pyro.methods.classic.base.ClassicMethod.fit>`, and ``device`` (moves the net
                 there first; None keeps the net's device).
@@ -256,7 +256,7 @@ class LaplaceApproximation(ClassicMethod):
             >>> la.posterior_covariance().shape
             torch.Size([33, 33])
         """
-        seed_device = isinstance(y, (str, torch.device))  # the seed's fit(data_loader, device)
+        seed_device = isinstance(y, (str, torch.device))  # the earlier fit(data_loader, device)
         if seed_device:
             check_device("device", y)
         if "device" in kwargs:

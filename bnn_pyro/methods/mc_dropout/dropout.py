@@ -46,7 +46,7 @@ class MCDropout(ClassicMethod):
     The S passes are batched: the input is repeated ``k`` times along the batch dimension and
     run in one pass (``k * N <= 65536`` rows per pass), which is the same as k independent
     passes for any net that treats the rows of a batch independently (true for MLPs, CNNs and
-    BatchNorm in eval mode). ``samples_per_pass=1`` gives the seed's one-pass-per-sample loop.
+    BatchNorm in eval mode). ``samples_per_pass=1`` gives one pass per sample.
 
     Args:
         model: the net, ``(N, ...) -> (N, O)``.

@@ -33,7 +33,7 @@ class SWAG(ClassicMethod):
 
     :meth:`collect_model` folds one snapshot θ_i of the weights into running moments. The mean
     and the diagonal variance use Welford's update (``δ = θ - μ; μ += δ/n; M2 += δ (θ - μ)``,
-    ``Σ_diag = M2 / n``): the seed's ``E[θ²] - E[θ]²`` cancels catastrophically when the
+    ``Σ_diag = M2 / n``): the textbook ``E[θ²] - E[θ]²`` cancels catastrophically when the
     spread is small next to the weights. The low-rank part keeps the deviations
     ``θ_i - μ_i`` of the last ``K = max_num_models`` snapshots as rows of ``D̂`` (K, P).
     A sample is
@@ -42,7 +42,7 @@ class SWAG(ClassicMethod):
 
     with ``z₁ ~ N(0, I_P)``, ``z₂ ~ N(0, I_k)`` and ``k`` the number of stored deviations
     (the low-rank term needs k >= 2); ``scale = 0.5`` is the paper's full SWAG.
-    ``max_num_models=0`` gives the seed's diagonal SWAG. Variances are clamped below at
+    ``max_num_models=0`` gives diagonal SWAG. Variances are clamped below at
     ``var_clamp``.
 
     Prediction runs the S sampled weight sets at once with ``torch.func.vmap``. A net with

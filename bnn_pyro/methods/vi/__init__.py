@@ -1,5 +1,5 @@
 """Variational inference: the Pyro models trained by SVI (``VariationalBNN``, ``HiddenLayerBNN``),
-their base (``SVIModel``), the seed-era ``VariationalBayesNN``, the SVI step, MAP initialisation,
+their base (``SVIModel``), the pure-torch ``VariationalBayesNN``, the SVI step, MAP initialisation,
 the plain-torch fast loss, per-layer diagnostics and the stacked fit of K models."""
 
 from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN

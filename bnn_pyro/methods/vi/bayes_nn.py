@@ -34,8 +34,8 @@ class VariationalBayesNN(ClassicMethod):
 
     The net is a :class:`~bnn_pyro.nn.functional.BayesianMLP` of
     :class:`~bnn_pyro.nn.gaussian_linear.GaussianLinear` layers, with the fan-in-scaled
-    initialisation explained there (the seed's ``mu ~ N(0, prior_std²)`` gives pre-activations
-    of size ``sqrt(width)`` and is not used). Monte Carlo draws are vectorized: S weight sets
+    initialisation explained there (``mu ~ N(0, prior_std²)`` would give pre-activations of
+    size ``sqrt(width)``). Monte Carlo draws are vectorized: S weight sets
     run in one batched pass, ``(S, N, O)``.
 
     The loss per datum is ``mean NLL + kl_weight · KL / N`` with N the *data set* size (not the

@@ -25,14 +25,11 @@ mean-field guide starts there:
    for the constant, and a mean last-epoch loss of 905 against 637: a 10% perturbation of every
    weight undoes much of the fit the MAP phase bought when the likelihood is sharp.
 
-**How long.** ``map_epochs`` defaults to ``epochs // 4``. A MAP epoch costs about 0.75 of an SVI
-epoch (no guide to sample), so the default adds ~20% to a fit's time. On the regression above
-(100 SVI epochs, 6 seeds; mean test log-likelihood / loss over the last 5 epochs), by MAP
-epochs: 0: -0.25 / 711; 10: -0.22 / 817; 20: -0.03 / 692; 25: -0.03 / 761; 50: 0.17 / 653;
-100: 0.03 / 776.
-A tenth of the epochs barely helps; the gain holds from a fifth on (beyond that the differences
-are within the seeds' spread, ~0.5 per point), and a quarter costs less than the 25% of wall
-time that issue 12 allows.
+**How long.** ``map_epochs`` defaults to ``epochs // 4``. A MAP epoch costs less than an SVI
+epoch (no guide to sample), so the default adds a fraction of a fit's time. On the regression
+above, a tenth of the epochs barely helped the test log-likelihood, and the gain held from a
+fifth on; a quarter keeps the cost small (``tests/core/test_map_init.py`` checks that a MAP start
+helps there).
 
 Only the mean-field guide (``guide="meanfield"``) holds one mean per weight to set; other guides
 are refused, by name of the argument.

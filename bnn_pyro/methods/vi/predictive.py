@@ -137,7 +137,19 @@ class SVIPredictive(BaseBayesianMethod):
         missing = [k for k in self.site_names if k not in posterior_samples]
         if missing:
             raise ValueError(f"posterior_samples lacks the site(s) {missing}")
-        return {k: torch.as_tensor(v, device=self.device) for k, v in posterior_samples.items()}
+        samples = {k: torch.as_tensor(v, device=self.device) for k, v in posterior_samples.items()}
+        reference = self.sample_posterior(1, seed=0)  # one draw: the shape of every site
+        counts = set()
+        for name in self.site_names:
+            want, got = tuple(reference[name].shape[1:]), tuple(samples[name].shape)
+            if got[1:] != want:
+                raise ValueError(
+                    f"posterior_samples[{name!r}] must have shape (S, *{want}), got {got}"
+                )
+            counts.add(got[0])
+        if len(counts) > 1:
+            raise ValueError(f"posterior_samples must hold one S for all sites, got {counts}")
+        return samples
 
     def predict(
         self,

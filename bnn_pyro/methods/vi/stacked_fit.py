@@ -21,11 +21,12 @@ from bnn_pyro.methods.vi.map_init import check_init, map_phase
 from bnn_pyro.methods.vi.stacked import StackedVI
 from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
 from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
-from bnn_pyro.methods.vi.svi import DEFAULT_SCHEDULE, KLWeightSpec, kl_weight_at
+from bnn_pyro.methods.vi.svi import DEFAULT_SCHEDULE
 from bnn_pyro.training.batches import shuffled_batches
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
+from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
 
 __all__ = ["fit_stacked_vi"]
@@ -66,7 +67,9 @@ def fit_stacked_vi(
     X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
     if weight_decay:
         raise ValueError("weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)")
-    if not callable(kl_weight):
+    if callable(kl_weight):
+        kl_weight_at(kl_weight, 0)  # a bad schedule is refused before anything changes
+    else:
         check_float("kl_weight", kl_weight, minimum=0.0)
     if init is not None or map_epochs is not None:
         for b in bnns:

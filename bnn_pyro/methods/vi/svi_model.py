@@ -20,7 +20,7 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
 from bnn_pyro.methods.vi.svi import ELBO_CLASSES, GuardedSVI, as_pyro_optim, make_elbo, run_svi
-from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks
+from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks, kl_weight_at
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
@@ -137,7 +137,9 @@ class SVIModel(SVIPredictive):
         epochs = check_int("epochs", epochs, minimum=0)
         lr = check_float("lr", lr, minimum=0.0, strict=True)
         num_particles = check_int("num_particles", num_particles)
-        if not callable(kl_weight):
+        if callable(kl_weight):
+            kl_weight_at(kl_weight, 0)  # a bad schedule is refused before anything changes
+        else:
             check_float("kl_weight", kl_weight, minimum=0.0)
         check_seed("seed", seed)
         check_schedule_args(lr_schedule, average)

@@ -1,0 +1,201 @@
+"""``Prior``, the base of every prior: which parameters of a net are Bayesian, and the
+distribution of each weight site.
+
+A prior answers two questions for every parameter of the net:
+
+* :meth:`Prior.is_bayesian` — is it a random weight (a ``pyro.sample`` site) or a point estimate?
+  By default every parameter of a linear or convolutional layer is Bayesian and every other
+  parameter (BatchNorm, LayerNorm, embeddings) stays a point estimate. ``include``/``exclude``
+  take shell-style patterns over the parameter names (``"0.weight"``, ``"head.*"``), ``types``
+  the layer classes.
+* :meth:`Prior.site_distribution` — the distribution of that site, built on the module's current
+  device and dtype (so ``bnn.to("cuda")`` moves the prior too) and cached per device.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+from typing import Any
+
+import pyro.distributions as dist
+import torch
+import torch.nn as nn
+
+__all__ = ["DEFAULT_BAYESIAN_TYPES", "Prior", "prior_from_config"]
+
+#: Layer types whose parameters are Bayesian unless a prior says otherwise.
+DEFAULT_BAYESIAN_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+)
+
+_CACHE = "_bnn_prior_cache"
+
+
+def _patterns(name: str, value: str | Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a pattern or a list of patterns, got {value!r}") from None
+    if not all(isinstance(v, str) for v in items):
+        raise TypeError(f"{name} must contain strings, got {items!r}")
+    return items
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a positive float, got {type(value).__name__} ({value!r})")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be positive and finite, got {value}")
+    return float(value)
+
+
+class Prior(ABC):
+    """Base class: selects the Bayesian parameters and builds their distributions.
+
+    Args:
+        include: patterns (``fnmatch``) of parameter names that may be Bayesian, e.g.
+            ``"head.*"`` for a last-layer BNN. Names are ``"<module path>.<param>"`` as in
+            ``net.named_parameters()``.
+        exclude: patterns of parameter names kept as point estimates, e.g. ``"*.bias"``.
+        types: layer classes whose parameters may be Bayesian.
+
+    Example:
+        >>> from bnn_pyro.priors import IIDPrior
+        >>> prior = IIDPrior(dist.Normal(0.0, 1.0), exclude="*.bias")
+        >>> [prior.is_bayesian("0", nn.Linear(2, 3), p) for p in ("weight", "bias")]
+        [True, False]
+    """
+
+    _subclasses: dict[str, type[Prior]] = {}
+    #: Whether :meth:`site_distribution` may cache the distributions it builds.
+    cached = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Prior._subclasses[cls.__name__] = cls
+
+    @classmethod
+    def _from_config(cls, own: dict[str, Any], selection: dict[str, Any]) -> Prior:
+        """The inverse of :meth:`config` for this class (``own``: its own settings)."""
+        return cls(**own, **selection)
+
+    def __init__(
+        self,
+        *,
+        include: str | Iterable[str] = "*",
+        exclude: str | Iterable[str] = (),
+        types: Iterable[type[nn.Module]] = DEFAULT_BAYESIAN_TYPES,
+    ) -> None:
+        self.include = _patterns("include", include)
+        self.exclude = _patterns("exclude", exclude)
+        types = tuple(types)
+        if not all(isinstance(t, type) and issubclass(t, nn.Module) for t in types):
+            raise TypeError(f"types must be nn.Module subclasses, got {types!r}")
+        self.types = types
+
+    def is_bayesian(self, module_name: str, module: nn.Module, param_name: str) -> bool:
+        """Whether ``module.<param_name>`` becomes a random weight site.
+
+        Args:
+            module_name: the module's dotted path in the net (``""`` for the root).
+            module: the module owning the parameter.
+            param_name: the parameter's attribute name (``"weight"``).
+        """
+        full = f"{module_name}.{param_name}" if module_name else param_name
+        return (
+            isinstance(module, self.types)
+            and any(fnmatchcase(full, p) for p in self.include)
+            and not any(fnmatchcase(full, p) for p in self.exclude)
+        )
+
+    def bound_to(self, net: nn.Module) -> Prior:
+        """The prior a model of ``net`` uses: ``self`` for a prior without state; a prior with
+        learnable parameters returns a fresh copy holding them (so models never share them)."""
+        return self
+
+    @abstractmethod
+    def distribution(
+        self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype
+    ) -> dist.TorchDistribution:
+        """The per-element distribution of ``module.<param_name>`` (batch shape broadcastable
+        to the parameter's shape), built on ``device``/``dtype``."""
+
+    def site_distribution(
+        self,
+        module: nn.Module,
+        param_name: str,
+        shape: torch.Size,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> dist.TorchDistribution:
+        """The site distribution: :meth:`distribution` expanded to ``shape``, all dims as event.
+
+        Cached on the module per ``(param_name, device, dtype)`` unless ``cached`` is ``False``
+        (learnable parameters: a fresh one per call, so the ELBO's gradient reaches them).
+
+        Returns:
+            A distribution with ``batch_shape == ()`` and ``event_shape == shape``.
+        """
+        cache = module.__dict__.setdefault(_CACHE, {}) if self.cached else {}
+        key = (param_name, device, dtype)
+        site = cache.get(key)
+        if site is None:
+            base = self.distribution(module, param_name, device, dtype)
+            site = base.expand(shape).to_event(len(shape))
+            cache[key] = site
+        return site
+
+    def _selection_config(self) -> dict[str, Any]:
+        default_types = self.types == DEFAULT_BAYESIAN_TYPES
+        if not default_types and not all(t.__module__.startswith("torch.nn") for t in self.types):
+            raise ValueError("only torch.nn layer types can be saved in a checkpoint")
+        return {
+            "include": list(self.include),
+            "exclude": list(self.exclude),
+            "types": None if default_types else [t.__name__ for t in self.types],
+        }
+
+    def config(self) -> dict[str, Any]:
+        """A ``torch.load(weights_only=True)``-safe description, inverse of
+        :func:`prior_from_config`."""
+        return {"type": type(self).__name__, **self._selection_config(), **self._own_config()}
+
+    @abstractmethod
+    def _own_config(self) -> dict[str, Any]: ...
+
+    def __repr__(self) -> str:
+        own = ", ".join(f"{k}={v!r}" for k, v in self._own_config().items())
+        return f"{type(self).__name__}({own})"
+
+
+def prior_from_config(config: dict[str, Any]) -> Prior:
+    """Rebuild a prior from :meth:`Prior.config` (used when loading a checkpoint).
+
+    The ``type`` names a :class:`Prior` subclass: every subclass is registered by its class
+    name when it is defined, so a user's own prior reloads once its module is imported.
+
+    Example:
+        >>> from bnn_pyro.priors import LayerwiseNormalPrior
+        >>> prior_from_config(LayerwiseNormalPrior("xavier").config())
+        LayerwiseNormalPrior(method='xavier', gain=1.0)
+    """
+    config = dict(config)
+    kind = config.pop("type", None)
+    types = config.pop("types", None)
+    selection = {"include": config.pop("include", "*"), "exclude": config.pop("exclude", ())}
+    if types is not None:
+        selection["types"] = tuple(getattr(nn, t) for t in types)
+    if kind not in Prior._subclasses:
+        raise ValueError(
+            f"unknown prior type {kind!r} in checkpoint (known: {sorted(Prior._subclasses)}); "
+            "import the module that defines it before loading"
+        )
+    return Prior._subclasses[kind]._from_config(config, selection)
