@@ -136,7 +136,7 @@ def trained_bnns(split, epochs: int) -> dict[str, bp.VariationalBNN]:
 
 def gradient_variance(bnn: bp.VariationalBNN, x, y, n: int, repeats: int) -> float:
     """Mean over the first layer's weight means of the variance of d(-ELBO)/d(mean)."""
-    loc = bnn.guide.locs[bnn.guide._key("net.0.weight")]
+    loc = bnn.guide.locs[bnn.guide.param_key("net.0.weight")]
     elbo = TraceMeanField_ELBO(max_plate_nesting=1)
     grads = []
     for _ in range(repeats):

@@ -131,6 +131,14 @@ class BaseBayesianMethod(nn.Module, ABC):
     #: The default number of predictive samples ``S``; ``predict(num_samples=...)`` overrides.
     num_samples: int = 100
 
+    #: Hooks a subclass may still define under an earlier, underscored name (earlier -> now).
+    renamed_hooks: dict[str, str] = {
+        "_config": "checkpoint_config",
+        "_from_config": "from_checkpoint_config",
+        "_fitted_state": "fitted_state",
+        "_restore_fitted_state": "restore_fitted_state",
+    }
+
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         _rename_old_hooks(cls)
@@ -319,19 +327,10 @@ class BaseBayesianMethod(nn.Module, ABC):
         return locs, scales
 
 
-#: The checkpoint hooks' earlier names, and their names now.
-_OLD_HOOKS = {
-    "_config": "checkpoint_config",
-    "_from_config": "from_checkpoint_config",
-    "_fitted_state": "fitted_state",
-    "_restore_fitted_state": "restore_fitted_state",
-}
-
-
 def _rename_old_hooks(cls: type) -> None:
-    """A subclass that defines a checkpoint hook under its earlier, underscored name keeps
-    working: the hook is taken under its new name, with a ``DeprecationWarning``."""
-    for old, new in _OLD_HOOKS.items():
+    """A subclass that defines a hook under its earlier, underscored name (``renamed_hooks``)
+    keeps working: the hook is taken under its new name, with a ``DeprecationWarning``."""
+    for old, new in getattr(cls, "renamed_hooks", {}).items():
         if old in vars(cls) and new not in vars(cls):
             warnings.warn(
                 f"{cls.__name__}.{old} is deprecated: name the checkpoint hook {new}",

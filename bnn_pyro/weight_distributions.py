@@ -46,17 +46,17 @@ class SharedNormal(dist.Normal):
         self._set_constants(float(loc), float(scale))
 
     def _set_constants(self, loc: float, scale: float) -> None:
-        self._loc0, self._scale0 = loc, scale
-        self._log_norm = math.log(scale) + 0.5 * math.log(2 * math.pi)
+        self.loc0, self.scale0 = loc, scale
+        self.log_norm = math.log(scale) + 0.5 * math.log(2 * math.pi)
 
     def expand(self, batch_shape: torch.Size, _instance: Any = None) -> SharedNormal:
         new = self._get_checked_instance(SharedNormal, _instance)
-        new._set_constants(self._loc0, self._scale0)
+        new._set_constants(self.loc0, self.scale0)
         return super().expand(batch_shape, _instance=new)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        z = (value - self._loc0) / self._scale0 if self._loc0 else value / self._scale0
-        return -0.5 * z * z - self._log_norm
+        z = (value - self.loc0) / self.scale0 if self.loc0 else value / self.scale0
+        return -0.5 * z * z - self.log_norm
 
 
 class ScaleMixtureNormal(TorchDistribution):

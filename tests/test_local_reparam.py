@@ -240,7 +240,7 @@ def test_lrt_reduces_the_gradient_variance():
     g = torch.Generator().manual_seed(3)
     x, y = torch.randn(64, 3, generator=g), torch.randn(64, generator=g)
     guide(x, y)
-    loc = guide.locs[guide._key("net.0.weight")]
+    loc = guide.locs[guide.param_key("net.0.weight")]
 
     def grads(handler):
         out = []

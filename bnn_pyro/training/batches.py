@@ -122,7 +122,7 @@ def loader_batches(
 def validation_nll(model: Any, data: Any) -> Callable[[], float]:
     """``fit``'s ``validation_data=(X_val, y_val)`` as a score for the loop: the mean negative
     log predictive density per point (20 draws, seed 0) of ``model``, an SVI-trained BNN whose
-    ``_inputs``/``_targets`` check the pair first.
+    ``prepare_inputs``/``prepare_targets`` check the pair first.
 
     Example:
         >>> validation_nll(None, [1, 2, 3])
@@ -132,8 +132,8 @@ def validation_nll(model: Any, data: Any) -> Callable[[], float]:
     """
     if not (isinstance(data, (tuple, list)) and len(data) == 2):
         raise ValueError("validation_data must be a pair (X_val, y_val)")
-    X_val = model._inputs(data[0], "X_val")
-    y_val = model._targets(data[1], X_val, "y_val")
+    X_val = model.prepare_inputs(data[0], "X_val")
+    y_val = model.prepare_targets(data[1], X_val, "y_val")
     return lambda: -model.log_predictive_density(X_val, y_val, num_samples=20, seed=0)
 
 

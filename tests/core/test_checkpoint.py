@@ -120,3 +120,19 @@ def test_method_state_refuses_what_is_not_a_method():
 
     with pytest.raises(TypeError, match="method must be a bnn_pyro method"):
         method_state(torch.nn.Linear(2, 1))
+
+
+def test_an_svi_subclass_with_the_earlier_hook_names_still_fits():
+    """``_setup_guide``, ``_inputs``, ... are public now (``setup_guide``, ``prepare_inputs``);
+    a subclass that overrides the earlier name is warned and still called."""
+    calls = []
+    with pytest.warns(DeprecationWarning, match="_setup_guide is deprecated"):
+
+        class OldStyle(bp.VariationalBNN):
+            def _setup_guide(self, x, y, data=None):
+                calls.append(tuple(x.shape))
+                super().setup_guide(x, y, data)
+
+    X = torch.randn(16, 2)
+    OldStyle(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1)).fit(X, X[:, :1], epochs=1, progress=False)
+    assert calls  # fit set the guide up through the subclass's hook

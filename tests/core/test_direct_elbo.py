@@ -53,8 +53,8 @@ def _bnn(case: str):
         local_reparameterization=estimator[0] if estimator else False,
     )
     bnn.train()  # (local reparameterization acts in training mode)
-    y = bnn._targets(y, X)
-    bnn._setup_guide(X, y, (X, y))
+    y = bnn.prepare_targets(y, X)
+    bnn.setup_guide(X, y, (X, y))
     with torch.no_grad():  # move the guide off its initial values so every term matters
         for p in bnn.guide.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -160,7 +160,7 @@ def test_models_it_does_not_cover_keep_the_pyro_path(guide):
     assert direct_loss_for(bnn) is None
     X, y, _ = _data("regression")
     hooked = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3))
-    hooked._setup_guide(X, y)
+    hooked.setup_guide(X, y)
     assert direct_loss_for(hooked) is not None
     hooked.net[0].register_forward_pre_hook(lambda module, inputs: None)  # a user's hook
     assert direct_loss_for(hooked) is None

@@ -57,7 +57,7 @@ def test_nets_whose_layers_cannot_take_sample_dims_are_vmapped():
     bnn.fit(X, y, epochs=3, progress=False, seed=0)
     draws = bnn.sample_posterior(4, seed=0)
     _, _, samples = bnn.predict(X, return_samples=True, posterior_samples=draws)
-    assert not bnn._evaluator.batched
+    assert not bnn.evaluator.batched
     for s in range(4):
         with pyro.poutine.condition(data={k: v[s] for k, v in draws.items()}):
             logits = bnn.net(X)

@@ -38,14 +38,14 @@ def _bnn_at_the_exact_posterior(X, y) -> bp.VariationalBNN:
     mean = torch.linalg.solve(precision, phi.T @ y.double() / NOISE**2).squeeze(-1)
     std = torch.diagonal(precision).rsqrt()
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian(scale=NOISE))
-    bnn._setup_guide(X[:2], y[:2])
+    bnn.setup_guide(X[:2], y[:2])
     guide = bnn.guide
     with torch.no_grad():
         for name, value in (("weight", mean[:3].view(1, 3)), ("bias", mean[3:])):
-            key = guide._key(f"net.0.{name}")
+            key = guide.param_key(f"net.0.{name}")
             guide.locs[key].copy_(value)
         for name, value in (("weight", std[:3].view(1, 3)), ("bias", std[3:])):
-            key = guide._key(f"net.0.{name}")
+            key = guide.param_key(f"net.0.{name}")
             guide.rhos[key].copy_(inverse_softplus(value.float()))
     return bnn
 

@@ -56,7 +56,7 @@ def gradient(out: dict) -> None:
 
 def _bnn_ready(X: torch.Tensor, y: torch.Tensor) -> bp.VariationalBNN:
     bnn = _blr()
-    bnn._setup_guide(X[:2], y[:2])
+    bnn.setup_guide(X[:2], y[:2])
     bnn.guide.emit_params = False
     return bnn
 

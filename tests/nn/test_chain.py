@@ -110,8 +110,8 @@ def test_predict_runs_through_the_chain_and_equals_the_twin():
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [8, 8], 1), bp.Gaussian(0.1))
     bnn.fit(X, X[:, :1], epochs=2, progress=False, seed=0)
     mean, var = bnn.predict(X, num_samples=30, seed=1)
-    assert bnn._evaluator._chain is not None
-    bnn._evaluator._chain = None  # the generic twin, row chunks
+    assert bnn.evaluator._chain is not None
+    bnn.evaluator._chain = None  # the generic twin, row chunks
     twin_mean, twin_var = bnn.predict(X, num_samples=30, seed=1)
     torch.testing.assert_close(mean, twin_mean, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(var, twin_var, rtol=1e-4, atol=1e-7)
@@ -124,8 +124,8 @@ def test_a_linear_subclass_with_its_own_forward_fails_the_probe():
     bnn = bp.VariationalBNN(net, bp.Gaussian(0.1))
     bnn.fit(X, X[:, :1], epochs=1, progress=False, seed=0)
     draws = bnn.sample_posterior(4, seed=0)
-    got = bnn._evaluator(draws, X[:5])
-    assert bnn._evaluator._chain is None  # the chain would have dropped the doubling
+    got = bnn.evaluator(draws, X[:5])
+    assert bnn.evaluator._chain is None  # the chain would have dropped the doubling
     w1, b1, w2, b2 = (draws[f"net.{k}"] for k in ("0.weight", "0.bias", "2.weight", "2.bias"))
     expected = torch.stack(
         [F.linear(torch.relu(2 * F.linear(X[:5], w1[s], b1[s])), w2[s], b2[s]) for s in range(4)]

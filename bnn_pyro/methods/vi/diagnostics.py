@@ -121,7 +121,7 @@ class LayerDiagnostics:
             return None
         if not hasattr(bnn, "input_shape"):
             return None
-        key = guide._key
+        key = guide.param_key
         sites = {n: (guide.locs[key(n)], guide.rhos[key(n)]) for n in guide.site_names()}
         prior_params = getattr(getattr(bnn, "prior", None), "parameters", list)()
         learned = any(p.requires_grad for p in prior_params)

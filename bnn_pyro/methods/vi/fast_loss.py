@@ -59,7 +59,7 @@ class DirectLoss:
         >>> import bnn_pyro as bp, pyro
         >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
         >>> X, y = torch.randn(8, 2), torch.randn(8, 1)
-        >>> bnn._setup_guide(X, y)
+        >>> bnn.setup_guide(X, y)
         >>> direct = direct_loss_for(bnn)
         >>> pyro.set_rng_seed(0); loss, nll = direct(X, y, dataset_size=8)
         >>> pyro.set_rng_seed(0)
@@ -73,18 +73,18 @@ class DirectLoss:
         self.params = [p for p in bnn.parameters() if p.requires_grad]
         guide = bnn.guide
         self._guide_sites = [
-            (spec, guide.locs[guide._key(spec.name)], guide.rhos[guide._key(spec.name)])
-            for spec in guide._sites
+            (spec, guide.locs[guide.param_key(spec.name)], guide.rhos[guide.param_key(spec.name)])
+            for spec in guide.site_specs
         ]
-        net_sites = {s.name: s for s in bnn._evaluator.sites}
+        net_sites = {s.name: s for s in bnn.evaluator.sites}
         modules = dict(bnn.net.named_modules(prefix="net"))
         self._priors = [
             (name, modules[f"net.{s.module_name}".rstrip(".")], s.param_name, s.shape)
             for name, s in net_sites.items()
         ]
-        self._paths = dict(bnn._evaluator._paths)
+        self._paths = dict(bnn.evaluator.paths)
         self._other = [spec.name for spec, _, _ in self._guide_sites if spec.name not in net_sites]
-        self._twin: BatchedTwin = bnn._evaluator._twin
+        self._twin: BatchedTwin = bnn.evaluator.twin
         self._shared = {
             k: v
             for k, v in {
@@ -103,10 +103,10 @@ class DirectLoss:
         for spec, loc, rho in self._guide_sites:
             scale = F.softplus(rho)
             if spec.exp or spec.support is not constraints.real:
-                d = self.bnn.guide._distribution(spec, loc, scale)
+                d = self.bnn.guide.site_distribution(spec, loc, scale)
                 value = d.rsample()
                 if self.stl:  # scored with detached parameters (StickingTheLanding_ELBO)
-                    d = self.bnn.guide._distribution(spec, loc.detach(), scale.detach())
+                    d = self.bnn.guide.site_distribution(spec, loc.detach(), scale.detach())
                 log_q = log_q + d.log_prob(value).sum()
             else:
                 eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
@@ -187,8 +187,8 @@ def _log_prob_sum(d: Any, value: torch.Tensor) -> torch.Tensor:
     elements, the default prior) as one dot product instead of elementwise terms."""
     base = d.base_dist if isinstance(d, Independent) else d
     if type(base) is SharedNormal:
-        centred = value if base._loc0 == 0.0 else value - base._loc0
-        return -0.5 / base._scale0**2 * _sq(centred) - value.numel() * base._log_norm
+        centred = value if base.loc0 == 0.0 else value - base.loc0
+        return -0.5 / base.scale0**2 * _sq(centred) - value.numel() * base.log_norm
     return d.log_prob(value).sum()
 
 

@@ -188,7 +188,7 @@ class HiddenLayerBNN(SVIModel):
     def _output_dim(self, x: torch.Tensor) -> int:
         return self.out_features
 
-    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
+    def setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         if isinstance(self.guide, MeanFieldNormalGuide) and not self.guide.is_setup:
             with torch.no_grad():  # creates the guide's parameters before listing them
                 self.guide(x, y)

@@ -88,16 +88,16 @@ class BNNLightningModule(lightning.LightningModule):
         elbo = method.default_elbo if elbo is None else elbo
         if elbo not in method.elbos:
             raise ValueError(f"elbo must be one of {method.elbos}, got {elbo!r}")
-        if not method._is_fitted():
+        if not method.is_fitted():
             if not (isinstance(example, (tuple, list)) and len(example) == 2):
                 raise ValueError(
                     "example must be an (x, y) pair of a few training rows: the guide's "
                     "parameters are created from it before the optimizer sees them"
                 )
-            x = method._inputs(example[0], "example x")
-            y = method._targets(example[1], x, "example y")
+            x = method.prepare_inputs(example[0], "example x")
+            y = method.prepare_targets(example[1], x, "example y")
             method.input_shape = tuple(x.shape[1:])
-            method._setup_guide(x[:2], y[:2])
+            method.setup_guide(x[:2], y[:2])
         super().__init__()
         self.method = method
         method.dataset_size = dataset_size
@@ -107,8 +107,8 @@ class BNNLightningModule(lightning.LightningModule):
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch's negative ELBO, scaled to ``dataset_size`` (differentiable)."""
         method = self.method
-        x = method._inputs(x, "x")
-        y = method._targets(y, x, "y")
+        x = method.prepare_inputs(x, "x")
+        y = method.prepare_targets(y, x, "y")
         return self.elbo.differentiable_loss(
             method.model, method.guide, x, y, dataset_size=self.dataset_size
         )

@@ -96,7 +96,7 @@ def _neg_log_joint(bnn: Any, dataset_size: int) -> Callable[[torch.Tensor, torch
     """``(xb, yb) -> -log p(yb | w) (N / B scaled) - log p(w) - log |dw/du|`` at the guide's
     means ``u`` (the MAP objective, in the units of the ELBO: the whole data set)."""
     guide: MeanFieldNormalGuide = bnn.guide
-    sites = [(s, guide.locs[guide._key(s.name)]) for s in guide._sites]
+    sites = [(s, guide.locs[guide.param_key(s.name)]) for s in guide.site_specs]
 
     def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         values = {s.name: s.transform(u) for s, u in sites}
@@ -166,8 +166,8 @@ def map_phase(
         for p in params:  # the last MAP step's gradient must not add to SVI's first one
             p.grad = None
     with torch.no_grad():
-        for s in guide._sites:
-            key = guide._key(s.name)
+        for s in guide.site_specs:
+            key = guide.param_key(s.name)
             scale = torch.full_like(guide.locs[key], guide.init_scale)
             guide.rhos[key].copy_(inverse_softplus(scale))
     bnn.map_history = history

@@ -122,7 +122,7 @@ class VariationalBNN(SVIModel):
         sites = make_bayesian_(self.net, self.prior, name="net")
         self.site_names = [s.name for s in sites]
         self.guide = build_guide(guide, self.model, {s.name: s.init for s in sites}, init_scale)
-        self._evaluator = NetEvaluator(self.net, sites, plain)
+        self.evaluator = NetEvaluator(self.net, sites, plain)
         self._init_values = {s.name: s.init for s in sites}
         self._output_dims: dict[tuple, int] = {}  # the net's output width per input layout
 
@@ -161,7 +161,7 @@ class VariationalBNN(SVIModel):
     def _expected_features(self) -> InputSpec | None:
         return input_spec(self.net)
 
-    def _is_fitted(self) -> bool:
+    def is_fitted(self) -> bool:
         return _guide_ready(self.guide)
 
     @torch.no_grad()
@@ -175,10 +175,10 @@ class VariationalBNN(SVIModel):
                 k: v.to(device=x.device, dtype=x.dtype).unsqueeze(0)
                 for k, v in self._init_values.items()
             }
-            self._output_dims[key] = int(self._evaluator(values, x[:2]).shape[-1])
+            self._output_dims[key] = int(self.evaluator(values, x[:2]).shape[-1])
         return self._output_dims[key]
 
-    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
+    def setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         if not _guide_ready(self.guide):
             if data is not None and isinstance(self.guide, MeanFieldNormalGuide):
                 self.guide.init_loc.update(self.likelihood.initial_latents(*data))  # noise
@@ -209,7 +209,7 @@ class VariationalBNN(SVIModel):
         was_training = self.net.training
         self.net.eval()
         try:
-            return self._evaluator(samples, X, chunk)
+            return self.evaluator(samples, X, chunk)
         finally:
             self.net.train(was_training)
 

@@ -87,8 +87,8 @@ class NetEvaluator:
         self.sites = list(sites)
         self.site_names = [s.name for s in self.sites]
         self.batched: bool | None = None  # decided on first use
-        self._paths = {s.name: f"{s.module_name}.{s.param_name}".lstrip(".") for s in sites}
-        self._twin = BatchedTwin(plain, list(self._paths.values()))
+        self.paths = {s.name: f"{s.module_name}.{s.param_name}".lstrip(".") for s in sites}
+        self.twin = BatchedTwin(plain, list(self.paths.values()))
         self._chain = LinearChain.of(plain)  # the prediction kernel of a plain MLP, or None
         self._plain = plain
 
@@ -99,14 +99,14 @@ class NetEvaluator:
     def _batched(
         self, params: Mapping[str, torch.Tensor], x: torch.Tensor, chunk: int | None = None
     ) -> torch.Tensor:
-        stacked = {self._paths[name]: value for name, value in params.items()}
-        return self._twin.run(self._shared(), stacked, x, chunk, self.net.training)
+        stacked = {self.paths[name]: value for name, value in params.items()}
+        return self.twin.run(self._shared(), stacked, x, chunk, self.net.training)
 
     def _chained(
         self, params: Mapping[str, torch.Tensor], x: torch.Tensor, chunk: int | None = None
     ) -> torch.Tensor:
         assert self._chain is not None
-        tensors = {**self._shared(), **{self._paths[k]: v for k, v in params.items()}}
+        tensors = {**self._shared(), **{self.paths[k]: v for k, v in params.items()}}
         return self._chain.run(tensors, x, chunk)
 
     def _vmapped(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:

@@ -66,11 +66,22 @@ class SVIPredictive(BaseBayesianMethod):
         """The feature shape the net needs before any fit (``None``: learned by ``fit``)."""
         return None
 
-    def _is_fitted(self) -> bool:
+    def is_fitted(self) -> bool:
+        """Whether ``fit`` has run (or a saved model was loaded): the guide has parameters."""
         return self.dataset_size is not None
 
     # ------------------------------------------------------------------ inputs
-    def _inputs(self, X: Any, name: str = "X") -> torch.Tensor:
+    def prepare_inputs(self, X: Any, name: str = "X") -> torch.Tensor:
+        """``X`` as a tensor on the model's device and dtype, ``(N, *features)`` with ``N >= 1``
+        and the features the net takes (after a fit: the training inputs' shape); a
+        ``ValueError``/``TypeError`` naming ``name`` otherwise.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+            >>> bnn.prepare_inputs([[0.0, 1.0]]).shape
+            torch.Size([1, 2])
+        """
         X = as_tensor(name, X, dtype=self.dtype, device=self.device, min_dim=2)
         if len(X) == 0:
             raise ValueError(f"{name} must have at least one row, got shape {tuple(X.shape)}")
@@ -78,9 +89,12 @@ class SVIPredictive(BaseBayesianMethod):
         (spec or self._expected_features() or InputSpec(())).check(name, X)
         return X
 
-    def _targets(
+    def prepare_targets(
         self, y: Any, X: torch.Tensor, name: str = "y", out_dim: int | None = None
     ) -> torch.Tensor:
+        """``y`` checked against ``X (N, ...)`` (the same ``N``) and the likelihood (e.g. class
+        indices below the net's ``out_dim`` outputs for a ``Categorical``), on the model's device:
+        ``(N,)`` or ``(N, O)`` as the likelihood takes it."""
         y = as_tensor(name, y, device=self.device)
         if y.shape[0] != X.shape[0]:
             raise ValueError(
@@ -88,14 +102,14 @@ class SVIPredictive(BaseBayesianMethod):
             )
         return self.likelihood.check_targets(y, out_dim or self._output_dim(X))
 
-    def _batch_targets(self) -> Callable[[Any, torch.Tensor, str], torch.Tensor]:
-        """``_targets`` for a loader's batches: the net's output width is found once."""
+    def batch_targets(self) -> Callable[[Any, torch.Tensor, str], torch.Tensor]:
+        """:meth:`prepare_targets` for a loader's batches: the net's output width is found once."""
         width: list[int] = []
 
         def targets(y: Any, X: torch.Tensor, name: str) -> torch.Tensor:
             if not width:
                 width.append(self._output_dim(X))
-            return self._targets(y, X, name, width[0])
+            return self.prepare_targets(y, X, name, width[0])
 
         return targets
 
@@ -115,7 +129,7 @@ class SVIPredictive(BaseBayesianMethod):
             ``{site name: (S, *site_shape)}``, e.g. ``"net.0.weight": (S, 50, 13)``.
         """
         num_samples = check_int("num_samples", num_samples)
-        if not self._is_fitted():
+        if not self.is_fitted():
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit(X, y)")
         if x is None:
             x = torch.zeros((1, *(self.input_shape or ())), device=self.device, dtype=self.dtype)
@@ -189,7 +203,7 @@ class SVIPredictive(BaseBayesianMethod):
         """
         num_samples = self._samples_to_draw(num_samples)
         chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
-        X = self._inputs(x, "x")
+        X = self.prepare_inputs(x, "x")
         seed = self._predict_seed(seed, generator)
         samples = self._resolve_samples(num_samples, posterior_samples, seed)
 
@@ -218,7 +232,7 @@ class SVIPredictive(BaseBayesianMethod):
             raise ValueError(
                 f"predictive_gaussian needs a Gaussian likelihood, not {self.likelihood!r}"
             )
-        X = self._inputs(x, "x")
+        X = self.prepare_inputs(x, "x")
         num_samples = self._samples_to_draw(num_samples)
         seed = self._predict_seed(seed, kwargs.get("generator"))
         samples = self._resolve_samples(num_samples, kwargs.get("posterior_samples"), seed)
@@ -241,8 +255,8 @@ class SVIPredictive(BaseBayesianMethod):
             seed: reproducible draws without touching the global RNG.
             posterior_samples: ``{site: (S, ...)}`` to use instead of the guide (e.g. NUTS).
         """
-        X = self._inputs(x, "x")
-        y = self._targets(y, X)
+        X = self.prepare_inputs(x, "x")
+        y = self.prepare_targets(y, X)
         samples = self._resolve_samples(
             check_int("num_samples", num_samples), posterior_samples, seed
         )

@@ -61,22 +61,22 @@ class StackedVI(nn.Module):
         self.bnns, self.generators = list(bnns), list(generators)
         self.dataset_size, self.kl_weight = dataset_size, float(kl_weight)
         first = self.bnns[0]
-        self.specs = list(first.guide._sites)
-        keys = [first.guide._key(s.name) for s in self.specs]
+        self.specs = list(first.guide.site_specs)
+        keys = [first.guide.param_key(s.name) for s in self.specs]
         self.locs = nn.ParameterList(
             [nn.Parameter(torch.stack([b.guide.locs[k].detach() for b in self.bnns])) for k in keys]
         )
         self.rhos = nn.ParameterList(
             [nn.Parameter(torch.stack([b.guide.rhos[k].detach() for b in self.bnns])) for k in keys]
         )
-        self._twin, self._paths = first._evaluator._twin, first._evaluator._paths
+        self._twin, self._paths = first.evaluator.twin, first.evaluator.paths
         self._priors = self._prior_constants()
 
     def _prior_constants(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Per net site: each member's prior ``(loc, scale, log normaliser)`` as ``(K,)``."""
         out = {}
         modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
-        for site in self.bnns[0]._evaluator.sites:
+        for site in self.bnns[0].evaluator.sites:
             path = f"net.{site.module_name}".rstrip(".")
             rows = []
             for b, mods in zip(self.bnns, modules, strict=True):
@@ -89,7 +89,7 @@ class StackedVI(nn.Module):
                         f"fit_stacked needs Normal priors with one loc and scale per layer, "
                         f"got {type(base).__name__} for {site.name!r}"
                     )
-                rows.append((base._loc0, base._scale0, base._log_norm))
+                rows.append((base.loc0, base.scale0, base.log_norm))
             ref = self.locs[0]
             loc, scale, norm = (
                 torch.tensor(c, dtype=ref.dtype, device=ref.device) for c in zip(*rows, strict=True)
@@ -182,6 +182,6 @@ class StackedVI(nn.Module):
         """Copy member k's slice of the stacked guide into ``bnns[k]``'s guide."""
         for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
             for k, b in enumerate(self.bnns):
-                key = b.guide._key(spec.name)
+                key = b.guide.param_key(spec.name)
                 b.guide.locs[key].copy_(loc[k])
                 b.guide.rhos[key].copy_(rho[k])

@@ -93,8 +93,8 @@ def fit_stacked_vi(
     if not elementwise_optimizer(optimizer):
         raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
     per_member = X.dim() == 3
-    xs = [b._inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
-    ys = [b._targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
+    xs = [b.prepare_inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
+    ys = [b.prepare_targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every member needs the same number of rows")
@@ -102,7 +102,7 @@ def fit_stacked_vi(
     for b, x, t, seed in zip(bnns, xs, ys, seeds, strict=True):
         with seeded(int(seed), b.device):  # what fit does before its first step
             b.input_shape = tuple(x.shape[1:])
-            b._setup_guide(x[:2], t[:2], (x, t))
+            b.setup_guide(x[:2], t[:2], (x, t))
             g = torch.Generator(device=b.device)  # where its own fit's draws come from now
             g.set_state(global_rng_state(b.device))
         b.dataset_size = n

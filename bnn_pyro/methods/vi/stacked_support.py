@@ -36,7 +36,7 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
     if len(bnns) < 1 or any(type(b) is not VariationalBNN for b in bnns):
         return "fit_stacked trains VariationalBNN models (the class itself)"
     shapes = [
-        [(s.name, s.shape) for s in b._evaluator.sites]
+        [(s.name, s.shape) for s in b.evaluator.sites]
         + [(k, v.shape) for k, v in b.net.named_parameters()]
         for b in bnns
     ]

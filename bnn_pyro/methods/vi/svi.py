@@ -222,7 +222,7 @@ class SVIStep(TrainingStep):
         >>> import bnn_pyro as bp
         >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1))
         >>> X = torch.randn(8, 2); y = X.sum(-1, keepdim=True)
-        >>> bnn._setup_guide(X, y)
+        >>> bnn.setup_guide(X, y)
         >>> params = list(bnn.parameters())
         >>> svi = GuardedSVI(bnn.model, bnn.guide, as_pyro_optim(None, params, 0.01),
         ...                  make_elbo("meanfield", 1, False), params)

@@ -1,7 +1,7 @@
 """``SVIModel``: what every Pyro-trained BNN here shares to be fitted and saved: ``fit`` (the
 data plumbing of the one loop around Pyro's ``SVI``) and the checkpoint hooks, on top of its
 predictive (:class:`~bnn_pyro.methods.vi.predictive.SVIPredictive`). A subclass defines the Pyro
-``model``, a ``guide`` and its set-up (:meth:`SVIModel._setup_guide`), how to draw posterior
+``model``, a ``guide`` and its set-up (:meth:`SVIModel.setup_guide`), how to draw posterior
 samples and how to evaluate the net on them: :class:`~bnn_pyro.VariationalBNN`,
 :class:`~bnn_pyro.HiddenLayerBNN`."""
 
@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
+from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
 from bnn_pyro.methods.vi.svi import ELBO_CLASSES, GuardedSVI, as_pyro_optim, make_elbo, run_svi
@@ -31,9 +32,16 @@ __all__ = ["SVIModel"]
 class SVIModel(SVIPredictive):
     """Base class of the SVI-trained BNNs (see the module docstring). Subclasses set
     ``self.likelihood``, ``self.guide``, ``self.site_names`` and define ``model(x, y=None,
-    dataset_size=None, kl_weight=1.0)``, :meth:`_setup_guide` and the hooks of
+    dataset_size=None, kl_weight=1.0)``, :meth:`setup_guide` and the hooks of
     :class:`~bnn_pyro.methods.vi.predictive.SVIPredictive`."""
 
+    renamed_hooks = {
+        **BaseBayesianMethod.renamed_hooks,
+        "_setup_guide": "setup_guide",
+        "_is_fitted": "is_fitted",
+        "_inputs": "prepare_inputs",
+        "_targets": "prepare_targets",
+    }
     elbos: tuple[str, ...] = tuple(ELBO_CLASSES)  # the objectives fit takes by name
     default_elbo: str = "trace"  # fit's objective when its elbo is None
 
@@ -43,7 +51,7 @@ class SVIModel(SVIPredictive):
         self.input_shape: tuple[int, ...] | None = None
 
     # ------------------------------------------------------------------ hooks of fit
-    def _setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
+    def setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         """Create the guide's parameters (before the optimizer lists them); ``data``: ``(X, y)``
         (or a first batch) for initial values read from the data."""
 
@@ -60,7 +68,7 @@ class SVIModel(SVIPredictive):
 
     # ------------------------------------------------------------------ checkpoint hooks
     def fitted_state(self) -> dict[str, Any]:
-        if not self._is_fitted():
+        if not self.is_fitted():
             raise ValueError("fit the model before saving it: its guide has no parameters yet")
         return {"dataset_size": self.dataset_size, "input_shape": list(self.input_shape or ())}
 
@@ -72,7 +80,7 @@ class SVIModel(SVIPredictive):
         x = torch.zeros((1, *(self.input_shape or ())), dtype=self.dtype, device=self.device)
         with torch.no_grad():
             y = poutine.trace(self.model).get_trace(x).nodes[self.likelihood.name]["value"]
-            self._setup_guide(x, y)
+            self.setup_guide(x, y)
 
     # ------------------------------------------------------------------ training
     def fit(
@@ -152,12 +160,14 @@ class SVIModel(SVIPredictive):
         if isinstance(X, DataLoader):
             if y is not None:
                 raise ValueError("pass either a DataLoader or (X, y), not both")
-            batches, n, first_x, first_y = loader_batches(X, self._inputs, self._batch_targets())
+            batches, n, first_x, first_y = loader_batches(
+                X, self.prepare_inputs, self.batch_targets()
+            )
         else:
             if y is None:
                 raise ValueError("y is required when X is not a DataLoader")
-            X = self._inputs(X)
-            y = self._targets(y, X)
+            X = self.prepare_inputs(X)
+            y = self.prepare_targets(y, X)
             n = X.shape[0]
             batch_size = None if batch_size is None else check_int("batch_size", batch_size)
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
@@ -166,7 +176,7 @@ class SVIModel(SVIPredictive):
         kept = self._kept_on_error("input_shape", "dataset_size")
         with kept, seeded(seed, self.device), self._training_context():
             self.input_shape = tuple(first_x.shape[1:])
-            self._setup_guide(first_x, first_y, (first_x, first_y) if y is None else (X, y))
+            self.setup_guide(first_x, first_y, (first_x, first_y) if y is None else (X, y))
             params = list(self.parameters())
             loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=self.fast_loss)
             optim = as_pyro_optim(optimizer, params, lr)

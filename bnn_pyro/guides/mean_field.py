@@ -1,21 +1,13 @@
-"""Guides: the variational families that hold the learnable means and scales.
+"""``MeanFieldNormalGuide``: the library's own guide, one plain ``Normal`` site per latent tensor.
 
-:class:`MeanFieldNormalGuide` is the library's own guide: one plain ``Normal`` site per latent
-tensor (``LogNormal`` for positive sites such as a learned noise scale), no auxiliary or
-``Delta`` sites. With it ``TraceMeanField_ELBO`` computes the KL term in closed form, and
-``Trace_ELBO`` estimates it by Monte Carlo. Its parameters live in the module (never in Pyro's
-global param store), so two models in one process never share them.
-
-Any Pyro autoguide class (``AutoNormal``, ``AutoLowRankMultivariateNormal``, ``AutoDelta``, ...)
-can be used instead: :func:`build_guide` accepts the class, a factory ``model -> guide``, or a
-name.
+``LogNormal`` for positive sites such as a learned noise scale; no auxiliary or ``Delta`` sites.
+With it ``TraceMeanField_ELBO`` computes the KL term in closed form, and ``Trace_ELBO`` estimates
+it by Monte Carlo. Its parameters live in the module (never in Pyro's global param store), so two
+models in one process never share them.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import itertools
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
@@ -28,7 +20,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions.transforms import ExpTransform
 from pyro.infer import autoguide
-from pyro.nn import PyroModule
 from pyro.poutine.util import site_is_subsample
 from torch.distributions import biject_to
 
@@ -36,14 +27,7 @@ from bnn_pyro.nn.pyro_net import param_statement
 from bnn_pyro.poutine.kl_weight import KLWeight
 from bnn_pyro.weight_distributions import ReparamNormal
 
-__all__ = [
-    "MeanFieldNormalGuide",
-    "KLWeight",
-    "AutoGuideWrapper",
-    "build_guide",
-    "GUIDE_NAMES",
-    "inverse_softplus",
-]
+__all__ = ["MeanFieldNormalGuide", "inverse_softplus"]
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -124,7 +108,8 @@ class MeanFieldNormalGuide(nn.Module):
         self.name = name
         self.locs = nn.ParameterDict()
         self.rhos = nn.ParameterDict()
-        self._sites: list[_SiteSpec] = []
+        #: The latent sites, in the model's order (known after the first call or :meth:`setup`).
+        self.site_specs: list[_SiteSpec] = []
         #: Announce loc/rho as Pyro param sites on every call, so a plain ``SVI`` with a
         #: ``pyro.optim`` optimizer finds and trains them. ``VariationalBNN.fit`` optimizes the
         #: module's parameters directly and switches this off while it trains.
@@ -133,10 +118,17 @@ class MeanFieldNormalGuide(nn.Module):
     @property
     def is_setup(self) -> bool:
         """Whether the sites are known (after the first call or :meth:`setup`)."""
-        return bool(self._sites)
+        return bool(self.site_specs)
 
     @staticmethod
-    def _key(name: str) -> str:
+    def param_key(name: str) -> str:
+        """The key of site ``name``'s parameters in ``locs`` and ``rhos`` (dots are not allowed
+        in a ``ParameterDict`` key).
+
+        Example:
+            >>> MeanFieldNormalGuide.param_key("net.0.weight")
+            'net__0__weight'
+        """
         return name.replace(".", "__")
 
     def setup(self, *args: Any, **kwargs: Any) -> None:
@@ -145,7 +137,7 @@ class MeanFieldNormalGuide(nn.Module):
         with poutine.block(), torch.no_grad():
             trace = poutine.trace(model).get_trace(*args, **kwargs)
         device = None
-        self._sites = []
+        self.site_specs = []
         for name, site in trace.iter_stochastic_nodes():
             if site["is_observed"] or site_is_subsample(site) or site["infer"].get("is_auxiliary"):
                 continue
@@ -166,14 +158,19 @@ class MeanFieldNormalGuide(nn.Module):
                 )
             loc = spec.transform.inv(value).detach().clone()
             rho = inverse_softplus(torch.full_like(loc, self.init_scale))
-            self.locs[self._key(name)] = nn.Parameter(loc)
-            self.rhos[self._key(name)] = nn.Parameter(rho)
-            self._sites.append(spec)
+            self.locs[self.param_key(name)] = nn.Parameter(loc)
+            self.rhos[self.param_key(name)] = nn.Parameter(rho)
+            self.site_specs.append(spec)
             device = loc.device
         if device is None:
             raise ValueError("the model has no latent sites: there is nothing to infer")
 
-    def _distribution(self, spec: _SiteSpec, loc: torch.Tensor, scale: torch.Tensor):
+    def site_distribution(
+        self, spec: _SiteSpec, loc: torch.Tensor, scale: torch.Tensor
+    ) -> dist.TorchDistribution:
+        """The guide's distribution of site ``spec`` (one of :attr:`site_specs`) at ``loc`` and
+        ``scale`` (unconstrained space, the site's shape): a ``Normal``, a ``LogNormal`` for a
+        positive site, or a ``Normal`` pushed through the site's support transform."""
         if spec.exp:
             d = dist.LogNormal(loc, scale, validate_args=False)
         elif spec.support is dist.constraints.real:
@@ -194,13 +191,13 @@ class MeanFieldNormalGuide(nn.Module):
             self.setup(*args, **kwargs)
         values = {}
         with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
-            for spec in self._sites:
-                key = self._key(spec.name)
+            for spec in self.site_specs:
+                key = self.param_key(spec.name)
                 loc, rho = self.locs[key], self.rhos[key]
                 if self.emit_params:
                     loc = param_statement(f"{self.name}.loc.{spec.name}", loc)
                     rho = param_statement(f"{self.name}.rho.{spec.name}", rho)
-                d = self._distribution(spec, loc, F.softplus(rho))
+                d = self.site_distribution(spec, loc, F.softplus(rho))
                 values[spec.name] = pyro.sample(spec.name, d)
         return values
 
@@ -214,10 +211,10 @@ class MeanFieldNormalGuide(nn.Module):
         """The variational distribution of every site, ``{name: Distribution}``."""
         self._check_setup()
         return {
-            s.name: self._distribution(
-                s, self.locs[self._key(s.name)], F.softplus(self.rhos[self._key(s.name)])
+            s.name: self.site_distribution(
+                s, self.locs[self.param_key(s.name)], F.softplus(self.rhos[self.param_key(s.name)])
             )
-            for s in self._sites
+            for s in self.site_specs
         }
 
     @torch.no_grad()
@@ -231,8 +228,8 @@ class MeanFieldNormalGuide(nn.Module):
         """
         self._check_setup()
         out = {}
-        for spec in self._sites:
-            key = self._key(spec.name)
+        for spec in self.site_specs:
+            key = self.param_key(spec.name)
             loc, scale = self.locs[key], F.softplus(self.rhos[key])
             eps = torch.randn(
                 (num_samples, *loc.shape), generator=generator, device=loc.device, dtype=loc.dtype
@@ -244,154 +241,16 @@ class MeanFieldNormalGuide(nn.Module):
     def means(self) -> dict[str, torch.Tensor]:
         """The variational means ``loc`` of every site (unconstrained space)."""
         self._check_setup()
-        return {s.name: self.locs[self._key(s.name)].detach().clone() for s in self._sites}
+        return {s.name: self.locs[self.param_key(s.name)].detach().clone() for s in self.site_specs}
 
     @torch.no_grad()
     def scales(self) -> dict[str, torch.Tensor]:
         """The variational standard deviations of every site (unconstrained space)."""
         self._check_setup()
-        return {s.name: F.softplus(self.rhos[self._key(s.name)]).detach() for s in self._sites}
+        return {
+            s.name: F.softplus(self.rhos[self.param_key(s.name)]).detach() for s in self.site_specs
+        }
 
     def site_names(self) -> list[str]:
         """Names of the latent sites, in model order."""
-        return [s.name for s in self._sites]
-
-
-_GUIDE_IDS = itertools.count()
-
-
-def _forget_store_entries(guide: nn.Module, *_: Any) -> None:
-    """Remove ``guide``'s entries (``"<its name>.*"``) from Pyro's global param store; its
-    parameters stay in the module. A forward hook of the autoguides that
-    :class:`AutoGuideWrapper` wraps."""
-    prefix = f"{guide._pyro_name}."
-    store = pyro.get_param_store()
-    for key in [k for k in store.keys() if k.startswith(prefix)]:
-        del store[key]
-
-
-class AutoGuideWrapper(nn.Module):
-    """Adapts a Pyro autoguide to the model's keyword arguments.
-
-    The model of :class:`~bnn_pyro.VariationalBNN` takes ``dataset_size`` and ``kl_weight``;
-    this wrapper applies ``kl_weight`` to the autoguide's sites (:class:`KLWeight`) and passes
-    only ``(x, y)`` on. The autoguide itself is ``wrapper.autoguide``.
-
-    Pyro's global param store is left as it was: an autoguide is a ``PyroModule`` whose
-    parameters are module attributes, and Pyro copies them into the global store under
-    ``"<guide name>.<param>"`` whenever the guide runs. The wrapper names an unnamed autoguide
-    uniquely and removes its entries from the store after every call (a forward hook, so a call
-    of ``wrapper.autoguide`` itself is covered too); the next call puts the module's own tensors
-    back, so the module is the one place the parameters live (``state_dict``, the optimizer,
-    checkpoints).
-
-    Example:
-        >>> import pyro
-        >>> def model(x, y=None):
-        ...     pyro.sample("w", dist.Normal(0.0, 1.0))
-        >>> keys = len(pyro.get_param_store())
-        >>> guide = AutoGuideWrapper(autoguide.AutoNormal(model))
-        >>> sorted(guide(torch.zeros(1), kl_weight=0.1))
-        ['w']
-        >>> len(pyro.get_param_store()) == keys, sorted(n for n, _ in guide.named_parameters())
-        (True, ['autoguide.locs.w_unconstrained', 'autoguide.scales.w_unconstrained'])
-    """
-
-    def __init__(self, guide: autoguide.AutoGuide) -> None:
-        super().__init__()
-        if isinstance(guide, PyroModule):
-            if not guide._pyro_name:
-                guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
-            guide.register_forward_hook(_forget_store_entries, always_call=True)
-        self.autoguide = guide
-
-    def forward(
-        self, x: torch.Tensor, y: torch.Tensor | None = None, *, kl_weight: float = 1.0, **_: Any
-    ) -> Any:
-        with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
-            return self.autoguide(x, y)
-
-
-def _wrap(guide: nn.Module) -> AutoGuideWrapper:
-    if isinstance(guide, PyroModule):
-        # Pyro copies an autoguide's parameters into its global param store under
-        # "<guide name>.<param>" while it runs; a unique name per instance keeps two models from
-        # ever sharing them (the wrapper removes the entries after each call).
-        guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
-    return AutoGuideWrapper(guide)
-
-
-#: Names accepted by :func:`build_guide`.
-GUIDE_NAMES = {
-    "meanfield": None,
-    "normal": autoguide.AutoNormal,
-    "diagonal": autoguide.AutoDiagonalNormal,
-    "lowrank": autoguide.AutoLowRankMultivariateNormal,
-    "delta": autoguide.AutoDelta,
-}
-
-
-def _is_autoguide_class(spec: object) -> bool:
-    return isinstance(spec, type) and issubclass(spec, autoguide.AutoGuide)
-
-
-def build_guide(
-    spec: str | type | Callable[[Callable], Any],
-    model: Callable[..., Any],
-    init_loc: Mapping[str, torch.Tensor],
-    init_scale: float,
-) -> nn.Module:
-    """Make the guide for ``model`` from a name, an autoguide class or a factory.
-
-    Args:
-        spec: ``"meanfield"`` (:class:`MeanFieldNormalGuide`), ``"normal"``, ``"diagonal"``,
-            ``"lowrank"``, ``"delta"``, an ``AutoGuide`` subclass, a ``functools.partial`` of
-            one with options (``partial(AutoLowRankMultivariateNormal, rank=10)``), or a
-            callable ``model -> guide`` (which then sets its own initial values).
-        model: the Pyro model.
-        init_loc: initial values per site (the net's own init), also given to autoguides
-            through ``init_to_value``.
-        init_scale: initial standard deviation (guides that take one).
-
-    Returns:
-        An ``nn.Module`` guide accepting the model's ``(x, y, dataset_size=, kl_weight=)``.
-
-    Example:
-        >>> import pyro
-        >>> def model(x, y=None):
-        ...     pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
-        >>> type(build_guide("meanfield", model, {}, 0.1)).__name__
-        'MeanFieldNormalGuide'
-        >>> type(build_guide("lowrank", model, {}, 0.1).autoguide).__name__
-        'AutoLowRankMultivariateNormal'
-    """
-    if isinstance(spec, str):
-        if spec not in GUIDE_NAMES:
-            raise ValueError(f"guide must be one of {sorted(GUIDE_NAMES)}, got {spec!r}")
-        spec = GUIDE_NAMES[spec] or MeanFieldNormalGuide
-    if spec is MeanFieldNormalGuide:
-        return MeanFieldNormalGuide(model, init_loc=init_loc, init_scale=init_scale)
-    init_fn = autoguide.initialization.init_to_value(
-        values=dict(init_loc), fallback=autoguide.initialization.init_to_median
-    )
-    options: dict[str, Any] = {}
-    if isinstance(spec, functools.partial) and _is_autoguide_class(spec.func):
-        # functools.partial(AutoLowRankMultivariateNormal, rank=10): the options, plus the
-        # library's initial values unless the partial sets them itself
-        spec, options = spec.func, dict(spec.keywords)
-    if _is_autoguide_class(spec):
-        accepted = inspect.signature(spec.__init__).parameters
-        kwargs: dict[str, Any] = {}
-        if "init_loc_fn" in accepted:
-            kwargs["init_loc_fn"] = init_fn
-        if "init_scale" in accepted:
-            kwargs["init_scale"] = init_scale
-        return _wrap(spec(model, **{**kwargs, **options}))
-    if callable(spec):
-        guide = spec(model)
-        if not isinstance(guide, nn.Module):
-            raise TypeError(
-                f"the guide factory must return an nn.Module, got {type(guide).__name__}"
-            )
-        return guide if isinstance(guide, MeanFieldNormalGuide) else _wrap(guide)
-    raise TypeError(f"guide must be a name, an AutoGuide class or a factory, got {spec!r}")
+        return [s.name for s in self.site_specs]
