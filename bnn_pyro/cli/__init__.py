@@ -32,6 +32,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from bnn_pyro import __version__
 from bnn_pyro.cli import demo, fit, predict
 from bnn_pyro.cli.errors import USER_ERRORS, OneLineParser, one_line
 
@@ -49,8 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         ...                                   "--out", "run", "--hidden", "64,32"])
         >>> args.command, args.method, args.hidden
         ('fit', 'vi', (64, 32))
+        >>> build_parser().parse_args(["--version"])
+        Traceback (most recent call last):
+          ...
+        SystemExit: 0
     """
     parser = OneLineParser(prog="bnn-pyro", description="Bayesian neural networks on Pyro.")
+    parser.add_argument("--version", action="version", version=f"bnn-pyro {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (demo, fit, predict):
         module.add_parser(sub).add_argument(
