@@ -103,15 +103,13 @@ def fit_stacked(
     return stacked_fit(bnns, X, y, **options, **{k: v for k, v in given.items() if k in takes})
 
 
-#: The options a method's stacked fit may lack, at their defaults (then they are not passed).
-_DEFAULTS = {"weight_decay": 0.0, "kl_weight": 1.0, "init": None, "map_epochs": None,
-             "elbo": None, "num_particles": 1}  # fmt: skip
-
-
 def _is_default(name: str, value: Any) -> bool:
+    """Whether option ``name`` is left at :func:`fit_stacked`'s default (then a method's stacked
+    fit that lacks it need not take it)."""
     if name == "callbacks":
         return not list(value)
-    return value is _DEFAULTS[name] or (not callable(value) and value == _DEFAULTS[name])
+    default = inspect.signature(fit_stacked).parameters[name].default
+    return value is default or (not callable(value) and value == default)
 
 
 def _stacked_fit_of(cls: type) -> Callable[..., History]:

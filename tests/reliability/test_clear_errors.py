@@ -65,3 +65,11 @@ def test_the_cli_calls_a_constant_target_constant(tmp_path, capsys):
     assert main([*argv, "--epochs", "2", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "column 'y' is constant" in err and "--lr" not in err
+
+
+def test_an_unfitted_model_still_predicts_from_given_samples():
+    """NUTS on ``bnn.model`` leaves the guide unfitted: its samples must still predict (the
+    shape check needs a fitted guide and stands aside)."""
+    samples = _vi().sample_posterior(4, seed=0)
+    fresh = bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1))
+    assert fresh.predict(X[:3], posterior_samples=samples)[0].shape == (3, 1)

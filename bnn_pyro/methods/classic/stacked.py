@@ -22,7 +22,7 @@ import torch
 
 from bnn_pyro._rng import noise_generators, order_generators
 from bnn_pyro.methods.classic.training import check_fit_args, member_task_losses
-from bnn_pyro.spec import discover_specs
+from bnn_pyro.registry import method_specs
 from bnn_pyro.training import History, make_optimizer, train
 from bnn_pyro.training.stacked import (
     StackedLossStep,
@@ -44,7 +44,7 @@ def stacked_classes() -> tuple[type, ...]:
         ['MCDropout', 'SWAG', 'LaplaceApproximation']
     """
     me = f"{__name__}:{fit_classic_stacked.__name__}"
-    return tuple(s.load_class() for s in discover_specs() if s.stacked_fit == me)
+    return tuple(s.load_class() for s in method_specs().values() if s.stacked_fit == me)
 
 
 def fit_classic_stacked(

@@ -152,15 +152,18 @@ class SVIPredictive(BaseBayesianMethod):
         if missing:
             raise ValueError(f"posterior_samples lacks the site(s) {missing}")
         samples = {k: torch.as_tensor(v, device=self.device) for k, v in posterior_samples.items()}
-        reference = self.sample_posterior(1, seed=0)  # one draw: the shape of every site
+        # the shape of every site from one draw of the guide; an unfitted model (samples from
+        # NUTS on its model) has no guide to draw from, and its sites are not checked
+        reference = self.sample_posterior(1, seed=0) if self.is_fitted() else None
         counts = set()
         for name in self.site_names:
-            want, got = tuple(reference[name].shape[1:]), tuple(samples[name].shape)
-            if got[1:] != want:
+            got = tuple(samples[name].shape)
+            want = None if reference is None else tuple(reference[name].shape[1:])
+            if want is not None and got[1:] != want:
                 raise ValueError(
                     f"posterior_samples[{name!r}] must have shape (S, *{want}), got {got}"
                 )
-            counts.add(got[0])
+            counts.add(got[0] if got else None)
         if len(counts) > 1:
             raise ValueError(f"posterior_samples must hold one S for all sites, got {counts}")
         return samples
