@@ -88,3 +88,21 @@ def test_the_uci_harness_runs_it_as_an_untuned_row(toy):
     locs, scales = reported[0]
     assert locs.shape == (5, 40, 1) and bool(torch.isfinite(scales).all())
     registry._UNTUNED.pop("toy")  # the toy folder leaves with this test
+
+
+def test_the_new_public_helpers_refuse_bad_input_by_name():
+    from bnn_pyro.checkpoint import class_named, register_class
+    from bnn_pyro.spec import MethodSpec, load_object
+
+    with pytest.raises(ValueError, match="a method name must be an identifier"):
+        MethodSpec("two words", "bnn_pyro.methods.swag.swag:SWAG", "")
+    with pytest.raises(TypeError, match="cls must be a class or 'module:Class'"):
+        MethodSpec("toy", 3, "")
+    with pytest.raises(ValueError, match="expected 'module:name'"):
+        load_object("bnn_pyro.methods.swag.swag.SWAG")
+    with pytest.raises(TypeError, match="register_class takes a class"):
+        register_class("SWAG")
+    with pytest.raises(ValueError, match="no bnn_pyro method class named 'Nope'"):
+        class_named("Nope")
+    with pytest.raises(ValueError, match="method must be one of"):
+        bp.make("nope", bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
