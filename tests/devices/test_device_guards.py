@@ -69,7 +69,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("methods/laplace/curvature.py", "residual_sigma", "tensor"): _GATHER,
     ("methods/swag/swag.py", "SWAG.__init__", "zeros"): "a registered buffer: .to() moves it",
     ("metrics/calibration.py", "regression_calibration", "arange"): "moved to the data's below",
-    ("nn/gaussian_linear.py", "init_mean_field", "empty"): (
+    ("nn/mean_field_linear.py", "init_mean_field", "empty"): (
         "a layer's initial parameters, made on the CPU as nn.Linear's are; .to() moves them"
     ),
     ("poutine/estimators.py", "_floor", "tensor"): "read back as a Python float",
