@@ -8,7 +8,8 @@ Both curvatures are sums over the data of per-example terms:
   and ``Λ_n`` the Hessian of the negative log-likelihood in the outputs: ``diag(1/σ²)`` for a
   Gaussian, ``diag(p) - p pᵀ`` for a softmax categorical.
 
-``structure="diag"`` keeps ``diag(F)``/``diag(G)`` ``(P,)``, ``"full"`` the ``(P, P)`` matrix.
+A :class:`~bnn_pyro.methods.laplace.structures.HessianStructure` keeps the sum: its diagonal
+``(P,)``, the ``(P, P)`` matrix, ...
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, jacrev, vmap
 
 from bnn_pyro.methods.classic.params import flatten
+from bnn_pyro.methods.laplace.structures import HessianStructure
 from bnn_pyro.training import distributed
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -50,7 +52,7 @@ def curvature(
     *,
     likelihood: str,
     kind: str,
-    structure: str,
+    structure: HessianStructure,
     sigma: torch.Tensor | None,
     device: torch.device,
     reduce: bool = False,
@@ -63,7 +65,7 @@ def curvature(
         batches: ``(x (B, ...), y)`` pairs.
         likelihood: ``"classification"`` or ``"regression"``.
         kind: ``"fisher"`` (empirical Fisher) or ``"ggn"``.
-        structure: ``"diag"`` or ``"full"``.
+        structure: how ``H`` is kept (:mod:`~bnn_pyro.methods.laplace.structures`).
         sigma: ``(O,)`` Gaussian noise std (regression only).
         device: where the batches go.
         reduce: the batches are this rank's part of the data: sum ``H``, the log-likelihood
@@ -83,7 +85,7 @@ def curvature(
 
     size = sum(t.numel() for t in params.values())
     ref = next(iter(params.values()))
-    h = ref.new_zeros(size) if structure == "diag" else ref.new_zeros(size, size)
+    h = structure.zeros(size, ref)
     loglik, count = 0.0, 0
     for xb, yb in batches:
         xb, yb = xb.to(device), yb.to(device)
@@ -91,29 +93,19 @@ def curvature(
         if kind == "fisher":
             grads, nll = vmap(grad_and_value(loss), in_dims=(None, 0, 0))(params, xb, yb)
             loglik -= float(nll.detach().sum())
-            if structure == "diag":  # square per parameter: never materialise (B, P)
-                h += torch.cat([(g**2).sum(0).reshape(-1) for g in grads.values()])
-            else:
-                g = flatten(grads, batch_dims=1)
-                h += g.T @ g
+            h = structure.add_fisher(h, grads)
             continue
         jac, out = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(params, xb)
         jac = flatten(jac, batch_dims=2)  # (B, O, P)
         nll = _nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma)
         loglik -= float(nll.detach())
         if likelihood == "regression":
-            w = (1.0 / sigma**2).to(jac).expand(jac.shape[1])  # (O,)
-            if structure == "diag":
-                h += torch.einsum("bop,o->p", jac**2, w)
-            else:
-                h += torch.einsum("bop,o,boq->pq", jac, w, jac)
+            w = (1.0 / sigma**2).to(jac).expand(jac.shape[:2])  # (B, O)
+            h = structure.add_ggn(h, jac, w, None)
         else:
             prob = torch.softmax(out, dim=-1)  # (B, C)
-            jp = torch.einsum("bop,bo->bp", jac, prob)  # J^T p
-            if structure == "diag":
-                h += torch.einsum("bop,bo->p", jac**2, prob) - (jp**2).sum(0)
-            else:
-                h += torch.einsum("bop,bo,boq->pq", jac, prob, jac) - jp.T @ jp
+            jp = torch.einsum("bop,bo->bp", jac, prob)  # J^T p: H = J^T (diag(p) - p p^T) J
+            h = structure.add_ggn(h, jac, prob, jp)
     if reduce and distributed.active():
         sums = distributed.all_sum(torch.tensor([loglik, float(count)], dtype=torch.float64))
         return distributed.all_sum(h.detach()), float(sums[0]), int(sums[1])

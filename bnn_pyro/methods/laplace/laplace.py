@@ -29,6 +29,7 @@ from bnn_pyro.methods.classic.training import (
 )
 from bnn_pyro.methods.laplace import gaussian_posterior as gp
 from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
+from bnn_pyro.methods.laplace.structures import STRUCTURES, HessianStructure, structure_named
 from bnn_pyro.training import History, distributed
 
 __all__ = ["LaplaceApproximation"]
@@ -112,7 +113,7 @@ class LaplaceApproximation(ClassicMethod):
         self.num_samples = check_int("num_samples", num_samples)
         self.hessian = check_choice("hessian", hessian, ("fisher", "ggn"))
         self.hessian_structure = check_choice(
-            "hessian_structure", hessian_structure, ("diag", "full")
+            "hessian_structure", hessian_structure, tuple(STRUCTURES)
         )
         self.subset = check_choice("subset", subset, ("all", "last_layer"))
         self.predictive = check_choice("predictive", predictive, ("nn", "glm"))
@@ -129,6 +130,12 @@ class LaplaceApproximation(ClassicMethod):
 
     # --- posterior ----------------------------------------------------------------------
     @property
+    def structure(self) -> HessianStructure:
+        """How ``H`` is kept: the :class:`~bnn_pyro.methods.laplace.structures.HessianStructure`
+        of ``hessian_structure``."""
+        return structure_named(self.hessian_structure)
+
+    @property
     def mean(self) -> dict[str, torch.Tensor] | None:
         """θ* ``{name: tensor}`` of the Bayesian parameters, or None before :meth:`fit`."""
         return None if self._mean is None else unflatten(self._mean, self._shapes)
@@ -143,13 +150,13 @@ class LaplaceApproximation(ClassicMethod):
         """``H + λ``: ``{name: tensor}`` (diag) or a ``(P, P)`` matrix."""
         if self._hessian is None:
             return None
-        prec = gp.precision(self._hessian, self.prior_precision, self.hessian_structure)
-        return unflatten(prec, self._shapes) if self.hessian_structure == "diag" else prec
+        prec = self.structure.precision(self._hessian, self.prior_precision)
+        return unflatten(prec, self._shapes) if prec.dim() == 1 else prec
 
     def posterior_covariance(self) -> torch.Tensor:
         """``(H + λ I)⁻¹`` as a ``(P, P)`` matrix (diagonal for ``hessian_structure="diag"``)."""
         _, h = self._require_fit()
-        return gp.covariance(h, self.prior_precision, self.hessian_structure)
+        return self.structure.covariance(h, self.prior_precision)
 
     def log_marginal_likelihood(self, prior_precision: float | None = None) -> torch.Tensor:
         """Laplace log-evidence ``log p(D | λ)`` at θ* (float64 scalar tensor).
@@ -169,7 +176,7 @@ class LaplaceApproximation(ClassicMethod):
         mean, h = self._require_fit()
         lam = self.prior_precision if prior_precision is None else prior_precision
         lam = check_float("prior_precision", lam, minimum=0.0, strict=True)
-        return gp.log_evidence(self._loglik, mean, h, lam, self.hessian_structure)
+        return gp.log_evidence(self._loglik, mean, self.structure.eigenvalues(h), lam)
 
     def optimize_prior_precision(self, bounds: tuple[float, float] = (1e-8, 1e8)) -> float:
         """Set λ to the maximiser of :meth:`log_marginal_likelihood` and return it.
@@ -190,7 +197,8 @@ class LaplaceApproximation(ClassicMethod):
         lo, hi = (check_float("bounds", b, minimum=0.0, strict=True) for b in bounds)
         if lo >= hi:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
-        self.prior_precision = gp.optimal_prior_precision(mean, h, self.hessian_structure, (lo, hi))
+        e = self.structure.eigenvalues(h)
+        self.prior_precision = gp.optimal_prior_precision(mean, e, (lo, hi))
         return self.prior_precision
 
     # --- fitting ------------------------------------------------------------------------
@@ -212,7 +220,7 @@ class LaplaceApproximation(ClassicMethod):
                 batches,
                 likelihood=self.task,
                 kind=self.hessian,
-                structure=self.hessian_structure,
+                structure=self.structure,
                 sigma=sigma,
                 device=device,
                 reduce=reduce,
@@ -285,14 +293,14 @@ class LaplaceApproximation(ClassicMethod):
     ) -> History:
         self._check_x(x)
         dev = self._move(device)
-        x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
+        x, yt, validation = self.fit_data(x, y, self.model, self.model, settings.validation_data)
         history = History()
         if settings.epochs > 0:
             history = self._train_net((x, yt), settings, validation, "Laplace (MAP)")
-        self._after_training(x, yt, settings, dev)
+        self.after_training(x, yt, settings, dev)
         return history
 
-    def _after_training(
+    def after_training(
         self,
         x: torch.Tensor,
         yt: torch.Tensor,
@@ -318,7 +326,7 @@ class LaplaceApproximation(ClassicMethod):
         """``{name: (S, *shape)}`` draws of the Bayesian parameters from the posterior."""
         mean, h = self._require_fit()
         check_int("num_samples", num_samples)
-        flat = gp.sample(mean, h, self.prior_precision, self.hessian_structure, num_samples)
+        flat = self.structure.sample(mean, h, self.prior_precision, num_samples)
         return unflatten(flat, self._shapes)
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:

@@ -1,0 +1,181 @@
+"""How the Laplace approximation stores its curvature ``H``, and the Gaussian
+``N(θ*, (H + λ I)⁻¹)`` on it: one class per structure, chosen by its key, as laplace-torch does.
+
+* :class:`DiagonalHessian` (``"diag"``): ``diag(H)`` ``(P,)``, any size of net;
+* :class:`FullHessian` (``"full"``): the ``(P, P)`` matrix, small nets or the last layer.
+
+A structure accumulates ``H`` from per-example gradients (the empirical Fisher) or Jacobians
+(the generalised Gauss-Newton), and answers the posterior's questions: its precision,
+covariance, draws, and the eigenvalues of ``H`` that the log-evidence needs. A new structure
+(Kronecker factors) is one more subclass in :data:`STRUCTURES`; nothing else branches on it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+
+from bnn_pyro.methods.classic.params import flatten
+
+__all__ = ["STRUCTURES", "DiagonalHessian", "FullHessian", "HessianStructure", "structure_named"]
+
+
+class HessianStructure(ABC):
+    """The storage of ``H`` and the Gaussian posterior's linear algebra on it.
+
+    ``h`` below is this structure's tensor, ``lam`` the scalar prior precision λ, ``mean`` the
+    flat θ* ``(P,)``.
+
+    Example:
+        >>> s = structure_named("full")
+        >>> h = s.add_fisher(s.zeros(2, torch.zeros(1)), {"w": torch.tensor([[1.0, 2.0]])})
+        >>> h
+        tensor([[1., 2.],
+                [2., 4.]])
+        >>> torch.allclose(s.covariance(h, 1.0) @ s.precision(h, 1.0), torch.eye(2))
+        True
+    """
+
+    #: The key of ``hessian_structure=``.
+    name: ClassVar[str]
+
+    @abstractmethod
+    def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
+        """An empty ``H`` for ``size`` parameters, in ``like``'s dtype and device."""
+
+    @abstractmethod
+    def add_fisher(self, h: torch.Tensor, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``h + Σ_b g_b g_bᵀ`` for per-example gradients ``{name: (B, *shape)}``."""
+
+    @abstractmethod
+    def add_ggn(
+        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``h + Σ_b (J_bᵀ diag(w_b) J_b - j_b j_bᵀ)`` for Jacobians ``jac (B, O, P)``, output
+        weights ``weight (B, O)`` and ``jp (B, P)`` (``J_bᵀ p_b`` of a categorical; ``None``:
+        no such term)."""
+
+    @abstractmethod
+    def precision(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        """``H + λ I`` in this structure."""
+
+    @abstractmethod
+    def covariance(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        """``(H + λ I)⁻¹`` as a ``(P, P)`` matrix."""
+
+    @abstractmethod
+    def sample(
+        self, mean: torch.Tensor, h: torch.Tensor, lam: float, num_samples: int
+    ) -> torch.Tensor:
+        """``(S, P)`` draws of the posterior (the global RNG of ``mean``'s device)."""
+
+    @abstractmethod
+    def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
+        """The eigenvalues of ``H`` in float64, clipped at 0."""
+
+
+class DiagonalHessian(HessianStructure):
+    """``diag(H)`` ``(P,)``: the posterior's coordinates independent.
+
+    Example:
+        >>> s = DiagonalHessian()
+        >>> h = s.add_fisher(s.zeros(2, torch.zeros(1)), {"w": torch.tensor([[1.0, 2.0]])})
+        >>> h, s.precision(h, 1.0)
+        (tensor([1., 4.]), tensor([2., 5.]))
+    """
+
+    name = "diag"
+
+    def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
+        return like.new_zeros(size)
+
+    def add_fisher(self, h: torch.Tensor, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        # square per parameter: never materialise the (B, P) gradients
+        return h + torch.cat([(g**2).sum(0).reshape(-1) for g in grads.values()])
+
+    def add_ggn(
+        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
+    ) -> torch.Tensor:
+        h = h + torch.einsum("bop,bo->p", jac**2, weight)
+        return h if jp is None else h - (jp**2).sum(0)
+
+    def precision(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        return h + lam
+
+    def covariance(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        return torch.diag(1.0 / (h + lam))
+
+    def sample(
+        self, mean: torch.Tensor, h: torch.Tensor, lam: float, num_samples: int
+    ) -> torch.Tensor:
+        z = torch.randn(num_samples, mean.numel(), dtype=mean.dtype, device=mean.device)
+        return mean + z / (h + lam).sqrt()
+
+    def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
+        return h.double().clamp_min(0)
+
+
+class FullHessian(HessianStructure):
+    """The ``(P, P)`` matrix ``H``: the posterior's correlations kept.
+
+    Example:
+        >>> s = FullHessian()
+        >>> s.eigenvalues(torch.tensor([[2.0, 0.0], [0.0, -1.0]]))
+        tensor([0., 2.], dtype=torch.float64)
+    """
+
+    name = "full"
+
+    def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
+        return like.new_zeros(size, size)
+
+    def add_fisher(self, h: torch.Tensor, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        g = flatten(grads, batch_dims=1)
+        return h + g.T @ g
+
+    def add_ggn(
+        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
+    ) -> torch.Tensor:
+        h = h + torch.einsum("bop,bo,boq->pq", jac, weight, jac)
+        return h if jp is None else h - jp.T @ jp
+
+    def precision(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        return h + lam * torch.eye(len(h), dtype=h.dtype, device=h.device)
+
+    def covariance(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        return torch.cholesky_inverse(torch.linalg.cholesky(self.precision(h, lam)))
+
+    def sample(
+        self, mean: torch.Tensor, h: torch.Tensor, lam: float, num_samples: int
+    ) -> torch.Tensor:
+        """With ``H + λI = L Lᵀ``: ``θ = θ* + L⁻ᵀ z``."""
+        z = torch.randn(num_samples, mean.numel(), dtype=mean.dtype, device=mean.device)
+        chol = torch.linalg.cholesky(self.precision(h, lam))
+        return mean + torch.linalg.solve_triangular(chol.T, z.T, upper=True).T
+
+    def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.eigvalsh(h.double()).clamp_min(0)
+
+
+#: The structures by key (``hessian_structure=``).
+STRUCTURES: dict[str, type[HessianStructure]] = {
+    cls.name: cls for cls in (DiagonalHessian, FullHessian)
+}
+
+
+def structure_named(name: str) -> HessianStructure:
+    """The structure of key ``name``.
+
+    Example:
+        >>> type(structure_named("diag")).__name__
+        'DiagonalHessian'
+        >>> structure_named("kron")
+        Traceback (most recent call last):
+          ...
+        ValueError: hessian_structure must be one of ['diag', 'full'], got 'kron'
+    """
+    if name not in STRUCTURES:
+        raise ValueError(f"hessian_structure must be one of {sorted(STRUCTURES)}, got {name!r}")
+    return STRUCTURES[name]()
