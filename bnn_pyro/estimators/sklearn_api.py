@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,8 +54,25 @@ _TAIL_ARGS = """
             ``"cuda:1"``; the arrays are copied there and the results back as NumPy arrays."""
 
 
+@dataclass(eq=False, repr=False)  # scikit-learn's repr; hashable (identity) as estimators are
 class _BNNEstimator(BaseEstimator):
-    """Shared parts: building the :class:`TabularBNN`, seeding, tags."""
+    """Shared parts: the hyperparameters (the constructor only stores them, as scikit-learn
+    asks), building the :class:`TabularBNN`, seeding, tags."""
+
+    hidden_sizes: tuple[int, ...] = (50,)
+    activation: str = "relu"
+    method: str = "vi"
+    epochs: int = 200
+    batch_size: int | None = 128
+    lr: float = 1e-2
+    num_samples: int = 100
+    prior_scale: float = 1.0
+    standardize: bool = True
+    dropout_rate: float = 0.1
+    ensemble_size: int = 5
+    random_state: int | np.random.RandomState | None = None
+    progress: bool = False
+    device: str | None = None
 
     _task = "regression"
 
@@ -97,6 +115,7 @@ class _BNNEstimator(BaseEstimator):
         return tags
 
 
+@dataclass(eq=False, repr=False)
 class BNNRegressor(RegressorMixin, _BNNEstimator):
     """A Bayesian neural network regressor with the scikit-learn interface.
 
@@ -130,41 +149,9 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
         ((3,), True)
     """
 
-    _task = "regression"
+    noise: str | float = "learned"
 
-    def __init__(
-        self,
-        hidden_sizes: tuple[int, ...] = (50,),
-        activation: str = "relu",
-        method: str = "vi",
-        epochs: int = 200,
-        batch_size: int | None = 128,
-        lr: float = 1e-2,
-        num_samples: int = 100,
-        prior_scale: float = 1.0,
-        noise: str | float = "learned",
-        standardize: bool = True,
-        dropout_rate: float = 0.1,
-        ensemble_size: int = 5,
-        random_state: int | np.random.RandomState | None = None,
-        progress: bool = False,
-        device: str | None = None,
-    ) -> None:
-        self.hidden_sizes = hidden_sizes
-        self.activation = activation
-        self.method = method
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.num_samples = num_samples
-        self.prior_scale = prior_scale
-        self.noise = noise
-        self.standardize = standardize
-        self.dropout_rate = dropout_rate
-        self.ensemble_size = ensemble_size
-        self.random_state = random_state
-        self.progress = progress
-        self.device = device
+    _task = "regression"
 
     def fit(self, X: Any, y: Any) -> BNNRegressor:
         """Standardise, build and train the model.
@@ -212,6 +199,7 @@ class BNNRegressor(RegressorMixin, _BNNEstimator):
         return tags
 
 
+@dataclass(eq=False, repr=False)
 class BNNClassifier(ClassifierMixin, _BNNEstimator):
     """A Bayesian neural network classifier with the scikit-learn interface.
 
@@ -240,38 +228,6 @@ class BNNClassifier(ClassifierMixin, _BNNEstimator):
     """
 
     _task = "classification"
-
-    def __init__(
-        self,
-        hidden_sizes: tuple[int, ...] = (50,),
-        activation: str = "relu",
-        method: str = "vi",
-        epochs: int = 200,
-        batch_size: int | None = 128,
-        lr: float = 1e-2,
-        num_samples: int = 100,
-        prior_scale: float = 1.0,
-        standardize: bool = True,
-        dropout_rate: float = 0.1,
-        ensemble_size: int = 5,
-        random_state: int | np.random.RandomState | None = None,
-        progress: bool = False,
-        device: str | None = None,
-    ) -> None:
-        self.hidden_sizes = hidden_sizes
-        self.activation = activation
-        self.method = method
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.num_samples = num_samples
-        self.prior_scale = prior_scale
-        self.standardize = standardize
-        self.dropout_rate = dropout_rate
-        self.ensemble_size = ensemble_size
-        self.random_state = random_state
-        self.progress = progress
-        self.device = device
 
     def fit(self, X: Any, y: Any) -> BNNClassifier:
         """Standardise, build and train the model.

@@ -58,11 +58,11 @@ def fit_stacked_vi(
 
     Example:
         >>> import bnn_pyro as bp
-        >>> X = torch.randn(64, 2); y = X.sum(-1, keepdim=True)
-        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)) for _ in range(3)]
-        >>> history = fit_stacked_vi(bnns, X, y, seeds=[0, 1, 2], epochs=2, progress=False)
-        >>> len(history["member_loss"][-1])
-        3
+        >>> X = torch.randn(2, 32, 2)  # each member its own rows: (K, N, D)
+        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)) for _ in range(2)]
+        >>> h = fit_stacked_vi(bnns, X, X.sum(-1), seeds=[3, 4], epochs=3, progress=False)
+        >>> len(h["loss"]), [b.is_fitted() for b in bnns]
+        (3, [True, True])
     """
     X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
     if weight_decay:
