@@ -46,7 +46,7 @@ STALE_AFTER = 3600.0
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
-def _check_path(path: Any, name: str = "path") -> str:
+def check_path(path: Any, name: str = "path") -> str:
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
     return os.fspath(path)
@@ -97,7 +97,7 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
         >>> [os.path.basename(p) for p in remove_stale_temporaries(path)]
         ['.tmp-m.pt.somehost.999999999.abc.pt']
     """
-    path = _check_path(path)
+    path = check_path(path)
     folder = os.path.dirname(os.path.abspath(path))
     prefix, host, now = _temp_prefix(path), _host(), time.time()
     pattern = re.compile(r"([A-Za-z0-9_-]+)\.(\d+)\.[A-Za-z0-9_]+\.pt")
@@ -144,7 +144,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> None:
         >>> torch.load(path, weights_only=True)["a"].tolist()
         [1.0, 1.0]
     """
-    path = _check_path(path)
+    path = check_path(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"the folder of {path!r} does not exist")
@@ -235,7 +235,7 @@ def load_file(path: str | os.PathLike, map_location: Any = None) -> Any:
           ...
         bnn_pyro.exceptions.CheckpointError: ... is truncated or damaged: ...
     """
-    path = _check_path(path)
+    path = check_path(path)
     source = repr(path)
     remove_stale_temporaries(path)
     try:

@@ -31,8 +31,8 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro._checkpoint_file import (
-    _check_path,
     atomic_save,
+    check_path,
     load_file,
     remove_stale_temporaries,
 )
@@ -286,7 +286,7 @@ def load_method(
           ...
         bnn_pyro.exceptions.CheckpointError: ... has shape (8, 2) in the file and (5, 2) in net
     """
-    source = repr(_check_path(path))
+    source = repr(check_path(path))
     if net is not None and not isinstance(net, nn.Module):
         raise TypeError(f"net must be a torch.nn.Module or None, got {type(net).__name__}")
     state = read_checkpoint(path, map_location)

@@ -31,7 +31,8 @@ import torch
 import torch.nn as nn
 from pyro.distributions.torch_distribution import TorchDistribution
 
-from bnn_pyro.priors.base import Prior, _positive
+from bnn_pyro._checks import check_float
+from bnn_pyro.priors.base import Prior
 
 __all__ = ["LearnedNormalPrior"]
 
@@ -67,7 +68,7 @@ class LearnedNormalPrior(Prior, nn.Module):
     def __init__(self, init_scale: float = 1.0, **selection: Any) -> None:
         nn.Module.__init__(self)
         Prior.__init__(self, **selection)
-        self.init_scale = _positive("init_scale", init_scale)
+        self.init_scale = check_float("init_scale", init_scale, minimum=0.0, strict=True)
         self.log_scales = nn.ParameterDict()
 
     # ------------------------------------------------------------------ binding

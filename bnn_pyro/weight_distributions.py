@@ -18,10 +18,17 @@ from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
 from torch.distributions.utils import broadcast_all
 
-__all__ = ["ReparamNormal", "ScaleMixtureNormal", "SharedNormal"]
+__all__ = [
+    "LOG_SQRT_2PI",
+    "ReparamNormal",
+    "ScaleMixtureNormal",
+    "SharedNormal",
+    "rebuild_on",
+]
 
 _NO_SHAPE = torch.Size()
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+#: ``log(sqrt(2 pi))``, the constant of a Normal's log density.
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class SharedNormal(dist.Normal):
@@ -158,5 +165,36 @@ class ReparamNormal(dist.Normal):
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         last = self._last
         if last is not None and value is last[0]:
-            return -0.5 * last[1] ** 2 - self.scale.log() - _LOG_SQRT_2PI
+            return -0.5 * last[1] ** 2 - self.scale.log() - LOG_SQRT_2PI
         return super().log_prob(value)
+
+
+def rebuild_on(d: TorchDistribution, device: torch.device, dtype: torch.dtype) -> TorchDistribution:
+    """A copy of ``d``, a distribution with scalar parameters, on ``device`` in ``dtype``.
+
+    Args:
+        d: a distribution whose constructor takes its ``arg_constraints`` by name.
+        device, dtype: where the copy's parameters live.
+
+    Returns:
+        ``type(d)`` with the same parameters, moved (unvalidated, as the original was checked).
+
+    Raises:
+        TypeError: ``d``'s constructor does not take its ``arg_constraints``.
+
+    Example:
+        >>> import pyro.distributions as dist
+        >>> d = rebuild_on(dist.Normal(0.0, 2.0), torch.device("cpu"), torch.float64)
+        >>> d.scale.dtype, float(d.scale)
+        (torch.float64, 2.0)
+    """
+    try:
+        params = {k: getattr(d, k) for k in d.arg_constraints}
+        moved = {k: torch.as_tensor(v, device=device) for k, v in params.items()}
+        moved = {k: v.to(dtype) if v.is_floating_point() else v for k, v in moved.items()}
+        return type(d)(**moved, validate_args=False)
+    except (TypeError, AttributeError) as err:
+        raise TypeError(
+            f"cannot rebuild {type(d).__name__} from its arg_constraints {list(d.arg_constraints)}"
+            f" on {device}; use a distribution whose constructor takes them ({err})"
+        ) from err

@@ -1,4 +1,5 @@
-"""The package's shape: files under 400 lines, no import cycle, the core free of ``methods/``.
+"""The package's shape: files under 400 lines, no import cycle, the core free of ``methods/``,
+and no module using another module's underscored names.
 
 Every import counts: at module level, inside functions and under ``if TYPE_CHECKING`` alike (a
 function-level import is still a dependency, and only hides a cycle from the interpreter).
@@ -121,3 +122,93 @@ def test_the_checker_counts_imports_inside_functions(tmp_path):
     )
     known = {"bnn_pyro", "bnn_pyro.base", "bnn_pyro.training", "bnn_pyro.training.loop"}
     assert _imports(source, known) == {"bnn_pyro.base", "bnn_pyro.training.loop"}
+
+
+def _private_names_defined(tree: ast.AST) -> set[str]:
+    """Underscored names a module defines: functions, classes, methods, assignments at module or
+    class level, and ``self.``/``cls.`` attributes. (A ``_name`` that only a third party
+    defines, such as ``nn.Module._parameters``, is that library's business, not this
+    test's.)"""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            found.add(node.attr)
+    return {n for n in found if n.startswith("_") and not n.startswith("__")}
+
+
+def _foreign_private_uses(
+    path: Path, defined_elsewhere: dict[str, str], known: set[str]
+) -> list[str]:
+    """Where ``path`` imports an underscored name from a module of this package, or reads
+    ``obj._name`` (``obj`` not ``self``, ``cls`` or ``super()``) for a ``_name`` that another
+    module of the package defines and ``path`` does not. Private *modules* (``_checks``) are
+    the package's own utilities; a private *name* in a module belongs to that module alone."""
+    tree = ast.parse(path.read_text())
+    own = _private_names_defined(tree)
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bnn_pyro"):
+            for a in node.names:
+                private = a.name.startswith("_") and not a.name.startswith("__")
+                if private and f"{node.module}.{a.name}" not in known:
+                    bad.append(f"line {node.lineno}: imports {a.name} from {node.module}")
+        elif isinstance(node, ast.Attribute) and node.attr in defined_elsewhere:
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            if isinstance(base, ast.Call) and ast.unparse(base.func) == "super":
+                continue
+            if node.attr not in own:
+                where = defined_elsewhere[node.attr]
+                bad.append(f"line {node.lineno}: {ast.unparse(node)} (defined in {where})")
+    return bad
+
+
+def _private_definitions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for module, path in sorted(MODULES.items()):
+        for name in _private_names_defined(ast.parse(path.read_text())):
+            out.setdefault(name, module)
+    return out
+
+
+def test_no_module_uses_another_modules_private_names():
+    """The issue's "private names serve as the real interface": what one module needs of
+    another is a public name (a hook without ``_``), so that a rename inside one module cannot
+    break another silently."""
+    defined = _private_definitions()
+    known = set(MODULES)
+    bad = {
+        module: uses
+        for module, path in sorted(MODULES.items())
+        if (uses := _foreign_private_uses(path, defined, known))
+    }
+    assert not bad, "\n".join(f"{m}: {u}" for m, uses in bad.items() for u in uses)
+
+
+def test_the_checker_sees_a_foreign_private_name(tmp_path):
+    """An import of ``_x`` from another module, and ``other._y`` for a ``_y`` another module
+    defines, are caught; ``self._y``, private modules and names the module defines are not."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from bnn_pyro.priors.base import _helper\n"
+        "from bnn_pyro import _checks\n"
+        "def f(method):\n    return method._fit_data\n"
+        "class A:\n    def g(self):\n        return self._fit_data, self._mine\n"
+        "    def _mine(self, other):\n        return other._mine\n"
+    )
+    known = {"bnn_pyro", "bnn_pyro._checks", "bnn_pyro.priors.base"}
+    uses = _foreign_private_uses(source, {"_fit_data": "x", "_mine": "y"}, known)
+    assert uses == [
+        "line 1: imports _helper from bnn_pyro.priors.base",
+        "line 4: method._fit_data (defined in x)",
+    ]

@@ -41,10 +41,10 @@ class AutoGuideWrapper(nn.Module):
     Pyro's global param store is left as it was: an autoguide is a ``PyroModule`` whose
     parameters are module attributes, and Pyro copies them into the global store under
     ``"<guide name>.<param>"`` whenever the guide runs. The wrapper names an unnamed autoguide
-    uniquely and removes its entries from the store after every call (a forward hook, so a call
-    of ``wrapper.autoguide`` itself is covered too); the next call puts the module's own tensors
-    back, so the module is the one place the parameters live (``state_dict``, the optimizer,
-    checkpoints).
+    uniquely (with ``own_name=True``, every autoguide, named or not) and removes its entries
+    from the store after every call (a forward hook, so a call of ``wrapper.autoguide`` itself
+    is covered too); the next call puts the module's own tensors back, so the module is the one
+    place the parameters live (``state_dict``, the optimizer, checkpoints).
 
     Example:
         >>> import pyro
@@ -59,10 +59,13 @@ class AutoGuideWrapper(nn.Module):
         (True, ['autoguide.locs.w_unconstrained', 'autoguide.scales.w_unconstrained'])
     """
 
-    def __init__(self, guide: autoguide.AutoGuide) -> None:
+    def __init__(self, guide: autoguide.AutoGuide, *, own_name: bool = False) -> None:
         super().__init__()
         if isinstance(guide, PyroModule):
-            if not guide._pyro_name:
+            # Pyro copies an autoguide's parameters into its global param store under
+            # "<guide name>.<param>" while it runs; a unique name per instance keeps two models
+            # from ever sharing them
+            if own_name or not guide._pyro_name:
                 guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
             guide.register_forward_hook(_forget_store_entries, always_call=True)
         self.autoguide = guide
@@ -72,15 +75,3 @@ class AutoGuideWrapper(nn.Module):
     ) -> Any:
         with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
             return self.autoguide(x, y)
-
-
-def _wrap(guide: nn.Module) -> AutoGuideWrapper:
-    if isinstance(guide, PyroModule):
-        # Pyro copies an autoguide's parameters into its global param store under
-        # "<guide name>.<param>" while it runs; a unique name per instance keeps two models from
-        # ever sharing them (the wrapper removes the entries after each call).
-        guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
-    return AutoGuideWrapper(guide)
-
-
-#: Names accepted by :func:`build_guide`.

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from pyro.infer import autoguide
 
-from bnn_pyro.guides.autoguide import _wrap
+from bnn_pyro.guides.autoguide import AutoGuideWrapper
 from bnn_pyro.guides.mean_field import MeanFieldNormalGuide
 
 __all__ = ["GUIDE_NAMES", "build_guide"]
@@ -81,12 +81,16 @@ def build_guide(
             kwargs["init_loc_fn"] = init_fn
         if "init_scale" in accepted:
             kwargs["init_scale"] = init_scale
-        return _wrap(spec(model, **{**kwargs, **options}))
+        return AutoGuideWrapper(spec(model, **{**kwargs, **options}), own_name=True)
     if callable(spec):
         guide = spec(model)
         if not isinstance(guide, nn.Module):
             raise TypeError(
                 f"the guide factory must return an nn.Module, got {type(guide).__name__}"
             )
-        return guide if isinstance(guide, MeanFieldNormalGuide) else _wrap(guide)
+        return (
+            guide
+            if isinstance(guide, MeanFieldNormalGuide)
+            else AutoGuideWrapper(guide, own_name=True)
+        )
     raise TypeError(f"guide must be a name, an AutoGuide class or a factory, got {spec!r}")

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from bnn_pyro.likelihoods.base import Likelihood, float_targets
 from bnn_pyro.likelihoods.noise_init import residual_scale
+from bnn_pyro.weight_distributions import rebuild_on
 
 __all__ = ["NOISE_SITE", "Gaussian", "GaussianLikelihood", "HeteroscedasticGaussian"]
 
@@ -36,14 +37,17 @@ class GaussianLikelihood(Likelihood):
         return float_targets(y, self.target_dim(out_dim), "a Gaussian likelihood")
 
     @abstractmethod
-    def _loc_scale(
+    def loc_scale(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The observation Normal's ``(loc, scale)``, each ``(..., N, O)``, from the net's
+        output ``f`` (``(..., N, O)``, or ``(..., N, 2O)`` for a heteroscedastic head) and the
+        model's latent sites (a learned noise scale)."""
 
     def distribution(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> dist.TorchDistribution:
-        loc, scale = self._loc_scale(f, latents)
+        loc, scale = self.loc_scale(f, latents)
         return dist.Normal(loc, scale, validate_args=False).to_event(1)
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
@@ -52,7 +56,7 @@ class GaussianLikelihood(Likelihood):
     def noise_variance(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> torch.Tensor | None:
-        return self._loc_scale(f, latents)[1] ** 2
+        return self.loc_scale(f, latents)[1] ** 2
 
 
 class Gaussian(GaussianLikelihood):
@@ -135,9 +139,7 @@ class Gaussian(GaussianLikelihood):
         key = (f.shape[-1], f.device, f.dtype)
         prior = self._prior_cache.get(key)
         if prior is None:
-            from bnn_pyro.priors.iid import _rebuild
-
-            prior = _rebuild(self.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
+            prior = rebuild_on(self.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
             self._prior_cache[key] = prior
         return prior
 
@@ -158,7 +160,7 @@ class Gaussian(GaussianLikelihood):
         value = torch.full(y.shape[-1:], self.scale_init, dtype=y.dtype, device=y.device)
         return {NOISE_SITE: value}
 
-    def _loc_scale(
+    def loc_scale(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.learned:
@@ -227,7 +229,7 @@ class HeteroscedasticGaussian(GaussianLikelihood):
             )
         return out_dim // 2
 
-    def _loc_scale(
+    def loc_scale(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         o = self.target_dim(f.shape[-1])

@@ -32,9 +32,11 @@ from pyro.poutine.runtime import effectful
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
 if TYPE_CHECKING:
+    from pyro.distributions.torch_distribution import TorchDistribution
+
     from bnn_pyro.priors import Prior
 
-__all__ = ["BayesianSite", "make_bayesian_", "param_statement", "DEVICE_REF"]
+__all__ = ["BayesianSite", "make_bayesian_", "param_statement", "site_prior", "DEVICE_REF"]
 
 #: Name of the empty buffer that tells a converted module's prior which device/dtype to use.
 DEVICE_REF = "_bnn_device_ref"
@@ -157,7 +159,12 @@ class BayesianSite:
         return self.init.shape
 
 
-def _site_prior(module: nn.Module, *, prior: Prior, param_name: str, shape: torch.Size):
+def site_prior(
+    module: nn.Module, *, prior: Prior, param_name: str, shape: torch.Size
+) -> TorchDistribution:
+    """The prior of ``module``'s weight site ``param_name`` (``shape``: the parameter's), on
+    the device and dtype of the module's reference buffer (see :func:`make_bayesian_`): what the
+    ``PyroSample`` of that site draws from."""
     ref = getattr(module, DEVICE_REF)
     return prior.site_distribution(module, param_name, shape, ref.device, ref.dtype)
 
@@ -200,7 +207,7 @@ def make_bayesian_(net: nn.Module, prior: Prior, name: str = "net") -> list[Baye
             empty = torch.empty(0, dtype=param.dtype, device=param.device)
             module.register_buffer(DEVICE_REF, empty, persistent=False)
         delattr(module, param_name)
-        site_prior = partial(_site_prior, prior=prior, param_name=param_name, shape=param.shape)
-        setattr(module, param_name, PyroSample(site_prior))
+        draw = partial(site_prior, prior=prior, param_name=param_name, shape=param.shape)
+        setattr(module, param_name, PyroSample(draw))
     net._pyro_set_supermodule(name, net._pyro_context)
     return sites

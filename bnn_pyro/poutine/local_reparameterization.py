@@ -148,7 +148,7 @@ class LocalReparameterization(Messenger):
 
     def __enter__(self) -> LocalReparameterization:
         out = super().__enter__()
-        LAYER_HOOKS.append(self._forward)
+        LAYER_HOOKS.append(self.forward_layer)
         return out
 
     def __exit__(self, *args: Any) -> Any:
@@ -184,14 +184,33 @@ class LocalReparameterization(Messenger):
             )
         return entry
 
-    def _forward(
+    def register_weight(
+        self, value: torch.Tensor, name: str, loc: torch.Tensor, scale: torch.Tensor
+    ) -> None:
+        """Declare ``value`` (a drawn weight, as a layer will receive it) a draw of
+        ``Normal(loc, scale)`` (each the shape of one draw), as the handler does itself for the
+        guide's sites while it is on Pyro's stack. For a loss written in plain torch that feeds
+        the layer hook directly (:meth:`forward_layer`, on ``bnn_pyro.nn.layers.LAYER_HOOKS``).
+
+        Example:
+            >>> handler = LocalReparameterization()
+            >>> w, loc, scale = torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3)
+            >>> handler.register_weight(w, "w", loc, scale)
+            >>> handler.forward_layer(torch.ones(4, 3), w, None, None).shape
+            torch.Size([4, 2])
+        """
+        self._weights[value] = _GuideWeight(name, loc, scale, "Normal")
+
+    def forward_layer(
         self,
         x: torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         conv: nn.Conv2d | None,
     ) -> torch.Tensor | None:
-        """The layer hook: the reparameterized output, or ``None`` for weights it does not know."""
+        """The layer hook: the reparameterized output of ``x`` (``(..., N, in)``, or an image
+        batch for ``conv``) through the drawn ``weight`` and ``bias``, or ``None`` for a weight
+        drawn elsewhere (the layer then runs as usual)."""
         w = self._lookup(weight)
         if w is None:
             return None

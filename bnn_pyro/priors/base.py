@@ -14,7 +14,6 @@ A prior answers two questions for every parameter of the net:
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
@@ -47,14 +46,6 @@ def _patterns(name: str, value: str | Iterable[str]) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in items):
         raise TypeError(f"{name} must contain strings, got {items!r}")
     return items
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a positive float, got {type(value).__name__} ({value!r})")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be positive and finite, got {value}")
-    return float(value)
 
 
 class Prior(ABC):

@@ -11,23 +11,9 @@ from pyro.distributions import constraints
 from pyro.distributions.torch_distribution import TorchDistribution
 
 from bnn_pyro.priors.base import Prior
-from bnn_pyro.weight_distributions import ScaleMixtureNormal, SharedNormal
+from bnn_pyro.weight_distributions import ScaleMixtureNormal, SharedNormal, rebuild_on
 
 __all__ = ["IIDPrior"]
-
-
-def _rebuild(d: TorchDistribution, device: torch.device, dtype: torch.dtype) -> TorchDistribution:
-    """A copy of a scalar-parameter distribution on another device/dtype."""
-    try:
-        params = {k: getattr(d, k) for k in d.arg_constraints}
-        moved = {k: torch.as_tensor(v, device=device) for k, v in params.items()}
-        moved = {k: v.to(dtype) if v.is_floating_point() else v for k, v in moved.items()}
-        return type(d)(**moved, validate_args=False)
-    except (TypeError, AttributeError) as err:
-        raise TypeError(
-            f"cannot rebuild {type(d).__name__} from its arg_constraints {list(d.arg_constraints)}"
-            f" on {device}; use a distribution whose constructor takes them ({err})"
-        ) from err
 
 
 class IIDPrior(Prior):
@@ -88,7 +74,7 @@ class IIDPrior(Prior):
     ) -> TorchDistribution:
         if type(self.base) is dist.Normal:
             return SharedNormal(float(self.base.loc), float(self.base.scale), device, dtype)
-        return _rebuild(self.base, device, dtype)
+        return rebuild_on(self.base, device, dtype)
 
     @classmethod
     def _from_config(cls, own: dict[str, Any], selection: dict[str, Any]) -> Prior:

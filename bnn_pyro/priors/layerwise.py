@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 from pyro.distributions.torch_distribution import TorchDistribution
 
-from bnn_pyro.priors.base import Prior, _positive
+from bnn_pyro._checks import check_float
+from bnn_pyro.priors.base import Prior
 from bnn_pyro.weight_distributions import SharedNormal
 
 __all__ = ["LayerwiseNormalPrior"]
@@ -54,7 +55,7 @@ class LayerwiseNormalPrior(Prior):
         if method not in self.METHODS:
             raise ValueError(f"method must be one of {self.METHODS}, got {method!r}")
         self.method = method
-        self.gain = _positive("gain", gain)
+        self.gain = check_float("gain", gain, minimum=0.0, strict=True)
 
     def std(self, module: nn.Module) -> float:
         """The prior standard deviation of ``module``'s parameters."""

@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 from pyro.distributions.torch_distribution import TorchDistribution
 
-from bnn_pyro.priors.base import Prior, _positive
+from bnn_pyro._checks import check_float
+from bnn_pyro.priors.base import Prior
 from bnn_pyro.weight_distributions import ScaleMixtureNormal
 
 __all__ = ["ScaleMixturePrior"]
@@ -43,8 +44,8 @@ class ScaleMixturePrior(Prior):
         if not (isinstance(mixture_weight, (int, float)) and 0 < mixture_weight < 1):
             raise ValueError(f"mixture_weight must be in (0, 1), got {mixture_weight!r}")
         self.mixture_weight = float(mixture_weight)
-        self.scale1 = _positive("scale1", scale1)
-        self.scale2 = _positive("scale2", scale2)
+        self.scale1 = check_float("scale1", scale1, minimum=0.0, strict=True)
+        self.scale2 = check_float("scale2", scale2, minimum=0.0, strict=True)
 
     def distribution(
         self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype

@@ -17,6 +17,7 @@ __all__ = [
     "permuted_batches",
     "shuffled_batches",
     "validation_nll",
+    "validation_pair",
 ]
 
 Batches = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -119,22 +120,47 @@ def loader_batches(
     return batches, n, first_x, first_y
 
 
+def validation_pair(
+    data: Any,
+    check_x: Callable[[Any, str], torch.Tensor],
+    check_y: Callable[[Any, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fit``'s ``validation_data`` checked: a pair ``(x_val, y_val)``, ``x_val`` through
+    ``check_x(x_val, "x_val")`` (``(N, ...)``), ``y_val`` through ``check_y(y_val, x_val)``.
+
+    Example:
+        >>> xv, yv = validation_pair((torch.zeros(3, 2), torch.ones(3)), lambda x, n: x,
+        ...                          lambda y, x: y.unsqueeze(-1))
+        >>> xv.shape, yv.shape
+        (torch.Size([3, 2]), torch.Size([3, 1]))
+        >>> validation_pair([1, 2, 3], None, None)
+        Traceback (most recent call last):
+          ...
+        ValueError: validation_data must be a pair (x_val, y_val)
+    """
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise ValueError("validation_data must be a pair (x_val, y_val)")
+    x_val = check_x(data[0], "x_val")
+    return x_val, check_y(data[1], x_val)
+
+
 def validation_nll(model: Any, data: Any) -> Callable[[], float]:
     """``fit``'s ``validation_data=(X_val, y_val)`` as a score for the loop: the mean negative
     log predictive density per point (20 draws, seed 0) of ``model``, an SVI-trained BNN whose
-    ``prepare_inputs``/``prepare_targets`` check the pair first.
+    ``prepare_inputs``/``prepare_targets`` check the pair first (:func:`validation_pair`).
 
     Example:
         >>> validation_nll(None, [1, 2, 3])
         Traceback (most recent call last):
           ...
-        ValueError: validation_data must be a pair (X_val, y_val)
+        ValueError: validation_data must be a pair (x_val, y_val)
     """
-    if not (isinstance(data, (tuple, list)) and len(data) == 2):
-        raise ValueError("validation_data must be a pair (X_val, y_val)")
-    X_val = model.prepare_inputs(data[0], "X_val")
-    y_val = model.prepare_targets(data[1], X_val, "y_val")
-    return lambda: -model.log_predictive_density(X_val, y_val, num_samples=20, seed=0)
+    x_val, y_val = validation_pair(
+        data,
+        lambda x, name: model.prepare_inputs(x, name),
+        lambda y, x: model.prepare_targets(y, x, "y_val"),
+    )
+    return lambda: -model.log_predictive_density(x_val, y_val, num_samples=20, seed=0)
 
 
 def gather_loader(

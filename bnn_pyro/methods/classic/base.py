@@ -3,7 +3,7 @@
 plumbing of ``fit``.
 
 A subclass implements :meth:`ClassicMethod._sample_outputs` (``S`` raw net outputs), ``fit``
-(through :meth:`ClassicMethod._fit_data` and :meth:`ClassicMethod._train`) and the checkpoint
+(through :meth:`ClassicMethod.fit_data` and :meth:`ClassicMethod._train`) and the checkpoint
 hooks ``checkpoint_config``/``from_checkpoint_config``.
 """
 
@@ -22,24 +22,23 @@ from bnn_pyro.base import BaseBayesianMethod, PredictOutput, to_probabilities
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.methods.classic.checks import (
     check_inputs,
-    check_noise_scale,
     check_outputs,
     check_targets,
     resolve_likelihood,
 )
+from bnn_pyro.methods.classic.noise import HomoscedasticNoise
 from bnn_pyro.methods.classic.training import (
     TrainSettings,
     check_fit_args,
     module_device,
     probe,
-    residual_noise_scale,
     task_loss,
     train_epochs,
 )
 from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.inputs import InputSpec, input_spec, takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
-from bnn_pyro.training.batches import gather_loader
+from bnn_pyro.training.batches import gather_loader, validation_pair
 from bnn_pyro.training.resume import ResumePath, open_resume
 
 __all__ = ["ClassicMethod"]
@@ -58,19 +57,16 @@ _RUN_KEYS = (
 )
 
 
-class ClassicMethod(BaseBayesianMethod):
+class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
     """Base of the classic methods (MC dropout, ensembles, SWAG, Laplace, ``VariationalBayesNN``).
 
     ``self.likelihood`` is a :class:`~bnn_pyro.likelihoods.Likelihood`, ``self.task`` the loss
     it implies (``"classification"`` or ``"regression"``), ``noise_scale`` the homoscedastic
-    Gaussian noise std of a regression model: a value the user sets (in the constructor, through
-    ``Gaussian(scale=s)``, or by assignment) is kept by ``fit``; a value that ``fit`` estimated
-    is re-estimated by the next ``fit``; ``None`` means "not known yet".
+    Gaussian noise std of a regression model (see
+    :class:`~bnn_pyro.methods.classic.noise.HomoscedasticNoise`).
     """
 
     task: str
-    _noise_scale: float | torch.Tensor | None = None
-    _noise_from_user: bool = False
     _seen_input: tuple[int, ...] | None = None  # x.shape[1:] of the last fit that succeeded
 
     def _set_likelihood(
@@ -82,29 +78,6 @@ class ClassicMethod(BaseBayesianMethod):
             likelihood, noise_scale, type(self).__name__, heteroscedastic
         )
         self.noise_scale = noise
-
-    # ------------------------------------------------------------------ noise
-    @property
-    def noise_scale(self) -> float | torch.Tensor | None:
-        """Observation noise standard deviation (float, or ``(O,)`` tensor), or ``None``."""
-        return self._noise_scale
-
-    @noise_scale.setter
-    def noise_scale(self, value: float | torch.Tensor | None) -> None:
-        self._noise_scale = check_noise_scale(value)
-        self._noise_from_user = value is not None
-
-    def _estimate_noise(self, value: float | torch.Tensor) -> None:
-        if not self._noise_from_user:
-            self._noise_scale = value
-
-    def get_extra_state(self) -> dict[str, object]:
-        """Saved by ``state_dict`` under ``_extra_state`` (loads with ``weights_only=True``)."""
-        return {"noise_scale": self._noise_scale, "noise_from_user": self._noise_from_user}
-
-    def set_extra_state(self, state: dict[str, object]) -> None:
-        self._noise_scale = state["noise_scale"]  # type: ignore[assignment]
-        self._noise_from_user = bool(state["noise_from_user"])
 
     # ------------------------------------------------------------------ predict
     @torch.no_grad()
@@ -282,7 +255,25 @@ class ClassicMethod(BaseBayesianMethod):
         """The method's training and posterior fit, with checked ``settings``."""
         raise NotImplementedError
 
-    def _fit_data(
+    # ------------------------------------------------------------------ hooks of fit
+    def epoch_callbacks(self, epochs: int) -> list[Callback]:
+        """The method's own callbacks for a run of ``epochs`` epochs, called after each epoch
+        before the user's (SWAG: its snapshot collector). None by default. The stacked fit
+        (:func:`~bnn_pyro.fit_stacked`) runs each member's."""
+        return []
+
+    def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
+        """The posterior's fit once the net is trained on ``x`` (``(N, ...)``) and ``yt``
+        (``(N, O)`` for regression): SWAG's moments, Laplace's curvature, the noise estimate.
+        Nothing by default. ``fit`` and the stacked fit call it after training."""
+
+    def complete_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
+        """What a fit does once its net is trained: :meth:`after_training`, then remember
+        ``x``'s row shape for ``predict``'s input check. The stacked fit calls it per member."""
+        self.after_training(x, yt, settings)
+        self._seen_input = tuple(x.shape[1:])
+
+    def fit_data(
         self,
         x: Any,
         y: Any,
@@ -300,13 +291,10 @@ class ClassicMethod(BaseBayesianMethod):
         device = module_device(module)
         validation = None
         if validation_data is not None:
-            if not (isinstance(validation_data, (tuple, list)) and len(validation_data) == 2):
-                raise ValueError("validation_data must be a pair (x_val, y_val)")
-            xv = self._check_x(validation_data[0], "x_val")
-            validation = (
-                xv.to(device),
-                check_targets(xv, validation_data[1], self.task).to(device),
+            pair = validation_pair(
+                validation_data, self._check_x, lambda y, x: check_targets(x, y, self.task)
             )
+            validation = (pair[0].to(device), pair[1].to(device))
         return x.to(device), yt.to(device), validation
 
     def _train(
@@ -357,14 +345,6 @@ class ClassicMethod(BaseBayesianMethod):
             validation=validation,
             before=before,
         )
-
-    def _refit_noise(self, x: torch.Tensor, yt: torch.Tensor, seed: int | None) -> None:
-        """After a regression fit: unless the user set it, ``noise_scale`` becomes the
-        maximum-likelihood std of the training residuals of the predictive mean."""
-        if self.task == "regression" and not self._noise_from_user:
-            gen = None if seed is None else torch.Generator(device="cpu").manual_seed(seed)
-            mean, _ = self.predict(x, normalize_output=False, generator=gen)
-            self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))
 
     # ------------------------------------------------------------------ checkpoint hooks
     #: The constructor arguments saved by ``save`` (each also an attribute), besides the net

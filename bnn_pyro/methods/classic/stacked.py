@@ -114,17 +114,10 @@ def fit_classic_stacked(
         raise ValueError(f"these models cannot be trained stacked: {reason}")
     lr = first.fit_defaults["lr"] if lr is None else lr
     settings = check_fit_args(
-        epochs,
-        batch_size,
-        lr,
-        weight_decay,
-        optimizer,
-        progress,
-        None,
-        lr_schedule=lr_schedule,
+        epochs, batch_size, lr, weight_decay, optimizer, progress, None, lr_schedule=lr_schedule
     )
     data = [
-        m._fit_data(X[k] if per_member else X, y[k] if per_member else y, m.model, m.model, None)
+        m.fit_data(X[k] if per_member else X, y[k] if per_member else y, m.model, m.model, None)
         for k, m in enumerate(methods)
     ]
     xs = torch.stack([d[0] for d in data])
@@ -133,9 +126,7 @@ def fit_classic_stacked(
     generators = order_generators(member_seeds)
     noise = noise_generators(generators, member_seeds, xs.device)  # dropout masks
     # each member's own epoch callbacks (SWAG's snapshots), the members written back first
-    member_callbacks = [
-        [m._collector(settings.epochs)] if hasattr(m, "_collector") else [] for m in methods
-    ]
+    member_callbacks = [m.epoch_callbacks(settings.epochs) for m in methods]
     stacked = StackedModels(nets, xs[0], noise)
 
     def per_member_callbacks(_: Any, epoch: int, history: History) -> None:
@@ -169,6 +160,5 @@ def fit_classic_stacked(
     finally:
         stacked.write_back(nets)
     for m, (x, yt, _), seed in zip(methods, data, seeds, strict=True):
-        m._after_training(x, yt, dataclasses.replace(settings, seed=int(seed)))
-        m._seen_input = tuple(x.shape[1:])
+        m.complete_training(x, yt, dataclasses.replace(settings, seed=int(seed)))
     return history

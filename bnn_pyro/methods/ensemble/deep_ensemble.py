@@ -28,12 +28,11 @@ from bnn_pyro.methods.classic.training import (
     probe,
     task_loss,
 )
+from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
 from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
 from bnn_pyro.training import History, LossStep, train
 
 __all__ = ["DeepEnsemble"]
-
-_VAR_FLOOR = 1e-6
 
 
 class DeepEnsemble(ClassicMethod):
@@ -139,10 +138,6 @@ class DeepEnsemble(ClassicMethod):
     def _net(self) -> nn.Module | None:
         return self.models[0] if len(self.models) else None
 
-    def _split_heads(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        o = out.shape[-1] // 2
-        return out[..., :o], F.softplus(out[..., o:]) + _VAR_FLOOR
-
     def predict(
         self,
         x: torch.Tensor,
@@ -187,7 +182,7 @@ class DeepEnsemble(ClassicMethod):
                 f"None or {self.num_models}, got {num_samples!r}"
             )
         out = self._member_outputs(x, vectorize=vectorize)
-        return self._split_heads(out)[0] if self.gaussian_nll else out
+        return split_heads(out)[0] if self.gaussian_nll else out
 
     @torch.no_grad()
     def predictive_gaussian(
@@ -200,7 +195,7 @@ class DeepEnsemble(ClassicMethod):
         if not self.gaussian_nll:
             return super().predictive_gaussian(x, **kwargs)
         self._check_x(x)
-        loc, var = self._split_heads(self._member_outputs(x))
+        loc, var = split_heads(self._member_outputs(x))
         return loc, var.sqrt()
 
     def diversity(self, x: torch.Tensor) -> torch.Tensor:
@@ -266,8 +261,8 @@ class DeepEnsemble(ClassicMethod):
             return lambda xb, yb: task_loss(member(xb), yb, self.task)
 
         def nll(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-            mean, var = self._split_heads(member(xb))
-            return F.gaussian_nll_loss(mean, yb, var, eps=_VAR_FLOOR)
+            mean, var = split_heads(member(xb))
+            return F.gaussian_nll_loss(mean, yb, var, eps=VAR_FLOOR)
 
         return nll
 
@@ -310,7 +305,7 @@ class DeepEnsemble(ClassicMethod):
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
-        x, yt, validation = self._fit_data(x, y, None, self.models[0], settings.validation_data)
+        x, yt, validation = self.fit_data(x, y, None, self.models[0], settings.validation_data)
         out = probe(self.models[0], self.models[0], x)
         if self.gaussian_nll:
             if out.dim() != 2 or out.shape[1] != 2 * yt.shape[1]:

@@ -22,6 +22,7 @@ from bnn_pyro.methods.classic.training import (
     modes,
     module_device,
 )
+from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
 from bnn_pyro.training import History, distributed, make_optimizer, train
 from bnn_pyro.training.stacked import (
     StackedLossStep,
@@ -32,8 +33,6 @@ from bnn_pyro.training.stacked import (
 )
 
 __all__ = ["fit_stacked", "why_not_stacked"]
-
-_VAR_FLOOR = 1e-6  # DeepEnsemble's variance floor
 
 
 def why_not_stacked(members: list[nn.Module], settings: TrainSettings) -> str | None:
@@ -78,9 +77,7 @@ def fit_stacked(
     if settings.resume is not None:  # the run's state is the stacked parameters, not the members
         for name, p in stacked.named_parameters():
             settings.resume.extra[name] = p
-    loss = partial(
-        _stacked_loss, stacked, ensemble.task, ensemble.gaussian_nll, ensemble._split_heads
-    )
+    loss = partial(_stacked_loss, stacked, ensemble.task, ensemble.gaussian_nll, split_heads)
     optimizer = make_optimizer(
         settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
     )
@@ -142,6 +139,6 @@ def _stacked_loss(
     out = stacked(xb)
     if gaussian_nll:
         mean, var = split(out)
-        nll = F.gaussian_nll_loss(mean, yb, var, eps=_VAR_FLOOR, reduction="none")
+        nll = F.gaussian_nll_loss(mean, yb, var, eps=VAR_FLOOR, reduction="none")
         return nll.view(out.shape[0], -1).mean(1)
     return member_task_losses(out, yb, task)

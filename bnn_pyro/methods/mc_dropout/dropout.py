@@ -183,11 +183,11 @@ class MCDropout(ClassicMethod):
             >>> mc.noise_scale > 0
             True
         """
-        x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
+        x, yt, validation = self.fit_data(x, y, self.model, self.model, settings.validation_data)
         history = self._train_net((x, yt), settings, validation, "MCDropout")
-        self._after_training(x, yt, settings)
+        self.after_training(x, yt, settings)
         return history
 
-    def _after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
+    def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
         """After the net's training: the noise from the residuals (see :meth:`_fit`)."""
         self._refit_noise(x, yt, settings.seed)

@@ -114,6 +114,11 @@ class SWAG(ClassicMethod):
 
     fit_defaults = {"lr": 1e-2, "optimizer": "sgd"}  # constant-lr SGD, as Maddox et al.
 
+    def epoch_callbacks(self, epochs: int) -> list[Callback]:
+        """The snapshot collector of a run of ``epochs`` epochs, from ``epochs // 2`` on (the
+        stacked fit's; ``fit`` takes ``swa_start``)."""
+        return [self._collector(epochs)]
+
     def _collector(self, epochs: int, swa_start: int | None = None) -> Callback:
         """Clear the snapshots and return the epoch callback that collects one per epoch from
         ``swa_start`` (default ``epochs // 2``) on; checks ``swa_start`` first."""
@@ -130,7 +135,7 @@ class SWAG(ClassicMethod):
 
         return collect
 
-    def _after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
+    def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
         """After the SGD run: the BatchNorm refresh data and the noise (see :meth:`_fit`)."""
         if self.bn_loader is None and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.model.modules()
@@ -292,8 +297,8 @@ class SWAG(ClassicMethod):
             >>> swag.n_models, len(history["loss"])
             (2, 4)
         """
-        x, yt, validation = self._fit_data(x, y, self.model, self.model, settings.validation_data)
+        x, yt, validation = self.fit_data(x, y, self.model, self.model, settings.validation_data)
         collect = self._collector(settings.epochs, swa_start)
         history = self._train_net((x, yt), settings, validation, "SWAG", before=[collect])
-        self._after_training(x, yt, settings)
+        self.after_training(x, yt, settings)
         return history

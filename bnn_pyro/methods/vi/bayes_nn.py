@@ -202,7 +202,7 @@ class VariationalBayesNN(ClassicMethod):
         check_int("train_samples", train_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         net = lambda v: self.net(v, sample=False)  # noqa: E731 - the mean net, for the shapes
-        x, yt, validation = self._fit_data(x, y, net, self, settings.validation_data)
+        x, yt, validation = self.fit_data(x, y, net, self, settings.validation_data)
         device = x.device
         params = list(self.parameters())
         log_sigma = None

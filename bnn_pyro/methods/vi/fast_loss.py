@@ -33,15 +33,13 @@ from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.nn.layers import LAYER_HOOKS
-from bnn_pyro.nn.pyro_net import DEVICE_REF, _site_prior
-from bnn_pyro.weight_distributions import SharedNormal
+from bnn_pyro.nn.pyro_net import DEVICE_REF, site_prior
+from bnn_pyro.weight_distributions import LOG_SQRT_2PI, SharedNormal
 
 if TYPE_CHECKING:
     from bnn_pyro.methods.vi.svi_model import SVIModel
 
 __all__ = ["DirectLoss", "direct_loss_for"]
-
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class DirectLoss:
@@ -118,7 +116,7 @@ class DirectLoss:
                     log_q = log_q - 0.5 * _sq(z) - s.log().sum()
                 else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
                     log_q = log_q - 0.5 * _sq(eps) - scale.log().sum()
-                log_q = log_q - loc.numel() * _LOG_SQRT_2PI
+                log_q = log_q - loc.numel() * LOG_SQRT_2PI
             values[spec.name] = value
         return values, log_q, scales
 
@@ -132,7 +130,7 @@ class DirectLoss:
         values, log_q, scales = self._draw()
         log_p = 0.0
         for name, module, param_name, shape in self._priors:
-            prior = _site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
+            prior = site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
             log_p = log_p + _log_prob_sum(prior, values[name])
         stacked = {self._paths[name]: v for name, v in values.items() if name in self._paths}
         net = self._twin.load(self._shared, stacked)
@@ -164,16 +162,16 @@ def _lrt_forward(
     flipout) from the guide's ``(loc, scale)`` of each drawn weight: the layer hook of
     :class:`~bnn_pyro.poutine.LocalReparameterization`, fed directly instead of from Pyro's
     effect stack, so the same estimator draws the same noise."""
-    from bnn_pyro.poutine.local_reparameterization import LocalReparameterization, _GuideWeight
+    from bnn_pyro.poutine.local_reparameterization import LocalReparameterization
 
     handler = LocalReparameterization(estimator)
     for name, (loc, scale) in scales.items():
-        handler._weights[values[name]] = _GuideWeight(name, loc, scale, "Normal")
-    LAYER_HOOKS.append(handler._forward)
+        handler.register_weight(values[name], name, loc, scale)
+    LAYER_HOOKS.append(handler.forward_layer)
     try:
         return net(x)
     finally:
-        LAYER_HOOKS.remove(handler._forward)
+        LAYER_HOOKS.remove(handler.forward_layer)
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
@@ -200,7 +198,7 @@ def _log_likelihood(
     kind = type(likelihood)
     if kind is Gaussian and not likelihood.learned and f.shape == y.shape:
         s = likelihood.scale
-        return -0.5 / s**2 * _sq(f - y) - f.numel() * (math.log(s) + _LOG_SQRT_2PI)
+        return -0.5 / s**2 * _sq(f - y) - f.numel() * (math.log(s) + LOG_SQRT_2PI)
     if kind is Categorical and f.dim() == 2:
         return -F.cross_entropy(f, y, reduction="sum")
     if kind is Bernoulli and f.shape == y.shape:

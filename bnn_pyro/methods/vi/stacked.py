@@ -28,12 +28,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pyro.distributions import Independent
 
-from bnn_pyro.methods.vi.fast_loss import _LOG_SQRT_2PI
 from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.methods.vi.stacked_lrt import reparameterized_forward
 from bnn_pyro.methods.vi.stacked_support import why_not_stacked_vi
-from bnn_pyro.nn.pyro_net import _site_prior
-from bnn_pyro.weight_distributions import SharedNormal
+from bnn_pyro.nn.pyro_net import site_prior
+from bnn_pyro.weight_distributions import LOG_SQRT_2PI, SharedNormal
 
 __all__ = ["StackedVI", "why_not_stacked_vi"]
 
@@ -80,7 +79,7 @@ class StackedVI(nn.Module):
             path = f"net.{site.module_name}".rstrip(".")
             rows = []
             for b, mods in zip(self.bnns, modules, strict=True):
-                d = _site_prior(
+                d = site_prior(
                     mods[path], prior=b.prior, param_name=site.param_name, shape=site.shape
                 )
                 base = d.base_dist if isinstance(d, Independent) else d
@@ -118,9 +117,7 @@ class StackedVI(nn.Module):
             if not spec.exp:
                 scales[id(z)] = (loc, scale)
             dims = tuple(range(1 + len(lead), z.dim()))
-            lq = (
-                -0.5 * (eps * eps).sum(dims) - scale.log().sum(dims) - shape.numel() * _LOG_SQRT_2PI
-            )
+            lq = -0.5 * (eps * eps).sum(dims) - scale.log().sum(dims) - shape.numel() * LOG_SQRT_2PI
             if spec.exp:  # a LogNormal site (a learned noise scale): the value is exp(z)
                 lq = lq - z.sum(dims)
                 z = z.exp()

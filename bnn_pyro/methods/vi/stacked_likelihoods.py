@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from bnn_pyro.likelihoods import Bernoulli, Categorical, HeteroscedasticGaussian
-from bnn_pyro.methods.vi.fast_loss import _LOG_SQRT_2PI
+from bnn_pyro.weight_distributions import LOG_SQRT_2PI
 
 __all__ = ["row_log_likelihood"]
 
@@ -39,13 +39,13 @@ def row_log_likelihood(
         bce = F.binary_cross_entropy_with_logits(f, y, reduction="none")
         return -bce.reshape(k, rows, -1).sum(-1)
     if isinstance(lik, HeteroscedasticGaussian):  # (K, B, 2O): locs, then raw scales
-        loc, s = lik._loc_scale(f, {})
+        loc, s = lik.loc_scale(f, {})
         z = (loc - y) / s
-        return (-0.5 * z.pow(2) - s.log() - _LOG_SQRT_2PI).reshape(k, rows, -1).sum(-1)
+        return (-0.5 * z.pow(2) - s.log() - LOG_SQRT_2PI).reshape(k, rows, -1).sum(-1)
     if noise is None:
         s = torch.tensor([b.likelihood.scale for b in bnns], dtype=f.dtype, device=f.device)
         s = s.repeat_interleave(k // len(bnns)).view(k, 1, 1).expand(k, 1, f.shape[-1])
     else:
         s = noise.view(k, 1, -1)
     z = (f - y) / s
-    return (-0.5 * z.pow(2) - s.log() - _LOG_SQRT_2PI).reshape(k, rows, -1).sum(-1)
+    return (-0.5 * z.pow(2) - s.log() - LOG_SQRT_2PI).reshape(k, rows, -1).sum(-1)
