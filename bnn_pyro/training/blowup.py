@@ -21,12 +21,11 @@ size of the rise against what training achieved, the second against the noise of
 Carlo loss, so a fit that barely moved is not judged on its noise. Series shorter than
 :data:`MIN_EPOCHS` epochs are not judged.
 
-The thresholds are measured on the naval propulsion set's training rows (10,740 rows, 16
-inputs, a heteroscedastic ``VariationalBNN``). Two fits with ``fit``'s defaults (400 epochs) and
-one at the UCI harness's constant 3e-3 blew up: they ended having given back 110%, 161% and
-120% of their progress, 32, 39 and 27 noise units above their best. Two that did not (Adam at
-1e-3, an update-clipped Adam) ended 4.5% and 9.9% of their progress, 3.0 and 1.0 noise units,
-above theirs. Half and ten are far from both.
+The thresholds sit between fits on the naval propulsion set that blew up and fits that did not:
+those that blew up ended having given back more than all of their progress, tens of noise units
+above their best; those that held, a small share of it, a few units above theirs. Half and ten
+are far from both.
+Measured: ``benchmarks/results/design_notes.md``, section 'Blow-up guard thresholds'.
 """
 
 from __future__ import annotations

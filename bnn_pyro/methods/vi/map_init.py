@@ -20,16 +20,17 @@ mean-field guide starts there:
    that would set each scale (the mean-field optimum of a Gaussian posterior has variances
    ``1 / diag(precision)``) is not known without a Hessian. MOPED's rule (Krishnan, Subedar &
    Tickoo, AAAI 2020; bayesian-torch: ``scale = 0.1 |w_MAP|``) was measured and dropped: on a
-   small nonlinear regression with noise 0.1 (``mlp(1, [50], 1)``, 256 points, 100 SVI epochs
-   after 20 MAP ones, 6 seeds) it ended at a mean test log-likelihood of -0.26 against -0.03
-   for the constant, and a mean last-epoch loss of 905 against 637: a 10% perturbation of every
-   weight undoes much of the fit the MAP phase bought when the likelihood is sharp.
+   small nonlinear regression with little noise it ended with a worse test log-likelihood and a
+   higher loss than the constant: a 10% perturbation of every weight undoes much of the fit the
+   MAP phase bought when the likelihood is sharp.
+   Measured: ``benchmarks/results/design_notes.md``, section 'Scales after the MAP phase'.
 
 **How long.** ``map_epochs`` defaults to ``epochs // 4``. A MAP epoch costs less than an SVI
 epoch (no guide to sample), so the default adds a fraction of a fit's time. On the regression
-above, a tenth of the epochs barely helped the test log-likelihood, and the gain held from a
-fifth on; a quarter keeps the cost small (``tests/core/test_map_init.py`` checks that a MAP start
-helps there).
+above, a short MAP phase barely helped the test log-likelihood and a longer one held the gain; a
+quarter of the epochs is past that point and keeps the cost small (``tests/core/test_map_init.py``
+checks that a MAP start helps there).
+Measured: ``benchmarks/results/design_notes.md``, section 'Length of the MAP phase'.
 
 Only the mean-field guide (``guide="meanfield"``) holds one mean per weight to set; other guides
 are refused, by name of the argument.

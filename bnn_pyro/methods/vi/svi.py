@@ -28,13 +28,13 @@ from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 
 #: The learning rate of an SVI fit unless told otherwise: cosine decay from ``lr`` to 0 over the
-#: epochs. With a constant step, Adam's iterates keep jittering around the optimum (on the
-#: Bayesian linear regression of ``tests/core/test_exact_posterior.py``, minibatches of 128 of
-#: 200 rows, lr 1e-2, 3000 epochs: up to 0.34-0.48 posterior std off the exact means and 28-41%
-#: off the mean-field variances); decayed to 0 it settles: 0.06-0.07 std and 5% (2 seeds, both
-#: ELBOs), within the 0.1 std / 10% that ``test_default_fit_recovers_the_exact_posterior``
-#: asks. Averaging the iterates as well (``average=0.5``) did no better at 1000 epochs (the
-#: scales are still moving in the averaged half), so it stays an option.
+#: epochs. With a constant step, Adam's iterates keep jittering around the optimum, far off the
+#: exact posterior of the Bayesian linear regression of ``tests/core/test_exact_posterior.py``;
+#: decayed to 0 they settle within the tolerance that
+#: ``test_default_fit_recovers_the_exact_posterior`` asks. Averaging the iterates as well
+#: (``average=0.5``) did no better (the scales are still moving in the averaged half), so it
+#: stays an option.
+#: Measured: ``benchmarks/results/design_notes.md``, section 'Cosine learning-rate default'.
 DEFAULT_SCHEDULE = "cosine"
 
 __all__ = [
@@ -58,6 +58,7 @@ class _TorchOptim(PyroOptim):
         self.optimizer.step()
         # what zero_grad(set_to_none=True) does, without its profiler record per call (a
         # visible share of a small net's step)
+        # Measured: ``benchmarks/results/design_notes.md``, section 'Clearing gradients by hand'.
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 p.grad = None
