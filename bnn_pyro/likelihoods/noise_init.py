@@ -11,7 +11,7 @@ flattened inputs (with an intercept), with the unbiased ``N - D - 1`` denominato
 far below ``std(y)`` (see ``tests/core/test_noise_init.py`` for how it is checked). With too few
 rows for a linear fit (``N <= D + 1``) it is ``std(y)``. Floored at ``1e-3 std(y)`` (a perfectly
 linear target must not start the scale at 0, where its log is -inf).
-Measured: ``benchmarks/results/design_notes.md``, section 'Noise-scale start'.
+Measured: ``benchmarks/results/library_measurements.md``, section 'Noise-scale start'.
 """
 
 from __future__ import annotations

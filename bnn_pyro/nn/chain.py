@@ -22,7 +22,7 @@ against a plain torch loop over samples (``benchmarks/results/step_time.md``). T
 the budget are measured choices: the row-major layout it replaced (``x @ W (D, s·H)``, then
 ``baddbmm`` on ``(s, r, H)``) was slower than that loop, mostly in its narrow last layer, and
 larger blocks than the budget leave the L2 cache.
-Measured: ``benchmarks/results/design_notes.md``, section 'Prediction kernel layout'.
+Measured: ``benchmarks/results/library_measurements.md``, section 'Prediction kernel layout'.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ The thresholds sit between fits on the naval propulsion set that blew up and fit
 those that blew up ended having given back more than all of their progress, tens of noise units
 above their best; those that held, a small share of it, a few units above theirs. Half and ten
 are far from both.
-Measured: ``benchmarks/results/design_notes.md``, section 'Blow-up guard thresholds'.
+Measured: ``benchmarks/results/library_measurements.md``, section 'Blow-up guard thresholds'.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ class StackedModels(nn.Module):
         # 2-D (linear) weights are held as (K, in, out): the batched matmul's gradient then comes
         # out in the parameter's own layout (no transposed copy per step, which made the backward
         # pass of the (K, out, in) layout slower than K separate layers)
-        # Measured: ``benchmarks/results/design_notes.md``, section 'Stacked weight layout'.
+        # Measured: ``benchmarks/results/library_measurements.md``, section 'Stacked weight layout'.
         self._transposed = {k for k, v in params.items() if v.dim() == 3}
         self.stacked = nn.ParameterDict(
             {

@@ -23,14 +23,14 @@ mean-field guide starts there:
    small nonlinear regression with little noise it ended with a worse test log-likelihood and a
    higher loss than the constant: a 10% perturbation of every weight undoes much of the fit the
    MAP phase bought when the likelihood is sharp.
-   Measured: ``benchmarks/results/design_notes.md``, section 'Scales after the MAP phase'.
+   Measured: ``benchmarks/results/library_measurements.md``, section 'Scales after the MAP phase'.
 
 **How long.** ``map_epochs`` defaults to ``epochs // 4``. A MAP epoch costs less than an SVI
 epoch (no guide to sample), so the default adds a fraction of a fit's time. On the regression
 above, a short MAP phase barely helped the test log-likelihood and a longer one held the gain; a
 quarter of the epochs is past that point and keeps the cost small (``tests/core/test_map_init.py``
 checks that a MAP start helps there).
-Measured: ``benchmarks/results/design_notes.md``, section 'Length of the MAP phase'.
+Measured: ``benchmarks/results/library_measurements.md``, section 'Length of the MAP phase'.
 
 Only the mean-field guide (``guide="meanfield"``) holds one mean per weight to set; other guides
 are refused, by name of the argument.

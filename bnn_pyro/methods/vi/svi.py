@@ -34,7 +34,7 @@ from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 #: ``test_default_fit_recovers_the_exact_posterior`` asks. Averaging the iterates as well
 #: (``average=0.5``) did no better (the scales are still moving in the averaged half), so it
 #: stays an option.
-#: Measured: ``benchmarks/results/design_notes.md``, section 'Cosine learning-rate default'.
+#: Measured: ``benchmarks/results/library_measurements.md``, section 'Cosine learning-rate default'.
 DEFAULT_SCHEDULE = "cosine"
 
 __all__ = [
@@ -58,7 +58,8 @@ class _TorchOptim(PyroOptim):
         self.optimizer.step()
         # what zero_grad(set_to_none=True) does, without its profiler record per call (a
         # visible share of a small net's step)
-        # Measured: ``benchmarks/results/design_notes.md``, section 'Clearing gradients by hand'.
+        # Measured: ``benchmarks/results/library_measurements.md``, section 'Clearing gradients
+        # by hand'.
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 p.grad = None
