@@ -101,21 +101,21 @@ def test_only_training_mode_reparameterizes():
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian(0.5), local_reparameterization=True)
     bnn.fit(X, y, epochs=1, progress=False, seed=0)
     counts = []
-    original = LocalReparameterization._forward
+    original = LocalReparameterization.forward_layer
 
     def counting(self, *args):
         out = original(self, *args)
         counts.extend([1] if out is not None else [])  # inner batched_linear calls pass
         return out
 
-    LocalReparameterization._forward = counting
+    LocalReparameterization.forward_layer = counting
     try:
         Trace_ELBO().loss(bnn.model, bnn.guide, X, y.unsqueeze(-1))
         trained = len(counts)
         bnn.eval()
         Trace_ELBO().loss(bnn.model, bnn.guide, X, y.unsqueeze(-1))
     finally:
-        LocalReparameterization._forward = original
+        LocalReparameterization.forward_layer = original
         bnn.train()
     assert trained == 2 and len(counts) == 2
 

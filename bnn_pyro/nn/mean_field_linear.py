@@ -84,7 +84,7 @@ class MeanFieldLinear(nn.Module, ABC):
     Example:
         >>> from bnn_pyro.nn import BayesianLinear, GaussianLinear
         >>> layers = [GaussianLinear(4, 3, init_std=0.2), BayesianLinear(4, 3, init_std=0.2)]
-        >>> [round(float(layer.weight_posterior()[1][0, 0]), 4) for layer in layers]
+        >>> [round(float(layer.weight_posterior()[1][0, 0].detach()), 4) for layer in layers]
         [0.2, 0.2]
         >>> [layer(torch.randn(6, 4), num_samples=2).shape for layer in layers]
         [torch.Size([2, 6, 3]), torch.Size([2, 6, 3])]
