@@ -28,7 +28,7 @@
 # * **KL annealing**: `kl_weight=linear_annealing(100)` (β rises from 0 to 1 over 100 epochs);
 # * **tempered posteriors**: `kl_weight=0.1` and `0.01` for the whole run (β < 1: the data count
 #   more than the prior; Wenzel et al. 2020's "cold posterior");
-# * **convergence options** (issue 12): the base runs the default learning-rate schedule (cosine
+# * **convergence options**: the base runs the default learning-rate schedule (cosine
 #   decay to 0); against it, a constant rate (`lr_schedule="constant"`, the default before),
 #   iterate averaging over the last half (`average=0.5`), the "sticking the landing" gradient
 #   (`elbo="stl"`), a MAP start (`init="map"`) and an empirical-Bayes prior whose scale per

@@ -25,7 +25,7 @@
 # The file is `benchmarks/results/uci/uci.json`, written by
 #
 # ```
-# python -m benchmarks.uci --data ../shared/data/uci --out benchmarks/results/uci --jobs 2
+# python -m benchmarks.uci --data benchmarks/uci/data --out benchmarks/results/uci --jobs 2
 # ```
 #
 # Set `BNN_PYRO_UCI_RESULTS=/path/to/uci.json` to show another run (e.g. a `--quick` smoke run).

@@ -1,9 +1,10 @@
-"""The UCI regression benchmark of issue 5: data, protocol, methods and their grids, runner,
+"""The UCI regression benchmark: data, protocol, methods and their grids, runner,
 results. Part of the repository, not of the installed ``bnn_pyro``: run it from the repository
-root as ``python -m benchmarks.uci --data ../shared/data/uci --out benchmarks/results/uci``.
+root as ``python -m benchmarks.uci --data benchmarks/uci/data --out benchmarks/results/uci``.
 
 * :mod:`~benchmarks.uci.data`: the split-folder loader (any folder of the
-  ``shared/data/uci/<name>/`` format, by path); :mod:`~benchmarks.uci.writer` writes one.
+  ``benchmarks/uci/data/<name>/`` format, by path; its ``README.md`` gives the layout);
+  :mod:`~benchmarks.uci.writer` writes one.
 * :mod:`~benchmarks.uci.published`: published test log-likelihoods and RMSEs on the splits.
 * :mod:`~benchmarks.uci.protocol`: normalised data, scores in original units,
   mean ± standard error, deterministic seeds.

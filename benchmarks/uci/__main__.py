@@ -1,9 +1,9 @@
-"""``python -m benchmarks.uci``: the UCI regression benchmark of issue 5, from the repository root.
+"""``python -m benchmarks.uci``: the UCI regression benchmark, from the repository root.
 
 Usage::
 
-    python -m benchmarks.uci --data ../shared/data/uci --out benchmarks/results/uci --jobs 2
-    python -m benchmarks.uci --data ../shared/data/uci --datasets yacht --splits 0-1 --quick
+    python -m benchmarks.uci --data benchmarks/uci/data --out benchmarks/results/uci --jobs 2
+    python -m benchmarks.uci --data benchmarks/uci/data --datasets yacht --splits 0-1 --quick
 
 See ``python -m benchmarks.uci --help``.
 """

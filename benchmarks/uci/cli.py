@@ -1,7 +1,7 @@
 """``main(argv)``: the UCI benchmark command, ``python -m benchmarks.uci`` (repository root).
 
 Example:
-    ``python -m benchmarks.uci --data ../shared/data/uci --out benchmarks/results/uci --jobs 2``
+    ``python -m benchmarks.uci --data benchmarks/uci/data --out benchmarks/results/uci --jobs 2``
 """
 
 from __future__ import annotations

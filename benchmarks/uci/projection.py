@@ -1,8 +1,9 @@
-"""Projected time of the nine-set UCI benchmark, from timed runs at the sizes not shared here.
+"""Projected time of the nine-set UCI benchmark, from timed runs at the sizes not shipped here.
 
-The standard benchmark (Hernández-Lobato & Adams 2015) has nine data sets. Four are shared
-(``../shared/data/uci``): their time is the committed full run's (``benchmarks/results/uci/
-uci.json``: each record's search and final seconds, summed per data set and method). The
+The standard benchmark (Hernández-Lobato & Adams 2015) has nine data sets. Four ship with the
+repository (``benchmarks/uci/data``): their time is the committed full run's
+(``benchmarks/results/uci/uci.json``: each record's search and final seconds, summed per data
+set and method). The
 other five are stood in for by synthetic sets of their size (rows × features, splits: wine
 1,599 × 11, kin8nm 8,192 × 8, naval 11,934 × 16, power 9,568 × 4, each over 20 splits; protein
 45,730 × 9 over 5), written in the UCI folder format (:func:`benchmarks.uci.writer.

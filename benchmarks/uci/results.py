@@ -131,7 +131,7 @@ def markdown_report(payload: Mapping[str, Any]) -> str:
 
     Tables of test log-likelihood and RMSE (mean ± standard error over splits, original units,
     best of ours in bold) beside the published values (in italics in the header), the
-    issue's targets (:mod:`~benchmarks.uci.targets`), then the chosen
+    targets (:mod:`~benchmarks.uci.targets`), then the chosen
     hyper-parameters.
 
     Example:

@@ -1,4 +1,4 @@
-"""The targets of issue 5, checked against the published test log-likelihoods.
+"""The benchmark's targets, checked against the published test log-likelihoods.
 
 * ``vi`` beats "VI (PBP paper)" by more than two standard errors and reaches "MC dropout
   (2016)" (and, shown beside it, whether ``bb_alpha``, VI on the alpha energy, reaches it);
@@ -49,7 +49,7 @@ def _target(
 
 
 def evaluate_targets(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Check the issue's targets on the test log-likelihood rows of ``summary``.
+    """Check the targets on the test log-likelihood rows of ``summary``.
 
     Args:
         summary: rows of :func:`benchmarks.uci.results.summarize`.

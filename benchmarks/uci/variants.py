@@ -1,7 +1,7 @@
-"""The variations of the ``vi`` row that issue 12 tried, each one command, compared split by
+"""The variations of the ``vi`` row that were tried, each one command, compared split by
 split with a reference run::
 
-    python -m benchmarks.uci.variants alpha --data ../shared/data/uci \\
+    python -m benchmarks.uci.variants alpha --data benchmarks/uci/data \\
         --datasets bostonHousing,concrete --jobs 2 --out /tmp/uci_alpha
 
 runs ``vi`` with the variant's configuration keys laid over its grid
@@ -11,7 +11,7 @@ log-likelihood and RMSE paired split by split against ``--base`` (default: the c
 ``benchmarks/results/uci/uci.json``): the mean of the per-split differences ± their standard
 error. Pairing removes the split's own difficulty, which dominates the unpaired standard errors
 of the table. ``benchmarks/results/uci/variants/`` keeps the tables of the runs quoted in
-issue 12's notes.
+the design notes of the ``vi`` row (:mod:`benchmarks.uci.variational`).
 """
 
 from __future__ import annotations

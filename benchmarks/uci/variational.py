@@ -19,7 +19,7 @@ epochs (below); ``Trace_ELBO`` (Monte Carlo KL) unless the config says
 ``elbo="meanfield"`` or ``"alpha"`` (the black-box alpha energy). The environment variable
 :data:`OVERRIDES_ENV` (a JSON object of configuration keys, e.g. ``{"kl_weight": 0.2}``) is laid
 over every configuration of the grid: :mod:`benchmarks.uci.variants` runs the variations that
-issue 12 tried that way (worker processes inherit it).
+were tried that way (worker processes inherit it).
 
 The observation noise is a hyper-parameter, as Gal's ``tau`` is for MC dropout: either learned
 per input (``HeteroscedasticGaussian``: the net's second output, through a softplus, is the
@@ -29,7 +29,7 @@ or fixed at the precision ``noise_tau`` (original units, the folder's ``tau_valu
 posterior's own spread at the training inputs (``sigma^2 ~ residual^2 + epistemic variance``),
 so the predictive counts that spread twice; a fixed, smaller noise chosen on validation rows
 avoids it where the data are noisy (concrete). The learned noise was one homoscedastic
-``Gaussian(scale="learned")`` until the 20-split comparison in issue 12: per-input noise in its
+``Gaussian(scale="learned")`` until a 20-split comparison: per-input noise in its
 place scored boston +0.046 +- 0.020 (paired over 20 splits), energy +0.09 +- 0.08, yacht
 +0.09 +- 0.05, concrete -0.004 +- 0.009 (the fixed noise is chosen there either way), at the
 same cost. The prior std was ``1 / sqrt(fan_in)`` (Neal's) until the next comparison: with
@@ -37,7 +37,7 @@ same cost. The prior std was ``1 / sqrt(fan_in)`` (Neal's) until the next compar
 concrete +0.043 +- 0.016, energy +0.02 +- 0.03, yacht +0.41 +- 0.07, boston +0.006 +- 0.037;
 twice Neal's std scored concrete +0.035 +- 0.014, no better.
 
-The predictive noise is chosen apart from the training noise (issue 12): each checkpoint's
+The predictive noise is chosen apart from the training noise: each checkpoint's
 predictive is scored with the trained noise std times each of :data:`NOISE_FACTORS` (0.5-2,
 the weight draws shared), and the validation rows choose the factor as they choose Gal's tau
 for MC dropout. A learned noise that absorbed the posterior's spread is narrowed again (boston:
@@ -47,7 +47,7 @@ scoring only, no training.
 The KL weight warms up linearly from 0 to 1 over the first half of each configuration's epochs
 (:data:`KL_WARMUP`; ``fit(kl_weight=linear_annealing(E // 2))``), and only the checkpoints from
 the warm-up's end on are scored (3 of the 4), so every candidate ends on the ELBO. Paired over
-20 splits against the committed run without it (variant ``warmup0.5``, issue 12): boston +0.145
+20 splits against the committed run without it (variant ``warmup0.5``): boston +0.145
 +- 0.050, concrete +0.013 +- 0.014, energy -0.047 +- 0.046, yacht +0.076 +- 0.066, at no extra
 training (on concrete splits 0-9 at a fixed 400 epochs and noise, before validation: a warm-up
 over a quarter +0.023 +- 0.008, over half +0.042 +- 0.008). The validation rows then choose
@@ -75,7 +75,7 @@ schedule scores only the end of its run); the grid keeps the constant rate, the 
 the ELBO: on splits 0-4 of boston and concrete, a cosine schedule with a MAP start scored
 -2.514/-3.115 against -2.523/-3.118 with the factor alone (within noise, at ~20% more training
 and an unstacked MAP phase), and a validated KL weight (1, 0.3, 0.1) -2.572/-3.127. Over 20
-splits, paired against the committed run (issue 12), none of these moved boston or concrete by
+splits, paired against the committed run, none of these moved boston or concrete by
 more than a standard error either: three times the steps (:data:`_STEPS` 30,000) -0.020 +-
 0.019 / -0.009 +- 0.014, a MAP start +0.054 +- 0.054 / -0.003 +- 0.014, 100 hidden units -0.024
 / -0.004, Blundell's scale mixture prior (concrete) +0.008 +- 0.018; a fixed KL weight of 0.2
