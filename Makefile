@@ -1,6 +1,11 @@
 # Two commands: `make demo` (the main job) and `make test`. Both create .venv on first use,
-# installing the CPU build torch==2.13.0 before the project (a bare `torch` would pull CUDA).
+# installing torch==2.13.0 before the project. Which build of torch that is depends on pip:
+# on Linux, PyPI's torch==2.13.0 is the CUDA build (a download of several GB); where pip is
+# configured with PyTorch's CPU index it is the CPU build. TORCH_INDEX picks the index for torch
+# alone, e.g. the CPU-only build on any machine:
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
 PYTHON ?= python3
+TORCH_INDEX ?=
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -9,7 +14,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0 \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 

@@ -8,6 +8,8 @@ Example:
     ['vi', 'lrt', 'bb_alpha']
 """
 
+from importlib import metadata as _metadata
+
 import pyro.distributions as dist
 
 from bnn_pyro import (
@@ -52,7 +54,10 @@ from bnn_pyro.training import EarlyStopping, History, linear_annealing
 
 _moved.install()  # the earlier module paths (bnn_pyro.bnn, ...) still import, with a warning
 
-__version__ = "0.1.0"
+try:  # one source: pyproject.toml, through the installed distribution's metadata
+    __version__ = _metadata.version("bnn_pyro")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "METHODS",
