@@ -280,20 +280,60 @@ def index_markdown(pages: list[ModulePage]) -> str:
 page_summary: dict[str, str] = {}
 
 
+#: The navigation's groups, by what a user does, each by the modules' first name below the
+#: package; a module in none of them goes under "More", so a new module still appears.
+GROUPS = (
+    ("Methods", ("base", "methods", "registry", "spec", "stacking")),
+    (
+        "Building blocks",
+        (
+            "nn",
+            "priors",
+            "learned_prior",
+            "likelihoods",
+            "guides",
+            "distributions",
+            "weight_distributions",
+            "elbos",
+            "poutine",
+            "losses",
+        ),
+    ),  # fmt: skip
+    ("Training", ("training", "checkpoint", "exceptions")),
+    ("Evaluation", ("metrics", "plots", "datasets")),
+    ("Scikit-learn and the command line", ("estimators", "cli")),
+)
+
+
+def _group(path: str) -> str:
+    first = path.split(".")[1] if "." in path else ""
+    return next((title for title, names in GROUPS if first in names), "More")
+
+
 def nav(pages: list[ModulePage]) -> list:
-    """The navigation: packages become sections (their page first), modules entries."""
+    """The navigation: the index and the package's page, then one section per group of
+    :data:`GROUPS`; inside a group, packages become sections (their page first), modules
+    entries."""
     tree: list = [f"{API_DIR}/index.md"]
-    sections: dict[str, list] = {PACKAGE: tree}
+    groups: dict[str, list] = {}
+    sections: dict[str, list] = {}
     for page in pages:
-        parent = page.path.rsplit(".", 1)[0] if "." in page.path else None
-        entries = sections[parent] if parent in sections else tree
-        if page.is_package and page.path != PACKAGE:
+        if page.path == PACKAGE:
+            tree.append({PACKAGE: page.uri})
+            continue
+        title = _group(page.path)
+        if title not in groups:
+            groups[title] = []
+        parent = page.path.rsplit(".", 1)[0]
+        entries = sections.get(parent, groups[title])
+        if page.is_package:
             children: list = [page.uri]
             sections[page.path] = children
             entries.append({page.path.split(".")[-1] + "/": children})
         else:
-            title = PACKAGE if page.path == PACKAGE else page.path.split(".")[-1]
-            entries.append({title: page.uri})
+            entries.append({page.path.split(".")[-1]: page.uri})
+    order = [title for title, _ in GROUPS] + ["More"]
+    tree.extend({title: groups[title]} for title in order if title in groups)
     return tree
 
 

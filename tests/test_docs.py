@@ -146,3 +146,51 @@ def test_an_unresolvable_role_is_a_warning(tmp_path, caplog):
     assert "`torch.nn.Module`" in doc and "`ValueError`" in doc  # outside: code, no link
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and ":class:`Nothing`" in warnings[0], warnings
+
+
+@needs_mkdocs
+@pytest.mark.parametrize(
+    ("page", "cls"),
+    [
+        ("methods/vi/model", "bnn_pyro.methods.vi.model.VariationalBNN"),
+        ("methods/mc_dropout/dropout", "bnn_pyro.methods.mc_dropout.dropout.MCDropout"),
+        ("methods/swag/swag", "bnn_pyro.methods.swag.swag.SWAG"),
+        ("methods/ensemble/deep_ensemble", "bnn_pyro.methods.ensemble.deep_ensemble.DeepEnsemble"),
+    ],
+)
+def test_a_method_page_shows_the_inherited_contract(built_site, page, cls):
+    """``fit``, ``predict``, ``save`` and ``load`` are inherited by most methods; their page
+    renders them anyway (``inherited_members``), so a user reading one method's page sees
+    the whole contract."""
+    site, _ = built_site
+    html = (site / "api" / page / "index.html").read_text()
+    shown = set(re.findall(rf'id="{re.escape(cls)}\.(\w+)"', html))
+    assert {"fit", "predict", "save", "load"} <= shown, sorted(shown)
+
+
+def _flat(nav: list) -> list[str]:
+    out = []
+    for item in nav:
+        if isinstance(item, str):
+            out.append(item)
+        else:
+            (value,) = item.values()
+            out.extend(_flat(value) if isinstance(value, list) else [value])
+    return out
+
+
+@needs_mkdocs
+def test_the_api_navigation_is_grouped_and_complete():
+    """The API navigation groups the modules by what a user does, and holds every page once:
+    a new module lands in its group (or in "More") without an edit."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        api_pages = importlib.import_module("api_pages")
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    pages = api_pages.layout().pages
+    tree = api_pages.nav(pages)
+    titles = [next(iter(item)) for item in tree if isinstance(item, dict)]
+    assert titles[:3] == ["bnn_pyro", "Methods", "Building blocks"], titles
+    uris = _flat(tree)
+    assert sorted(uris) == sorted([p.uri for p in pages] + ["api/index.md"])
