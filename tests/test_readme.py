@@ -21,14 +21,20 @@ def test_readme_has_the_ten_line_example():
 
 
 def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
+    """Each block runs alone, in a fresh namespace, as a reader who copies one would run it,
+    and leaves no folder behind but the files it names."""
     monkeypatch.chdir(tmp_path)  # the example writes model.pt
     torch.manual_seed(0)
-    namespace: dict = {}
+    spaces = []
     for block in _python_blocks():
+        namespace: dict = {}
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+        spaces.append(namespace)
     assert (tmp_path / "model.pt").exists()
-    assert namespace["samples"].shape == (100, 5, 1)
-    assert namespace["mean"].shape[0] == 500  # the scikit-learn block's predictions
+    assert spaces[0]["samples"].shape == (100, 5, 1)
+    sklearn_block = next(ns for ns in spaces if "cross_val_score" in ns)
+    assert sklearn_block["mean"].shape[0] == 500  # the scikit-learn block's predictions
+    assert not [p.name for p in tmp_path.iterdir() if p.is_dir()]  # no checkpoints/ folder
 
 
 @pytest.mark.parametrize("command", ["make demo", "make test"])
