@@ -36,7 +36,7 @@ import torch
 
 from bnn_pyro.exceptions import CheckpointError
 
-__all__ = ["STALE_AFTER", "atomic_save", "load_file", "remove_stale_temporaries"]
+__all__ = ["STALE_AFTER", "atomic_save", "load_file", "remove_stale_temporaries", "umask_mode"]
 
 #: A temporary file of another host (a shared folder) or of an earlier naming (``.tmp-*.pt``)
 #: is removed once it has not been written to for this long, in seconds: a live writer touches
@@ -44,6 +44,20 @@ __all__ = ["STALE_AFTER", "atomic_save", "load_file", "remove_stale_temporaries"
 STALE_AFTER = 3600.0
 
 _ZIP_MAGIC = b"PK\x03\x04"
+
+
+def umask_mode(directory: bool = False) -> int:
+    """The mode ``open()`` or ``mkdir()`` would give a new file (``0o666``) or folder
+    (``0o777``) under the process's umask: ``tempfile`` makes its files ``0o600`` and its
+    folders ``0o700``, which an atomic rename would otherwise keep.
+
+    Example:
+        >>> oct(umask_mode() | 0o022) in ("0o666", "0o644")  # 0o644 under the usual umask
+        True
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
 
 
 def check_path(path: Any, name: str = "path") -> str:
@@ -154,6 +168,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> None:
     try:
         prefix = f"{_temp_prefix(path)}{_host()}.{os.getpid()}."
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".pt", dir=folder)
+        os.chmod(fd, umask_mode())
         with os.fdopen(fd, "wb") as handle:
             torch.serialization.set_crc32_options(True)
             torch.save(obj, handle)

@@ -218,3 +218,31 @@ def test_user_errors_are_cli_errors():
 
     with pytest.raises(CLIError, match="no such file"):
         read_csv("no-such-file.csv")
+
+
+def test_a_reader_that_stops_early_ends_predict_quietly(tmp_path):
+    """``bnn-pyro predict ... | head -1``: no BrokenPipe traceback, exit code 0."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from bnn_pyro.cli import main
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5_000, 2))  # 130 KB of output: more than a pipe's 64 KB buffer
+    data = tmp_path / "d.csv"
+    np.savetxt(data, np.c_[X, X.sum(1)], delimiter=",", header="a,b,y", comments="")
+    assert main(["fit", "--data", str(data), "--target", "y", "--epochs", "1",
+                 "--out", str(tmp_path / "run"), "--quiet"]) == 0  # fmt: skip
+    code = "import sys; from bnn_pyro.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "predict", "--model", str(tmp_path / "run" / "model.pt"),
+         "--data", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout.readline() == b"mean,std\n"
+    proc.stdout.close()  # the reader goes away
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err and b"Broken pipe" not in err

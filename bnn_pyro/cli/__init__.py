@@ -28,6 +28,7 @@ package; run ``python -m benchmarks.uci`` from the repository root.)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -77,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         after one line on stderr (argparse); ``--help`` raises ``SystemExit(0)``. Other
         exceptions are bugs and propagate with their traceback. Warnings raised while the
         subcommand runs are printed one line each after a success and dropped after an error
-        (whose one line says what went wrong); ``--debug`` shows them as Python does.
+        (whose one line says what went wrong); ``--debug`` shows them as Python does. A reader
+        of stdout that stops early (``bnn-pyro predict ... | head``) ends the command quietly,
+        with code 0.
 
     Example:
         >>> main(["predict", "--model", "missing.pt", "--data", "x.csv"])
@@ -89,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings(record=not debug) as caught:
         try:
             code = int(args.func(args))
+        except BrokenPipeError:  # the reader of stdout went away (`bnn-pyro predict | head`)
+            # what is left in Python's buffer would raise again at exit: send it nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         except USER_ERRORS as err:
             if debug:
                 raise
