@@ -34,7 +34,8 @@ history = bnn.fit(X, y, epochs=args.epochs, batch_size=128, lr=1e-2, seed=0)
 X_test = torch.linspace(-3, 3, 200).unsqueeze(-1)
 mean, _ = bnn.predict(X_test, seed=0)
 rmse = float((mean.squeeze(-1) - torch.sin(X_test).squeeze(-1)).pow(2).mean().sqrt())
-print(f"final loss {history['loss'][-1]:.1f}, RMSE to sin(x) {rmse:.3f}")
+if distributed.rank() == 0:  # one line, not one per process glued together
+    print(f"final loss {history['loss'][-1]:.1f}, RMSE to sin(x) {rmse:.3f}")
 if args.out and distributed.rank() == 0:  # one writer
     result = {"rmse": rmse, "ranks": distributed.world_size(), "loss": history["loss"]}
     torch.save(result, args.out)

@@ -130,3 +130,4 @@ def test_an_unchanged_script_runs_under_torchrun(tmp_path):
     result = torch.load(out, weights_only=False)  # written by rank 0
     assert result["ranks"] == 2  # fit found (and made) the process group
     assert result["rmse"] < 0.3, result["rmse"]  # sin(x) learned (noise 0.1, 30 epochs)
+    assert done.stdout.count("final loss") == 1, done.stdout  # one line, from rank 0
