@@ -32,7 +32,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/step_time.py
 
-# The documentation site, built with warnings as errors into site/ (open site/index.html).
+# The documentation site, built with warnings as errors into site/; read it served:
+# python -m http.server --directory site 8000, then http://localhost:8000
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
