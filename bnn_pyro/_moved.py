@@ -42,6 +42,7 @@ MOVED_MODULES: dict[str, str] = {
         "elbo": "elbos.trace",
         "stl_elbo": "elbos.stl",
         "alpha_elbo": "elbos.alpha",
+        "nn.functional": "nn.bayesian_mlp",
     }.items()
 }
 

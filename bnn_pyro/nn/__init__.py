@@ -9,7 +9,7 @@
 """
 
 from bnn_pyro.nn.bayesian_linear import BayesianLinear
-from bnn_pyro.nn.functional import BayesianMLP, bayesian_dense, build
+from bnn_pyro.nn.bayesian_mlp import BayesianMLP, bayesian_dense, build
 from bnn_pyro.nn.gaussian_linear import GaussianLinear
 from bnn_pyro.nn.layers import Conv2d, Linear, batched_conv2d, batched_linear
 from bnn_pyro.nn.mean_field_linear import MeanFieldLinear

@@ -19,7 +19,7 @@ from bnn_pyro.methods.classic.training import (
     TrainSettings,
     module_device,
 )
-from bnn_pyro.nn.functional import BayesianMLP
+from bnn_pyro.nn.bayesian_mlp import BayesianMLP
 from bnn_pyro.nn.inputs import InputSpec
 from bnn_pyro.nn.mlp import mlp_architecture
 from bnn_pyro.training import History
@@ -32,7 +32,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 class VariationalBayesNN(ClassicMethod):
     """A mean-field Gaussian BNN trained by maximising the ELBO (Bayes by Backprop).
 
-    The net is a :class:`~bnn_pyro.nn.functional.BayesianMLP` of
+    The net is a :class:`~bnn_pyro.nn.bayesian_mlp.BayesianMLP` of
     :class:`~bnn_pyro.nn.gaussian_linear.GaussianLinear` layers, with the fan-in-scaled
     initialisation explained there (``mu ~ N(0, prior_std²)`` would give pre-activations of
     size ``sqrt(width)``). Monte Carlo draws are vectorized: S weight sets

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from bnn_pyro.losses import elbo_loss
-from bnn_pyro.nn.functional import BayesianMLP, bayesian_dense, build
+from bnn_pyro.nn.bayesian_mlp import BayesianMLP, bayesian_dense, build
 from bnn_pyro.nn.gaussian_linear import GaussianLinear
 
 

@@ -1,4 +1,5 @@
-"""The functional BNN builder: ``bayesian_dense`` and ``build``.
+"""``BayesianMLP``, a stack of Bayes-by-Backprop layers, and its builders ``bayesian_dense``
+and ``build`` (the functional API).
 
 ``build(...)`` returns a :class:`BayesianMLP`: a stack of
 :class:`~bnn_pyro.nn.gaussian_linear.GaussianLinear` layers (``W = mu + softplus(rho) * eps``)
