@@ -300,7 +300,7 @@ GROUPS = (
         ),
     ),  # fmt: skip
     ("Training", ("training", "checkpoint", "exceptions")),
-    ("Evaluation", ("metrics", "plots", "datasets")),
+    ("Evaluation", ("metrics", "calibration", "plots", "datasets")),
     ("Scikit-learn and the command line", ("estimators", "cli")),
 )
 

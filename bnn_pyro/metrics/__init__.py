@@ -6,6 +6,9 @@ Regression (the Gaussian predictive is the mixture ``1/S sum_s Normal(locs[s], s
 :func:`crps_gaussian_mixture`, :func:`crps_from_samples`, :func:`gaussian_mixture_cdf`,
 :func:`regression_calibration`.
 
+Prediction intervals ``[lower, upper]``: :func:`picp` (coverage), :func:`mean_interval_width`,
+:func:`interval_score` (Winkler).
+
 Classification (``probs`` ``(N, C)``, integer ``labels`` ``(N,)``): :func:`nll`,
 :func:`accuracy`, :func:`brier_score`, :func:`expected_calibration_error`,
 :func:`reliability_curve`.
@@ -30,6 +33,7 @@ from bnn_pyro.metrics.classification import (
     reliability_curve,
 )
 from bnn_pyro.metrics.crps import crps_from_samples, crps_gaussian_mixture
+from bnn_pyro.metrics.intervals import interval_score, mean_interval_width, picp
 from bnn_pyro.metrics.regression import gaussian_log_likelihood, gaussian_nll, rmse
 from bnn_pyro.metrics.uncertainty import (
     EntropyDecomposition,
@@ -53,8 +57,11 @@ __all__ = [
     "gaussian_log_likelihood",
     "gaussian_mixture_cdf",
     "gaussian_nll",
+    "interval_score",
+    "mean_interval_width",
     "mutual_information",
     "nll",
+    "picp",
     "predictive_entropy",
     "regression_calibration",
     "reliability_curve",

@@ -1,0 +1,50 @@
+"""The predictive mean and standard deviation of ``y`` from any regression method."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["predictive_moments"]
+
+
+def predictive_moments(
+    method: Any, x: torch.Tensor, **options: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and the total standard deviation of ``y`` under ``method``'s predictive.
+
+    The predictive is the mixture ``1/S Σ_s Normal(locs[s], scales[s])`` of
+    :meth:`~bnn_pyro.base.BaseBayesianMethod.predictive_gaussian`; its mean is the mean of the
+    ``locs`` and its variance the spread of the ``locs`` (epistemic) plus the mean noise
+    variance (aleatoric), by the law of total variance.
+
+    Args:
+        method: a fitted regression method (anything with ``predictive_gaussian``).
+        x: ``(N, D)`` inputs.
+        **options: passed to ``predict`` (``num_samples``, ``seed``, ...).
+
+    Returns:
+        ``mean`` and ``sd``, each ``(N, O)``.
+
+    Raises:
+        TypeError: ``method`` has no ``predictive_gaussian``.
+
+    Example:
+        >>> import bnn_pyro as bp, torch.nn as nn
+        >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)
+        >>> _ = la.fit(torch.randn(50, 1), torch.randn(50), epochs=0, progress=False)
+        >>> mean, sd = predictive_moments(la, torch.zeros(3, 1), num_samples=200, seed=0)
+        >>> mean.shape, bool((sd > 0.5).all())  # at least the noise
+        (torch.Size([3, 1]), True)
+    """
+    if not callable(getattr(method, "predictive_gaussian", None)):
+        raise TypeError(
+            f"method must be a fitted regression method with predictive_gaussian, got "
+            f"{type(method).__name__}"
+        )
+    locs, scales = method.predictive_gaussian(x, **options)
+    scales = torch.as_tensor(scales, dtype=locs.dtype, device=locs.device).expand_as(locs)
+    mean = locs.mean(0)
+    var = locs.var(0, unbiased=False) + scales.pow(2).mean(0)
+    return mean, var.sqrt()
