@@ -1,8 +1,10 @@
 """Uncertainty you can act on, for every regression method: conformal intervals with a
-coverage guarantee (:class:`SplitConformal`) from the Gaussian predictive of any method
+coverage guarantee (:class:`SplitConformal`) and a recalibrated predictive
+(:class:`ScaleRecalibration`), from the Gaussian predictive of any method
 (:func:`predictive_moments`)."""
 
 from bnn_pyro.calibration.conformal import SplitConformal
 from bnn_pyro.calibration.moments import predictive_moments
+from bnn_pyro.calibration.recalibration import ScaleRecalibration
 
-__all__ = ["SplitConformal", "predictive_moments"]
+__all__ = ["ScaleRecalibration", "SplitConformal", "predictive_moments"]
