@@ -16,6 +16,10 @@ Classification (``probs`` ``(N, C)``, integer ``labels`` ``(N,)``): :func:`nll`,
 Uncertainty from ``(S, N, C)`` probability samples: :func:`predictive_entropy`,
 :func:`expected_entropy`, :func:`mutual_information`, :func:`entropy_decomposition`.
 
+Out-of-distribution detection: the scores :func:`max_probability_score` and
+:func:`energy_score` (beside the entropies), and how well scores separate in- from
+out-of-distribution inputs: :func:`ood_auroc`, :func:`ood_aupr`, :func:`fpr_at_95_tpr`.
+
 Scalar scores come back as Python floats; per-point and per-bin results as tensors.
 """
 
@@ -34,6 +38,13 @@ from bnn_pyro.metrics.classification import (
 )
 from bnn_pyro.metrics.crps import crps_from_samples, crps_gaussian_mixture
 from bnn_pyro.metrics.intervals import interval_score, mean_interval_width, picp
+from bnn_pyro.metrics.ood import (
+    energy_score,
+    fpr_at_95_tpr,
+    max_probability_score,
+    ood_aupr,
+    ood_auroc,
+)
 from bnn_pyro.metrics.regression import gaussian_log_likelihood, gaussian_nll, rmse
 from bnn_pyro.metrics.uncertainty import (
     EntropyDecomposition,
@@ -51,16 +62,21 @@ __all__ = [
     "brier_score",
     "crps_from_samples",
     "crps_gaussian_mixture",
+    "energy_score",
     "entropy_decomposition",
     "expected_calibration_error",
     "expected_entropy",
+    "fpr_at_95_tpr",
     "gaussian_log_likelihood",
     "gaussian_mixture_cdf",
     "gaussian_nll",
     "interval_score",
+    "max_probability_score",
     "mean_interval_width",
     "mutual_information",
     "nll",
+    "ood_aupr",
+    "ood_auroc",
     "picp",
     "predictive_entropy",
     "regression_calibration",

@@ -1,0 +1,65 @@
+"""OOD scores and detection metrics: against scikit-learn and closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bnn_pyro.metrics import (
+    energy_score,
+    fpr_at_95_tpr,
+    max_probability_score,
+    ood_aupr,
+    ood_auroc,
+)
+
+sk_metrics = pytest.importorskip("sklearn.metrics")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auroc_and_aupr_are_scikit_learns_with_ties(seed):
+    g = torch.Generator().manual_seed(seed)
+    s_in = torch.randint(0, 20, (300,), generator=g).double()  # many ties
+    s_out = torch.randint(5, 30, (120,), generator=g).double()
+    labels = np.r_[np.zeros(300), np.ones(120)]
+    scores = np.r_[s_in.numpy(), s_out.numpy()]
+    assert ood_auroc(s_in, s_out) == pytest.approx(sk_metrics.roc_auc_score(labels, scores))
+    assert ood_aupr(s_in, s_out) == pytest.approx(
+        sk_metrics.average_precision_score(labels, scores)
+    )
+
+
+def test_fpr_at_95_tpr_is_the_gaussian_closed_form():
+    """In-distribution scores N(0, 1), OOD N(2, 1): the threshold is z_0.95 = 1.645 and the
+    OOD share below it Φ(1.645 - 2) = 0.361. With 200,000 draws each the sampled share's sd
+    is about 0.0011, and the threshold's sampling error moves it by about 0.002: 0.01 is ample."""
+    g = torch.Generator().manual_seed(0)
+    s_in = torch.randn(200_000, generator=g, dtype=torch.float64)
+    s_out = 2.0 + torch.randn(200_000, generator=g, dtype=torch.float64)
+    expected = 0.5 * (1 + math.erf((1.6448536 - 2.0) / math.sqrt(2)))
+    assert fpr_at_95_tpr(s_in, s_out) == pytest.approx(expected, abs=0.01)
+    assert ood_auroc(s_in, s_out) == pytest.approx(
+        0.5 * (1 + math.erf(2.0 / 2.0)),
+        abs=0.005,  # Φ(d / √2), d = 2
+    )
+
+
+def test_scores_order_confident_below_unsure():
+    confident = torch.tensor([[[0.98, 0.01, 0.01]]]).expand(4, 1, 3)
+    unsure = torch.full((4, 1, 3), 1 / 3)
+    assert max_probability_score(confident) < max_probability_score(unsure)
+    logits_sure, logits_flat = torch.tensor([[8.0, 0.0, 0.0]]), torch.zeros(1, 3)
+    assert energy_score(logits_sure) < energy_score(logits_flat)
+    assert float(energy_score(logits_flat)[0]) == pytest.approx(-math.log(3))
+
+
+def test_bad_input_is_refused_by_name():
+    with pytest.raises(ValueError, match="at least one score"):
+        ood_auroc(torch.tensor([]), torch.ones(2))
+    with pytest.raises(ValueError, match="temperature"):
+        energy_score(torch.zeros(2, 3), temperature=0.0)
+    with pytest.raises(ValueError, match="tpr"):
+        fpr_at_95_tpr(torch.ones(3), torch.ones(3), tpr=0.0)
