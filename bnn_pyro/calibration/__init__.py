@@ -1,10 +1,10 @@
 """Uncertainty you can act on, for every regression method: conformal intervals with a
 coverage guarantee (:class:`SplitConformal`) and a recalibrated predictive
-(:class:`ScaleRecalibration`), from the Gaussian predictive of any method
-(:func:`predictive_moments`)."""
+(:class:`ScaleRecalibration`, :class:`IsotonicRecalibration`), from the Gaussian predictive of
+any method (:func:`predictive_moments`)."""
 
 from bnn_pyro.calibration.conformal import SplitConformal
 from bnn_pyro.calibration.moments import predictive_moments
-from bnn_pyro.calibration.recalibration import ScaleRecalibration
+from bnn_pyro.calibration.recalibration import IsotonicRecalibration, ScaleRecalibration
 
-__all__ = ["ScaleRecalibration", "SplitConformal", "predictive_moments"]
+__all__ = ["IsotonicRecalibration", "ScaleRecalibration", "SplitConformal", "predictive_moments"]
