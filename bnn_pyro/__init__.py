@@ -14,6 +14,7 @@ import pyro.distributions as dist
 
 from bnn_pyro import (
     _moved,
+    calibration,
     datasets,
     guides,
     likelihoods,
@@ -50,6 +51,7 @@ from bnn_pyro.poutine import LocalReparameterization
 from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
 from bnn_pyro.registry import METHODS, load, make, register_method
 from bnn_pyro.stacking import fit_stacked
+from bnn_pyro.threads import get_threads, set_threads, threads
 from bnn_pyro.training import EarlyStopping, History, linear_annealing
 
 _moved.install()  # the earlier module paths (bnn_pyro.bnn, ...) still import, with a warning
@@ -89,9 +91,11 @@ __all__ = [
     "TrainingDivergedError",
     "VariationalBNN",
     "__version__",
+    "calibration",
     "datasets",
     "dist",
     "fit_stacked",
+    "get_threads",
     "guides",
     "likelihoods",
     "linear_annealing",
@@ -105,6 +109,8 @@ __all__ = [
     "poutine",
     "priors",
     "register_method",
+    "set_threads",
+    "threads",
     "training",
 ]
 

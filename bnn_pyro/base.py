@@ -22,6 +22,7 @@ from bnn_pyro._checks import check_int, check_seed
 from bnn_pyro._rng import seed_from
 from bnn_pyro._streaming import reduce_samples
 from bnn_pyro.checkpoint import class_named, load_method, register_class, save_method
+from bnn_pyro.threads import uses_threads
 
 if TYPE_CHECKING:
     from bnn_pyro.training import History
@@ -143,6 +144,10 @@ class BaseBayesianMethod(nn.Module, ABC):
         super().__init_subclass__(**kwargs)
         _rename_old_hooks(cls)
         register_class(cls)
+        for name in ("fit", "predict"):  # on the thread count of bnn_pyro.threads
+            fn = cls.__dict__.get(name)
+            if callable(fn) and not getattr(fn, "__bnn_pyro_threads__", False):
+                setattr(cls, name, uses_threads(fn))
 
     @staticmethod
     def subclass(name: str) -> type[BaseBayesianMethod]:

@@ -18,11 +18,13 @@ import torch
 from bnn_pyro._checks import as_tensor
 from bnn_pyro.registry import method_specs
 from bnn_pyro.spec import load_object
+from bnn_pyro.threads import uses_threads
 from bnn_pyro.training.callbacks import History
 
 __all__ = ["fit_stacked"]
 
 
+@uses_threads
 def fit_stacked(
     bnns: Sequence[Any],
     X: torch.Tensor,

@@ -164,3 +164,15 @@ def test_line_fit_needs_two_epoch_counts():
 
     with pytest.raises(ValueError, match="at least two epoch counts"):
         projection.line_fit([(10.0, 25), (12.0, 25)])
+
+
+def test_threads_benchmark_times_a_block_in_a_fresh_process():
+    """benchmarks/threads.py's machinery: the README's first block, and one timed child run."""
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        import threads
+    finally:
+        sys.path.remove(BENCHMARKS)
+    assert "bnn.fit(" in threads.ten_lines()
+    seconds = threads._timed("import torch; assert torch.get_num_threads() >= 1", "")
+    assert 0.0 <= seconds < 60.0

@@ -64,6 +64,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "memory",
         "distributed",
         "stacked",
+        "threads",
         "uci",
         "uci_projection",
     }
