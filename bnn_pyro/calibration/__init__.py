@@ -5,6 +5,16 @@ any method (:func:`predictive_moments`)."""
 
 from bnn_pyro.calibration.conformal import SplitConformal
 from bnn_pyro.calibration.moments import predictive_moments
-from bnn_pyro.calibration.recalibration import IsotonicRecalibration, ScaleRecalibration
+from bnn_pyro.calibration.recalibration import (
+    IsotonicRecalibration,
+    Recalibration,
+    ScaleRecalibration,
+)
 
-__all__ = ["IsotonicRecalibration", "ScaleRecalibration", "SplitConformal", "predictive_moments"]
+__all__ = [
+    "IsotonicRecalibration",
+    "Recalibration",
+    "ScaleRecalibration",
+    "SplitConformal",
+    "predictive_moments",
+]

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from bnn_pyro._checks import as_tensor, check_choice, check_float
-from bnn_pyro.calibration.moments import predictive_moments
+from bnn_pyro._checks import check_choice, check_float
+from bnn_pyro.calibration.moments import calibration_rows, check_method, predictive_moments
 from bnn_pyro.exceptions import NotFittedError
 
 __all__ = ["SCORES", "SplitConformal"]
@@ -65,12 +65,7 @@ class SplitConformal:
     """
 
     def __init__(self, method: Any, score: str = "normalized", **predict_options: Any) -> None:
-        if not callable(getattr(method, "predictive_gaussian", None)):
-            raise TypeError(
-                "method must be a fitted regression method with predictive_gaussian, got "
-                f"{type(method).__name__}"
-            )
-        self.method = method
+        self.method = check_method(method)
         self.score = check_choice("score", score, SCORES)
         self.predict_options = predict_options
         self.scores: torch.Tensor | None = None
@@ -91,14 +86,7 @@ class SplitConformal:
         Raises:
             ValueError: ``y_cal``'s rows or columns do not match the method's predictions.
         """
-        mean, sd = self._moments(X_cal)
-        y = as_tensor("y_cal", y_cal, dtype=mean.dtype, device=mean.device)
-        y = y.unsqueeze(-1) if y.dim() == 1 else y
-        if y.shape != mean.shape:
-            raise ValueError(
-                f"y_cal must have shape ({mean.shape[0]},) or {tuple(mean.shape)} to match the "
-                f"predictions on X_cal, got {tuple(y.shape)}"
-            )
+        mean, sd, y = calibration_rows(self.method, X_cal, y_cal, **self.predict_options)
         residual = (y - mean).abs()
         self.scores = residual / sd if self.score == "normalized" else residual
         return self

@@ -6,7 +6,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["predictive_moments"]
+from bnn_pyro._checks import as_tensor
+
+__all__ = ["calibration_rows", "check_method", "predictive_moments"]
 
 
 def predictive_moments(
@@ -38,13 +40,57 @@ def predictive_moments(
         >>> mean.shape, bool((sd > 0.5).all())  # at least the noise
         (torch.Size([3, 1]), True)
     """
-    if not callable(getattr(method, "predictive_gaussian", None)):
-        raise TypeError(
-            f"method must be a fitted regression method with predictive_gaussian, got "
-            f"{type(method).__name__}"
-        )
-    locs, scales = method.predictive_gaussian(x, **options)
+    locs, scales = check_method(method).predictive_gaussian(x, **options)
     scales = torch.as_tensor(scales, dtype=locs.dtype, device=locs.device).expand_as(locs)
     mean = locs.mean(0)
     var = locs.var(0, unbiased=False) + scales.pow(2).mean(0)
     return mean, var.sqrt()
+
+
+def check_method(method: Any) -> Any:
+    """``method`` if it has a Gaussian predictive (``predictive_gaussian``), else a
+    ``TypeError`` naming the argument.
+
+    Example:
+        >>> check_method(object())
+        Traceback (most recent call last):
+          ...
+        TypeError: method must be a fitted regression method with predictive_gaussian, got object
+    """
+    if not callable(getattr(method, "predictive_gaussian", None)):
+        raise TypeError(
+            "method must be a fitted regression method with predictive_gaussian, got "
+            f"{type(method).__name__}"
+        )
+    return method
+
+
+def calibration_rows(
+    method: Any, X_cal: Any, y_cal: Any, **options: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The predictive mean and sd on calibration rows, and their targets, each ``(n, O)``.
+
+    Args:
+        method: a fitted regression method; ``options`` go to its ``predict``.
+        X_cal: ``(n, D)`` inputs the method was not fitted on.
+        y_cal: ``(n,)`` or ``(n, O)`` targets.
+
+    Raises:
+        ValueError: ``y_cal`` does not match the predictions' rows and columns.
+
+    Example:
+        >>> import bnn_pyro as bp, torch.nn as nn
+        >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)
+        >>> _ = la.fit(torch.randn(20, 1), torch.randn(20), epochs=0, progress=False)
+        >>> [t.shape for t in calibration_rows(la, torch.zeros(4, 1), torch.zeros(4))]
+        [torch.Size([4, 1]), torch.Size([4, 1]), torch.Size([4, 1])]
+    """
+    mean, sd = predictive_moments(method, X_cal, **options)
+    y = as_tensor("y_cal", y_cal, dtype=mean.dtype, device=mean.device)
+    y = y.unsqueeze(-1) if y.dim() == 1 else y
+    if y.shape != mean.shape:
+        raise ValueError(
+            f"y_cal must have shape ({mean.shape[0]},) or {tuple(mean.shape)} to match the "
+            f"predictions on X_cal, got {tuple(y.shape)}"
+        )
+    return mean, sd, y

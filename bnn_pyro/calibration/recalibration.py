@@ -10,18 +10,64 @@ over-confident model (``s > 1``) gets wider intervals, an under-confident one na
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
 
-from bnn_pyro._checks import as_tensor, check_float
-from bnn_pyro.calibration.moments import predictive_moments
+from bnn_pyro._checks import check_float
+from bnn_pyro.calibration.moments import calibration_rows, check_method, predictive_moments
 from bnn_pyro.exceptions import NotFittedError
 
-__all__ = ["IsotonicRecalibration", "ScaleRecalibration"]
+__all__ = ["IsotonicRecalibration", "Recalibration", "ScaleRecalibration"]
 
 
-class ScaleRecalibration:
+class Recalibration(ABC):
+    """A map of a fitted regression method's Gaussian predictive, fitted on held-out rows.
+
+    Args:
+        method: a fitted regression method (any with ``predictive_gaussian``).
+        **predict_options: passed to the method's ``predict`` (``num_samples``, ``seed``).
+
+    A subclass fits its map from the calibration rows' predictive mean, standard deviation and
+    targets (:meth:`fit_rows`).
+
+    Example:
+        >>> class Identity(Recalibration):
+        ...     def fit_rows(self, mean, sd, y):
+        ...         self.rows = len(y)
+        >>> import bnn_pyro as bp, torch.nn as nn
+        >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)
+        >>> _ = la.fit(torch.randn(20, 1), torch.randn(20), epochs=0, progress=False)
+        >>> Identity(la).fit(torch.zeros(5, 1), torch.zeros(5)).rows
+        5
+    """
+
+    def __init__(self, method: Any, **predict_options: Any) -> None:
+        self.method = check_method(method)
+        self.predict_options = predict_options
+
+    def fit(self, X_cal: Any, y_cal: Any) -> Recalibration:
+        """Fit the map on calibration rows.
+
+        Args:
+            X_cal: ``(n, D)`` inputs the method was not fitted on.
+            y_cal: ``(n,)`` or ``(n, O)`` targets.
+
+        Returns:
+            ``self``.
+        """
+        mean, sd, y = calibration_rows(self.method, X_cal, y_cal, **self.predict_options)
+        self.fit_rows(mean, sd, y)
+        return self
+
+    @abstractmethod
+    def fit_rows(self, mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> None:
+        """Fit the map from the predictive ``mean``, ``sd`` and the targets ``y``, ``(n, O)``
+        each."""
+
+
+class ScaleRecalibration(Recalibration):
     """One standard-deviation multiplier per output, fitted in closed form on held-out rows.
 
     Args:
@@ -46,36 +92,11 @@ class ScaleRecalibration:
         torch.Size([3, 1])
     """
 
-    def __init__(self, method: Any, **predict_options: Any) -> None:
-        if not callable(getattr(method, "predictive_gaussian", None)):
-            raise TypeError(
-                "method must be a fitted regression method with predictive_gaussian, got "
-                f"{type(method).__name__}"
-            )
-        self.method = method
-        self.predict_options = predict_options
-        self.factor: torch.Tensor | None = None
+    factor: torch.Tensor | None = None
 
-    def fit(self, X_cal: Any, y_cal: Any) -> ScaleRecalibration:
-        """Fit the multipliers on calibration rows: ``s² = mean(((y - μ) / σ)²)`` per output.
-
-        Args:
-            X_cal: ``(n, D)`` inputs the method was not fitted on.
-            y_cal: ``(n,)`` or ``(n, O)`` targets.
-
-        Returns:
-            ``self``.
-        """
-        mean, sd = predictive_moments(self.method, X_cal, **self.predict_options)
-        y = as_tensor("y_cal", y_cal, dtype=mean.dtype, device=mean.device)
-        y = y.unsqueeze(-1) if y.dim() == 1 else y
-        if y.shape != mean.shape:
-            raise ValueError(
-                f"y_cal must have shape ({mean.shape[0]},) or {tuple(mean.shape)} to match the "
-                f"predictions on X_cal, got {tuple(y.shape)}"
-            )
+    def fit_rows(self, mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> None:
+        """``s² = mean(((y - μ) / σ)²)`` per output."""
         self.factor = ((y - mean) / sd).pow(2).mean(0).sqrt()
-        return self
 
     def predict_moments(self, X: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The recalibrated predictive: ``μ`` and ``s σ``, each ``(N, O)``."""
@@ -104,7 +125,7 @@ def _isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return xs, fitted
 
 
-class IsotonicRecalibration:
+class IsotonicRecalibration(Recalibration):
     """Kuleshov et al. (2018): a monotone map from the predictive's levels to observed ones.
 
     On calibration rows, each target's level under the method's Gaussian predictive is
@@ -125,50 +146,25 @@ class IsotonicRecalibration:
 
     Example:
         >>> import bnn_pyro as bp, torch.nn as nn
-        >>> g = torch.Generator().manual_seed(0)
-        >>> X = torch.randn(800, 1, generator=g); y = X[:, 0] + torch.randn(800, generator=g)
-        >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.3)
+        >>> g = torch.Generator().manual_seed(1)
+        >>> X = 4 * torch.rand(800, 1, generator=g) - 2
+        >>> y = 3 * X[:, 0] + 2 * torch.randn(800, generator=g)  # noise sd 2
+        >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)  # kept
         >>> _ = la.fit(X[:300], y[:300], epochs=100, lr=0.05, progress=False)
-        >>> la.noise_scale = 0.3  # over-confident on purpose
         >>> recal = IsotonicRecalibration(la, seed=0).fit(X[300:600], y[300:600])
         >>> lower, upper = recal.predict_interval(X[600:], alpha=0.1)
         >>> 0.8 < bp.metrics.picp(lower, upper, y[600:, None]) < 0.97
         True
     """
 
-    def __init__(self, method: Any, **predict_options: Any) -> None:
-        if not callable(getattr(method, "predictive_gaussian", None)):
-            raise TypeError(
-                "method must be a fitted regression method with predictive_gaussian, got "
-                f"{type(method).__name__}"
-            )
-        self.method = method
-        self.predict_options = predict_options
-        self.z: torch.Tensor | None = None  # the sorted standardised residuals of the rows
-        self.observed: torch.Tensor | None = None  # the fitted map there, non-decreasing
+    z: torch.Tensor | None = None  # the sorted standardised residuals of the rows
+    observed: torch.Tensor | None = None  # the fitted map there, non-decreasing
 
-    def fit(self, X_cal: Any, y_cal: Any) -> IsotonicRecalibration:
-        """Fit the map on calibration rows (all outputs pooled).
-
-        Args:
-            X_cal: ``(n, D)`` inputs the method was not fitted on.
-            y_cal: ``(n,)`` or ``(n, O)`` targets.
-
-        Returns:
-            ``self``.
-        """
-        mean, sd = predictive_moments(self.method, X_cal, **self.predict_options)
-        y = as_tensor("y_cal", y_cal, dtype=mean.dtype, device=mean.device)
-        y = y.unsqueeze(-1) if y.dim() == 1 else y
-        if y.shape != mean.shape:
-            raise ValueError(
-                f"y_cal must have shape ({mean.shape[0]},) or {tuple(mean.shape)} to match the "
-                f"predictions on X_cal, got {tuple(y.shape)}"
-            )
+    def fit_rows(self, mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> None:
+        """The isotonic fit of the empirical CDF of ``z = (y - μ) / σ`` (outputs pooled)."""
         z = ((y - mean) / sd).reshape(-1).double().cpu()
         empirical = (z[None, :] <= z[:, None]).double().mean(1)  # share at or below each z
         self.z, self.observed = _isotonic(z, empirical)
-        return self
 
     def standardized_quantile(self, p: torch.Tensor) -> torch.Tensor:
         """``G⁻¹(p)``: the recalibrated level-``p`` quantile in units of ``σ`` from ``μ``."""
