@@ -113,7 +113,7 @@ class SplitConformal:
                 f"line (at least {math.ceil(1 / alpha) - 1} rows are needed)",
                 stacklevel=2,
             )
-            return torch.full(self.scores.shape[1:], math.inf, dtype=self.scores.dtype)
+            return self.scores.new_full(self.scores.shape[1:], math.inf)
         return self.scores.sort(dim=0).values[rank - 1]
 
     def predict_interval(self, X: Any, alpha: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:

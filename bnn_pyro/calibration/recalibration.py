@@ -121,7 +121,7 @@ def _isotonic(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
             values[-2] = (values[-2] * weights[-2] + values[-1] * weights[-1]) / w
             weights[-2], sizes[-2] = w, sizes[-2] + sizes[-1]
             del values[-1], weights[-1], sizes[-1]
-    fitted = torch.repeat_interleave(torch.tensor(values, dtype=x.dtype), torch.tensor(sizes))
+    fitted = torch.repeat_interleave(x.new_tensor(values), x.new_tensor(sizes, dtype=torch.long))
     return xs, fitted
 
 
@@ -166,11 +166,11 @@ class IsotonicRecalibration(Recalibration):
         empirical = (z[None, :] <= z[:, None]).double().mean(1)  # share at or below each z
         self.z, self.observed = _isotonic(z, empirical)
 
-    def standardized_quantile(self, p: torch.Tensor) -> torch.Tensor:
+    def standardized_quantile(self, p: torch.Tensor | list[float]) -> torch.Tensor:
         """``G⁻¹(p)``: the recalibrated level-``p`` quantile in units of ``σ`` from ``μ``."""
         if self.z is None or self.observed is None:
             raise NotFittedError("IsotonicRecalibration is not fitted: call fit() first")
-        p = torch.as_tensor(p, dtype=torch.float64)
+        p = torch.as_tensor(p, dtype=torch.float64, device=self.z.device)
         i = torch.searchsorted(self.observed, p).clamp(1, len(self.z) - 1)
         x0, x1 = self.z[i - 1], self.z[i]
         y0, y1 = self.observed[i - 1], self.observed[i]
@@ -181,5 +181,5 @@ class IsotonicRecalibration(Recalibration):
         """The recalibrated central interval of level ``1 - alpha``, ``(N, O)`` each."""
         alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
         mean, sd = predictive_moments(self.method, X, **self.predict_options)
-        lo, hi = self.standardized_quantile(torch.tensor([alpha / 2, 1 - alpha / 2])).to(mean)
+        lo, hi = self.standardized_quantile([alpha / 2, 1 - alpha / 2]).to(mean)
         return mean + lo * sd, mean + hi * sd

@@ -39,9 +39,10 @@ def max_probability_score(probs_samples: torch.Tensor) -> torch.Tensor:
         >>> max_probability_score(torch.tensor([[[0.9, 0.1]], [[0.5, 0.5]]]))
         tensor([0.3000])
     """
-    p = as_tensor("probs_samples", probs_samples, dtype=torch.float64, min_dim=2)
+    given = as_tensor("probs_samples", probs_samples, min_dim=2)
+    p = given.double()
     mean = p if p.dim() == 2 else p.mean(0)
-    return (1.0 - mean.max(-1).values).to(torch.as_tensor(probs_samples).dtype)
+    return (1.0 - mean.max(-1).values).to(given.dtype)
 
 
 def energy_score(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -91,7 +92,7 @@ def ood_auroc(scores_in: torch.Tensor, scores_out: torch.Tensor) -> float:
     both = torch.cat([s_in, s_out])
     order = both.argsort()
     ranks = torch.empty_like(both)
-    ranks[order] = torch.arange(1, len(both) + 1, dtype=both.dtype)
+    ranks[order] = torch.arange(1, len(both) + 1, dtype=both.dtype, device=both.device)
     values, inverse, counts = torch.unique(both, return_inverse=True, return_counts=True)
     sums = torch.zeros_like(values).index_add_(0, inverse, ranks)
     ranks = (sums / counts)[inverse]  # ties: their mean rank
