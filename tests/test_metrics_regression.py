@@ -11,6 +11,7 @@ from scipy import integrate, optimize, special, stats
 
 from bnn_pyro.base import BaseBayesianMethod, summarize_samples
 from bnn_pyro.metrics import (
+    calibration_errors,
     crps_from_samples,
     crps_gaussian_mixture,
     gaussian_log_likelihood,
@@ -297,3 +298,20 @@ _L, _S, _Y = torch.zeros(3, 4), torch.ones(3, 4), torch.zeros(4)
 def test_bad_arguments_raise_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("scale", [0.6, 1.0, 1.7])
+def test_calibration_errors_are_uncertainty_toolboxs(scale):
+    """MACE, RMSCE and miscalibration area against uncertainty-toolbox (its "interval"
+    proportions, 100 levels), one Gaussian per point: the same numbers."""
+    ut = pytest.importorskip("uncertainty_toolbox.metrics_calibration")
+    g = torch.Generator().manual_seed(0)
+    mean = torch.randn(2000, generator=g, dtype=torch.float64)
+    sd = 0.5 + torch.rand(2000, generator=g, dtype=torch.float64)
+    y = mean + scale * sd * torch.randn(2000, generator=g, dtype=torch.float64)
+    errors = calibration_errors(mean[None], sd[None], y)
+    args = (mean.numpy(), sd.numpy(), y.numpy())
+    assert errors.mace == pytest.approx(ut.mean_absolute_calibration_error(*args), abs=1e-9)
+    assert errors.rmsce == pytest.approx(ut.root_mean_squared_calibration_error(*args), abs=1e-9)
+    assert errors.miscalibration_area == pytest.approx(ut.miscalibration_area(*args), abs=1e-9)
+    assert (errors.mace > 0.05) == (scale != 1.0)  # over- and under-confidence both show

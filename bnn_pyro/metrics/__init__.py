@@ -4,7 +4,7 @@ Regression (the Gaussian predictive is the mixture ``1/S sum_s Normal(locs[s], s
 :meth:`~bnn_pyro.base.BaseBayesianMethod.predictive_gaussian`):
 :func:`rmse`, :func:`gaussian_log_likelihood`, :func:`gaussian_nll`,
 :func:`crps_gaussian_mixture`, :func:`crps_from_samples`, :func:`gaussian_mixture_cdf`,
-:func:`regression_calibration`.
+:func:`regression_calibration`, :func:`calibration_errors` (MACE, RMSCE, miscalibration area).
 
 Prediction intervals ``[lower, upper]``: :func:`picp` (coverage), :func:`mean_interval_width`,
 :func:`interval_score` (Winkler).
@@ -24,7 +24,9 @@ Scalar scores come back as Python floats; per-point and per-bin results as tenso
 """
 
 from bnn_pyro.metrics.calibration import (
+    CalibrationErrors,
     RegressionCalibration,
+    calibration_errors,
     gaussian_mixture_cdf,
     regression_calibration,
 )
@@ -55,11 +57,13 @@ from bnn_pyro.metrics.uncertainty import (
 )
 
 __all__ = [
+    "CalibrationErrors",
     "EntropyDecomposition",
     "RegressionCalibration",
     "ReliabilityCurve",
     "accuracy",
     "brier_score",
+    "calibration_errors",
     "crps_from_samples",
     "crps_gaussian_mixture",
     "energy_score",
