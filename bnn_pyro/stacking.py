@@ -21,7 +21,7 @@ from bnn_pyro.spec import load_object
 from bnn_pyro.threads import uses_threads
 from bnn_pyro.training.callbacks import History
 
-__all__ = ["fit_stacked"]
+__all__ = ["fit_stacked", "trains_stacked"]
 
 
 @uses_threads
@@ -98,6 +98,21 @@ def fit_stacked(
             f"their stacked fit takes {', '.join(takes)}"
         )
     return stacked_fit(bnns, X, y, seeds=seeds, **options)
+
+
+def trains_stacked(cls: type) -> bool:
+    """Whether :func:`fit_stacked` trains models of class ``cls`` (its spec names a stacked
+    fit).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> trains_stacked(bp.MCDropout), trains_stacked(bp.HiddenLayerBNN)
+        (True, False)
+    """
+    return any(
+        spec.stacked_fit is not None and spec.cls in (cls, f"{cls.__module__}:{cls.__name__}")
+        for spec in method_specs().values()
+    )
 
 
 def _stacked_fit_of(cls: type) -> Callable[..., History]:
