@@ -41,6 +41,7 @@ _ORDER = (
 _CONFIG = "checkpoint settings: saved on the CPU, moved where the model is on load"
 _SCALAR = "a 0-dim CPU tensor: torch moves it onto the other operand's device in arithmetic"
 _GATHER = "all_sum moves it onto the process group's device and back"
+_FOLDS = "the rows' folds: CPU indices, as a minibatch order's (indexing moves them)"
 
 #: ``(file, function, factory)``: why this factory may make its tensor on the CPU.
 ALLOWED: dict[tuple[str, str, str], str] = {
@@ -69,6 +70,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("methods/laplace/curvature.py", "residual_sigma", "tensor"): _GATHER,
     ("methods/swag/swag.py", "SWAG.__init__", "zeros"): "a registered buffer: .to() moves it",
     ("metrics/calibration.py", "regression_calibration", "arange"): "moved to the data's below",
+    ("metrics/calibration.py", "calibration_errors", "linspace"): "moved to the data's below",
+    ("calibration/cv_plus.py", "CVPlus.fit", "arange"): _FOLDS,
+    ("calibration/cv_plus.py", "CVPlus.fit", "randperm"): _FOLDS,
+    ("calibration/cv_plus.py", "CVPlus.fit", "Generator"): _FOLDS,
+    ("calibration/cv_plus.py", "CVPlus.fit", "empty"): _FOLDS,
     ("nn/mean_field_linear.py", "init_mean_field", "empty"): (
         "a layer's initial parameters, made on the CPU as nn.Linear's are; .to() moves them"
     ),
