@@ -1,6 +1,11 @@
-"""Exceptions raised by bnn_pyro."""
+"""Exceptions raised by bnn_pyro, its warnings, and :func:`warn_user`, which points a warning at
+the user's line."""
 
 from __future__ import annotations
+
+import os
+import sys
+import warnings
 
 __all__ = [
     "CLIError",
@@ -9,7 +14,28 @@ __all__ = [
     "PosteriorCollapseWarning",
     "TrainingInstabilityWarning",
     "TrainingDivergedError",
+    "warn_user",
 ]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn(message, category)`` at the first frame outside ``bnn_pyro``: the
+    user's line that called ``fit`` or ``predict``, however deep in the library the warning
+    arises.
+
+    Example:
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_user("look here", RuntimeWarning)
+        >>> caught[0].filename.startswith(_PACKAGE)
+        False
+    """
+    frame, level = sys._getframe(1), 2  # level 2: warn_user's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class NotFittedError(RuntimeError, ValueError):

@@ -22,7 +22,6 @@ normalised score MAPIE 1.6 was measured taking the next smaller score than the t
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import torch
@@ -93,8 +92,11 @@ class SplitConformal:
 
     def quantile(self, alpha: float) -> torch.Tensor:
         """The conformal quantile ``q`` ``(O,)``: the ``⌈(n + 1)(1 - alpha)⌉``-th smallest
-        calibration score of each output; ``inf`` when that exceeds ``n`` (too few rows for
-        ``alpha``: the interval is the whole line, with a warning).
+        calibration score of each output.
+
+        Raises:
+            ValueError: ``alpha`` outside ``(0, 1)``, or too few calibration rows for it
+                (``⌈(n + 1)(1 - alpha)⌉ > n``: the interval would be the whole line).
 
         Example:
             >>> c = SplitConformal.__new__(SplitConformal)
@@ -108,12 +110,10 @@ class SplitConformal:
         n = self.scores.shape[0]
         rank = math.ceil((n + 1) * (1.0 - alpha))
         if rank > n:
-            warnings.warn(
-                f"{n} calibration rows are too few for alpha={alpha}: the interval is the whole "
-                f"line (at least {math.ceil(1 / alpha) - 1} rows are needed)",
-                stacklevel=2,
+            raise ValueError(
+                f"{n} calibration rows are too few for alpha={alpha}: a guaranteed interval needs "
+                f"at least {math.ceil((1 - alpha) / alpha)} rows (or a larger alpha)"
             )
-            return self.scores.new_full(self.scores.shape[1:], math.inf)
         return self.scores.sort(dim=0).values[rank - 1]
 
     def predict_interval(self, X: Any, alpha: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -138,8 +138,10 @@ class CVPlus:
             alpha: the miss rate aimed at, in ``(0, 1)`` (the guarantee is ``2 alpha``).
 
         Returns:
-            ``lower`` and ``upper``, each ``(N, O)``; infinite where the rows are too few for
-            ``alpha``.
+            ``lower`` and ``upper``, each ``(N, O)``.
+
+        Raises:
+            ValueError: ``alpha`` outside ``(0, 1)``, or too few rows for it.
         """
         alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
         if self._residuals is None or self._fold_of is None:
@@ -152,7 +154,11 @@ class CVPlus:
         n = len(r)
         low_rank = math.floor(alpha * (n + 1))
         high_rank = math.ceil((1 - alpha) * (n + 1))
-        inf = torch.full_like(means[0], math.inf)
-        lower = (per_row - r).sort(dim=0).values[low_rank - 1] if low_rank >= 1 else -inf
-        upper = (per_row + r).sort(dim=0).values[high_rank - 1] if high_rank <= n else inf
+        if low_rank < 1 or high_rank > n:
+            raise ValueError(
+                f"{n} rows are too few for alpha={alpha}: CV+ needs at least "
+                f"{math.ceil((1 - alpha) / alpha)} (or a larger alpha)"
+            )
+        lower = (per_row - r).sort(dim=0).values[low_rank - 1]
+        upper = (per_row + r).sort(dim=0).values[high_rank - 1]
         return lower, upper

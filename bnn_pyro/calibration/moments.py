@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from bnn_pyro._checks import as_tensor
+from bnn_pyro.likelihoods import Bernoulli, Categorical
 
 __all__ = ["calibration_rows", "check_method", "predictive_moments"]
 
@@ -43,8 +44,14 @@ def predictive_moments(
     locs, scales = check_method(method).predictive_gaussian(x, **options)
     scales = torch.as_tensor(scales, dtype=locs.dtype, device=locs.device).expand_as(locs)
     mean = locs.mean(0)
-    var = locs.var(0, unbiased=False) + scales.pow(2).mean(0)
-    return mean, var.sqrt()
+    sd = (locs.var(0, unbiased=False) + scales.pow(2).mean(0)).sqrt()
+    if not bool(torch.isfinite(mean).all() and torch.isfinite(sd).all() and (sd > 0).all()):
+        raise ValueError(
+            f"{type(method).__name__}'s predictive must have a finite mean and a positive, "
+            "finite standard deviation at every row; got a NaN, an infinity or a zero (a "
+            "diverged fit, or a noise scale of 0)"
+        )
+    return mean, sd
 
 
 def check_method(method: Any) -> Any:
@@ -61,6 +68,14 @@ def check_method(method: Any) -> Any:
         raise TypeError(
             "method must be a fitted regression method with predictive_gaussian, got "
             f"{type(method).__name__}"
+        )
+    likelihood = getattr(method, "likelihood", None)
+    if getattr(method, "task", None) == "classification" or isinstance(
+        likelihood, (Bernoulli, Categorical)
+    ):
+        raise TypeError(
+            f"method must be a regression method: this {type(method).__name__} classifies "
+            "(its intervals and recalibration are for real-valued targets)"
         )
     return method
 

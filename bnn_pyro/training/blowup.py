@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import math
 import statistics
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from bnn_pyro.exceptions import TrainingInstabilityWarning
+from bnn_pyro.exceptions import TrainingInstabilityWarning, warn_user
 
 __all__ = [
     "GIVE_BACK",
@@ -192,13 +191,12 @@ class BlowUpGuard:
                         p[k].copy_(old)
             restored.append(epoch)
             who = f"member {k} of the stacked fit" if len(self.series) > 1 else "the fit"
-            warnings.warn(
+            warn_user(
                 f"{who} blew up: it ended at {statistics.median(series[-RECOVERY_EPOCHS:]):.4g}, "
                 f"having given back {share:.0%} of its progress (from {series[0]:.4g} at epoch "
                 f"{self.start} to {series[at]:.4g} at epoch {epoch}), so it keeps its "
                 f"parameters from epoch {epoch}. Its steps were too large for this fit: a "
                 "smaller lr (a third, say), a decaying lr_schedule or more particles avoid it.",
                 TrainingInstabilityWarning,
-                stacklevel=4,
             )
         return restored

@@ -121,12 +121,29 @@ def test_a_bnn_regressor_works_inside_mapie():
     assert 0.78 <= coverage <= 1.0, coverage
 
 
-def test_too_few_rows_give_the_whole_line_with_a_warning():
+def test_too_few_rows_are_refused_by_name():
+    """⌈(n + 1)(1 - alpha)⌉ > n rows would give the whole line: refused, naming alpha."""
     c = SplitConformal(_Wrong()).calibrate(torch.zeros(5, 1), torch.ones(5))
-    with pytest.warns(UserWarning, match="too few for alpha=0.1"):
-        lower, upper = c.predict_interval(torch.zeros(2, 1), alpha=0.1)
-    assert bool(torch.isinf(lower).all() and torch.isinf(upper).all())
+    with pytest.raises(ValueError, match="5 calibration rows are too few for alpha=0.1"):
+        c.predict_interval(torch.zeros(2, 1), alpha=0.1)
     assert math.isfinite(float(c.quantile(0.2)[0]))  # ⌈6 × 0.8⌉ = 5 <= 5 rows
+
+
+def test_a_bad_predictive_or_a_classifier_is_refused_by_name():
+    class NaNs(_Wrong):
+        def predictive_gaussian(self, x, **_):
+            return torch.full((1, len(x), 1), float("nan")), torch.tensor(1.0)
+
+    class ZeroNoise(_Wrong):
+        def predictive_gaussian(self, x, **_):
+            return torch.zeros(1, len(x), 1), torch.tensor(0.0)
+
+    for bad in (NaNs(), ZeroNoise()):
+        with pytest.raises(ValueError, match="positive, finite standard deviation"):
+            SplitConformal(bad).calibrate(torch.zeros(5, 1), torch.ones(5))
+    classifier = bp.MCDropout(nn.Sequential(nn.Linear(2, 4), nn.Dropout(0.1), nn.Linear(4, 3)))
+    with pytest.raises(TypeError, match="must be a regression method: this MCDropout classifies"):
+        SplitConformal(classifier)
 
 
 def test_bad_input_is_refused_by_name():

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 import torch.nn as nn
 from torch.func import functional_call, jvp, vmap
 
+from bnn_pyro.exceptions import warn_user
 from bnn_pyro.nn.batched import StackedCall
 
 
@@ -62,11 +61,10 @@ def batched_call(
     try:
         return _STACKED(model, stacked, x)
     except RuntimeError as err:
-        warnings.warn(
+        warn_user(
             f"{type(model).__name__} could not be vmapped over parameter samples ({err}); "
             "falling back to a loop over samples",
             RuntimeWarning,
-            stacklevel=3,
         )
     num = next(iter(stacked.values())).shape[0]
     return torch.stack([call({k: v[s] for k, v in stacked.items()}, x) for s in range(num)])

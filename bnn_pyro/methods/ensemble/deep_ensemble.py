@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from bnn_pyro._checks import check_bool, check_device, check_int
 from bnn_pyro.base import (
     PredictOutput,
 )
+from bnn_pyro.exceptions import warn_user
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.checks import check_outputs
@@ -126,10 +126,9 @@ class DeepEnsemble(ClassicMethod):
                 try:
                     params, buffers = stack_module_state(list(self.models))
                 except RuntimeError as err:
-                    warnings.warn(
+                    warn_user(
                         f"ensemble members cannot be stacked ({err}); predicting in a loop",
                         RuntimeWarning,
-                        stacklevel=3,
                     )
                 else:
                     return batched_call(self.models[0], {**params, **buffers}, x)
@@ -165,9 +164,7 @@ class DeepEnsemble(ClassicMethod):
             asked, ``samples (M, N, O)``; for ``gaussian_nll`` members the samples are the means.
         """
         if return_all:
-            warnings.warn(
-                "return_all is deprecated; use return_samples", DeprecationWarning, stacklevel=2
-            )
+            warn_user("return_all is deprecated; use return_samples", DeprecationWarning)
         check_bool("vectorize", vectorize)
         return super().predict(
             x, return_samples or return_all, normalize_output, vectorize=vectorize, **kwargs

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 
 import torch
 import torch.nn as nn
@@ -14,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seed_from, seeded
-from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.exceptions import NotFittedError, warn_user
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.params import batched_call, flatten, unflatten
@@ -257,11 +256,10 @@ class SWAG(ClassicMethod):
             samples = torch.stack(outs)
         else:
             if has_bn:
-                warnings.warn(
+                warn_user(
                     "SWAG: the net has BatchNorm but bn_loader is None, so the statistics are "
                     "not refreshed for each weight sample; set swag.bn_loader",
                     RuntimeWarning,
-                    stacklevel=2,
                 )
             with modes(self.model, lambda m: False):
                 samples = batched_call(self.model, unflatten(flat, self._shapes), x)

@@ -28,7 +28,6 @@ Two failures are flagged by :meth:`LayerDiagnostics.check`:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import Distribution, Normal, kl_divergence
 
-from bnn_pyro.exceptions import PosteriorCollapseWarning
+from bnn_pyro.exceptions import PosteriorCollapseWarning, warn_user
 from bnn_pyro.guides import MeanFieldNormalGuide
 
 __all__ = ["PRIOR_TOL", "STD_TOL", "UNCHANGED_TOL", "LayerDiagnostics"]
@@ -209,4 +208,4 @@ class LayerDiagnostics:
         :meth:`problems`."""
         found = self.problems()
         if found:
-            warnings.warn("; ".join(found), PosteriorCollapseWarning, stacklevel=4)
+            warn_user("; ".join(found), PosteriorCollapseWarning)
