@@ -113,10 +113,14 @@ def ood_aupr(scores_in: torch.Tensor, scores_out: torch.Tensor) -> float:
     s_in, s_out = _pair(scores_in, scores_out)
     scores = torch.cat([s_in, s_out])
     positive = torch.cat([torch.zeros_like(s_in), torch.ones_like(s_out)])
-    thresholds = torch.unique(scores).flip(0)  # high to low
-    above = scores[None, :] >= thresholds[:, None]  # (T, N)
-    tp = (above * positive).sum(1)
-    precision = tp / above.sum(1)
+    # sorted high to low, the counts above each distinct threshold are running sums taken at
+    # the last position of each run of equal scores (O(N log N), no (T, N) matrix)
+    order = scores.argsort(descending=True)
+    ranked, tp_run = scores[order], positive[order].cumsum(0)
+    last = torch.ones_like(ranked, dtype=torch.bool)
+    last[:-1] = ranked[1:] != ranked[:-1]
+    tp = tp_run[last]
+    precision = tp / (torch.nonzero(last).squeeze(-1) + 1).to(tp)
     recall = tp / positive.sum()
     steps = torch.diff(recall, prepend=recall.new_zeros(1))
     return float((steps * precision).sum())
