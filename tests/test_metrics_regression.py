@@ -16,6 +16,7 @@ from bnn_pyro.metrics import (
     crps_gaussian_mixture,
     gaussian_log_likelihood,
     gaussian_mixture_cdf,
+    gaussian_mixture_quantile,
     gaussian_nll,
     regression_calibration,
     rmse,
@@ -240,6 +241,31 @@ def test_calibration_coverage_matches_quantiles_found_by_brentq():
         expected.append(inside / 40)
     np.testing.assert_allclose(result.coverage.numpy(), expected)
     assert result.error == pytest.approx(np.mean(np.abs(np.array(expected) - levels.numpy())))
+
+
+def test_mixture_quantiles_match_brentq_on_scipys_cdf():
+    """Each quantile is the root of scipy's mixture CDF minus the level (brentq to 1e-12):
+    bisection to float64 resolution agrees to 1e-9, for (S, N) and (S, N, O) inputs."""
+    locs, scales, _ = _mixture(11, s=4, n=6)
+    levels = [0.01, 0.3, 0.5, 0.9, 0.999]
+    got = gaussian_mixture_quantile(locs, scales, levels)
+    assert got.shape == (5, *locs.shape[1:])
+    for n in range(locs.shape[1]):
+        mu, s = locs[:, n].numpy(), scales[:, n].numpy()
+        lo, hi = mu.min() - 20 * s.max(), mu.max() + 20 * s.max()
+        for i, p in enumerate(levels):
+            root = optimize.brentq(
+                lambda x, p=p, mu=mu, s=s: stats.norm.cdf(x, mu, s).mean() - p, lo, hi, xtol=1e-12
+            )
+            assert float(got[i, n]) == pytest.approx(root, abs=1e-9)
+    one = gaussian_mixture_quantile(torch.zeros(1, 3, 2, dtype=torch.float64), 2.0, [0.05])
+    np.testing.assert_allclose(one.numpy(), 2 * stats.norm.ppf(0.05), rtol=1e-9)
+
+
+@pytest.mark.parametrize("levels", [[0.0], [1.0], [0.5, 1.2], [[0.5]], [math.nan]])
+def test_mixture_quantile_levels_must_be_probabilities(levels):
+    with pytest.raises(ValueError, match="levels"):
+        gaussian_mixture_quantile(torch.zeros(1, 2), 1.0, levels)
 
 
 def test_calibration_of_a_true_model_and_of_an_overconfident_one():

@@ -30,10 +30,40 @@ from bnn_pyro._checks import check_choice, check_float
 from bnn_pyro.calibration.moments import calibration_rows, check_method, predictive_moments
 from bnn_pyro.exceptions import NotFittedError
 
-__all__ = ["SCORES", "SplitConformal"]
+__all__ = ["SCORES", "SplitConformal", "conformal_quantile"]
 
 #: The nonconformity scores of :class:`SplitConformal`.
 SCORES = ("absolute", "normalized")
+
+
+def conformal_quantile(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The ``⌈(n + 1)(1 - alpha)⌉``-th smallest of ``n`` calibration scores, per column: the
+    threshold that gives split conformal prediction its ``1 - alpha`` guarantee.
+
+    Args:
+        scores: ``(n, O)`` nonconformity scores of the calibration rows.
+        alpha: the miss rate allowed, in ``(0, 1)``.
+
+    Returns:
+        ``(O,)``.
+
+    Raises:
+        ValueError: ``alpha`` outside ``(0, 1)``, or too few rows for it
+            (``⌈(n + 1)(1 - alpha)⌉ > n``: the interval would be the whole line).
+
+    Example:
+        >>> conformal_quantile(torch.arange(1.0, 20.0).unsqueeze(-1), 0.1)  # ⌈20 × 0.9⌉ = 18th
+        tensor([18.])
+    """
+    alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
+    n = scores.shape[0]
+    rank = math.ceil((n + 1) * (1.0 - alpha))
+    if rank > n:
+        raise ValueError(
+            f"{n} calibration rows are too few for alpha={alpha}: a guaranteed interval needs "
+            f"at least {math.ceil((1 - alpha) / alpha)} rows (or a larger alpha)"
+        )
+    return scores.sort(dim=0).values[rank - 1]
 
 
 class SplitConformal:
@@ -91,12 +121,8 @@ class SplitConformal:
         return self
 
     def quantile(self, alpha: float) -> torch.Tensor:
-        """The conformal quantile ``q`` ``(O,)``: the ``⌈(n + 1)(1 - alpha)⌉``-th smallest
-        calibration score of each output.
-
-        Raises:
-            ValueError: ``alpha`` outside ``(0, 1)``, or too few calibration rows for it
-                (``⌈(n + 1)(1 - alpha)⌉ > n``: the interval would be the whole line).
+        """The conformal quantile ``q`` ``(O,)`` of the calibration scores
+        (:func:`conformal_quantile`).
 
         Example:
             >>> c = SplitConformal.__new__(SplitConformal)
@@ -107,14 +133,7 @@ class SplitConformal:
         alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
         if self.scores is None:
             raise NotFittedError("SplitConformal is not calibrated: call calibrate() first")
-        n = self.scores.shape[0]
-        rank = math.ceil((n + 1) * (1.0 - alpha))
-        if rank > n:
-            raise ValueError(
-                f"{n} calibration rows are too few for alpha={alpha}: a guaranteed interval needs "
-                f"at least {math.ceil((1 - alpha) / alpha)} rows (or a larger alpha)"
-            )
-        return self.scores.sort(dim=0).values[rank - 1]
+        return conformal_quantile(self.scores, alpha)
 
     def predict_interval(self, X: Any, alpha: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
         """The conformal interval of level ``1 - alpha`` at each row of ``X``.

@@ -1,4 +1,5 @@
-"""The predictive mean and standard deviation of ``y`` from any regression method."""
+"""Summaries of any regression method's predictive of ``y``: its mean and standard deviation,
+and its quantiles."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import torch
 
 from bnn_pyro._checks import as_tensor
 from bnn_pyro.likelihoods import Bernoulli, Categorical
+from bnn_pyro.metrics.calibration import gaussian_mixture_quantile
 
-__all__ = ["calibration_rows", "check_method", "predictive_moments"]
+__all__ = ["calibration_rows", "check_method", "predictive_moments", "predictive_quantiles"]
 
 
 def predictive_moments(
@@ -52,6 +54,40 @@ def predictive_moments(
             "diverged fit, or a noise scale of 0)"
         )
     return mean, sd
+
+
+def predictive_quantiles(
+    method: Any, x: torch.Tensor, levels: torch.Tensor | list[float], **options: Any
+) -> torch.Tensor:
+    """Quantiles of ``y`` under ``method``'s predictive, the mixture
+    ``1/S Σ_s Normal(locs[s], scales[s])`` itself (not a Gaussian matched to its moments):
+    :func:`~bnn_pyro.metrics.gaussian_mixture_quantile` of
+    :meth:`~bnn_pyro.base.BaseBayesianMethod.predictive_gaussian`.
+
+    Args:
+        method: a fitted regression method (anything with ``predictive_gaussian``).
+        x: ``(N, D)`` inputs.
+        levels: ``(L,)`` probabilities in ``(0, 1)``.
+        **options: passed to ``predict`` (``num_samples``, ``seed``, ...).
+
+    Returns:
+        ``(L, N, O)``.
+
+    Example:
+        >>> import bnn_pyro as bp, torch.nn as nn
+        >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)
+        >>> _ = la.fit(torch.randn(50, 1), torch.randn(50), epochs=0, progress=False)
+        >>> q = predictive_quantiles(la, torch.zeros(3, 1), [0.05, 0.95], num_samples=100, seed=0)
+        >>> q.shape, bool((q[1] - q[0] > 2 * 1.64 * 0.5).all())  # at least the noise's interval
+        (torch.Size([2, 3, 1]), True)
+    """
+    locs, scales = check_method(method).predictive_gaussian(x, **options)
+    if not bool(torch.isfinite(locs).all()):
+        raise ValueError(
+            f"{type(method).__name__}'s predictive must be finite at every row; got a NaN or an "
+            "infinity (a diverged fit)"
+        )
+    return gaussian_mixture_quantile(locs, scales, levels)
 
 
 def check_method(method: Any) -> Any:

@@ -3,7 +3,8 @@
 Regression (the Gaussian predictive is the mixture ``1/S sum_s Normal(locs[s], scales[s])`` of
 :meth:`~bnn_pyro.base.BaseBayesianMethod.predictive_gaussian`):
 :func:`rmse`, :func:`gaussian_log_likelihood`, :func:`gaussian_nll`,
-:func:`crps_gaussian_mixture`, :func:`crps_from_samples`, :func:`gaussian_mixture_cdf`,
+:func:`crps_gaussian_mixture`, :func:`crps_from_samples`, :func:`gaussian_mixture_cdf` and
+its inverse :func:`gaussian_mixture_quantile`,
 :func:`regression_calibration`, :func:`calibration_errors` (MACE, RMSCE, miscalibration area).
 
 Prediction intervals ``[lower, upper]``: :func:`picp` (coverage), :func:`mean_interval_width`,
@@ -28,6 +29,7 @@ from bnn_pyro.metrics.calibration import (
     RegressionCalibration,
     calibration_errors,
     gaussian_mixture_cdf,
+    gaussian_mixture_quantile,
     regression_calibration,
 )
 from bnn_pyro.metrics.classification import (
@@ -73,6 +75,7 @@ __all__ = [
     "fpr_at_95_tpr",
     "gaussian_log_likelihood",
     "gaussian_mixture_cdf",
+    "gaussian_mixture_quantile",
     "gaussian_nll",
     "interval_score",
     "max_probability_score",
