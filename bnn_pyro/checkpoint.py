@@ -15,6 +15,11 @@ A checkpoint is a dict of tensors, numbers, strings, lists and dicts, so it load
 What a saved class provides is the :class:`Checkpointable` protocol; this module knows no method
 class, so every method (and the contract's ``save``/``load``) builds on it.
 
+An object that wraps a fitted method (a calibrator of :mod:`bnn_pyro.calibration`) is saved with
+it: its file holds its own ``class`` and ``config`` and the method's whole checkpoint dict under
+``method``; :func:`load_method` rebuilds the method first and hands it to the wrapper's
+``from_checkpoint_config(method, config)``.
+
 The file itself is written by :func:`atomic_save` and read by :func:`load_file` (both from
 :mod:`bnn_pyro._checkpoint_file`, re-exported here): atomic writes that leave the old file intact
 on failure, stale temporary files of crashed saves removed, and the archive's CRC-32 checked on
@@ -50,6 +55,7 @@ __all__ = [
     "read_checkpoint",
     "register_class",
     "remove_stale_temporaries",
+    "restore_method",
     "save_method",
 ]
 
@@ -293,6 +299,28 @@ def load_method(
     cls = class_named(state["class"])
     if expected is not None and not issubclass(cls, expected):
         raise CheckpointError(f"{source} holds a {state['class']}, not a {expected.__name__}")
+    if "method" in state:  # an object saved with the method it wraps (a calibrator)
+        inner = check_format(state["method"], source)
+        method = restore_method(inner, class_named(inner.get("class", "")), net, source)
+        return cls.from_checkpoint_config(method, state.get("config", {}))
+    return restore_method(state, cls, net, source)
+
+
+def restore_method(state: dict[str, Any], cls: type, net: nn.Module | None, source: str) -> Any:
+    """The method of class ``cls`` rebuilt from its checkpoint dict ``state`` (what
+    :func:`method_state` made) around ``net``; ``source`` names the file in errors.
+
+    Raises:
+        CheckpointError: a checkpoint without its entries, or a ``net`` whose layers differ
+            from the saved ones.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> m = bp.MCDropout(bp.nn.mlp(2, [8], 1, dropout=0.1), likelihood=bp.Gaussian(0.3))
+        >>> net = bp.nn.mlp(2, [8], 1, dropout=0.1)
+        >>> restore_method(method_state(m), bp.MCDropout, net, "m").likelihood
+        Gaussian(scale=0.3)
+    """
     missing = [k for k in ("config", "fitted", "state") if not isinstance(state.get(k), dict)]
     if missing:
         raise CheckpointError(f"{source} is not a whole checkpoint: no {missing[0]!r} entry")

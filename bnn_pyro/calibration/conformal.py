@@ -28,6 +28,7 @@ import torch
 
 from bnn_pyro._checks import check_choice, check_float
 from bnn_pyro.calibration.moments import calibration_rows, check_method, predictive_moments
+from bnn_pyro.calibration.saving import SavedWithMethod
 from bnn_pyro.exceptions import NotFittedError
 
 __all__ = ["SCORES", "SplitConformal", "conformal_quantile"]
@@ -66,7 +67,7 @@ def conformal_quantile(scores: torch.Tensor, alpha: float) -> torch.Tensor:
     return scores.sort(dim=0).values[rank - 1]
 
 
-class SplitConformal:
+class SplitConformal(SavedWithMethod):
     """Conformal intervals with a finite-sample coverage guarantee around a fitted method.
 
     Args:
@@ -79,6 +80,9 @@ class SplitConformal:
 
     Attributes:
         scores: the ``(n, O)`` calibration scores (``None`` before :meth:`calibrate`).
+
+    ``save(path)`` writes the calibration with its method, and :func:`bnn_pyro.load` rebuilds
+    both.
 
     Example:
         >>> import bnn_pyro as bp, torch.nn as nn
@@ -98,6 +102,15 @@ class SplitConformal:
         self.score = check_choice("score", score, SCORES)
         self.predict_options = predict_options
         self.scores: torch.Tensor | None = None
+
+    def calibrator_state(self) -> dict[str, Any]:
+        """``{"score", "scores"}``: the score's name and the calibration scores."""
+        return {"score": self.score, "scores": self.scores}
+
+    def restore_calibrator_state(self, state: dict[str, Any]) -> None:
+        """Put back the score's name and the calibration scores."""
+        self.score = check_choice("score", state.get("score"), SCORES)
+        self.scores = state.get("scores")
 
     def _moments(self, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return predictive_moments(self.method, x, **self.predict_options)

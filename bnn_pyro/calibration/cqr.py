@@ -22,12 +22,13 @@ import torch
 from bnn_pyro._checks import as_tensor, check_float
 from bnn_pyro.calibration.conformal import conformal_quantile
 from bnn_pyro.calibration.moments import check_method, predictive_quantiles
+from bnn_pyro.calibration.saving import SavedWithMethod
 from bnn_pyro.exceptions import NotFittedError
 
 __all__ = ["QuantileConformal"]
 
 
-class QuantileConformal:
+class QuantileConformal(SavedWithMethod):
     """Conformalized quantile regression: the method's predictive quantile band, widened (or
     narrowed) by one calibrated amount to a guaranteed ``1 - alpha`` coverage.
 
@@ -41,6 +42,9 @@ class QuantileConformal:
     Attributes:
         scores: the ``(n, O)`` calibration scores (``None`` before :meth:`calibrate`).
         correction: ``(O,)`` the calibrated ``Q`` added to each side (``None`` before).
+
+    ``save(path)`` writes the calibration with its method, and :func:`bnn_pyro.load` rebuilds
+    both.
 
     Example:
         >>> import bnn_pyro as bp, torch.nn as nn
@@ -63,6 +67,15 @@ class QuantileConformal:
         self.predict_options = predict_options
         self.scores: torch.Tensor | None = None
         self.correction: torch.Tensor | None = None
+
+    def calibrator_state(self) -> dict[str, Any]:
+        """``{"alpha", "scores", "correction"}``."""
+        return {"alpha": self.alpha, "scores": self.scores, "correction": self.correction}
+
+    def restore_calibrator_state(self, state: dict[str, Any]) -> None:
+        """Put back ``alpha``, the scores and the correction."""
+        self.alpha = check_float("alpha", state.get("alpha"), minimum=0.0, strict=True, maximum=1.0)
+        self.scores, self.correction = state.get("scores"), state.get("correction")
 
     def band(self, X: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The predictive's ``alpha/2`` and ``1 - alpha/2`` quantiles at each row, ``(N, O)``

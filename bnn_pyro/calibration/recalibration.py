@@ -10,19 +10,20 @@ over-confident model (``s > 1``) gets wider intervals, an under-confident one na
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any
 
 import torch
 
 from bnn_pyro._checks import check_float
 from bnn_pyro.calibration.moments import calibration_rows, check_method, predictive_moments
+from bnn_pyro.calibration.saving import SavedWithMethod
 from bnn_pyro.exceptions import NotFittedError
 
 __all__ = ["IsotonicRecalibration", "Recalibration", "ScaleRecalibration"]
 
 
-class Recalibration(ABC):
+class Recalibration(SavedWithMethod):
     """A map of a fitted regression method's Gaussian predictive, fitted on held-out rows.
 
     Args:
@@ -30,12 +31,17 @@ class Recalibration(ABC):
         **predict_options: passed to the method's ``predict`` (``num_samples``, ``seed``).
 
     A subclass fits its map from the calibration rows' predictive mean, standard deviation and
-    targets (:meth:`fit_rows`).
+    targets (:meth:`fit_rows`). ``save(path)`` writes the map with its method, and
+    :func:`bnn_pyro.load` rebuilds both (:class:`~bnn_pyro.calibration.saving.SavedWithMethod`).
 
     Example:
         >>> class Identity(Recalibration):
         ...     def fit_rows(self, mean, sd, y):
         ...         self.rows = len(y)
+        ...     def calibrator_state(self):
+        ...         return {"rows": self.rows}
+        ...     def restore_calibrator_state(self, state):
+        ...         self.rows = state["rows"]
         >>> import bnn_pyro as bp, torch.nn as nn
         >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)
         >>> _ = la.fit(torch.randn(20, 1), torch.randn(20), epochs=0, progress=False)
@@ -97,6 +103,14 @@ class ScaleRecalibration(Recalibration):
     def fit_rows(self, mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> None:
         """``s² = mean(((y - μ) / σ)²)`` per output."""
         self.factor = ((y - mean) / sd).pow(2).mean(0).sqrt()
+
+    def calibrator_state(self) -> dict[str, Any]:
+        """``{"factor": s}``."""
+        return {"factor": self.factor}
+
+    def restore_calibrator_state(self, state: dict[str, Any]) -> None:
+        """Put back ``factor``."""
+        self.factor = state.get("factor")
 
     def predict_moments(self, X: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The recalibrated predictive: ``μ`` and ``s σ``, each ``(N, O)``."""
@@ -166,6 +180,14 @@ class IsotonicRecalibration(Recalibration):
         # the share at or below each z: its rank among the sorted z, ties counted (O(n log n))
         empirical = torch.searchsorted(z.sort().values, z, right=True).double() / len(z)
         self.z, self.observed = _isotonic(z, empirical)
+
+    def calibrator_state(self) -> dict[str, Any]:
+        """``{"z", "observed"}``: the fitted map."""
+        return {"z": self.z, "observed": self.observed}
+
+    def restore_calibrator_state(self, state: dict[str, Any]) -> None:
+        """Put back the fitted map."""
+        self.z, self.observed = state.get("z"), state.get("observed")
 
     def standardized_quantile(self, p: torch.Tensor | list[float]) -> torch.Tensor:
         """``G⁻¹(p)``: the recalibrated level-``p`` quantile in units of ``σ`` from ``μ``."""
