@@ -11,7 +11,8 @@ The blocks: ``step_time``, ``local_reparam``, ``methods`` (the timing benchmarks
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
 and one by one, ``benchmarks/stacked.py``), ``threads`` (the thread policy on an idle and a busy
-machine, ``benchmarks/threads.py``), ``uci`` (the
+machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
+beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
 by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 

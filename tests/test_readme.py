@@ -65,6 +65,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "distributed",
         "stacked",
         "threads",
+        "ood",
         "uci",
         "uci_projection",
     }
