@@ -1,11 +1,12 @@
-"""Copy the benchmark tables from ``benchmarks/results/`` into the README.
+"""Copy the benchmark tables from ``benchmarks/results/`` into the README and the Results page.
 
-Each results block in ``README.md`` sits between ``<!-- results:NAME -->`` and
-``<!-- /results:NAME -->`` and is rewritten from ``benchmarks/results/NAME.md`` (for the UCI
-benchmark, ``benchmarks/results/uci/uci.md``: its header lines, the two tables and the targets
-table; the chosen hyper-parameters stay in the linked file). The README therefore shows exactly
-what the scripts printed, and its prose quotes no measured figure of its own: it points at these
-blocks. ``tests/test_readme.py`` checks both.
+Each results block in ``README.md`` and ``docs/results.md`` (:data:`PAGES`) sits between
+``<!-- results:NAME -->`` and ``<!-- /results:NAME -->`` and is rewritten from
+``benchmarks/results/NAME.md`` (for the UCI benchmark, ``benchmarks/results/uci/uci.md``: its
+header lines, the two tables and the targets table; the chosen hyper-parameters stay in the
+linked file). The pages therefore show exactly
+what the scripts printed, and their prose quotes no measured figure of its own: it points at
+these blocks. ``tests/test_readme.py`` checks both.
 
 The blocks: ``step_time``, ``local_reparam``, ``methods`` (the timing benchmarks), ``memory``
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
@@ -28,6 +29,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+#: The pages whose results blocks this script rewrites: the README (the demo's table) and the
+#: documentation's Results page (every benchmark).
+PAGES = (README, os.path.join(ROOT, "docs", "results.md"))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 BLOCK = re.compile(
     r"(<!-- results:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S
@@ -84,18 +88,22 @@ def render(readme: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
     args = parser.parse_args(argv)
-    with open(README, encoding="utf-8") as handle:
-        current = handle.read()
-    updated = render(current)
-    if args.check:
-        if updated != current:
-            print("README.md results are stale: run python benchmarks/update_readme.py")
-            return 1
-        return 0
-    with open(README, "w", encoding="utf-8") as handle:
-        handle.write(updated)
+    stale = []
+    for page in PAGES:
+        with open(page, encoding="utf-8") as handle:
+            current = handle.read()
+        updated = render(current)
+        if updated == current:
+            continue
+        stale.append(os.path.relpath(page, ROOT))
+        if not args.check:
+            with open(page, "w", encoding="utf-8") as handle:
+                handle.write(updated)
+    if args.check and stale:
+        print(f"{', '.join(stale)}: results are stale: run python benchmarks/update_readme.py")
+        return 1
     return 0
 
 

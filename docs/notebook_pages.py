@@ -1,5 +1,6 @@
 """MkDocs hook: the executed notebooks ``notebooks/*.ipynb`` as pages, and the benchmark
-figures the pages show (``benchmarks/results/*.png``, as written by the scripts).
+results the pages show and link to (every file under ``benchmarks/results/``, as written by
+the scripts: figures, the full reports, the JSON records).
 
 The notebooks live outside ``docs/``; this hook adds every ``notebooks/*.ipynb`` (a glob, so a
 new notebook is picked up, and the jupytext ``.py`` twins are not) to the build and to the
@@ -40,8 +41,9 @@ def _file(path: str, config) -> File:
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which turns them into notebook pages
 def on_files(files, config):
-    for png in sorted((ROOT / "benchmarks" / "results").glob("*.png")):
-        files.append(_file(f"benchmarks/results/{png.name}", config))
+    results = ROOT / "benchmarks" / "results"
+    for path in sorted(p for p in results.rglob("*") if p.is_file() and p.suffix != ".jsonl"):
+        files.append(_file(path.relative_to(ROOT).as_posix(), config))
     for nb in notebooks():
         files.append(_file(f"notebooks/{nb.name}", config))
     return files

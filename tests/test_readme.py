@@ -9,6 +9,7 @@ import pytest
 import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+RESULTS_PAGE = README.parent / "docs" / "results.md"
 
 
 def _python_blocks() -> list[str]:
@@ -53,11 +54,14 @@ def _update_readme_module():
 
 
 def test_readme_results_are_the_benchmark_outputs():
-    """Every results block equals what benchmarks/update_readme.py builds from results/."""
+    """Every results block of the README and the Results page equals what
+    benchmarks/update_readme.py builds from results/; the README keeps the demo's, the Results
+    page has every benchmark's."""
     module = _update_readme_module()
-    text = README.read_text()
-    assert set(m.group("name") for m in module.BLOCK.finditer(text)) == {
-        "demo",
+    assert [Path(p) for p in module.PAGES] == [README, RESULTS_PAGE]
+    readme, page = README.read_text(), RESULTS_PAGE.read_text()
+    assert [m.group("name") for m in module.BLOCK.finditer(readme)] == ["demo"]
+    assert set(m.group("name") for m in module.BLOCK.finditer(page)) == {
         "step_time",
         "local_reparam",
         "methods",
@@ -69,7 +73,8 @@ def test_readme_results_are_the_benchmark_outputs():
         "uci",
         "uci_projection",
     }
-    assert module.render(text) == text, "run python benchmarks/update_readme.py"
+    for text in (readme, page):
+        assert module.render(text) == text, "run python benchmarks/update_readme.py"
 
 
 def test_update_readme_rewrites_a_stale_block():
@@ -91,10 +96,11 @@ def _prose(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.startswith("!["))
 
 
-def test_readme_prose_quotes_no_measured_figure():
+@pytest.mark.parametrize("page", [README, RESULTS_PAGE], ids=["README", "results page"])
+def test_readme_prose_quotes_no_measured_figure(page):
     """Measured figures (times, speed-ups, log-likelihoods) live only in the results blocks,
     which the scripts write; the prose points at them."""
-    prose = _prose(README.read_text())
+    prose = _prose(page.read_text())
     patterns = [
         r"\d\s*(×|x\b)",  # speed-ups and ratios: 2.07×, 35x
         r"\d\s*(ms|µs|s)\b",  # times: 15 s, 0.34 ms
