@@ -29,26 +29,27 @@ the ``ood`` extra (``pip install ".[ood]"``); without it its rows say "not insta
 needs torchvision, which pip takes from PyPI, built for PyPI's (CUDA) torch: next to a CPU build
 of torch, install torchvision from the index that torch came from, or uninstall it (laplace-torch
 runs without it), else ``import torchmetrics`` and with it ``import laplace`` fail.
+
+The problems and their shifts are in ``ood_data.py``, the targets and the markdown in
+``ood_report.py``, beside this script.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
-import math
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import pyro
 import torch
 import torch.nn as nn
-from _report import publish  # benchmarks/_report.py (scripts run from this folder)
 
 import bnn_pyro as bp
 from bnn_pyro.base import to_probabilities
@@ -64,29 +65,61 @@ from bnn_pyro.metrics import (
 )
 from bnn_pyro.registry import method_spec
 
+if __package__:  # imported as benchmarks.ood (pytest --doctest-modules benchmarks/ood.py)
+    from benchmarks._report import publish
+    from benchmarks.ood_data import (
+        DIGITS_HIDDEN,
+        MOONS_HIDDEN,
+        MOONS_NOISE,
+        RING_RADIUS,
+        RING_WIDTH,
+        Problem,
+        digits_problem,
+        moons_problem,
+    )
+    from benchmarks.ood_report import (
+        INSTALL,
+        LAPLACE_TORCH,
+        PLAIN,
+        SCORES,
+        SHIFTS,
+        Entry,
+        Metrics,
+        Results,
+        render,
+    )
+else:  # python benchmarks/ood.py: the scripts import their siblings from this folder
+    from _report import publish  # benchmarks/_report.py (scripts run from this folder)
+    from ood_data import (  # benchmarks/ood_data.py: the problems and their shifts
+        DIGITS_HIDDEN,
+        MOONS_HIDDEN,
+        MOONS_NOISE,
+        RING_RADIUS,
+        RING_WIDTH,
+        Problem,
+        digits_problem,
+        moons_problem,
+    )
+    from ood_report import (  # benchmarks/ood_report.py: the targets and the markdown
+        INSTALL,
+        LAPLACE_TORCH,
+        PLAIN,
+        SCORES,
+        SHIFTS,
+        Entry,
+        Metrics,
+        Results,
+        render,
+    )
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "ood.md")
-PLAIN = "plain network"
-LAPLACE_TORCH = "laplace-torch LLLA"
-INSTALL = 'pip install ".[ood]"'
-SHIFTS = ("held-out classes", "permuted pixels", "uniform noise", "moons: far ring")
-SCORES = ("entropy", "mutual information", "max-prob", "energy")
-IN_CLASSES = 5  # digits 0..4 in distribution, 5..9 held out
-DIGITS_HIDDEN = [100]
-MOONS_HIDDEN = [50, 50]
-MOONS_ROWS, MOONS_NOISE = 500, 0.15
-RING_RADIUS, RING_WIDTH = 5.0, 1.0  # the far ring: radius 5 to 6 around the moons' centre
 DROPOUT = 0.1  # MC dropout's rate, after each hidden layer
 #: Rows beside a method's defaults: label -> (registry name, options). ``make("laplace")``'s
 #: defaults are a diagonal empirical Fisher and the sampled ("nn") predictive; the GGN with the
 #: GLM predictive is what bnn_pyro's scikit-learn estimators use, and what laplace-torch runs.
 VARIANTS = {"laplace (GGN, GLM)": ("laplace", {"hessian": "ggn", "predictive": "glm"})}
-HELD_OUT_MARGIN = 0.02  # target 1: best AUROC >= plain entropy AUROC + this
-LAPLACE_MARGIN = 0.01  # target 2: best method >= laplace-torch - this
 
-Metrics = dict[str, float]  # "auroc", "aupr", "fpr95"
-Entry = dict[str, Any]  # {"scores": {score: Metrics}, "accuracy": float}
-Results = dict[str, dict[str, Entry | str]]  # shift -> row -> Entry, or why there is none
 Scorer = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
@@ -103,119 +136,8 @@ FULL = Settings(epochs=200, batch_size=64, samples=100)
 QUICK = Settings(epochs=2, batch_size=64, samples=10)
 
 
-@dataclass
-class Problem:
-    """Training data, in-distribution test inputs and the out-of-distribution sets."""
-
-    name: str
-    hidden: list[int]
-    X_train: torch.Tensor
-    y_train: torch.Tensor
-    X_in: torch.Tensor
-    y_in: torch.Tensor
-    shifts: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    @property
-    def classes(self) -> int:
-        """The number of classes the nets predict (the training labels' largest, plus one)."""
-        return int(self.y_train.max()) + 1
-
-
 def _say(message: str) -> None:
     print(f"[ood] {message}", file=sys.stderr, flush=True)
-
-
-# --- data ----------------------------------------------------------------------------------
-def pixel_permutation(n_pixels: int, seed: int) -> torch.Tensor:
-    """One fixed shuffle of ``n_pixels`` pixel positions, from ``seed``.
-
-    Example:
-        >>> perm = pixel_permutation(64, seed=0)
-        >>> sorted(perm.tolist()) == list(range(64)), torch.equal(perm, pixel_permutation(64, 0))
-        (True, True)
-    """
-    if isinstance(n_pixels, bool) or not isinstance(n_pixels, int) or n_pixels < 2:
-        raise ValueError(f"n_pixels must be an int >= 2, got {n_pixels!r}")
-    return torch.randperm(n_pixels, generator=torch.Generator().manual_seed(seed))
-
-
-def uniform_noise(
-    n: int, n_pixels: int, seed: int, low: float = 0.0, high: float = 1.0
-) -> torch.Tensor:
-    """``(n, n_pixels)`` images of independent uniform noise on ``[low, high)``.
-
-    Example:
-        >>> x = uniform_noise(100, 64, seed=0)
-        >>> x.shape, bool(x.min() >= 0.0), bool(x.max() < 1.0)
-        (torch.Size([100, 64]), True, True)
-    """
-    if n < 1 or n_pixels < 1:
-        raise ValueError(f"n and n_pixels must be >= 1, got {n} and {n_pixels}")
-    if not low < high:
-        raise ValueError(f"low must be below high, got [{low}, {high})")
-    g = torch.Generator().manual_seed(seed)
-    return low + (high - low) * torch.rand(n, n_pixels, generator=g)
-
-
-def ring(n: int, radius: float, width: float, centre: Sequence[float], seed: int) -> torch.Tensor:
-    """``(n, 2)`` points at uniform angles and radii in ``[radius, radius + width]`` around
-    ``centre``.
-
-    Example:
-        >>> pts = ring(200, radius=5.0, width=1.0, centre=(0.5, 0.25), seed=0)
-        >>> r = (pts - torch.tensor([0.5, 0.25])).norm(dim=1)
-        >>> bool(r.min() >= 5.0), bool(r.max() <= 6.0)
-        (True, True)
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if not radius > 0 or width < 0:
-        raise ValueError(f"radius must be > 0 and width >= 0, got {radius} and {width}")
-    if len(centre) != 2:
-        raise ValueError(f"centre must be two coordinates, got {centre!r}")
-    g = torch.Generator().manual_seed(seed)
-    angle = 2 * math.pi * torch.rand(n, generator=g, dtype=torch.float64)
-    r = radius + width * torch.rand(n, generator=g, dtype=torch.float64)
-    points = torch.stack([r * angle.cos(), r * angle.sin()], dim=1)
-    return (points + torch.tensor(centre, dtype=torch.float64)).float()
-
-
-def digits_problem(seed: int) -> Problem:
-    """Digits 0–4 to train on and test, and the three digit shifts (scikit-learn's bundled
-    ``load_digits``, pixels / 16, one seeded 80/20 split)."""
-    split = bp.datasets.load_digits_split(seed=seed)
-    train, test = split.y_train < IN_CLASSES, split.y_test < IN_CLASSES
-    X_in = split.X_test[test]
-    perm = pixel_permutation(X_in.shape[1], seed)
-    shifts = {
-        "held-out classes": split.X_test[~test],
-        "permuted pixels": X_in[:, perm],
-        "uniform noise": uniform_noise(len(X_in), X_in.shape[1], seed + 1),
-    }
-    return Problem(
-        "digits",
-        DIGITS_HIDDEN,
-        split.X_train[train],
-        split.y_train[train],
-        X_in,
-        split.y_test[test],
-        shifts,
-    )
-
-
-def moons_problem(seed: int) -> Problem:
-    """``make_moons`` to train on and test (fresh points), and the far ring."""
-    from sklearn.datasets import make_moons
-
-    def moons(rs: int) -> tuple[torch.Tensor, torch.Tensor]:
-        X, y = make_moons(MOONS_ROWS, noise=MOONS_NOISE, random_state=rs)
-        return torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.long)
-
-    X, y = moons(seed)
-    X_in, y_in = moons(seed + 1)
-    centre = X.mean(0).tolist()
-    far = ring(MOONS_ROWS, RING_RADIUS, RING_WIDTH, centre, seed + 2)
-    return Problem("moons", MOONS_HIDDEN, X, y, X_in, y_in, {"moons: far ring": far})
 
 
 # --- scores and metrics --------------------------------------------------------------------
@@ -254,19 +176,6 @@ def ood_metrics(scores_in: torch.Tensor, scores_out: torch.Tensor) -> Metrics:
         "aupr": ood_aupr(scores_in, scores_out),
         "fpr95": fpr_at_95_tpr(scores_in, scores_out),
     }
-
-
-def best_score(scores: Mapping[str, Metrics]) -> str:
-    """The score with the highest AUROC (the first in :data:`SCORES` order on a tie).
-
-    Example:
-        >>> best_score({"entropy": {"auroc": 0.8}, "max-prob": {"auroc": 0.9}})
-        'max-prob'
-    """
-    if not scores:
-        raise ValueError("no scores to choose from")
-    order = sorted(scores, key=lambda s: SCORES.index(s) if s in SCORES else len(SCORES))
-    return max(order, key=lambda s: scores[s]["auroc"])
 
 
 def evaluate(scorer: Scorer, problem: Problem) -> dict[str, Entry]:
@@ -415,184 +324,6 @@ def method_scorer(model: Any, seed: int) -> Scorer:
         return mean, scores_from(probs)
 
     return score
-
-
-# --- the targets ---------------------------------------------------------------------------
-def _best_auroc(entry: Entry | str | None) -> float | None:
-    if not isinstance(entry, dict):
-        return None
-    return entry["scores"][best_score(entry["scores"])]["auroc"]
-
-
-def held_out_targets(results: Results, methods: Sequence[str]) -> list[dict[str, Any]]:
-    """Target 1, per method: its best AUROC on the held-out classes ≥ the plain network's
-    entropy AUROC + :data:`HELD_OUT_MARGIN`.
-
-    Example:
-        >>> row = lambda **a: {"scores": {k: {"auroc": v} for k, v in a.items()}}
-        >>> res = {"held-out classes": {PLAIN: row(entropy=0.80), "vi": row(entropy=0.81,
-        ...        energy=0.83), "swag": row(entropy=0.815)}}
-        >>> [(t["method"], t["met"]) for t in held_out_targets(res, ["vi", "swag"])]
-        [('vi', True), ('swag', False)]
-    """
-    shift = results["held-out classes"]
-    threshold = shift[PLAIN]["scores"]["entropy"]["auroc"] + HELD_OUT_MARGIN
-    out = []
-    for name in methods:
-        value = _best_auroc(shift.get(name))
-        if value is not None:
-            best = best_score(shift[name]["scores"])
-            out.append(
-                {
-                    "method": name,
-                    "value": value,
-                    "score": best,
-                    "threshold": threshold,
-                    "met": value >= threshold,
-                }
-            )
-    return out
-
-
-def laplace_targets(results: Results, methods: Sequence[str]) -> list[dict[str, Any]]:
-    """Target 2, per shift: the best method's best AUROC ≥ laplace-torch's best AUROC −
-    :data:`LAPLACE_MARGIN` (``met`` is ``None`` where laplace-torch did not run).
-
-    Example:
-        >>> row = lambda v: {"scores": {"entropy": {"auroc": v}}}
-        >>> res = {s: {"vi": row(0.90), LAPLACE_TORCH: row(0.905)} for s in SHIFTS}
-        >>> res["uniform noise"][LAPLACE_TORCH] = row(0.95)
-        >>> res["moons: far ring"][LAPLACE_TORCH] = "not installed"
-        >>> [t["met"] for t in laplace_targets(res, ["vi"])]
-        [True, True, False, None]
-    """
-    out = []
-    for shift in SHIFTS:
-        rows = results.get(shift, {})
-        scored = [(v, n) for n in methods if (v := _best_auroc(rows.get(n))) is not None]
-        if not scored:
-            continue
-        value, best = max(scored, key=lambda t: t[0])
-        reference = _best_auroc(rows.get(LAPLACE_TORCH))
-        threshold = None if reference is None else reference - LAPLACE_MARGIN
-        out.append(
-            {
-                "shift": shift,
-                "method": best,
-                "value": value,
-                "reference": reference,
-                "threshold": threshold,
-                "met": None if threshold is None else value >= threshold,
-            }
-        )
-    return out
-
-
-def every_shift(results: Results, methods: Sequence[str]) -> list[str]:
-    """The methods whose own best AUROC reaches laplace-torch's − :data:`LAPLACE_MARGIN` on
-    every shift (none where laplace-torch did not run).
-
-    Example:
-        >>> row = lambda v: {"scores": {"entropy": {"auroc": v}}}
-        >>> res = {s: {"vi": row(0.9), "swag": row(0.5), LAPLACE_TORCH: row(0.8)} for s in SHIFTS}
-        >>> every_shift(res, ["vi", "swag"])
-        ['vi']
-    """
-    out = []
-    for name in methods:
-        pairs = [
-            (_best_auroc(results[s].get(name)), _best_auroc(results[s].get(LAPLACE_TORCH)))
-            for s in SHIFTS
-            if s in results
-        ]
-        if pairs and all(
-            v is not None and r is not None and v >= r - LAPLACE_MARGIN for v, r in pairs
-        ):
-            out.append(name)
-    return out
-
-
-# --- the report ----------------------------------------------------------------------------
-def _f(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
-
-
-def _yes(met: bool | None) -> str:
-    return "n/a" if met is None else ("yes" if met else "**no**")
-
-
-def shift_table(rows: Mapping[str, Entry | str]) -> list[str]:
-    """One shift's markdown table: a line per contender (or why it has no numbers)."""
-    head = ["contender", "best score", "AUROC", "AUPR", "FPR95"]
-    head += [f"AUROC {s}" for s in SCORES] + ["accuracy (in)"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
-    for name, entry in rows.items():
-        if isinstance(entry, str):
-            lines.append(f"| {name} | {entry} |" + " |" * (len(head) - 2))
-            continue
-        scores = entry["scores"]
-        best = best_score(scores)
-        cells = [name, best, *(_f(scores[best][k]) for k in ("auroc", "aupr", "fpr95"))]
-        cells += [_f(scores[s]["auroc"]) if s in scores else "—" for s in SCORES]
-        cells.append(_f(entry["accuracy"]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def targets_table(results: Results, methods: Sequence[str]) -> list[str]:
-    """Both targets, a line per method (target 1) and per shift (target 2), and a summary."""
-    lines = [
-        "| target | method / shift | AUROC (score) | threshold | met |",
-        "|---|---|---:|---:|---|",
-    ]
-    first = held_out_targets(results, methods)
-    for t in first:
-        lines.append(
-            f"| held-out classes: best ≥ plain entropy + {HELD_OUT_MARGIN} | {t['method']} | "
-            f"{t['value']:.3f} ({t['score']}) | {t['threshold']:.3f} | {_yes(t['met'])} |"
-        )
-    second = laplace_targets(results, methods)
-    for t in second:
-        ref = "laplace-torch not installed" if t["reference"] is None else _f(t["threshold"])
-        lines.append(
-            f"| best method ≥ laplace-torch − {LAPLACE_MARGIN} | {t['shift']}: {t['method']} | "
-            f"{t['value']:.3f} | {ref} | {_yes(t['met'])} |"
-        )
-    missed = [t["method"] for t in first if not t["met"]]
-    lines += [
-        "",
-        f"Held-out classes: {len(first) - len(missed)} of {len(first)} methods reach "
-        f"the plain network's entropy + {HELD_OUT_MARGIN}"
-        + (f" (not: {', '.join(missed)})." if missed else "."),
-    ]
-    if any(t["met"] is None for t in second):
-        lines.append(f"laplace-torch is not installed here: `{INSTALL}` adds it.")
-    else:
-        short = [t["shift"] for t in second if not t["met"]]
-        every = every_shift(results, methods)
-        lines.append(
-            f"Against laplace-torch: the best method reaches it − {LAPLACE_MARGIN} on "
-            f"{len(second) - len(short)} of {len(second)} shifts"
-            + (f" (not: {', '.join(short)})" if short else "")
-            + "; one method on every shift: "
-            + (", ".join(every) if every else "none")
-            + "."
-        )
-    return lines
-
-
-def render(results: Results, methods: Sequence[str], header: Sequence[str]) -> str:
-    """The markdown report: header lines, a table per shift and the targets."""
-    lines = [
-        "# Out-of-distribution detection: every classifier, a plain network, laplace-torch",
-        "",
-        *header,
-    ]
-    for shift in SHIFTS:
-        if shift in results:
-            lines += ["", f"## {shift}", "", *shift_table(results[shift])]
-    lines += ["", "## Targets", "", *targets_table(results, methods)]
-    return "\n".join(lines) + "\n"
 
 
 # --- the run -------------------------------------------------------------------------------
