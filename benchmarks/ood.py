@@ -24,7 +24,8 @@ Targets: every Bayesian method's best AUROC on the held-out classes ≥ the plai
 entropy AUROC + 0.02; the best method ≥ laplace-torch's best AUROC − 0.01 on every shift.
 
 Run: ``python benchmarks/ood.py [--quick] [--seed 0] [--out PATH]``; the full run writes
-``benchmarks/results/ood.md`` (copied into the README by ``update_readme.py``). laplace-torch is
+``benchmarks/results/ood.md`` (copied into the Results page by ``update_readme.py``) and the
+same numbers as ``ood.json`` beside it. laplace-torch is
 the ``ood`` extra (``pip install ".[ood]"``); without it its rows say "not installed". It
 needs torchvision, which pip takes from PyPI, built for PyPI's (CUDA) torch: next to a CPU build
 of torch, install torchvision from the index that torch came from, or uninstall it (laplace-torch
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import sys
 import time
@@ -469,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             + ".",
         ]
     publish(render(results, methods, header), out)
+    if out is not None:  # the same numbers for programs: the docs' method guide reads them
+        with open(os.path.splitext(out)[0] + ".json", "w", encoding="utf-8") as handle:
+            json.dump({"header": header, "methods": methods, "results": results}, handle, indent=1)
     return 0
 
 
