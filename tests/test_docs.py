@@ -7,6 +7,7 @@ folder. It needs the ``docs`` extra (also in ``dev``); without mkdocs these test
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import bnn_pyro as bp
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_PACKAGES = ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_jupyter")
@@ -194,3 +197,35 @@ def test_the_api_navigation_is_grouped_and_complete():
     assert titles[:3] == ["bnn_pyro", "Methods", "Building blocks"], titles
     uris = _flat(tree)
     assert sorted(uris) == sorted([p.uri for p in pages] + ["api/index.md"])
+
+
+def _method_guide():
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        return importlib.import_module("method_guide")
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+
+
+@needs_mkdocs
+def test_the_method_guide_lists_every_method_with_the_benchmarks_figures(built_site):
+    """The "Which method?" page has a row per registered method, and its UCI rank of the
+    first method is the one recomputed here from uci.json by hand (not by the hook's code)."""
+    site, _ = built_site
+    html = (site / "which-method" / "index.html").read_text()
+    for name in bp.METHODS:
+        assert f"<code>{name}</code>" in html, name
+    payload = json.loads((ROOT / "benchmarks" / "results" / "uci" / "uci.json").read_text())
+    rows = [r for r in payload["summary"] if r["metric"] == "test_ll"]
+    places = []
+    for dataset in {r["dataset"] for r in rows}:
+        ordered = sorted((r for r in rows if r["dataset"] == dataset), key=lambda r: -r["mean"])
+        places.append(1 + [r["method"] for r in ordered].index("vi"))
+    methods = {r["method"] for r in rows}
+    assert f"{sum(places) / len(places):.1f} of {len(methods)}" in html
+
+
+def test_the_method_guide_shows_a_dash_for_what_was_not_measured():
+    guide = _method_guide()
+    assert guide.uci_columns(None) == {} and guide.coverage_column(None) == {}
+    assert guide.ood_columns({"results": {}}, ("held-out classes",)) == {}
