@@ -27,6 +27,7 @@ import os
 import re
 import socket
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
@@ -46,6 +47,25 @@ STALE_AFTER = 3600.0
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def _current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc``): setting
+    and restoring it, the only portable way, would briefly change it for every thread."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:  # elsewhere: set and restore, at least never two of ours at once
+        mask = os.umask(0)
+        os.umask(mask)
+    return mask
+
+
 def umask_mode(directory: bool = False) -> int:
     """The mode ``open()`` or ``mkdir()`` would give a new file (``0o666``) or folder
     (``0o777``) under the process's umask: ``tempfile`` makes its files ``0o600`` and its
@@ -55,9 +75,7 @@ def umask_mode(directory: bool = False) -> int:
         >>> oct(umask_mode() | 0o022) in ("0o666", "0o644")  # 0o644 under the usual umask
         True
     """
-    mask = os.umask(0)
-    os.umask(mask)
-    return (0o777 if directory else 0o666) & ~mask
+    return (0o777 if directory else 0o666) & ~_current_umask()
 
 
 def check_path(path: Any, name: str = "path") -> str:

@@ -108,7 +108,16 @@ def trains_stacked(cls: type) -> bool:
         >>> import bnn_pyro as bp
         >>> trains_stacked(bp.MCDropout), trains_stacked(bp.HiddenLayerBNN)
         (True, False)
+        >>> trains_stacked(bp.MCDropout(bp.nn.mlp(1, [4], 1, dropout=0.1)))
+        Traceback (most recent call last):
+          ...
+        TypeError: cls must be a method class such as bp.MCDropout, got an instance of MCDropout
     """
+    if not isinstance(cls, type):
+        raise TypeError(
+            "cls must be a method class such as bp.MCDropout, got an instance of "
+            f"{type(cls).__name__}"
+        )
     return any(
         spec.stacked_fit is not None and spec.cls in (cls, f"{cls.__module__}:{cls.__name__}")
         for spec in method_specs().values()

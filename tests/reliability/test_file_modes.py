@@ -49,3 +49,23 @@ def test_a_stricter_umask_is_respected(tmp_path):
         assert _mode(path) == 0o600
     finally:
         os.umask(before)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux's /proc only")
+def test_the_umask_is_read_without_being_changed(monkeypatch):
+    """Where /proc shows it, the umask is read, not set and restored: setting it would briefly
+    change it for every other thread of the process (one writing a file at that moment would
+    get mode 0o666)."""
+    from bnn_pyro._checkpoint_file import umask_mode
+
+    before = os.umask(0o027)
+    try:
+
+        def no_umask(mask: int) -> int:
+            raise AssertionError("os.umask was called")
+
+        monkeypatch.setattr(os, "umask", no_umask)
+        assert (umask_mode(), umask_mode(directory=True)) == (0o640, 0o750)
+    finally:
+        monkeypatch.undo()
+        os.umask(before)
