@@ -198,7 +198,23 @@ class LocalReparameterization(Messenger):
             >>> handler.register_weight(w, "w", loc, scale)
             >>> handler.forward_layer(torch.ones(4, 3), w, None, None).shape
             torch.Size([4, 2])
+            >>> handler.register_weight(w, "w", loc, scale.T)
+            Traceback (most recent call last):
+              ...
+            ValueError: loc and scale of weight 'w' must have one draw's shape (2, 3), got ...
         """
+        for label, t in (("value", value), ("loc", loc), ("scale", scale)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{label} of weight {name!r} must be a tensor, got "
+                                f"{type(t).__name__}")  # fmt: skip
+        if loc.shape != scale.shape or loc.shape != value.shape[value.dim() - loc.dim() :]:
+            raise ValueError(
+                f"loc and scale of weight {name!r} must have one draw's shape "
+                f"{tuple(value.shape[value.dim() - loc.dim() :])}, got {tuple(loc.shape)} and "
+                f"{tuple(scale.shape)}"
+            )
+        # (no check of the scale's values: it runs once per step, and a check would wait on
+        # the device; the guides' scales are positive by construction)
         self._weights[value] = _GuideWeight(name, loc, scale, "Normal")
 
     def forward_layer(
