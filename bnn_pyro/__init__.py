@@ -39,6 +39,7 @@ from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.learned_prior import LearnedNormalPrior
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods import (
+    SGMCMC,
     SWAG,
     DeepEnsemble,
     LaplaceApproximation,
@@ -64,6 +65,7 @@ except _metadata.PackageNotFoundError:  # a source tree on sys.path, never insta
 __all__ = [
     "METHODS",
     "PredictOutput",
+    "SGMCMC",
     "SWAG",
     "BaseBayesianMethod",
     "DeepEnsemble",

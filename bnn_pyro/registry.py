@@ -18,6 +18,9 @@ name               method
 ``swag``           ``SWAG``
 ``laplace``        ``LaplaceApproximation``
 ``vbnn``           ``VariationalBayesNN`` (pure-torch BBB of ``GaussianLinear`` layers)
+``sghmc``          ``SGMCMC`` (scale-adapted SGHMC on the Pyro model, Springenberg 2016)
+``csghmc``         ``SGMCMC(schedule="cyclical")`` (cyclical SGHMC, Zhang et al. 2020)
+``sgld``           ``SGMCMC(sampler="sgld")`` (stochastic gradient Langevin dynamics)
 =================  ===============================================================
 """
 
@@ -147,7 +150,8 @@ def make(name: str, net: nn.Module, likelihood: Likelihood, **options: Any) -> B
 
     Args:
         name: one of :data:`METHODS` (``"vi"``, ``"lrt"``, ``"bb_alpha"``, ``"hidden_layer"``,
-            ``"dropout"``, ``"ensemble"``, ``"swag"``, ``"laplace"``, ``"vbnn"``).
+            ``"dropout"``, ``"ensemble"``, ``"swag"``, ``"laplace"``, ``"vbnn"``, ``"sghmc"``,
+            ``"csghmc"``, ``"sgld"``).
         net: a ``torch.nn.Module`` mapping ``(N, D)`` to ``(N, O)``. Ensembles copy and
             re-initialise it per member; ``hidden_layer`` and ``vbnn`` read the widths of an
             MLP of ``nn.Linear`` layers (and refuse any other net with a clear error).

@@ -68,8 +68,8 @@ def test_the_coverage_guarantee_holds_for_wrong_models(model):
     for _ in range(200):
         x_cal, y_cal = _data(n, g)
         x_test, y_test = _data(200, g)
-        lower, upper = QuantileConformal(model, alpha).calibrate(x_cal, y_cal).predict_interval(
-            x_test
+        lower, upper = (
+            QuantileConformal(model, alpha).calibrate(x_cal, y_cal).predict_interval(x_test)
         )
         covered.append(bp.metrics.picp(lower, upper, y_test[:, None]))
     assert 1 - alpha - 0.01 <= float(np.mean(covered)) <= 1 - alpha + 1 / (n + 1) + 0.01

@@ -1,0 +1,231 @@
+"""``ChainStep``: one SG-MCMC step as a :class:`~bnn_pyro.training.TrainingStep` of the one
+training loop, and ``RunPlan``: the step sizes, adaptation and collection of a whole run."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from bnn_pyro._checks import check_int
+from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.methods.sgmcmc.collector import SampleCollector
+from bnn_pyro.methods.sgmcmc.potential import PyroPotential
+from bnn_pyro.methods.sgmcmc.samplers import (
+    SGHMCState,
+    adapt_sghmc,
+    cyclical_lr,
+    sghmc_step,
+    sgld_step,
+)
+from bnn_pyro.training import TrainingStep
+
+__all__ = ["ChainStep", "RunPlan", "plan_run"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What each step ``k`` of a run of ``total`` steps does.
+
+    Args:
+        total: the run's steps (epochs times minibatches per epoch).
+        lr: the step size (the largest one of a cyclical schedule).
+        schedule: ``"constant"`` or ``"cyclical"`` (cosine, restarted ``cycles`` times).
+        cycles: the cycles of a cyclical schedule.
+        explore: the share of each cycle explored without noise and without collecting.
+        burn_in: steps before any sample is collected.
+
+    Example:
+        >>> plan = RunPlan(total=8, lr=1.0, schedule="cyclical", cycles=2, explore=0.5, burn_in=0)
+        >>> [plan.sampling(k) for k in range(4)], plan.candidates(thinning=1)
+        ([False, False, True, True], 4)
+    """
+
+    total: int
+    lr: float
+    schedule: str = "constant"
+    cycles: int = 1
+    explore: float = 0.0
+    burn_in: int = 0
+
+    def step_size(self, k: int) -> float:
+        """The step size of step ``k``."""
+        if self.schedule == "cyclical":
+            return cyclical_lr(k, self.total, self.cycles, self.lr)
+        return self.lr
+
+    def sampling(self, k: int) -> bool:
+        """Whether step ``k`` injects noise and may be collected (the sampling stage)."""
+        if self.schedule == "cyclical":  # the last step of a cycle always samples
+            length = math.ceil(self.total / self.cycles)
+            return k % length >= min(length - 1, math.ceil(self.explore * length - 1e-9))
+        return True
+
+    def adapting(self, k: int) -> bool:
+        """Whether step ``k`` adapts the SGHMC preconditioner (burn-in; a cycle's exploration)."""
+        if self.schedule == "cyclical":
+            return not self.sampling(k)
+        return k < self.burn_in
+
+    def sampling_steps(self, start: int = 0, stop: int | None = None) -> int:
+        """How many of the steps ``start, ..., stop - 1`` (default: to the end) sample."""
+        stop = self.total if stop is None else stop
+        if self.schedule == "constant":
+            return max(0, stop - start)
+        return sum(self.sampling(k) for k in range(start, stop))
+
+    def candidates(self, thinning: int) -> int:
+        """How many samples a run with this burn-in and ``thinning`` offers to be kept."""
+        return math.ceil(self.sampling_steps(self.burn_in) / thinning)
+
+
+def plan_run(
+    total: int,
+    lr: float,
+    schedule: str = "constant",
+    cycles: int = 1,
+    explore: float = 0.0,
+    burn_in: int | None = None,
+    thinning: int | None = None,
+    max_samples: int = 1000,
+) -> tuple[RunPlan, int]:
+    """The plan of a run of ``total`` steps and its thinning, the arguments checked first.
+
+    Args:
+        total, lr, schedule, cycles, explore: as :class:`RunPlan` (``cycles`` and ``explore``
+            only count for ``"cyclical"``).
+        burn_in: steps before any sample is kept; ``None``: a quarter of the run for a
+            constant step size, 0 for a cyclical one (its exploration stages burn in).
+        thinning: keep every ``thinning``-th sampling step after the burn-in; ``None``:
+            spread ``max_samples`` evenly over them.
+        max_samples: the collector's bound (for the default thinning).
+
+    Raises:
+        ValueError: ``burn_in`` negative or not below ``total``; ``thinning`` larger than the
+            sampling steps after the burn-in; no sampling step left.
+
+    Example:
+        >>> plan, thinning = plan_run(1000, 0.1, max_samples=100)
+        >>> plan.burn_in, thinning
+        (250, 7)
+        >>> plan_run(10, 0.1, burn_in=5, thinning=6)
+        Traceback (most recent call last):
+          ...
+        ValueError: thinning must be <= the 5 sampling steps after the burn-in, got 6
+    """
+    cyclical = schedule == "cyclical"
+    if burn_in is None:
+        burn_in = 0 if cyclical else total // 4
+    burn_in = check_int("burn_in", burn_in, minimum=0)
+    if burn_in >= total:
+        raise ValueError(f"burn_in must be < the run's {total} steps, got {burn_in}")
+    plan = RunPlan(total, lr, schedule, cycles if cyclical else 1, explore if cyclical else 0.0,
+                   burn_in)  # fmt: skip
+    after = plan.sampling_steps(burn_in)
+    if after == 0:
+        raise ValueError("the run has no sampling step after its burn-in: run more epochs")
+    if thinning is None:
+        thinning = max(1, after // check_int("max_samples", max_samples))
+    thinning = check_int("thinning", thinning)
+    if thinning > after:
+        raise ValueError(
+            f"thinning must be <= the {after} sampling steps after the burn-in, got {thinning}"
+        )
+    return plan, thinning
+
+
+class ChainStep(TrainingStep):
+    """One step of the chain on a minibatch: the potential's gradient, the sampler's update
+    of ``theta (P,)`` in place, and the collector's offer.
+
+    Args:
+        potential: the model's :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`.
+        theta: ``(P,)`` the position, moved in place.
+        sampler: ``"sghmc"`` or ``"sgld"``.
+        plan: the run's :class:`RunPlan`.
+        collector: keeps the samples; it is offered the sampling-stage steps, numbered from 0
+            (its ``burn_in`` counts those, ``plan.sampling_steps(0, plan.burn_in)``).
+        dataset_size: ``N``.
+        temperature: ``T``.
+        mdecay: SGHMC's momentum decay.
+        generator: the source of the injected noise.
+
+    Example:
+        >>> import pyro, pyro.distributions as dist
+        >>> def model(x, y=None, dataset_size=None):
+        ...     w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        ...     with pyro.plate("data", dataset_size or len(x), subsample=torch.arange(len(x))):
+        ...         pyro.sample("obs", dist.Normal(w * x, 1.0), obs=y)
+        >>> x = torch.randn(20)
+        >>> potential = PyroPotential(model, x, x)
+        >>> step = ChainStep(potential, torch.zeros(1), "sgld", RunPlan(50, 0.1),
+        ...                  SampleCollector(100), 20, 1.0, 0.1, torch.Generator().manual_seed(0))
+        >>> _ = [step(x, x) for _ in range(50)]
+        >>> step.collector.samples.shape
+        torch.Size([50, 1])
+    """
+
+    def __init__(
+        self,
+        potential: PyroPotential,
+        theta: torch.Tensor,
+        sampler: str,
+        plan: RunPlan,
+        collector: SampleCollector,
+        dataset_size: int,
+        temperature: float,
+        mdecay: float,
+        generator: torch.Generator,
+    ) -> None:
+        self.potential, self.theta, self.sampler, self.plan = potential, theta, sampler, plan
+        self.collector = collector
+        self.dataset_size, self.temperature, self.mdecay = dataset_size, temperature, mdecay
+        self.generator = generator
+        self.state = SGHMCState.start(theta) if sampler == "sghmc" else None
+        self.k = 0  # the step about to be taken
+        self.sampled = 0  # sampling-stage steps so far (what thinning counts)
+
+    def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+        k, plan, n = self.k, self.plan, self.dataset_size
+        adapting = self.state is not None and plan.adapting(k)
+        value, grad = self.potential.gradient(self.theta, xb, yb, n)
+        if not (math.isfinite(value) and bool(torch.isfinite(grad).all())):
+            raise TrainingDivergedError(f"SG-MCMC: the potential or its gradient is {value}")
+        if adapting:
+            adapt_sghmc(self.state, grad)  # type: ignore[arg-type]
+        lr, sampling = plan.step_size(k), plan.sampling(k)
+        with torch.no_grad():
+            if self.state is not None:
+                sghmc_step(
+                    self.theta,
+                    self.state,
+                    grad,
+                    lr=lr,
+                    mdecay=self.mdecay,
+                    temperature=self.temperature,
+                    dataset_size=n,
+                    generator=self.generator,
+                    noise=sampling,
+                )
+            else:
+                sgld_step(
+                    self.theta,
+                    grad,
+                    lr=lr,
+                    temperature=self.temperature,
+                    dataset_size=n,
+                    generator=self.generator,
+                    noise=sampling,
+                )
+        if not bool(torch.isfinite(self.theta).all()):
+            raise TrainingDivergedError("SG-MCMC: the chain left the finite numbers")
+        if sampling:  # the collector drops those before the burn-in's end and thins the rest
+            self.collector.offer(self.sampled, lambda: self.potential.constrain(self.theta))
+            self.sampled += 1
+        self.k += 1
+        return value
+
+    def state_dict(self) -> dict:
+        """No resumable state: an SG-MCMC run is not resumed."""
+        return {}

@@ -1,0 +1,334 @@
+"""``SGMCMC``: stochastic-gradient MCMC (SGHMC, SGLD, their cyclical variants) on the Pyro
+model of :class:`~bnn_pyro.VariationalBNN`, predicting from the samples it collects."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from bnn_pyro._checks import check_choice, check_float, check_int, check_seed
+from bnn_pyro._rng import seeded
+from bnn_pyro.exceptions import TrainingInstabilityWarning
+from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
+from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
+from bnn_pyro.methods.sgmcmc.collector import SampleCollector
+from bnn_pyro.methods.sgmcmc.potential import PyroPotential
+from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
+from bnn_pyro.methods.vi.model import VariationalBNN
+from bnn_pyro.priors import Prior, prior_from_config
+from bnn_pyro.training import Callback, History, check_callbacks, train
+from bnn_pyro.training.batches import gather_loader, shuffled_batches, validation_pair
+
+__all__ = ["SGMCMC"]
+
+SAMPLERS = ("sghmc", "sgld")
+SCHEDULES = ("constant", "cyclical")
+
+
+class SGMCMC(SamplePredictive):
+    """Stochastic-gradient MCMC over the weights (and a learned noise scale) of a BNN.
+
+    The potential is that of :class:`~bnn_pyro.VariationalBNN`'s Pyro model, with the same net,
+    prior and likelihood (see :mod:`bnn_pyro.methods.sgmcmc.potential`); the update rules are
+    those of :mod:`bnn_pyro.methods.sgmcmc.samplers`. :meth:`fit` runs one chain from the net's
+    initial weights (a later ``fit`` goes on from where the last one stopped, with a new
+    burn-in and a new collection); :meth:`predict` evaluates the net on ``S`` of the collected
+    samples at once.
+
+    Args:
+        net: any ``torch.nn.Module`` ``(N, *features) -> (N, O)`` whose parameters the prior
+            all covers (it runs in eval mode: dropout is off in the potential and in predict).
+        likelihood: the observation model, e.g. ``Gaussian(scale="learned")``, ``Categorical()``.
+        prior: default ``IIDPrior(Normal(0, 1))`` on every linear/conv parameter.
+        sampler: ``"sghmc"`` (scale-adapted SGHMC, Springenberg et al. 2016) or ``"sgld"``.
+        temperature: ``T > 0``: the chain samples ``p(θ|D)^(1/T)`` (1: the posterior).
+        mdecay: SGHMC's momentum decay (friction) per step, in (0, 1).
+        schedule: ``"constant"`` step size, or ``"cyclical"`` (Zhang et al. 2020: a cosine from
+            ``lr`` down to 0, restarted ``cycles`` times; the first ``explore`` share of each
+            cycle moves without noise and collects nothing, the rest samples).
+        cycles, explore: of the cyclical schedule.
+        burn_in: steps before any sample is collected (SGHMC adapts its preconditioner during
+            them); ``None``: a quarter of the run (``"constant"``), 0 (``"cyclical"``).
+        thinning: collect every ``thinning``-th sampling step after the burn-in; ``None``:
+            spread ``max_samples`` evenly over the run.
+        max_samples: the most samples kept (reservoir sampling beyond it); memory is
+            ``max_samples x P`` numbers.
+        num_samples: the default ``S`` of :meth:`predict`.
+
+    Shapes:
+        ``fit(X: (N, *features), y: (N,) | (N, O))``; ``predict(X) -> mean (N, O'), variance
+        (N, O')[, samples (S, N, O')]``; :meth:`samples` ``{site: (K, *shape)}``.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(64, 2); y = X[:, 0] - X[:, 1]
+        >>> m = bp.make("sghmc", bp.nn.mlp(2, [8], 1), bp.Gaussian(scale=0.1))
+        >>> history = m.fit(X, y, epochs=20, batch_size=32, progress=False, seed=0)
+        >>> mean, var = m.predict(X[:3], num_samples=10, seed=0)
+        >>> mean.shape, m.samples()["net.0.weight"].shape
+        (torch.Size([3, 1]), torch.Size([30, 8, 2]))
+    """
+
+    #: The step size ``lr`` of each sampler when ``fit`` is not given one.
+    fit_defaults: dict[str, float] = {"sghmc": 0.05, "sgld": 0.01}
+
+    def __init__(
+        self,
+        net: nn.Module,
+        likelihood: Likelihood,
+        prior: Prior | None = None,
+        *,
+        sampler: str = "sghmc",
+        temperature: float = 1.0,
+        mdecay: float = 0.2,
+        schedule: str = "constant",
+        cycles: int = 4,
+        explore: float = 0.8,
+        burn_in: int | None = None,
+        thinning: int | None = None,
+        max_samples: int = 1000,
+        num_samples: int = 100,
+    ) -> None:
+        super().__init__()
+        self.sampler = check_choice("sampler", sampler, SAMPLERS)
+        self.temperature = check_float("temperature", temperature, minimum=0.0, strict=True)
+        self.mdecay = check_float("mdecay", mdecay, minimum=0.0, strict=True, maximum=1.0)
+        self.schedule = check_choice("schedule", schedule, SCHEDULES)
+        self.cycles = check_int("cycles", cycles)
+        self.explore = check_float("explore", explore, minimum=0.0, maximum=1.0)
+        self.burn_in = None if burn_in is None else check_int("burn_in", burn_in, minimum=0)
+        self.thinning = None if thinning is None else check_int("thinning", thinning)
+        self.max_samples = check_int("max_samples", max_samples)
+        self.num_samples = check_int("num_samples", num_samples)
+        self.bnn = VariationalBNN(net, likelihood, prior=prior, num_samples=num_samples)
+        kept = [name for name, _ in self.bnn.net.named_parameters()]
+        if kept:
+            raise ValueError(
+                f"net has parameters the prior leaves out ({kept}): SG-MCMC samples every "
+                "parameter, so choose a prior that covers them all"
+            )
+        self.register_buffer("position", torch.empty(0))  # θ (P,), unconstrained
+        self.register_buffer("kept_samples", torch.empty(0, 0))  # (K, P), the sites' spaces
+        self.potential: PyroPotential | None = None
+        self.dataset_size: int | None = None
+        self.input_shape: tuple[int, ...] | None = None
+        self.last_run: dict[str, Any] = {}
+
+    @property
+    def likelihood(self) -> Likelihood:
+        """The observation model (the inner model's)."""
+        return self.bnn.likelihood
+
+    @property
+    def prior(self) -> Prior:
+        """The prior (the inner model's)."""
+        return self.bnn.prior
+
+    # ------------------------------------------------------------------ fit
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        epochs: int = 100,
+        batch_size: int | None = 128,
+        lr: float | None = None,
+        shuffle: bool = True,
+        progress: bool = True,
+        seed: int | None = None,
+        callbacks: Iterable[Callback] = (),
+        validation_data: tuple[Any, Any] | None = None,
+    ) -> History:
+        """Run the chain for ``epochs`` passes over ``(X, y)`` and keep its samples.
+
+        Args:
+            X: ``(N, *features)`` inputs, or a ``DataLoader`` of ``(x, y)`` batches (gathered).
+            y: ``(N,)`` or ``(N, O)`` targets (class indices for ``Categorical``).
+            epochs: passes over the data; each minibatch is one step of the chain.
+            batch_size: rows per step (``None``: the whole data set).
+            lr: the step size (default :attr:`fit_defaults` of the sampler): SGHMC's ``ε`` of
+                Springenberg et al. (the move per step is ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``.
+            shuffle, progress: reshuffle each epoch; show a progress bar.
+            seed: makes the run reproducible without touching the global RNG.
+            callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
+            validation_data: ``(X_val, y_val)``; adds ``val_nll`` (of the samples so far).
+
+        Returns:
+            The :class:`~bnn_pyro.training.History`: ``loss`` (the potential ``U``, the
+            negative log joint of the whole data set, averaged over the epoch's steps).
+        """
+        epochs = check_int("epochs", epochs)
+        lr = check_float(
+            "lr", self.fit_defaults[self.sampler] if lr is None else lr, minimum=0.0, strict=True
+        )
+        check_seed("seed", seed)
+        callbacks = check_callbacks(callbacks, validation_data is not None)
+        if isinstance(X, DataLoader):
+            X, y = gather_loader(X, y, lambda t, name: self.bnn.prepare_inputs(t, name))
+        elif y is None:
+            raise ValueError("y is required when X is not a DataLoader")
+        X = self.bnn.prepare_inputs(X)
+        y = self.bnn.prepare_targets(y, X)
+        n = X.shape[0]
+        batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
+        plan, thinning = plan_run(
+            epochs * math.ceil(n / batch),
+            lr,
+            self.schedule,
+            self.cycles,
+            self.explore,
+            self.burn_in,
+            self.thinning,
+            self.max_samples,
+        )
+        validation = None
+        if validation_data is not None:
+            xv, yv = validation_pair(
+                validation_data,
+                self.bnn.prepare_inputs,
+                lambda t, x: self.bnn.prepare_targets(t, x, "y_val"),
+            )
+            validation = self._validation(xv, yv)
+        with seeded(seed, self.device):
+            potential = PyroPotential(self.bnn.model, X[:2], y[:2], self.likelihood.name)
+            start = dict(self.bnn.guide.init_loc)  # the net's own initial weights
+            start.update(self.likelihood.initial_latents(X, y))  # e.g. the noise from the data
+            theta = self.position if self.position.numel() == potential.size else None
+            self.position = potential.flat(start) if theta is None else theta.clone()
+            collector = SampleCollector(
+                self.max_samples,
+                plan.sampling_steps(0, plan.burn_in),
+                thinning,
+                seed=int(torch.randint(0, 2**62, (1,))),
+            )
+            noise = torch.Generator(device=self.device)
+            noise.manual_seed(int(torch.randint(0, 2**62, (1,))))
+            step = ChainStep(
+                potential,
+                self.position,
+                self.sampler,
+                plan,
+                collector,
+                n,
+                self.temperature,
+                self.mdecay,
+                noise,
+            )
+            self._step = step
+            batches = shuffled_batches(X, y, batch, shuffle, seed)
+            was_training = self.bnn.training
+            self.bnn.eval()  # dropout off: the potential of the model predict runs
+            try:
+                with warnings.catch_warnings():
+                    # The blow-up guard judges optimisers: a chain's potential rises from its
+                    # lowest point to the typical set by design, and the guard has nothing to
+                    # put back here (the method has no trainable parameter).
+                    warnings.simplefilter("ignore", TrainingInstabilityWarning)
+                    history = train(
+                        self,
+                        step,
+                        batches,
+                        epochs=epochs,
+                        callbacks=callbacks,
+                        validation=validation,
+                        progress=progress,
+                        desc=self.sampler.upper(),
+                    )
+                history.blowups = []  # type: ignore[attr-defined]
+            finally:
+                self.bnn.train(was_training)
+                self._step = None
+        self._finish(potential, step, X)
+        return history
+
+    def _finish(self, potential: PyroPotential, step: ChainStep, X: torch.Tensor) -> None:
+        """Keep what the run collected, and what predict needs to know."""
+        self.potential = potential
+        self.kept_samples = step.collector.samples.clone()
+        self.dataset_size = X.shape[0]
+        self.input_shape = tuple(X.shape[1:])
+        self.bnn.input_shape = self.input_shape
+        plan = step.plan
+        self.last_run = {
+            "steps": plan.total,
+            "burn_in": plan.burn_in,
+            "thinning": step.collector.thinning,
+            "seen": step.collector.seen,
+        }
+
+    def _validation(self, xv: torch.Tensor, yv: torch.Tensor) -> Any:
+        def score() -> dict[str, float]:
+            step = self._step
+            if step is not None and step.collector.kept:
+                flat = step.collector.samples[-20:]
+            else:
+                flat = step.potential.constrain(step.theta).unsqueeze(0)  # type: ignore[union-attr]
+            samples = step.potential.unflatten(flat)  # type: ignore[union-attr]
+            lpd = self.bnn.log_predictive_density(xv, yv, posterior_samples=samples)
+            return {"val_nll": -lpd}
+
+        return score
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_config(self) -> dict[str, Any]:
+        return {
+            "likelihood": self.likelihood.config(),
+            "prior": self.prior.config(),
+            "sampler": self.sampler,
+            "temperature": self.temperature,
+            "mdecay": self.mdecay,
+            "schedule": self.schedule,
+            "cycles": self.cycles,
+            "explore": self.explore,
+            "burn_in": self.burn_in,
+            "thinning": self.thinning,
+            "max_samples": self.max_samples,
+            "num_samples": self.num_samples,
+            "dtype": str(self.dtype).removeprefix("torch."),
+        }
+
+    @classmethod
+    def from_checkpoint_config(cls, net: nn.Module | None, config: dict[str, Any]) -> SGMCMC:
+        if net is None:
+            raise ValueError(
+                f"loading a {cls.__name__} needs net=: a fresh instance of the saved architecture"
+            )
+        options = {k: v for k, v in config.items() if k not in ("likelihood", "prior", "dtype")}
+        return cls(
+            net.to(getattr(torch, config["dtype"])),
+            likelihood_from_config(config["likelihood"]),
+            prior=prior_from_config(config["prior"]),
+            **options,
+        )
+
+    def fitted_state(self) -> dict[str, Any]:
+        if self.potential is None:
+            raise ValueError("fit the model before saving it: it has no samples yet")
+        return {
+            "dataset_size": self.dataset_size,
+            "input_shape": list(self.input_shape or ()),
+            "kept": list(self.kept_samples.shape),
+            "size": self.potential.size,
+        }
+
+    def restore_fitted_state(self, fitted: dict[str, Any]) -> None:
+        self.dataset_size = fitted["dataset_size"]
+        self.input_shape = tuple(fitted["input_shape"])
+        self.bnn.input_shape = self.input_shape
+        x = torch.zeros((1, *self.input_shape), dtype=self.dtype, device=self.device)
+        self.potential = PyroPotential(self.bnn.model, x, None, self.likelihood.name)
+        self.position = self.position.new_zeros(fitted["size"])
+        self.kept_samples = self.kept_samples.new_zeros(fitted["kept"])
+
+    def extra_repr(self) -> str:
+        fitted = f"{len(self.kept_samples)} samples" if self.potential else "not fitted"
+        return (
+            f"sampler={self.sampler!r}, schedule={self.schedule!r}, "
+            f"temperature={self.temperature}, {fitted}"
+        )

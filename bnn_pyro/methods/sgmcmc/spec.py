@@ -1,0 +1,34 @@
+"""The registry names of stochastic-gradient MCMC: ``sghmc``, ``sgld`` and ``csghmc`` (see
+:class:`bnn_pyro.spec.MethodSpec`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyro.distributions as dist
+
+from bnn_pyro.priors import IIDPrior
+from bnn_pyro.spec import MethodSpec
+
+_CLASS = "bnn_pyro.methods.sgmcmc.method:SGMCMC"
+
+
+def _normal_prior(p: Mapping[str, Any]) -> dict[str, Any]:
+    return {"prior": IIDPrior(dist.Normal(0.0, p["prior_scale"]))}
+
+
+SPECS = [
+    MethodSpec(
+        "sghmc", _CLASS, "SGMCMC (scale-adapted SGHMC on the Pyro model)", rank=95,
+        estimator_options=_normal_prior, scalar_noise=True,
+    ),
+    MethodSpec(
+        "csghmc", _CLASS, 'SGMCMC(schedule="cyclical") (cyclical SGHMC)', rank=96,
+        defaults={"schedule": "cyclical"}, estimator_options=_normal_prior, scalar_noise=True,
+    ),
+    MethodSpec(
+        "sgld", _CLASS, 'SGMCMC(sampler="sgld") (stochastic gradient Langevin dynamics)',
+        rank=97, defaults={"sampler": "sgld"}, estimator_options=_normal_prior, scalar_noise=True,
+    ),
+]  # fmt: skip
