@@ -118,9 +118,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "ood.md")
 DROPOUT = 0.1  # MC dropout's rate, after each hidden layer
 #: Rows beside a method's defaults: label -> (registry name, options). ``make("laplace")``'s
-#: defaults are a diagonal empirical Fisher and the sampled ("nn") predictive; the GGN with the
-#: GLM predictive is what bnn_pyro's scikit-learn estimators use, and what laplace-torch runs.
-VARIANTS = {"laplace (GGN, GLM)": ("laplace", {"hessian": "ggn", "predictive": "glm"})}
+#: defaults are the GGN and the GLM predictive (what laplace-torch runs); beside them, the
+#: diagonal empirical Fisher with the sampled ("nn") predictive, the library's earlier default.
+VARIANTS = {"laplace (Fisher, sampled)": ("laplace", {"hessian": "fisher", "predictive": "nn"})}
 
 Scorer = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -403,9 +403,10 @@ def describe(
         f"rate, prior), {s.samples} predictive samples (the deep ensemble: its members), MC "
         f"dropout at rate {DROPOUT} after each hidden layer, the Laplace approximation's prior "
         f"precision set by its marginal likelihood (`laplace`: `make`'s defaults, a diagonal "
-        f"empirical Fisher and the sampled predictive; `laplace (GGN, GLM)`: "
-        f'`hessian="ggn", predictive="glm"`, the setting of bnn_pyro\'s scikit-learn '
-        f"estimators). The plain network: the same MLP, cross-entropy, Adam at 1e-3. "
+        f"GGN and the GLM predictive; `laplace (Fisher, sampled)`: "
+        f'`hessian="fisher", predictive="nn"`, a diagonal empirical Fisher and the sampled '
+        f"predictive, the library's earlier default). The plain network: the same MLP, "
+        f"cross-entropy, Adam at 1e-3. "
         f"laplace-torch LLLA: last layer, Kronecker-factored GGN around the plain network's "
         f"weights, prior precision by the marginal likelihood, GLM predictive with the probit "
         f"link (mutual information: {s.samples} GLM samples).",
