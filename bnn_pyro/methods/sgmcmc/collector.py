@@ -6,7 +6,8 @@ outside the sampling stage of a cyclical schedule). At most ``max_samples`` cand
 kept: once more arrive, reservoir sampling (Vitter's algorithm R, from a seeded generator of
 its own) keeps each of the ``n`` candidates seen so far with the same probability
 ``max_samples / n``, so the kept samples are a uniform subset of the chain's candidates,
-however long it runs.
+however long it runs. They come back in the chain's order (each remembers its step), as
+autocorrelation-based diagnostics need.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class SampleCollector:
         self.generator = torch.Generator().manual_seed(seed)
         self.seen = 0  # candidates offered so far
         self.store: torch.Tensor | None = None  # (<= max_samples, P), grown as samples come
+        self.steps = torch.empty(0, dtype=torch.long)  # the step of each stored sample
         self.kept = 0
 
     def is_candidate(self, step: int) -> bool:
@@ -85,21 +87,31 @@ class SampleCollector:
         if self.store is None or slot >= len(self.store):  # grow by doubling, up to K rows
             rows = min(self.max_samples, max(16, 2 * self.kept))
             grown = value.new_empty((rows, *value.shape))
+            steps = torch.empty(rows, dtype=torch.long)
             if self.store is not None:
                 grown[: self.kept] = self.store[: self.kept]
-            self.store = grown
+                steps[: self.kept] = self.steps[: self.kept]
+            self.store, self.steps = grown, steps
         self.store[slot] = value
+        self.steps[slot] = step
         self.kept = max(self.kept, slot + 1)
         return True
 
     @property
     def samples(self) -> torch.Tensor:
-        """The kept samples ``(K', P)`` (``K' = min(seen, max_samples)``), a view of the store.
+        """The kept samples ``(K', P)`` (``K' = min(seen, max_samples)``), in the order of their
+        steps in the chain.
 
         Example:
             >>> SampleCollector(4).samples.shape
             torch.Size([0, 0])
+            >>> collector = SampleCollector(max_samples=5, seed=0)
+            >>> for step in range(50):
+            ...     _ = collector.offer(step, lambda: torch.tensor([float(step)]))
+            >>> bool((collector.samples[1:, 0] > collector.samples[:-1, 0]).all())  # in order
+            True
         """
         if self.store is None:
             return torch.empty(0, 0)
-        return self.store[: self.kept]
+        order = self.steps[: self.kept].argsort().to(self.store.device)
+        return self.store[: self.kept][order]

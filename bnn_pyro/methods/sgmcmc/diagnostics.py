@@ -1,0 +1,113 @@
+"""Convergence of SG-MCMC chains judged on their predictions, not on their weights.
+
+A network's weights are not identifiable (hidden units permute, layers rescale), so R̂ and the
+effective sample size of the weights say little: two chains in equivalent modes look as far
+apart as two chains that disagree. What a user consumes is the prediction, so the diagnostics
+here run on ``f(x; θ)``, each chain's per-sample predictive means at given inputs (for a
+classifier, its class probabilities): split R̂ (Gelman et al. 2013, ``< 1.01``–``1.1`` is the
+usual bar) and the effective sample size over all chains, from Pyro's own estimators
+(``pyro.ops.stats.split_gelman_rubin`` and ``effective_sample_size``), per input and output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+
+from bnn_pyro._checks import check_tensor
+
+__all__ = ["ChainDiagnostics", "chain_diagnostics", "prediction_diagnostics"]
+
+
+class ChainDiagnostics(NamedTuple):
+    """Split R̂ and effective sample size of the predictions, each ``(N, O)``.
+
+    Example:
+        >>> d = ChainDiagnostics(torch.tensor([[1.0], [1.2]]), torch.tensor([[400.0], [30.0]]))
+        >>> d.worst_rhat, d.least_ess
+        (1.2000000476837158, 30.0)
+    """
+
+    rhat: torch.Tensor
+    ess: torch.Tensor
+
+    @property
+    def worst_rhat(self) -> float:
+        """The largest R̂ over inputs and outputs."""
+        return float(self.rhat.max())
+
+    @property
+    def least_ess(self) -> float:
+        """The smallest effective sample size over inputs and outputs."""
+        return float(self.ess.min())
+
+
+def prediction_diagnostics(predictions: torch.Tensor) -> ChainDiagnostics:
+    """R̂ and ESS of per-sample predictions ``(C, S, N, O)``: ``C >= 2`` chains of ``S >= 4``
+    samples each, in chain order.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> iid = torch.randn(4, 500, 3, 1, generator=g)  # four chains of independent draws
+        >>> d = prediction_diagnostics(iid)
+        >>> d.rhat.shape, d.worst_rhat < 1.01, d.least_ess > 1000
+        (torch.Size([3, 1]), True, True)
+    """
+    predictions = check_tensor("predictions", predictions)
+    if predictions.dim() != 4 or predictions.shape[0] < 2 or predictions.shape[1] < 4:
+        raise ValueError(
+            "predictions must have shape (C, S, N, O) with C >= 2 chains of S >= 4 samples, "
+            f"got {tuple(predictions.shape)}"
+        )
+    values = predictions.double()
+    return ChainDiagnostics(
+        split_gelman_rubin(values, chain_dim=0, sample_dim=1),
+        effective_sample_size(values, chain_dim=0, sample_dim=1),
+    )
+
+
+def chain_diagnostics(chains: Sequence[Any], x: torch.Tensor) -> ChainDiagnostics:
+    """R̂ and ESS of the predictions at ``x`` of several fitted SG-MCMC chains (e.g. one
+    method fitted under several seeds), each evaluated on every one of its kept samples in
+    chain order; chains that kept different numbers of samples are cut to their last ``S``,
+    ``S`` the fewest.
+
+    Args:
+        chains: two or more fitted :class:`~bnn_pyro.SGMCMC` of one model.
+        x: ``(N, *features)`` inputs to judge the predictions at.
+
+    Returns:
+        :class:`ChainDiagnostics` with ``(N, O)`` tensors (``O``: outputs, or classes).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(64, 2, generator=torch.Generator().manual_seed(0))
+        >>> y = X[:, 0] - X[:, 1]
+        >>> def chains(epochs):
+        ...     torch.manual_seed(0)  # the nets' initial weights
+        ...     fits = [bp.make("sghmc", bp.nn.mlp(2, [], 1), bp.Gaussian(scale=0.5))
+        ...             for _ in range(2)]
+        ...     for seed, m in enumerate(fits):
+        ...         _ = m.fit(X, y, epochs=epochs, batch_size=32, progress=False, seed=seed)
+        ...     return fits
+        >>> chain_diagnostics(chains(100), X[:5]).worst_rhat > 1.1  # 200 steps: not mixed yet
+        True
+        >>> d = chain_diagnostics(chains(400), X[:5])
+        >>> d.rhat.shape, d.worst_rhat < 1.1
+        (torch.Size([5, 1]), True)
+    """
+    if len(chains) < 2:
+        raise ValueError(f"chains must hold at least 2 fitted chains, got {len(chains)}")
+    for i, chain in enumerate(chains):
+        if not callable(getattr(chain, "samples", None)) or not hasattr(chain, "bnn"):
+            raise TypeError(f"chains[{i}] must be a fitted SGMCMC, got {type(chain).__name__}")
+    per_chain = []
+    for chain in chains:
+        with torch.no_grad():
+            _, _, samples = chain.bnn.predict(x, True, posterior_samples=chain.samples())
+        per_chain.append(samples)
+    fewest = min(len(p) for p in per_chain)
+    return prediction_diagnostics(torch.stack([p[len(p) - fewest :] for p in per_chain]))
