@@ -94,13 +94,14 @@ def test_kernel_is_this_interpreter() -> None:
     assert printed(nb.cells[1]) == bnn_pyro.__file__
 
 
-def test_the_four_notebooks_are_found() -> None:
+def test_the_five_notebooks_are_found() -> None:
     """A glob that matched nothing would parametrize the tests below away."""
     assert NAMES == [
         "01_toy_regression",
         "02_classification",
         "03_priors_and_guides",
         "04_uci_benchmark",
+        "05_uncertainty_you_can_act_on",
     ]
 
 

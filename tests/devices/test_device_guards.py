@@ -42,6 +42,8 @@ _CONFIG = "checkpoint settings: saved on the CPU, moved where the model is on lo
 _SCALAR = "a 0-dim CPU tensor: torch moves it onto the other operand's device in arithmetic"
 _GATHER = "all_sum moves it onto the process group's device and back"
 _FOLDS = "the rows' folds: CPU indices, as a minibatch order's (indexing moves them)"
+_RESERVOIR = "the reservoir's bookkeeping: slots and step numbers, Python-side, never an operand"
+_CHOSEN = "which kept samples to use: CPU indices from a seeded CPU generator, moved (.to) after"
 
 #: ``(file, function, factory)``: why this factory may make its tensor on the CPU.
 ALLOWED: dict[tuple[str, str, str], str] = {
@@ -60,6 +62,19 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("training/batches.py", "shuffled_batches.batches", "arange"): _ORDER,
     ("training/batches.py", "permuted_batches.batches", "randperm"): _ORDER,
     ("methods/classic/base.py", "ClassicMethod.predict", "randint"): _SEED,
+    ("methods/sgmcmc/method.py", "SGMCMC.fit", "randint"): _SEED,
+    ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "randint"): _SEED,
+    ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "Generator"): _RESERVOIR,
+    ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "empty"): _RESERVOIR,
+    ("methods/sgmcmc/collector.py", "SampleCollector.offer", "randint"): _RESERVOIR,
+    ("methods/sgmcmc/collector.py", "SampleCollector.offer", "empty"): _RESERVOIR,
+    ("methods/sgmcmc/collector.py", "SampleCollector.samples", "empty"): "none kept: no samples",
+    ("methods/sgmcmc/predictive.py", "SamplePredictive._chosen", "Generator"): _CHOSEN,
+    ("methods/sgmcmc/predictive.py", "SamplePredictive._chosen", "randint"): _CHOSEN,
+    ("methods/sgmcmc/predictive.py", "SamplePredictive._chosen", "randperm"): _CHOSEN,
+    ("metrics/calibration.py", "gaussian_mixture_quantile", "as_tensor"): (
+        "the caller's levels: moved to the predictions' device before use"
+    ),
     ("methods/ensemble/stacked.py", "_member_seeds", "randint"): _SEED,
     ("training/distributed.py", "shared_seed", "randint"): _SEED,
     ("training/distributed.py", "rank_noise_seed", "randint"): _SEED,
@@ -193,7 +208,8 @@ def test_every_method_runs_where_its_parameters_were_moved(name, task, tmp_path)
         method.fit(loader)
     else:
         method.fit(loader, epochs=1, lr=1e-2, seed=0, progress=False)
-    floats = [p for p in method.parameters() if p.is_floating_point()]
+    # what it holds: parameters, and buffers (a sampler's state is its kept samples)
+    floats = [p for p in (*method.parameters(), *method.buffers()) if p.is_floating_point()]
     assert floats and all(p.dtype == torch.float64 for p in floats)
     draws = None if name == "ensemble" else 6
     mean, var, samples = method.predict(X[:5], num_samples=draws, seed=1, return_samples=True)

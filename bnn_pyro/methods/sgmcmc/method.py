@@ -106,6 +106,9 @@ class SGMCMC(SamplePredictive):
         self.thinning = None if thinning is None else check_int("thinning", thinning)
         self.max_samples = check_int("max_samples", max_samples)
         self.num_samples = check_int("num_samples", num_samples)
+        like = next((p for p in net.parameters() if p.is_floating_point()), None)
+        dtype = torch.get_default_dtype() if like is None else like.dtype
+        device = None if like is None else like.device  # the state follows the net
         self.bnn = VariationalBNN(net, likelihood, prior=prior, num_samples=num_samples)
         kept = [name for name, _ in self.bnn.net.named_parameters()]
         if kept:
@@ -113,8 +116,9 @@ class SGMCMC(SamplePredictive):
                 f"net has parameters the prior leaves out ({kept}): SG-MCMC samples every "
                 "parameter, so choose a prior that covers them all"
             )
-        self.register_buffer("position", torch.empty(0))  # θ (P,), unconstrained
-        self.register_buffer("kept_samples", torch.empty(0, 0))  # (K, P), the sites' spaces
+        self.register_buffer("position", torch.empty(0, dtype=dtype, device=device))  # θ (P,)
+        # (K, P): the kept samples, each site in its own space (θ unconstrained)
+        self.register_buffer("kept_samples", torch.empty(0, 0, dtype=dtype, device=device))
         self.potential: PyroPotential | None = None
         self.dataset_size: int | None = None
         self.input_shape: tuple[int, ...] | None = None
