@@ -1,6 +1,7 @@
 """MkDocs hook: the executed notebooks ``notebooks/*.ipynb`` as pages, and the benchmark
-results the pages show and link to (every file under ``benchmarks/results/``, as written by
-the scripts: figures, the full reports, the JSON records).
+results the pages show and link to (the files under ``benchmarks/results/``, as written by
+the scripts: figures, the full reports, the JSON records; not the blocks' sources, which the
+Results page shows).
 
 The notebooks live outside ``docs/``; this hook adds every ``notebooks/*.ipynb`` (a glob, so a
 new notebook is picked up, and the jupytext ``.py`` twins are not) to the build and to the
@@ -43,6 +44,8 @@ def _file(path: str, config) -> File:
 def on_files(files, config):
     results = ROOT / "benchmarks" / "results"
     for path in sorted(p for p in results.rglob("*") if p.is_file() and p.suffix != ".jsonl"):
+        if path.parent == results and path.suffix == ".md":
+            continue  # a results block's source: the Results page shows it, its links resolved
         files.append(_file(path.relative_to(ROOT).as_posix(), config))
     for nb in notebooks():
         files.append(_file(f"notebooks/{nb.name}", config))

@@ -361,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "intervals.jsonl"
+    if not jsonl.exists() and (out / "intervals.json").exists():  # a committed run: its records
+        for record in json.loads((out / "intervals.json").read_text())["records"]:
+            append_jsonl(jsonl, record)
     drop_partial_line(jsonl)
     done = {(r["dataset"], r["split"], r["method"]) for r in read_jsonl(jsonl)}
     todo = [t for t in tasks if (t[0], t[2], t[3]) not in done]
