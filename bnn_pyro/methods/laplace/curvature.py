@@ -45,6 +45,34 @@ def _prepare_y(y: torch.Tensor, likelihood: str, out_dim: int) -> torch.Tensor:
     return y
 
 
+def output_jacobians(
+    model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Jacobians of the net's outputs in the parameters ``params`` (the others fixed), row
+    by row (``vmap(jacrev)``), and the outputs.
+
+    Args:
+        model: the net; ``params`` ``{name: tensor}`` of ``P`` entries in total.
+        x: ``(B, ...)`` inputs.
+
+    Returns:
+        ``jac (B, O, P)`` (parameters flattened in ``params``' order) and ``out (B, O)``.
+
+    Example:
+        >>> net = nn.Linear(3, 2)
+        >>> jac, out = output_jacobians(net, dict(net.named_parameters()), torch.ones(4, 3))
+        >>> jac.shape, out.shape  # P = 2 x 3 weights + 2 biases
+        (torch.Size([4, 2, 8]), torch.Size([4, 2]))
+    """
+
+    def f(p: dict[str, torch.Tensor], xi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
+        return out, out  # (output, aux copy of the output for jacrev(has_aux=True))
+
+    jac, out = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(params, x)
+    return flatten(jac, batch_dims=2), out
+
+
 def curvature(
     model: nn.Module,
     params: dict[str, torch.Tensor],
@@ -76,12 +104,9 @@ def curvature(
         ``params``, and the number of examples.
     """
 
-    def f(p: dict[str, torch.Tensor], xi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
-        return out, out  # (output, aux copy of the output for jacrev(has_aux=True))
-
     def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-        return _nll(f(p, xi)[0], yi, likelihood, sigma)
+        out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
+        return _nll(out, yi, likelihood, sigma)
 
     size = sum(t.numel() for t in params.values())
     ref = next(iter(params.values()))
@@ -95,8 +120,7 @@ def curvature(
             loglik -= float(nll.detach().sum())
             h = structure.add_fisher(h, grads)
             continue
-        jac, out = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(params, xb)
-        jac = flatten(jac, batch_dims=2)  # (B, O, P)
+        jac, out = output_jacobians(model, params, xb)  # (B, O, P), (B, O)
         nll = _nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma)
         loglik -= float(nll.detach())
         if likelihood == "regression":

@@ -75,6 +75,11 @@ class HessianStructure(ABC):
     def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
         """The eigenvalues of ``H`` in float64, clipped at 0."""
 
+    @abstractmethod
+    def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        """``diag(J Σ Jᵀ)`` per row: the variance of each output of the linearised net,
+        ``(B, O)`` for Jacobians ``jac (B, O, P)`` and ``Σ = (H + λ I)⁻¹``."""
+
 
 class DiagonalHessian(HessianStructure):
     """``diag(H)`` ``(P,)``: the posterior's coordinates independent.
@@ -115,6 +120,9 @@ class DiagonalHessian(HessianStructure):
 
     def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
         return h.double().clamp_min(0)
+
+    def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        return (jac.pow(2) / (h + lam)).sum(-1)
 
 
 class FullHessian(HessianStructure):
@@ -157,6 +165,11 @@ class FullHessian(HessianStructure):
 
     def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
         return torch.linalg.eigvalsh(h.double()).clamp_min(0)
+
+    def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        chol = torch.linalg.cholesky(self.precision(h, lam))  # Σ = L⁻ᵀ L⁻¹
+        half = torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)  # L⁻¹ Jᵀ
+        return half.pow(2).sum(0).reshape(jac.shape[:2])
 
 
 #: The structures by key (``hessian_structure=``).
