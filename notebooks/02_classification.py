@@ -53,7 +53,7 @@ from bnn_pyro.plots import plot_reliability_diagram  # noqa: E402
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
 torch.set_num_threads(1)
-plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72})
+plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 MOONS_EPOCHS = 20 if FAST else 200
 DIGITS_EPOCHS = 10 if FAST else 200

@@ -64,7 +64,7 @@ from bnn_pyro.plots import plot_reliability_diagram  # noqa: E402
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
 torch.set_num_threads(1)
-plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72})
+plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 EPOCHS = 10 if FAST else 200
 S = 20 if FAST else 100  # predictive samples
@@ -193,10 +193,10 @@ plt.show()
 #   second moment, and with it the weights (the ELBO's gap to the evidence grows with the
 #   posterior's variance, so the bound prefers a tighter prior than the evidence would). Use it
 #   where no prior scale is known, not as a replacement for a broad one.
-# * The low-rank guide (rank `sqrt(#weights)` by default) costs three to four times more per
-#   step and is better calibrated than the mean-field one; the MAP point estimate (`AutoDelta`)
-#   is sharper and better calibrated than either, which says the mean-field posterior under
-#   `N(0, 1)` is too wide for this data, not too narrow.
+# * The low-rank guide (rank `sqrt(#weights)` by default) costs several times more per step
+#   (the fit column) and is better calibrated than the mean-field one; the MAP point estimate
+#   (`AutoDelta`) is sharper and better calibrated than either, which says the mean-field
+#   posterior under `N(0, 1)` is too wide for this data, not too narrow.
 # * The exact KL and the Monte Carlo KL train to about the same place. Annealing changes the path
 #   (the training curves: the fit comes first, the KL is paid later) more than the end point;
 #   so do the convergence options at 200 epochs: a constant rate, averaging, the STL gradient

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path.cwd().parent))  # the harness lives in the repositor
 from benchmarks.uci import markdown_report, plot_uci_results  # noqa: E402
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"  # nothing to shrink here
-plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72})
+plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 print("mode:", "fast (BNN_PYRO_NOTEBOOK_FAST=1)" if FAST else "full")
 
 path = Path(os.environ.get("BNN_PYRO_UCI_RESULTS", "../benchmarks/results/uci/uci.json"))

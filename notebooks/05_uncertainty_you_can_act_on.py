@@ -66,7 +66,7 @@ from bnn_pyro.plots import plot_regression_calibration  # noqa: E402
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
 torch.set_num_threads(1)
-plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72})
+plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 EPOCHS = 30 if FAST else 1000  # regression
 DIGITS_EPOCHS = 5 if FAST else 150
