@@ -17,6 +17,9 @@ Classification (``probs`` ``(N, C)``, integer ``labels`` ``(N,)``): :func:`nll`,
 Uncertainty from ``(S, N, C)`` probability samples: :func:`predictive_entropy`,
 :func:`expected_entropy`, :func:`mutual_information`, :func:`entropy_decomposition`.
 
+The function itself against the truth or a reference posterior: :func:`function_coverage`,
+:func:`sd_ratio`, :func:`wasserstein2`.
+
 Out-of-distribution detection: the scores :func:`max_probability_score` and
 :func:`energy_score` (beside the entropies), and how well scores separate in- from
 out-of-distribution inputs: :func:`ood_auroc`, :func:`ood_aupr`, :func:`fpr_at_95_tpr`.
@@ -41,6 +44,7 @@ from bnn_pyro.metrics.classification import (
     reliability_curve,
 )
 from bnn_pyro.metrics.crps import crps_from_samples, crps_gaussian_mixture
+from bnn_pyro.metrics.function_space import function_coverage, sd_ratio, wasserstein2
 from bnn_pyro.metrics.intervals import interval_score, mean_interval_width, picp
 from bnn_pyro.metrics.ood import (
     energy_score,
@@ -73,6 +77,7 @@ __all__ = [
     "expected_calibration_error",
     "expected_entropy",
     "fpr_at_95_tpr",
+    "function_coverage",
     "gaussian_log_likelihood",
     "gaussian_mixture_cdf",
     "gaussian_mixture_quantile",
@@ -89,4 +94,6 @@ __all__ = [
     "regression_calibration",
     "reliability_curve",
     "rmse",
+    "sd_ratio",
+    "wasserstein2",
 ]
