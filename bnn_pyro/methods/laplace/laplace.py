@@ -10,16 +10,13 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_choice, check_device, check_float, check_int, check_module
-from bnn_pyro._rng import seeded
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.checks import check_batches
 from bnn_pyro.methods.classic.params import (
-    batched_call,
     flatten,
     last_layer_parameters,
-    linearized_call,
     unflatten,
 )
 from bnn_pyro.methods.classic.training import (
@@ -28,7 +25,8 @@ from bnn_pyro.methods.classic.training import (
     module_device,
 )
 from bnn_pyro.methods.laplace import gaussian_posterior as gp
-from bnn_pyro.methods.laplace.curvature import curvature, output_jacobians, residual_sigma
+from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
+from bnn_pyro.methods.laplace.predictive import LaplacePredictive
 from bnn_pyro.methods.laplace.structures import STRUCTURES, HessianStructure, structure_named
 from bnn_pyro.training import History, distributed
 
@@ -37,7 +35,7 @@ __all__ = ["LaplaceApproximation"]
 _NOT_FITTED = "LaplaceApproximation is not fitted: call fit() first"
 
 
-class LaplaceApproximation(ClassicMethod):
+class LaplaceApproximation(LaplacePredictive, ClassicMethod):
     """Gaussian posterior ``N(θ*, (H + λ I)⁻¹)`` around the trained weights θ*.
 
     ``H`` is the curvature of the negative log-likelihood summed over the training data:
@@ -321,61 +319,6 @@ class LaplaceApproximation(ClassicMethod):
         if device is not None:
             self.model.to(torch.device(device))
         return module_device(self.model)
-
-    # --- prediction ---------------------------------------------------------------------
-    def sample_parameters(self, num_samples: int) -> dict[str, torch.Tensor]:
-        """``{name: (S, *shape)}`` draws of the Bayesian parameters from the posterior."""
-        mean, h = self._require_fit()
-        check_int("num_samples", num_samples)
-        flat = self.structure.sample(mean, h, self.prior_precision, num_samples)
-        return unflatten(flat, self._shapes)
-
-    def glm_variance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
-        """The closed-form variance of the linearised net's outputs under the posterior,
-        ``diag(J(x) Σ J(x)ᵀ)`` with ``Σ = (H + λ I)⁻¹`` and ``J(x)`` the Jacobian of the outputs
-        in the Bayesian parameters at θ*: no sampling (laplace-torch's ``pred_type="glm"``
-        ``f_var``, per output). For regression it is the epistemic variance of the mean (add
-        ``noise_scale²`` for the predictive of ``y``); for classification, of the logits.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            chunk_size: rows per Jacobian pass (memory ``chunk_size x O x P``).
-
-        Returns:
-            ``(N, O)``.
-
-        Example:
-            >>> _ = torch.manual_seed(0)
-            >>> net = nn.Linear(1, 1)
-            >>> la = LaplaceApproximation(net, "regression", hessian_structure="full",
-            ...                           noise_scale=0.5)
-            >>> _ = la.fit(torch.randn(50, 1), torch.randn(50), epochs=0, progress=False)
-            >>> la.glm_variance(torch.zeros(3, 1)).shape
-            torch.Size([3, 1])
-        """
-        mean, h = self._require_fit()
-        check_int("chunk_size", chunk_size)
-        device = module_device(self.model)
-        x = torch.as_tensor(x, device=device)
-        params = unflatten(mean, self._shapes)
-        parts = []
-        with modes(self.model, lambda m: False), torch.no_grad():
-            for rows in x.split(chunk_size):
-                jac, _ = output_jacobians(self.model, params, rows)
-                parts.append(self.structure.functional_variance(h, self.prior_precision, jac))
-        return torch.cat(parts)
-
-    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
-        """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""
-        self._require_fit()
-        with seeded(seed, module_device(self.model)):
-            stacked = self.sample_parameters(num_samples)
-        with modes(self.model, lambda m: False):
-            if self.predictive == "nn":
-                samples = batched_call(self.model, stacked, x)
-            else:
-                samples = linearized_call(self.model, self.mean, stacked, x)
-        return samples
 
     # --- state --------------------------------------------------------------------------
     def get_extra_state(self) -> dict[str, object]:
