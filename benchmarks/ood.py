@@ -53,6 +53,30 @@ import pyro
 import torch
 import torch.nn as nn
 
+# the scripts import their siblings from this folder (python benchmarks/ood.py)
+from _report import publish  # benchmarks/_report.py (scripts run from this folder)
+from ood_data import (  # benchmarks/ood_data.py: the problems and their shifts
+    DIGITS_HIDDEN,
+    MOONS_HIDDEN,
+    MOONS_NOISE,
+    RING_RADIUS,
+    RING_WIDTH,
+    Problem,
+    digits_problem,
+    moons_problem,
+)
+from ood_report import (  # benchmarks/ood_report.py: the targets and the markdown
+    INSTALL,
+    LAPLACE_TORCH,
+    PLAIN,
+    SCORES,
+    SHIFTS,
+    Entry,
+    Metrics,
+    Results,
+    render,
+)
+
 import bnn_pyro as bp
 from bnn_pyro.base import to_probabilities
 from bnn_pyro.metrics import (
@@ -66,53 +90,6 @@ from bnn_pyro.metrics import (
     predictive_entropy,
 )
 from bnn_pyro.registry import method_spec
-
-if __package__:  # imported as benchmarks.ood (pytest --doctest-modules benchmarks/ood.py)
-    from benchmarks._report import publish
-    from benchmarks.ood_data import (
-        DIGITS_HIDDEN,
-        MOONS_HIDDEN,
-        MOONS_NOISE,
-        RING_RADIUS,
-        RING_WIDTH,
-        Problem,
-        digits_problem,
-        moons_problem,
-    )
-    from benchmarks.ood_report import (
-        INSTALL,
-        LAPLACE_TORCH,
-        PLAIN,
-        SCORES,
-        SHIFTS,
-        Entry,
-        Metrics,
-        Results,
-        render,
-    )
-else:  # python benchmarks/ood.py: the scripts import their siblings from this folder
-    from _report import publish  # benchmarks/_report.py (scripts run from this folder)
-    from ood_data import (  # benchmarks/ood_data.py: the problems and their shifts
-        DIGITS_HIDDEN,
-        MOONS_HIDDEN,
-        MOONS_NOISE,
-        RING_RADIUS,
-        RING_WIDTH,
-        Problem,
-        digits_problem,
-        moons_problem,
-    )
-    from ood_report import (  # benchmarks/ood_report.py: the targets and the markdown
-        INSTALL,
-        LAPLACE_TORCH,
-        PLAIN,
-        SCORES,
-        SHIFTS,
-        Entry,
-        Metrics,
-        Results,
-        render,
-    )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "ood.md")
