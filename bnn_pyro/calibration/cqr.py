@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from bnn_pyro._checks import as_tensor, check_float
+from bnn_pyro._checks import check_float
 from bnn_pyro.calibration.conformal import conformal_quantile
-from bnn_pyro.calibration.moments import check_method, predictive_quantiles
+from bnn_pyro.calibration.moments import calibration_targets, check_method, predictive_quantiles
 from bnn_pyro.calibration.saving import SavedWithMethod
 from bnn_pyro.exceptions import NotFittedError
 
@@ -101,13 +101,7 @@ class QuantileConformal(SavedWithMethod):
                 ``alpha``.
         """
         lower, upper = self.band(X_cal)
-        y = as_tensor("y_cal", y_cal, dtype=lower.dtype, device=lower.device)
-        y = y.unsqueeze(-1) if y.dim() == 1 else y
-        if y.shape != lower.shape:
-            raise ValueError(
-                f"y_cal must have shape ({lower.shape[0]},) or {tuple(lower.shape)} to match "
-                f"the predictions on X_cal, got {tuple(y.shape)}"
-            )
+        y = calibration_targets(y_cal, lower)
         scores = torch.maximum(lower - y, y - upper)
         self.correction = conformal_quantile(scores, self.alpha)
         self.scores = scores

@@ -11,7 +11,13 @@ from bnn_pyro._checks import as_tensor
 from bnn_pyro.likelihoods import Bernoulli, Categorical
 from bnn_pyro.metrics.calibration import gaussian_mixture_quantile
 
-__all__ = ["calibration_rows", "check_method", "predictive_moments", "predictive_quantiles"]
+__all__ = [
+    "calibration_rows",
+    "calibration_targets",
+    "check_method",
+    "predictive_moments",
+    "predictive_quantiles",
+]
 
 
 def predictive_moments(
@@ -137,11 +143,29 @@ def calibration_rows(
         [torch.Size([4, 1]), torch.Size([4, 1]), torch.Size([4, 1])]
     """
     mean, sd = predictive_moments(method, X_cal, **options)
-    y = as_tensor("y_cal", y_cal, dtype=mean.dtype, device=mean.device)
+    return mean, sd, calibration_targets(y_cal, mean)
+
+
+def calibration_targets(y_cal: Any, like: torch.Tensor) -> torch.Tensor:
+    """``y_cal`` as an ``(n, O)`` tensor in ``like``'s dtype and device, checked against the
+    predictions ``like`` ``(n, O)`` on the calibration rows.
+
+    Raises:
+        ValueError: ``y_cal`` is neither ``(n,)`` nor ``(n, O)``.
+
+    Example:
+        >>> calibration_targets([1.0, 2.0], torch.zeros(2, 1)).shape
+        torch.Size([2, 1])
+        >>> calibration_targets([1.0, 2.0, 3.0], torch.zeros(2, 1))
+        Traceback (most recent call last):
+          ...
+        ValueError: y_cal must have shape (2,) or (2, 1) to match the predictions on X_cal, ...
+    """
+    y = as_tensor("y_cal", y_cal, dtype=like.dtype, device=like.device)
     y = y.unsqueeze(-1) if y.dim() == 1 else y
-    if y.shape != mean.shape:
+    if y.shape != like.shape:
         raise ValueError(
-            f"y_cal must have shape ({mean.shape[0]},) or {tuple(mean.shape)} to match the "
+            f"y_cal must have shape ({like.shape[0]},) or {tuple(like.shape)} to match the "
             f"predictions on X_cal, got {tuple(y.shape)}"
         )
-    return mean, sd, y
+    return y
