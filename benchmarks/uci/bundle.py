@@ -29,7 +29,7 @@ from benchmarks.uci.runner import (
     BenchmarkSettings,
     Task,
     _check_types,
-    _config_key,
+    config_key,
     dataset_info,
     final_check,
     final_report,
@@ -89,7 +89,7 @@ def _search(
     ]
     records: list[list[dict[str, Any]]] = [[] for _ in splits]
     for config in grid:
-        key = _config_key(config)
+        key = config_key(config)
         seeds = [seed_for(s.dataset, s.split, spec.name, "search", key) for s in splits]
         marks = [len(r) for r in records]
         try:
@@ -161,7 +161,7 @@ def final_groups(
     grid_keys = {key for config in grid for key in config}
 
     def without_epochs(config: Mapping[str, Any]) -> str:
-        return _config_key({k: v for k, v in config.items() if k != "epochs"})
+        return config_key({k: v for k, v in config.items() if k != "epochs"})
 
     keyed = [(without_epochs(g), g) for g in grid]
     groups: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
@@ -172,9 +172,9 @@ def final_groups(
             (g for key, g in keyed if key == base and epochs in spec.checkpoints(g)), None
         )
         if source is None:  # trained on its own, with those that chose exactly the same
-            run, members = groups.setdefault(("exact", _config_key(config)), (dict(config), []))
+            run, members = groups.setdefault(("exact", config_key(config)), (dict(config), []))
         else:  # as long as the longest member's epochs
-            run, members = groups.setdefault(("grid", _config_key(source)), (dict(source), []))
+            run, members = groups.setdefault(("grid", config_key(source)), (dict(source), []))
             run["epochs"] = max(int(run["epochs"]), epochs) if members else epochs
         members.append(k)
     return list(groups.values())
@@ -194,9 +194,7 @@ def _final(
         datas = [prepare(splits[k], settings.device) for k in members]
         found: list[dict[str, float]] = [{} for _ in members]
         seeds = [
-            seed_for(
-                splits[k].dataset, splits[k].split, spec.name, "final", _config_key(configs[k])
-            )
+            seed_for(splits[k].dataset, splits[k].split, spec.name, "final", config_key(configs[k]))
             for k in members
         ]
         # each scores its own checkpoint and predictive variant of the shared run

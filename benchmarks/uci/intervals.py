@@ -42,6 +42,7 @@ import torch
 from benchmarks.uci.data import load_uci_split, validation_split
 from benchmarks.uci.protocol import prepare, seed_for
 from benchmarks.uci.registry import get_method
+from benchmarks.uci.runner import config_key, is_chosen
 from bnn_pyro.calibration import (
     IsotonicRecalibration,
     QuantileConformal,
@@ -257,16 +258,12 @@ def interval_task(
     whole = load_uci_split(folder, split)
     val = validation_split(whole, 0.2)  # first 80% train, last 20% calibrate
     data = prepare(val)
-    x_test = whole.X_test.to(data.x.dtype)
-    x_test = val.normalize_x(x_test).to(data.x)
-    y_test = val.normalize_y(whole.y_test.to(data.y.dtype)).to(data.y)
-    key = json.dumps(dict(config), sort_keys=True)
+    x_test = val.normalize_x(whole.X_test).to(data.x)  # the test rows, as the model sees rows
+    y_test = val.normalize_y(whole.y_test).to(data.y)
     out: dict[str, Any] = {}
 
     def report(epoch: int, predictor: Any, overrides: Mapping[str, Any] | None = None) -> None:
-        if epoch != int(config["epochs"]):
-            return
-        if any(config.get(k) != v for k, v in (overrides or {}).items()):
+        if not is_chosen(config, epoch, overrides):
             return
         with torch.no_grad():
             cal = (data.x_eval, data.y_eval, predictor(data.x_eval))
@@ -279,7 +276,7 @@ def interval_task(
         data.y,
         y_std=data.y_std,
         hidden=data.hidden,
-        seed=seed_for(dataset, split, method, "intervals", key),
+        seed=seed_for(dataset, split, method, "intervals", config_key(config)),
         checkpoints=[int(config["epochs"])],
         report=report,
         num_samples=samples,

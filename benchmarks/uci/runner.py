@@ -38,7 +38,14 @@ from benchmarks.uci.registry import get_method
 from bnn_pyro._checks import check_device
 from bnn_pyro.exceptions import TrainingDivergedError
 
-__all__ = ["BenchmarkSettings", "Task", "run_task", "select_hyperparameters"]
+__all__ = [
+    "BenchmarkSettings",
+    "Task",
+    "config_key",
+    "is_chosen",
+    "run_task",
+    "select_hyperparameters",
+]
 
 _TRAINING_FAILURES = (FloatingPointError, TrainingDivergedError, ValueError, RuntimeError)
 
@@ -108,8 +115,30 @@ def _check_types(**arguments: tuple[object, type]) -> None:
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
 
 
-def _config_key(config: Mapping[str, Any]) -> str:
+def config_key(config: Mapping[str, Any]) -> str:
+    """A configuration as canonical text: the part of its runs' seeds that names it.
+
+    Example:
+        >>> config_key({"lr": 0.1, "epochs": 3})
+        '{"epochs": 3, "lr": 0.1}'
+    """
     return json.dumps(dict(config), sort_keys=True)
+
+
+def is_chosen(config: Mapping[str, Any], epoch: int, overrides: Mapping[str, Any] | None) -> bool:
+    """Whether a run's report at ``epoch`` with predictive ``overrides`` is ``config``'s own:
+    not another split's checkpoint of a shared run, nor a predictive variant not chosen.
+
+    Example:
+        >>> config = {"tau": 1.0, "epochs": 3}
+        >>> is_chosen(config, 3, {"tau": 1.0}), is_chosen(config, 2, None)
+        (True, False)
+        >>> is_chosen(config, 3, {"tau": 2.0})
+        False
+    """
+    if epoch != int(config["epochs"]):
+        return False
+    return all(config.get(key) == value for key, value in (overrides or {}).items())
 
 
 def _finite(value: float) -> float:
@@ -208,10 +237,8 @@ def final_report(
     def report(
         epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
     ) -> None:
-        if epoch != int(config["epochs"]):
-            return  # another split's checkpoint of a shared run
-        if any(config.get(key) != value for key, value in (overrides or {}).items()):
-            return  # a predictive variant that was not chosen
+        if not is_chosen(config, epoch, overrides):
+            return
         locs, scales = predictor(data.x)
         scores["train_rmse"] = score(locs, scales, data.y, data.y_std)["rmse"]
         locs, scales = predictor(data.x_eval)  # the test rows last, once
@@ -295,7 +322,7 @@ def select_hyperparameters(
     data = prepare(val, settings.device)
     records: list[dict[str, Any]] = []
     for config in spec.grid(info, settings.quick):
-        seed = seed_for(split.dataset, split.split, spec.name, "search", _config_key(config))
+        seed = seed_for(split.dataset, split.split, spec.name, "search", config_key(config))
 
         try:
             spec.train(
@@ -324,7 +351,7 @@ def _final_fit(
     spec: MethodSpec, split: UCISplit, config: Mapping[str, Any], settings: BenchmarkSettings
 ) -> dict[str, float]:
     data = prepare(split, settings.device)
-    seed = seed_for(split.dataset, split.split, spec.name, "final", _config_key(config))
+    seed = seed_for(split.dataset, split.split, spec.name, "final", config_key(config))
     scores: dict[str, float] = {}
 
     spec.train(
@@ -386,7 +413,7 @@ def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
             best = dict(record["config"])
             break
         except _TRAINING_FAILURES as err:
-            failures.append(f"{_config_key(record['config'])}: {err!r}")
+            failures.append(f"{config_key(record['config'])}: {err!r}")
     else:
         raise RuntimeError(f"{task}: every configuration failed on the training split: {failures}")
     return {
