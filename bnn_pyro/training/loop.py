@@ -57,6 +57,11 @@ class TrainingStep:
     #: The torch optimizer the step moves (what ``lr_schedule`` drives), or ``None``.
     optimizer: torch.optim.Optimizer | None = None
 
+    #: Whether the step minimises its loss, so that a loss that climbs back up and stays there
+    #: is a blow-up (:mod:`bnn_pyro.training.blowup`). A sampler's loss rises from its lowest
+    #: point to the typical set by design: its step sets ``False`` and no guard judges it.
+    minimizes: bool = True
+
     def start_epoch(self, epoch: int) -> None:
         """Called before the epoch's first step."""
 
@@ -224,8 +229,8 @@ def train(
     bar = tqdm(range(first, epochs), desc=desc, unit="epoch", disable=not shown_here, leave=False)
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
     initial = snapshot
-    guard = BlowUpGuard(module)
-    for past in range(len(history.get("loss", []))):  # a resumed run's epochs so far
+    guard = BlowUpGuard(module) if step.minimizes else None
+    for past in range(len(history.get("loss", [])) if guard is not None else 0):  # resumed
         guard.after_epoch({k: v[past] for k, v in history.items() if len(v) > past}, False)
     try:
         for epoch in bar:
@@ -261,7 +266,8 @@ def train(
                 row.update(validation())
             row["seconds"] = time.perf_counter() - start
             history.append(**distributed.mean_row(row))  # the same row on every rank
-            guard.after_epoch({k: v[-1] for k, v in history.items()})
+            if guard is not None:
+                guard.after_epoch({k: v[-1] for k, v in history.items()})
             shown = {k: f"{row[k]:.4g}" for k in ("loss", "kl") if k in row}
             bar.set_postfix(shown, refresh=False)
             stop = any([bool(cb(module, epoch, history)) for cb in callbacks])
@@ -282,5 +288,5 @@ def train(
         bar.close()
     if averager is not None:
         averager.apply()
-    history.blowups = guard.finish()  # type: ignore[attr-defined]
+    history.blowups = [] if guard is None else guard.finish()  # type: ignore[attr-defined]
     return history

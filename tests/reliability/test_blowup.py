@@ -54,6 +54,23 @@ def test_a_fit_without_a_blow_up_is_left_alone():
     assert history.blowups == []
 
 
+def test_a_step_that_does_not_minimise_is_not_judged():
+    """The same blow-up from a step that declares ``minimizes = False`` (a sampler, whose loss
+    rises to the typical set by design): no warning, nothing put back, no blow-up recorded."""
+    module = torch.nn.Module()
+    module.w = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.SGD([module.w], lr=0.3)
+    step = LossStep(lambda x, y: 1 - torch.exp(-(module.w**2)).sum(), opt)
+    step.minimizes = False
+    schedule = lambda progress: 1.0 if progress * 60 < JUMP_EPOCH else 1000.0  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bp.TrainingInstabilityWarning)
+        history = train(module, step, lambda: [(torch.zeros(1), None)], epochs=60,
+                        progress=False, lr_schedule=schedule)  # fmt: skip
+    assert history["loss"][-1] > history["loss"][0]  # it did blow up
+    assert history.blowups == [] and abs(module.w.item()) > 1.0  # and was left there
+
+
 def test_a_short_run_is_not_judged():
     values = [1.0, 0.1] + [5.0] * (MIN_EPOCHS - 3)  # gave back everything, in too few epochs
     assert gave_back(values) > GIVE_BACK

@@ -166,6 +166,9 @@ class ChainStep(TrainingStep):
         torch.Size([50, 1])
     """
 
+    #: A chain samples: its potential rises from its lowest point by design (no blow-up).
+    minimizes = False
+
     def __init__(
         self,
         potential: PyroPotential,

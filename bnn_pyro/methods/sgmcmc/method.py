@@ -4,7 +4,6 @@ model of :class:`~bnn_pyro.VariationalBNN`, predicting from the samples it colle
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,7 +13,6 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_choice, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.exceptions import TrainingInstabilityWarning
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
@@ -229,22 +227,16 @@ class SGMCMC(SamplePredictive):
             was_training = self.bnn.training
             self.bnn.eval()  # dropout off: the potential of the model predict runs
             try:
-                with warnings.catch_warnings():
-                    # The blow-up guard judges optimisers: a chain's potential rises from its
-                    # lowest point to the typical set by design, and the guard has nothing to
-                    # put back here (the method has no trainable parameter).
-                    warnings.simplefilter("ignore", TrainingInstabilityWarning)
-                    history = train(
-                        self,
-                        step,
-                        batches,
-                        epochs=epochs,
-                        callbacks=callbacks,
-                        validation=validation,
-                        progress=progress,
-                        desc=self.sampler.upper(),
-                    )
-                history.blowups = []  # type: ignore[attr-defined]
+                history = train(  # ChainStep.minimizes is False: no blow-up guard
+                    self,
+                    step,
+                    batches,
+                    epochs=epochs,
+                    callbacks=callbacks,
+                    validation=validation,
+                    progress=progress,
+                    desc=self.sampler.upper(),
+                )
             finally:
                 self.bnn.train(was_training)
                 self._step = None
