@@ -180,21 +180,19 @@ def interval_record(
     isotonic = IsotonicRecalibration(frozen).fit(x_cal, y_cal)
     factor = scaled.factor.to(sd)
     record: dict[str, Any] = {"intervals": {}, "scale_factor": float(factor[0])}
+    conformal = {  # calibrated once: the scores do not depend on the level
+        f"conformal_{name}": SplitConformal(frozen, score=score).calibrate(x_cal, y_cal)
+        for name, score in (("abs", "absolute"), ("norm", "normalized"))
+    }
+    both_mean, both_sd = torch.cat([mean_cal, mean]), torch.cat([sd_cal, sd])  # MAPIE's rows
     for alpha in ALPHAS:
         z = float(torch.special.ndtri(torch.tensor(1 - alpha / 2, dtype=torch.float64)))
         raw = predictive_quantiles(frozen, x_test, [alpha / 2, 1 - alpha / 2])
-        both_mean = torch.cat([mean_cal, mean])
-        both_sd = torch.cat([sd_cal, sd])
         bounds = {
             "raw": (raw[0], raw[1]),
             "scaled": (mean - z * factor * sd, mean + z * factor * sd),
             "isotonic": isotonic.predict_interval(x_test, alpha=alpha),
-            "conformal_abs": SplitConformal(frozen, score="absolute")
-            .calibrate(x_cal, y_cal)
-            .predict_interval(x_test, alpha=alpha),
-            "conformal_norm": SplitConformal(frozen, score="normalized")
-            .calibrate(x_cal, y_cal)
-            .predict_interval(x_test, alpha=alpha),
+            **{k: c.predict_interval(x_test, alpha=alpha) for k, c in conformal.items()},
             "cqr": QuantileConformal(frozen, alpha)
             .calibrate(x_cal, y_cal)
             .predict_interval(x_test),
@@ -344,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.jobs < 1 or args.samples < 1:
         parser.error("--jobs and --samples must be >= 1")
-    runs = json.loads(Path(args.runs).read_text())["runs"]
+    payload = json.loads(Path(args.runs).read_text())
+    runs = payload["runs"]
     methods = set(args.methods.split(",")) if args.methods else None
     tasks = []
     for run in runs:
@@ -375,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{what}", file=sys.stderr)  # fmt: skip
     keys = {(t[0], t[2], t[3]) for t in tasks}
     records = [r for r in read_jsonl(jsonl) if (r["dataset"], r["split"], r["method"]) in keys]
-    rank = {name: i for i, name in enumerate(json.loads(Path(args.runs).read_text())["methods"])}
+    rank = {name: i for i, name in enumerate(payload["methods"])}
     records.sort(key=lambda r: (r["dataset"], rank.get(r["method"], len(rank)), r["split"]))
     header = _header(args, records)
     write_json(out / "intervals.json", {"header": header, "records": records})
