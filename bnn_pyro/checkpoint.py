@@ -52,6 +52,7 @@ __all__ = [
     "load_file",
     "load_method",
     "method_state",
+    "plain_state",
     "read_checkpoint",
     "register_class",
     "remove_stale_temporaries",
@@ -126,8 +127,15 @@ def class_named(name: str) -> type:
         ) from None
 
 
-def _plain(value: Any) -> Any:
-    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+def plain_state(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with every tensor detached and on the CPU (a checkpoint is device-neutral),
+    the other values as they are.
+
+    Example:
+        >>> plain_state({"w": torch.ones(2, requires_grad=True), "n": 3})
+        {'w': tensor([1., 1.]), 'n': 3}
+    """
+    return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
 
 
 def method_state(method: Checkpointable) -> dict[str, Any]:
@@ -149,7 +157,7 @@ def method_state(method: Checkpointable) -> dict[str, Any]:
         "class": type(method).__name__,
         "config": method.checkpoint_config(),
         "fitted": method.fitted_state(),
-        "state": {k: _plain(v) for k, v in method.state_dict().items()},
+        "state": plain_state(method.state_dict()),
     }
 
 

@@ -14,17 +14,18 @@ import os
 from abc import ABC, abstractmethod
 from typing import Any
 
-import torch
 import torch.nn as nn
 
-from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save, load_method, method_state
+from bnn_pyro.checkpoint import (
+    FORMAT_VERSION,
+    atomic_save,
+    load_method,
+    method_state,
+    plain_state,
+)
 from bnn_pyro.checkpoint import register_class as _register
 
 __all__ = ["SavedWithMethod"]
-
-
-def _plain(value: Any) -> Any:
-    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
 class SavedWithMethod(ABC):
@@ -33,7 +34,7 @@ class SavedWithMethod(ABC):
     :meth:`restore_calibrator_state`). Every subclass registers itself for loading.
 
     Example:
-        >>> import os, tempfile, bnn_pyro as bp, torch.nn as nn
+        >>> import os, tempfile, torch, bnn_pyro as bp, torch.nn as nn
         >>> from bnn_pyro.calibration import ScaleRecalibration
         >>> la = bp.LaplaceApproximation(nn.Linear(1, 1), "regression", noise_scale=0.5)
         >>> _ = la.fit(torch.randn(30, 1), torch.randn(30), epochs=0, progress=False)
@@ -62,7 +63,7 @@ class SavedWithMethod(ABC):
 
     def checkpoint_config(self) -> dict[str, Any]:
         """The calibrator's part of the file: ``predict_options`` and its state."""
-        state = {k: _plain(v) for k, v in self.calibrator_state().items()}
+        state = plain_state(self.calibrator_state())
         return {"predict_options": dict(self.predict_options), "state": state}
 
     @classmethod
