@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from bnn_pyro._checks import check_choice, check_float
+from bnn_pyro._checks import check_choice, check_float, check_tensor
 from bnn_pyro.calibration.moments import calibration_rows, check_method, predictive_moments
 from bnn_pyro.calibration.saving import SavedWithMethod
 from bnn_pyro.exceptions import NotFittedError
@@ -49,14 +49,18 @@ def conformal_quantile(scores: torch.Tensor, alpha: float) -> torch.Tensor:
         ``(O,)``.
 
     Raises:
-        ValueError: ``alpha`` outside ``(0, 1)``, or too few rows for it
-            (``⌈(n + 1)(1 - alpha)⌉ > n``: the interval would be the whole line).
+        ValueError: ``alpha`` outside ``(0, 1)``, ``scores`` not ``(n, O)``, or too few rows
+            for ``alpha`` (``⌈(n + 1)(1 - alpha)⌉ > n``: the interval would be the whole line).
+        TypeError: ``scores`` is not a floating tensor.
 
     Example:
         >>> conformal_quantile(torch.arange(1.0, 20.0).unsqueeze(-1), 0.1)  # ⌈20 × 0.9⌉ = 18th
         tensor([18.])
     """
     alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
+    scores = check_tensor("scores", scores)
+    if scores.dim() != 2 or len(scores) == 0:
+        raise ValueError(f"scores must have shape (n, O) with n >= 1, got {tuple(scores.shape)}")
     n = scores.shape[0]
     rank = math.ceil((n + 1) * (1.0 - alpha))
     if rank > n:

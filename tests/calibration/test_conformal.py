@@ -158,3 +158,14 @@ def test_bad_input_is_refused_by_name():
         c.predict_interval(torch.zeros(2, 1), alpha=1.5)
     with pytest.raises(ValueError, match="y_cal must have shape"):
         SplitConformal(_Wrong()).calibrate(torch.zeros(5, 1), torch.ones(4))
+
+
+def test_conformal_quantile_refuses_what_is_not_a_score_matrix():
+    from bnn_pyro.calibration import conformal_quantile
+
+    with pytest.raises(ValueError, match=r"scores must have shape \(n, O\)"):
+        conformal_quantile(torch.arange(1.0, 20.0), 0.1)  # (n,): a column is needed
+    with pytest.raises(TypeError, match="scores"):
+        conformal_quantile([[1.0], [2.0]], 0.1)
+    with pytest.raises(ValueError, match="alpha"):
+        conformal_quantile(torch.ones(19, 1), 1.5)

@@ -36,6 +36,19 @@ def test_the_glm_variance_of_a_linear_model_is_the_exact_posterior_predictive():
         torch.testing.assert_close(la.glm_variance(x_new, chunk_size=3), exact, rtol=1e-10, atol=0)
 
 
+def test_the_glm_variance_refuses_bad_input_by_name():
+    la = bp.LaplaceApproximation(nn.Linear(3, 1), "regression", noise_scale=0.5)
+    with pytest.raises(bp.exceptions.NotFittedError):
+        la.glm_variance(torch.zeros(2, 3))
+    la.fit(torch.randn(20, 3), torch.randn(20), epochs=0, progress=False)
+    with pytest.raises(ValueError, match="x"):
+        la.glm_variance(torch.zeros(2, 4))  # the net takes 3 features
+    with pytest.raises(TypeError, match="x"):
+        la.glm_variance([[0.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="chunk_size"):
+        la.glm_variance(torch.zeros(2, 3), chunk_size=0)
+
+
 def _trained(task: str, seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     torch.manual_seed(seed)
     X = torch.randn(150, 2, dtype=torch.float64)

@@ -56,6 +56,10 @@ class LaplacePredictive:
         Returns:
             ``(N, O)``.
 
+        Raises:
+            TypeError, ValueError: ``x`` is not a tensor of the net's input shape (as in
+                ``predict``), or ``chunk_size`` is not an int >= 1.
+
         Example:
             >>> from bnn_pyro import LaplaceApproximation
             >>> _ = torch.manual_seed(0)
@@ -69,7 +73,7 @@ class LaplacePredictive:
         mean, h = self._require_fit()
         check_int("chunk_size", chunk_size)
         device = module_device(self.model)
-        x = torch.as_tensor(x, device=device)
+        x = self._check_x(x).to(device)  # as predict checks it: type, dtype and shape, by name
         params = unflatten(mean, self._shapes)
         parts = []
         with modes(self.model, lambda m: False), torch.no_grad():
