@@ -33,6 +33,7 @@ Without a process group (or with one of size 1) every function here is a no-op.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -73,6 +74,8 @@ def active() -> bool:
     Under ``torchrun`` (``WORLD_SIZE > 1``, ``RANK`` and ``MASTER_ADDR`` in the environment) a
     script that did not initialise the default group gets one here, on first use: nccl when
     CUDA is available, else gloo. So a plain training script runs data-parallel unchanged.
+    A group made here is destroyed when the interpreter exits (:func:`_destroy_own_group`):
+    left alive, gloo's threads can abort the process at exit after the script has finished.
 
     Example:
         >>> active()  # a plain process
@@ -82,12 +85,19 @@ def active() -> bool:
         return False
     if not dist.is_initialized() and _launched_by_torchrun():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        atexit.register(_destroy_own_group)
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return dist.is_initialized() and dist.get_world_size() > 1
 
 
 _LOCAL = [0]  # depth of local() blocks
+
+
+def _destroy_own_group() -> None:
+    """Destroy the default group that :func:`active` made, if the script has not already."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @contextmanager

@@ -131,3 +131,34 @@ def test_an_unchanged_script_runs_under_torchrun(tmp_path):
     assert result["ranks"] == 2  # fit found (and made) the process group
     assert result["rmse"] < 0.3, result["rmse"]  # sin(x) learned (noise 0.1, 30 epochs)
     assert done.stdout.count("final loss") == 1, done.stdout  # one line, from rank 0
+
+
+def test_a_group_made_by_fit_is_destroyed_at_exit(monkeypatch):
+    """The group ``active()`` makes under torchrun's environment is registered for destruction at
+    interpreter exit (a gloo group left alive aborted a finished rank at exit: "terminate called
+    without an active exception"); a group the script made itself is left to the script."""
+    import atexit
+
+    from bnn_pyro.training import distributed
+
+    state = {"initialized": False, "destroyed": 0}
+    registered: list = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: state["initialized"])
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: state.update(initialized=True))
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(
+        dist,
+        "destroy_process_group",
+        lambda: state.update(destroyed=state["destroyed"] + 1, initialized=False),
+    )
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert distributed.active()
+    assert registered == [distributed._destroy_own_group]
+    assert distributed.active() and len(registered) == 1  # made once, registered once
+    registered[0]()
+    assert state == {"initialized": False, "destroyed": 1}
+    registered[0]()  # the script destroyed it already: nothing to do
+    assert state["destroyed"] == 1
