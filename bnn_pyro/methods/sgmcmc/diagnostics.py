@@ -45,9 +45,20 @@ class ChainDiagnostics(NamedTuple):
         return float(self.ess.min())
 
 
-def prediction_diagnostics(predictions: torch.Tensor) -> ChainDiagnostics:
+def prediction_diagnostics(
+    predictions: torch.Tensor, rank_normalized: bool = False
+) -> ChainDiagnostics:
     """R̂ and ESS of per-sample predictions ``(C, S, N, O)``: ``C >= 2`` chains of ``S >= 4``
     samples each, in chain order.
+
+    With ``rank_normalized=True`` these are the rank-normalised diagnostics of Vehtari et al.
+    (2021), the ones the "R̂ < 1.01, bulk-ESS ≥ 400" bar is stated for: the draws of each
+    ``(n, o)``, pooled over the chains, are replaced by normal scores of their ranks
+    (``Φ⁻¹((r - 3/8) / (CS + 1/4))``, ties broken by order); R̂ is the larger of the split R̂ of
+    those scores and of the scores of ``|value - median|`` (a chain too wide or too narrow shows
+    in the second); the ESS is the bulk-ESS, the ESS of the scores over the ``2C`` half-chains.
+    Both are unchanged by any increasing transform of the predictions and defined for
+    heavy-tailed ones.
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -55,6 +66,9 @@ def prediction_diagnostics(predictions: torch.Tensor) -> ChainDiagnostics:
         >>> d = prediction_diagnostics(iid)
         >>> d.rhat.shape, d.worst_rhat < 1.01, d.least_ess > 1000
         (torch.Size([3, 1]), True, True)
+        >>> bulk = prediction_diagnostics(iid.exp(), rank_normalized=True)
+        >>> bulk.worst_rhat < 1.01, bulk.least_ess > 1000
+        (True, True)
     """
     predictions = check_tensor("predictions", predictions)
     if predictions.dim() != 4 or predictions.shape[0] < 2 or predictions.shape[1] < 4:
@@ -62,11 +76,32 @@ def prediction_diagnostics(predictions: torch.Tensor) -> ChainDiagnostics:
             "predictions must have shape (C, S, N, O) with C >= 2 chains of S >= 4 samples, "
             f"got {tuple(predictions.shape)}"
         )
+    if not isinstance(rank_normalized, bool):
+        raise TypeError(f"rank_normalized must be a bool, got {type(rank_normalized).__name__}")
     values = predictions.double()
-    return ChainDiagnostics(
-        split_gelman_rubin(values, chain_dim=0, sample_dim=1),
-        effective_sample_size(values, chain_dim=0, sample_dim=1),
+    if not rank_normalized:
+        return ChainDiagnostics(
+            split_gelman_rubin(values, chain_dim=0, sample_dim=1),
+            effective_sample_size(values, chain_dim=0, sample_dim=1),
+        )
+    scores = _normal_scores(values)
+    folded = _normal_scores((values - values.flatten(0, 1).median(0).values).abs())
+    rhat = torch.maximum(
+        split_gelman_rubin(scores, chain_dim=0, sample_dim=1),
+        split_gelman_rubin(folded, chain_dim=0, sample_dim=1),
     )
+    half = scores.shape[1] // 2  # the split chains: each chain's first and last half
+    halves = torch.cat([scores[:, :half], scores[:, scores.shape[1] - half :]])
+    return ChainDiagnostics(rhat, effective_sample_size(halves, chain_dim=0, sample_dim=1))
+
+
+def _normal_scores(values: torch.Tensor) -> torch.Tensor:
+    """``(C, S, ...)`` values → the normal scores of their ranks among all ``C·S`` draws."""
+    chains, draws = values.shape[:2]
+    flat = values.flatten(0, 1)
+    ranks = flat.argsort(0).argsort(0).to(values.dtype) + 1.0  # 1..CS, ties broken by order
+    total = chains * draws
+    return torch.special.ndtri((ranks - 0.375) / (total + 0.25)).reshape(values.shape)
 
 
 def chain_diagnostics(chains: Sequence[Any], x: torch.Tensor) -> ChainDiagnostics:
