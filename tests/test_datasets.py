@@ -90,3 +90,52 @@ def test_digits_split_without_sklearn_says_what_to_install(monkeypatch):
 def test_toy_bad_arguments_raise(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_the_demo_function_problem_is_the_demos_data():
+    from bnn_pyro.datasets import FUNCTION_PROBLEMS, toy_regression_1d
+
+    for seed in (0, 3):
+        X, y = FUNCTION_PROBLEMS["demo"].sample(seed)
+        X2, y2 = toy_regression_1d(n=100, gap=(-1.0, 1.0), noise_std=0.1, seed=seed)
+        assert torch.equal(X, X2) and torch.equal(y, y2)
+
+
+@pytest.mark.parametrize("name", ["demo", "cubic_gap", "sine_gap", "sinusoid"])
+def test_function_problems_sample_their_support_and_split_the_grid(name):
+    """Rows fall inside the support (both parts of a gapped one, in proportion to their
+    lengths: 3 sd of a binomial); the regions split the grid, each point once; the noise around
+    the truth has the problem's sd (within 4 sd of the sample sd's spread, sd/sqrt(2n))."""
+    from bnn_pyro.datasets import FUNCTION_PROBLEMS, REGIONS
+
+    problem = FUNCTION_PROBLEMS[name]
+    X, y = problem.sample(1)
+    assert X.shape == y.shape == (problem.n, 1)
+    masks = problem.regions(X)
+    assert bool(masks["data"].all())
+    if len(problem.support) == 2:
+        (a, b), (c, d) = problem.support
+        share = (b - a) / (b - a + d - c)
+        left = float((X[:, 0] <= b).double().mean())
+        assert abs(left - share) < 3 * (share * (1 - share) / problem.n) ** 0.5
+    residual = (y - problem.noise_free(X)).std()
+    assert abs(float(residual) / problem.noise_std - 1) < 4 / (2 * problem.n) ** 0.5
+    grid = problem.grid(301)
+    regions = problem.regions(grid)
+    assert list(regions) == list(REGIONS)
+    counts = torch.stack(list(regions.values())).sum(0)
+    assert bool((counts == 1).all())
+    assert int(regions["extrapolation"].sum()) > 0
+    assert (int(regions["gap"].sum()) > 0) == (len(problem.support) == 2)
+
+
+def test_function_problems_refuse_bad_input():
+    from bnn_pyro.datasets import FUNCTION_PROBLEMS
+
+    problem = FUNCTION_PROBLEMS["sinusoid"]
+    with pytest.raises(ValueError, match=r"\(N, 1\) tensor"):
+        problem.regions(torch.zeros(5))
+    with pytest.raises(ValueError, match="seed"):
+        problem.sample(-1)
+    with pytest.raises(ValueError, match="points"):
+        problem.grid(1)

@@ -1,0 +1,77 @@
+"""The NUTS judge of ``benchmarks/no_data_judge.py``: its potential is the model's, its cached
+references match the problems they were made for. (The sampler itself never runs here.)"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from pyro import poutine
+
+import bnn_pyro as bp
+from benchmarks import no_data_judge as judge
+from bnn_pyro.datasets import FUNCTION_PROBLEMS
+
+
+@pytest.mark.parametrize("name", ["demo", "cubic_gap"])
+def test_the_potential_is_the_models_negative_log_joint(name):
+    """At random weights, the plain-torch potential equals minus Pyro's ``log_prob_sum`` of
+    ``VariationalBNN.model``'s trace conditioned on them (same net, prior and noise), to float
+    rounding: the judge samples the very posterior the methods approximate."""
+    data = judge.standardize(FUNCTION_PROBLEMS[name])
+    net = bp.nn.mlp(1, [judge.HIDDEN], 1, activation="tanh")
+    vi = bp.VariationalBNN(net, bp.Gaussian(scale=data.noise))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        theta = torch.randn(judge.num_weights(), generator=g, dtype=torch.float64)
+        h = judge.HIDDEN
+        sites = {
+            "net.0.weight": theta[:h].reshape(h, 1),
+            "net.0.bias": theta[h : 2 * h],
+            "net.2.weight": theta[2 * h : 3 * h].reshape(1, h),
+            "net.2.bias": theta[3 * h :],
+        }
+        conditioned = poutine.condition(vi.model, data={k: v.float() for k, v in sites.items()})
+        trace = poutine.trace(conditioned).get_trace(data.x, data.y)
+        expected = -float(trace.log_prob_sum())
+        double = dataclasses.replace(data, x=data.x.double(), y=data.y.double())
+        got = float(judge.potential(double)({"theta": theta}))
+        assert got == pytest.approx(expected, rel=1e-5), (got, expected)
+
+
+def test_net_outputs_is_the_mlp():
+    net = bp.nn.mlp(1, [judge.HIDDEN], 1, activation="tanh")
+    theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    x = torch.linspace(-2, 2, 7).unsqueeze(-1)
+    with torch.no_grad():
+        assert torch.allclose(judge.net_outputs(theta, x), net(x).squeeze(-1), atol=1e-6)
+        stacked = judge.net_outputs(torch.stack([theta, theta]), x)
+    assert stacked.shape == (2, 7) and torch.equal(stacked[0], stacked[1])
+
+
+def test_the_fingerprint_follows_the_problem_and_the_settings():
+    problem = FUNCTION_PROBLEMS["sine_gap"]
+    settings = judge.Settings()
+    base = judge.fingerprint(problem, settings)
+    assert judge.fingerprint(problem, settings) == base
+    moved = bp.datasets.FunctionProblem(
+        problem.name, problem.f, problem.support, 0.25, problem.n, problem.grid_range
+    )
+    assert judge.fingerprint(moved, settings) != base
+    assert judge.fingerprint(problem, judge.Settings(samples=settings.samples + 1)) != base
+
+
+@pytest.mark.parametrize("name", list(FUNCTION_PROBLEMS))
+def test_the_cached_reference_is_for_todays_problem(name):
+    """A cached reference stands only for the problem, model and settings it was made from."""
+    path = judge.RESULTS / f"{name}.pt"
+    if not path.exists():
+        pytest.skip(f"no cached reference for {name}")
+    cached = torch.load(path, weights_only=True)
+    settings = judge.Settings(**cached["settings"])
+    assert cached["fingerprint"] == judge.fingerprint(FUNCTION_PROBLEMS[name], settings), (
+        f"the cached reference of {name} is stale: python benchmarks/no_data_judge.py "
+        f"--problem {name}"
+    )
+    assert cached["quantiles"].shape == (judge.LEVELS, judge.GRID_POINTS)
