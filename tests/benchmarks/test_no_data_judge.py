@@ -20,11 +20,10 @@ def test_the_potential_is_the_models_negative_log_joint(name):
     ``VariationalBNN.model``'s trace conditioned on them (same net, prior and noise), to float
     rounding: the judge samples the very posterior the methods approximate."""
     data = judge.standardize(FUNCTION_PROBLEMS[name])
-    net = bp.nn.mlp(1, [judge.HIDDEN], 1, activation="tanh")
-    vi = bp.VariationalBNN(net, bp.Gaussian(scale=data.noise))
+    vi = bp.VariationalBNN(judge.make_net(), bp.Gaussian(scale=data.noise), prior=judge.PRIOR)
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
-        theta = torch.randn(judge.num_weights(), generator=g, dtype=torch.float64)
+        theta = judge.prior_sds() * torch.randn(judge.num_weights(), generator=g).double()
         h = judge.HIDDEN
         sites = {
             "net.0.weight": theta[:h].reshape(h, 1),
@@ -41,7 +40,7 @@ def test_the_potential_is_the_models_negative_log_joint(name):
 
 
 def test_net_outputs_is_the_mlp():
-    net = bp.nn.mlp(1, [judge.HIDDEN], 1, activation="tanh")
+    net = judge.make_net()
     theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
     x = torch.linspace(-2, 2, 7).unsqueeze(-1)
     with torch.no_grad():
