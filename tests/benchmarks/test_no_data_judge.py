@@ -74,3 +74,31 @@ def test_the_cached_reference_is_for_todays_problem(name):
         f"--problem {name}"
     )
     assert cached["quantiles"].shape == (judge.LEVELS, judge.GRID_POINTS)
+
+
+def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
+    """A tiny judge run (2 chains of 8 draws: the plumbing, not a converged reference), then
+    every contender at 1% of its epochs: each gets a row per region, NUTS scores W2 = 0 and
+    an sd within 2x of itself everywhere."""
+    import pyro
+
+    from benchmarks import no_data
+
+    pyro.set_rng_seed(0)
+    tiny = judge.Settings(chains=2, warmup=4, samples=8, max_tree_depth=2)
+    result = judge.run_reference(FUNCTION_PROBLEMS["sinusoid"], tiny, progress=False)
+    assert result["quantiles"].shape == (judge.LEVELS, judge.GRID_POINTS)
+    assert result["rhat"].shape == result["ess"].shape == (judge.GRID_POINTS,)
+    torch.save(result, tmp_path / "sinusoid.pt")
+    rows = no_data.run(quick=True, references=tmp_path, problems=("sinusoid",))
+    methods = rows["sinusoid"]
+    assert set(methods) == {"NUTS (reference)", *no_data.CONTENDERS}
+    for name, regions in methods.items():
+        assert set(regions) == {"data", "extrapolation", "seconds"}, name  # no gap here
+        for region in ("data", "extrapolation"):
+            assert 0.0 <= regions[region]["cover"] <= 1.0
+    for region in ("data", "extrapolation"):
+        assert methods["NUTS (reference)"][region]["w2"] < 1e-6
+        assert methods["NUTS (reference)"][region]["sd_ok"] == 1.0
+    table = no_data.markdown(rows)
+    assert table.count("\n| ") == len(methods) + 1 and "| — |" in table

@@ -1,0 +1,226 @@
+"""Uncertainty where there is no data: every method against the NUTS judge on four 1-D problems.
+
+Each method trains the judge's net (1-50-1 tanh) on a problem's standardised rows with the
+known noise (so the bands differ only in their epistemic part), then predicts ``f`` on the
+problem's grid. Per region of the grid (``data``, ``gap``, ``extrapolation``,
+:meth:`bnn_pyro.datasets.FunctionProblem.regions`) the table reports:
+
+* ``cover``: the share of grid points whose true ``f`` lies in the method's ``mean ± 1.96 sd``
+  (:func:`bnn_pyro.metrics.function_coverage`);
+* ``sd ok``: the share of grid points whose epistemic sd is within a factor of 2 of the NUTS
+  reference's (:func:`bnn_pyro.metrics.sd_ratio` in ``[0.5, 2]``);
+* ``W2``: the mean over the region of the 1-D Wasserstein-2 distance between the method's
+  samples of ``f`` and the reference's (:func:`bnn_pyro.metrics.wasserstein2`), in the
+  problem's units.
+
+The reference rows are NUTS itself (``benchmarks/no_data_judge.py``, cached in
+``benchmarks/results/no_data/``); its ``sd ok`` is 1 and its ``W2`` 0 by construction. Each
+method is one seed; the problems are small enough that a run of all of them takes a few
+minutes on one core::
+
+    python benchmarks/no_data.py [--quick]   # writes benchmarks/results/no_data.{md,json}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import bnn_pyro as bp  # noqa: E402
+from benchmarks import no_data_judge as judge  # noqa: E402
+from bnn_pyro.datasets import FUNCTION_PROBLEMS, REGIONS  # noqa: E402
+from bnn_pyro.metrics import function_coverage, sd_ratio, wasserstein2  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+S = 200  #: predictive samples per method (an ensemble has its members)
+Predictor = Callable[[torch.Tensor], torch.Tensor]  # standardised x (G, 1) -> f draws (S, G)
+
+
+def _locs(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    return out[0][..., 0].detach()
+
+
+def _vi_defaults(data: judge.Standardized, scale: float, seed: int) -> Predictor:
+    """What a user gets from ``VariationalBNN(net, Gaussian(scale))`` and ``fit(X, y)``."""
+    torch.manual_seed(seed)
+    vi = bp.VariationalBNN(judge.make_net(), bp.Gaussian(scale=data.noise))
+    vi.fit(data.x, data.y, epochs=max(1, int(5000 * scale)), progress=False, seed=seed)
+    return lambda x: _locs(vi.predictive_gaussian(x, num_samples=S, seed=seed))
+
+
+def _vi(local: bool) -> Callable[[judge.Standardized, float, int], Predictor]:
+    def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
+        """Notebook 01's VI: the judge's prior, full batch, exact KL, 3,000 steps."""
+        torch.manual_seed(seed)
+        vi = bp.VariationalBNN(
+            judge.make_net(),
+            bp.Gaussian(scale=data.noise),
+            prior=judge.PRIOR,
+            local_reparameterization=local,
+        )
+        epochs = max(1, int(3000 * scale))
+        vi.fit(data.x, data.y, epochs=epochs, batch_size=None, lr=1e-2, elbo="meanfield",
+               progress=False, seed=seed)  # fmt: skip
+        return lambda x: _locs(vi.predictive_gaussian(x, num_samples=S, seed=seed))
+
+    return build
+
+
+def _classic(name: str) -> Callable[[judge.Standardized, float, int], Predictor]:
+    def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
+        """Notebook 01's settings: Adam at 1e-2, 2,000 full-batch epochs (SWAG: 1,000 epochs of
+        minibatches of 10), the known noise."""
+        torch.manual_seed(seed)
+        common = dict(likelihood="regression", noise_scale=data.noise)
+        if name == "dropout":
+            net = bp.nn.mlp(1, [judge.HIDDEN], 1, activation="tanh", dropout=0.05)
+            method = bp.MCDropout(net, num_samples=S, dropout_rate=0.05, **common)
+        elif name == "ensemble":
+            method = bp.DeepEnsemble(judge.make_net, num_models=5, **common)
+        elif name == "swag":
+            method = bp.SWAG(judge.make_net(), num_samples=S, **common)
+        else:
+            method = bp.LaplaceApproximation(
+                judge.make_net(), num_samples=S, hessian_structure="full", **common
+            )
+        epochs, batch = (1000, 10) if name == "swag" else (2000, len(data.x))
+        method.fit(data.x, data.y, epochs=max(1, int(epochs * scale)), batch_size=batch,
+                   lr=1e-2, progress=False, seed=seed)  # fmt: skip
+        if name == "laplace":
+            method.optimize_prior_precision()
+        g = torch.Generator().manual_seed(seed)
+        if name == "ensemble":
+            return lambda x: _locs(method.predictive_gaussian(x))
+        return lambda x: _locs(method.predictive_gaussian(x, generator=g))
+
+    return build
+
+
+def _sghmc(data: judge.Standardized, scale: float, seed: int) -> Predictor:
+    """Notebook 01's SGHMC: the judge's prior, minibatches of 32, 1,500 epochs."""
+    torch.manual_seed(seed)
+    chain = bp.make("sghmc", judge.make_net(), bp.Gaussian(scale=data.noise), prior=judge.PRIOR)
+    chain.fit(data.x, data.y, epochs=max(1, int(1500 * scale)), batch_size=32, progress=False,
+              seed=seed)  # fmt: skip
+    return lambda x: _locs(chain.predictive_gaussian(x, num_samples=S, seed=seed))
+
+
+#: The contenders: name -> (standardised data, epoch scale, seed) -> predictor of f.
+CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
+    "vi (fit's defaults)": _vi_defaults,
+    "vi": _vi(local=False),
+    "lrt": _vi(local=True),
+    "dropout": _classic("dropout"),
+    "ensemble": _classic("ensemble"),
+    "swag": _classic("swag"),
+    "laplace": _classic("laplace"),
+    "sghmc": _sghmc,
+}
+
+
+def score(problem_name: str, draws: torch.Tensor, reference: dict) -> dict[str, dict[str, float]]:
+    """Per region: coverage of the true ``f``, share of points with the sd within 2x the
+    reference's, mean W2 to the reference. ``draws`` ``(S, G)`` in the problem's units."""
+    problem = FUNCTION_PROBLEMS[problem_name]
+    grid = reference["grid"]
+    truth = problem.noise_free(grid)[:, 0]
+    mean, sd = draws.mean(0), draws.std(0)
+    ratio = sd_ratio(sd, reference["sd"])
+    w2 = wasserstein2(draws, reference["quantiles"])
+    out = {}
+    for region, mask in problem.regions(grid).items():
+        if not bool(mask.any()):  # the sinusoid has no gap
+            continue
+        out[region] = {
+            "cover": function_coverage(mean[mask], sd[mask], truth[mask]),
+            "sd_ok": float(((ratio[mask] >= 0.5) & (ratio[mask] <= 2.0)).double().mean()),
+            "sd": float(sd[mask].mean()),
+            "w2": float(w2[mask].mean()),
+        }
+    return out
+
+
+def run(
+    quick: bool = False,
+    seed: int = 0,
+    references: Path = judge.RESULTS,
+    problems: tuple[str, ...] = tuple(FUNCTION_PROBLEMS),
+) -> dict:
+    """Every contender on every problem of ``problems`` with a reference in ``references``;
+    ``quick`` trains 1% of the epochs (for the tests: its figures mean nothing)."""
+    scale = 0.01 if quick else 1.0
+    rows: dict[str, dict] = {}
+    for name in problems:
+        problem = FUNCTION_PROBLEMS[name]
+        path = references / f"{name}.pt"
+        if not path.exists():
+            continue
+        reference = torch.load(path, weights_only=True)
+        data = judge.standardize(problem)
+        xs = data.inputs(reference["grid"])
+        rows[name] = {"NUTS (reference)": score(name, reference["quantiles"], reference)}
+        rows[name]["NUTS (reference)"]["seconds"] = reference["cpu_seconds"]
+        for method, build in CONTENDERS.items():
+            start = time.process_time()
+            predictor = build(data, scale, seed)
+            with torch.no_grad():
+                draws = predictor(xs) * data.y_std + data.y_mean
+            rows[name][method] = score(name, draws, reference)
+            rows[name][method]["seconds"] = time.process_time() - start
+    return rows
+
+
+def markdown(rows: dict) -> str:
+    """The results as one table per problem."""
+    lines = [
+        "# Uncertainty where there is no data",
+        "",
+        f"torch {torch.__version__}, pyro {__import__('pyro').__version__}, "
+        f"{platform.machine()}, 1 thread; seed 0; command: python benchmarks/no_data.py",
+        "",
+        "`cover`: share of the grid where the true f is inside mean ± 1.96 sd; `sd ok`: share "
+        "where the sd is within 2x NUTS's; `W2`: mean Wasserstein-2 distance to NUTS's draws.",
+    ]
+    for problem, methods in rows.items():
+        lines += ["", f"## {problem}", ""]
+        head = "| method | " + " | ".join(f"{r} cover | {r} sd ok | {r} W2" for r in REGIONS)
+        lines += [head + " | CPU s |", "|---" * (3 * len(REGIONS) + 2) + "|"]
+        for method, regions in methods.items():
+            cells = []
+            for r in REGIONS:
+                if r not in regions:
+                    cells += ["—"] * 3
+                    continue
+                v = regions[r]
+                cells += [f"{v['cover']:.2f}", f"{v['sd_ok']:.2f}", f"{v['w2']:.3f}"]
+            lines.append(f"| {method} | " + " | ".join(cells) + f" | {regions['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1%% of the epochs (a smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = run(quick=args.quick)
+    text = markdown(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "no_data.md").write_text(text)
+    (args.out / "no_data.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
