@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from benchmarks.uci.data import UCISplit
-from bnn_pyro.metrics import gaussian_log_likelihood, rmse
+from bnn_pyro.metrics import gaussian_log_likelihood, gaussian_mixture_quantile, rmse
 
 __all__ = [
     "FINAL_FLAG_RATIO",
@@ -126,7 +126,9 @@ def prepare(split: UCISplit, device: str | torch.device = "cpu") -> RegressionDa
 def score(
     locs: torch.Tensor, scales: torch.Tensor | float, y: torch.Tensor, y_std: float
 ) -> dict[str, float]:
-    """Test log-likelihood and RMSE in original units of a normalised Gaussian-mixture predictive.
+    """Test log-likelihood and RMSE in original units of a normalised Gaussian-mixture
+    predictive, and the share of targets inside its central 95% interval (the mixture's own
+    2.5% and 97.5% quantiles).
 
     Args:
         locs: ``(S, N, 1)`` per-sample predictive means (normalised units).
@@ -135,20 +137,24 @@ def score(
         y_std: the target standard deviation the data were normalised with.
 
     Returns:
-        ``{"test_ll": mean log-likelihood per point, "rmse": RMSE of the predictive mean}``,
-        both in original units.
+        ``{"test_ll": mean log-likelihood per point, "rmse": RMSE of the predictive mean,
+        "coverage_95": share of targets in the 95% interval}``, the first two in original
+        units.
 
     Example:
-        >>> out = score(torch.zeros(1, 2, 1), 1.0, torch.zeros(2, 1), y_std=2.0)
-        >>> round(out["test_ll"], 4), out["rmse"]  # -log(2 pi)/2 - log 2
-        (-1.6121, 0.0)
+        >>> out = score(torch.zeros(1, 2, 1), 1.0, torch.tensor([[0.0], [2.0]]), y_std=2.0)
+        >>> round(out["test_ll"], 4), out["rmse"], out["coverage_95"]  # 2.0 is beyond 1.96
+        (-2.6121, 2.8284271247461903, 0.5)
     """
     if not isinstance(locs, torch.Tensor) or locs.dim() != 3:
         shape = tuple(locs.shape) if isinstance(locs, torch.Tensor) else type(locs).__name__
         raise ValueError(f"locs must be a (S, N, O) tensor, got {shape}")
+    lower, upper = gaussian_mixture_quantile(locs, scales, [0.025, 0.975])
+    inside = (y >= lower) & (y <= upper)
     return {
         "test_ll": float(gaussian_log_likelihood(locs, scales, y, y_scale=y_std)),
         "rmse": rmse(locs.mean(0), y, y_scale=y_std),
+        "coverage_95": float(inside.double().mean()),
     }
 
 

@@ -231,7 +231,7 @@ def final_report(
         >>> report(2, zeros, {"tau": 1.0}); scores
         {}
         >>> report(3, zeros, {"tau": 1.0}); sorted(scores)
-        ['rmse', 'test_ll', 'train_rmse']
+        ['coverage_95', 'rmse', 'test_ll', 'train_rmse']
     """
 
     def report(
