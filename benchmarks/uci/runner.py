@@ -422,6 +422,7 @@ def run_task(task: Task, settings: BenchmarkSettings) -> dict[str, Any]:
         "method": task.method,
         "test_ll": scores["test_ll"],
         "rmse": scores["rmse"],
+        "coverage_95": scores["coverage_95"],
         "config": best,
         "val_ll": next(r["val_ll"] for r in ranked if r["config"] == best),
         **final_check(

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.uci.cli import RUNS_FILE, main
 from benchmarks.uci.data import load_uci_split, uci_num_splits
+from benchmarks.uci.gap_report import gap_tables
 from benchmarks.uci.gap_splits import split_rows, write_gap_folders
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "uci" / "data"
@@ -62,7 +63,9 @@ def test_the_folders_follow_the_source_and_the_harness_runs_on_them(tmp_path):
     lines = (out / RUNS_FILE).read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     assert [(r["dataset"], r["split"]) for r in records] == [("energy_gap", 0)]
-    assert np.isfinite(records[0]["test_ll"])
+    assert np.isfinite(records[0]["test_ll"]) and 0.0 <= records[0]["coverage_95"] <= 1.0
+    text = gap_tables(records)
+    assert "## gap splits" in text and "| vi | " in text and "Best per set: energy: vi" in text
 
 
 def test_no_data_folder_is_a_clear_error(tmp_path):

@@ -1,0 +1,115 @@
+"""The report of the UCI gap and tail splits: 95% interval coverage and test log-likelihood.
+
+Reads the harness's runs file of a run on the folders :mod:`benchmarks.uci.gap_splits` wrote
+and writes one table per kind of split: per method and data set, the mean over the splits
+(one per input feature) of the share of test targets inside the predictive 95% interval and of
+the test log-likelihood, each with its standard error; then the target: the best method's
+coverage at least 0.90 on at least 3 of the 4 data sets' gap splits::
+
+    python -m benchmarks.uci.gap_splits --data benchmarks/uci/data --out /tmp/uci_gap
+    python -m benchmarks.uci --data /tmp/uci_gap --out /tmp/uci_gap_out --jobs 2
+    python -m benchmarks.uci.gap_report /tmp/uci_gap_out/uci_runs.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.uci.protocol import mean_stderr
+
+__all__ = ["COVERAGE_TARGET", "gap_tables", "read_runs"]
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "uci_gap.md"
+COVERAGE_TARGET = 0.90  #: the best method's coverage on the gap splits
+SETS_NEEDED = 3  #: of the four data sets
+
+
+def read_runs(path: str | Path) -> list[dict]:
+    """The records of a harness runs file (one JSON object per line)."""
+    lines = Path(path).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def gap_tables(records: list[dict]) -> str:
+    """Markdown: a table per kind (``gap``, ``tail``), methods by data sets, ``coverage ± se``
+    and ``test LL ± se``; then the coverage target on the gap splits.
+
+    Example:
+        >>> rows = [{"dataset": "toy_gap", "split": k, "method": "vi", "coverage_95": c,
+        ...          "test_ll": -1.0} for k, c in enumerate([0.9, 1.0])]
+        >>> text = gap_tables(rows)
+        >>> "| vi | 0.950 ± 0.035 | -1.00 ± 0.00 |" in text  # se: population sd / sqrt(n)
+        True
+    """
+    cells: dict[str, dict[str, dict[str, list[dict]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for r in records:
+        name, _, kind = r["dataset"].rpartition("_")
+        if kind not in ("gap", "tail") or "coverage_95" not in r:
+            continue
+        cells[kind][name][r["method"]].append(r)
+    lines = []
+    for kind in ("gap", "tail"):
+        if kind not in cells:
+            continue
+        sets = sorted(cells[kind])
+        methods = sorted({m for s in sets for m in cells[kind][s]})
+        lines += [f"## {kind} splits", ""]
+        lines.append("| method | " + " | ".join(f"{s} coverage | {s} test LL" for s in sets) + " |")
+        lines.append("|---" * (2 * len(sets) + 1) + "|")
+        for method in methods:
+            row = []
+            for s in sets:
+                runs = cells[kind][s].get(method, [])
+                if not runs:
+                    row += ["—", "—"]
+                    continue
+                c, c_se = mean_stderr([r["coverage_95"] for r in runs])
+                ll, ll_se = mean_stderr([r["test_ll"] for r in runs])
+                row += [f"{c:.3f} ± {c_se:.3f}", f"{ll:.2f} ± {ll_se:.2f}"]
+            lines.append(f"| {method} | " + " | ".join(row) + " |")
+        lines.append("")
+    if "gap" in cells:
+        best = {}
+        for s, by_method in sorted(cells["gap"].items()):
+            means = {m: mean_stderr([r["coverage_95"] for r in runs])[0]
+                     for m, runs in by_method.items()}  # fmt: skip
+            method = max(means, key=means.get)
+            best[s] = (method, means[method])
+        met = sum(c >= COVERAGE_TARGET for _, c in best.values())
+        listed = ", ".join(f"{s}: {m} {c:.3f}" for s, (m, c) in best.items())
+        verdict = "met" if met >= SETS_NEEDED else "missed"
+        lines.append(
+            f"Target (best method's gap coverage >= {COVERAGE_TARGET} on >= {SETS_NEEDED} "
+            f"of {len(best)} sets): {verdict}, {met} of {len(best)}. Best per set: {listed}."
+        )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", help="the harness's uci_runs.jsonl of the gap/tail run")
+    parser.add_argument("--out", default=str(RESULTS), help="markdown file to write")
+    args = parser.parse_args(argv)
+    import pyro
+    import torch
+
+    header = (
+        "# UCI gap and tail splits\n\n"
+        f"torch {torch.__version__}, pyro {pyro.__version__}, {platform.machine()}; the "
+        "harness's grids and protocol on the splits of benchmarks/uci/gap_splits.py; mean ± "
+        "standard error over the splits (one per input feature); command: python -m "
+        "benchmarks.uci.gap_report\n\n"
+    )
+    text = header + gap_tables(read_runs(args.runs))
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
