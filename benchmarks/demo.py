@@ -36,8 +36,11 @@ def report(result: DemoResult) -> str:
     """The contents of ``demo.md`` for a :func:`~bnn_pyro.cli.demo.run_demo` with its defaults.
 
     Example:
-        >>> text = report(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png"))
-        >>> text.startswith("# make demo") and "(x8.0 in the gap)" in text and "9.8" not in text
+        >>> r = DemoResult(0.1, 0.5, 0.9, 0.8, -1.2, -3.0, 0.05, 0.4, 0.1, 9.8, "demo.png")
+        >>> text = report(r)
+        >>> text.startswith("# make demo") and "(x8.0 in the gap, x2.0 beyond)" in text
+        True
+        >>> "9.8" not in text
         True
     """
     defaults = inspect.signature(run_demo).parameters

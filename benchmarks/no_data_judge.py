@@ -58,7 +58,7 @@ class Settings:
 
     chains: int = 4
     warmup: int = 300
-    samples: int = 1000
+    samples: int = 600
     max_tree_depth: int = 8
     seed: int = 0
 

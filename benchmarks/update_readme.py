@@ -13,7 +13,8 @@ The blocks: ``step_time``, ``local_reparam``, ``methods`` (the timing benchmarks
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
 and one by one, ``benchmarks/stacked.py``), ``threads`` (the thread policy on an idle and a busy
 machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
-beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``uci`` (the
+beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
+band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
 by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 

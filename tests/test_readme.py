@@ -70,6 +70,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "stacked",
         "threads",
         "ood",
+        "no_data",
         "uci",
         "uci_projection",
         "uci_intervals",

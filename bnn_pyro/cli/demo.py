@@ -38,25 +38,30 @@ class DemoResult:
     """What the demo measured.
 
     Attributes:
-        rmse_data / rmse_gap: RMSE of the predictive mean against fresh noisy targets on the data
-            region / inside the gap.
-        test_ll_data / test_ll_gap: mean predictive log-likelihood per point there.
-        std_data / std_gap: mean epistemic standard deviation there.
+        rmse_data / rmse_gap / rmse_beyond: RMSE of the predictive mean against fresh noisy
+            targets on the data region (``1 <= |x| <= 3``) / inside the gap (``|x| < 1``) /
+            beyond the data (``3 < |x| <= 4``, extrapolation).
+        test_ll_data / test_ll_gap / test_ll_beyond: mean predictive log-likelihood per point
+            there.
+        std_data / std_gap / std_beyond: mean epistemic standard deviation there.
         seconds: training time.
         png: path of the plot.
 
     Example:
-        >>> result = DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")
+        >>> result = DemoResult(0.1, 0.5, 0.9, 0.8, -1.2, -3.0, 0.05, 0.4, 0.1, 9.8, "demo.png")
         >>> round(result.std_gap / result.std_data, 1)  # how much the band widens in the gap
         8.0
     """
 
     rmse_data: float
     rmse_gap: float
+    rmse_beyond: float
     test_ll_data: float
     test_ll_gap: float
+    test_ll_beyond: float
     std_data: float
     std_gap: float
+    std_beyond: float
     seconds: float
     png: str
 
@@ -73,7 +78,8 @@ def run_demo(
         progress: show a progress bar.
 
     Returns:
-        The metrics on fresh test points on the data and inside the gap, and the PNG's path.
+        The metrics on fresh test points on the data, inside the gap and beyond the data, and
+        the PNG's path.
 
     Example:
         >>> import tempfile
@@ -107,11 +113,18 @@ def run_demo(
     g = torch.Generator().manual_seed(seed + 1)
     x_test = torch.rand(2000, 1, generator=g) * 6 - 3
     y_test = toy_function(x_test) + NOISE_STD * torch.randn(x_test.shape, generator=g)
+    # beyond the data: 3 < |x| <= 4, drawn after the rows above so their figures do not move
+    side = torch.where(torch.rand(500, 1, generator=g) < 0.5, -1.0, 1.0)
+    x_beyond = side * (3.0 + torch.rand(500, 1, generator=g))
+    y_beyond = toy_function(x_beyond) + NOISE_STD * torch.randn(x_beyond.shape, generator=g)
     in_gap = ((x_test > GAP[0]) & (x_test < GAP[1])).squeeze(-1)
+    beyond = torch.cat([torch.zeros_like(in_gap), torch.ones(500, dtype=torch.bool)])
+    in_gap = torch.cat([in_gap, torch.zeros(500, dtype=torch.bool)])
+    x_test, y_test = torch.cat([x_test, x_beyond]), torch.cat([y_test, y_beyond])
     locs, scales = bnn.predictive_gaussian(x_test, num_samples=200, seed=seed)
     mean, std = locs.mean(0), locs.std(0, correction=0)
     metrics = {}
-    for name, rows in (("data", ~in_gap), ("gap", in_gap)):
+    for name, rows in (("data", ~in_gap & ~beyond), ("gap", in_gap), ("beyond", beyond)):
         metrics[f"rmse_{name}"] = rmse(mean[rows], y_test[rows])
         metrics[f"test_ll_{name}"] = gaussian_log_likelihood(locs[:, rows], scales, y_test[rows])
         metrics[f"std_{name}"] = float(std[rows].mean())
@@ -166,19 +179,21 @@ def format_table(result: DemoResult) -> str:
         The table, four lines.
 
     Example:
-        >>> print(format_table(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png")))
-                         on the data    in the gap
-        RMSE                   0.100         0.500
-        test log-lik           0.800        -1.200
-        epistemic std          0.050         0.400   (x8.0 in the gap)
+        >>> r = DemoResult(0.1, 0.5, 0.9, 0.8, -1.2, -3.0, 0.05, 0.4, 0.1, 9.8, "demo.png")
+        >>> print(format_table(r))
+                         on the data    in the gap   beyond data
+        RMSE                   0.100         0.500         0.900
+        test log-lik           0.800        -1.200        -3.000
+        epistemic std          0.050         0.400         0.100   (x8.0 in the gap, x2.0 beyond)
     """
-    widen = result.std_gap / result.std_data
+    gap, beyond = result.std_gap / result.std_data, result.std_beyond / result.std_data
     return (
-        f"{'':14}{'on the data':>14}{'in the gap':>14}\n"
-        f"{'RMSE':14}{result.rmse_data:14.3f}{result.rmse_gap:14.3f}\n"
-        f"{'test log-lik':14}{result.test_ll_data:14.3f}{result.test_ll_gap:14.3f}\n"
+        f"{'':14}{'on the data':>14}{'in the gap':>14}{'beyond data':>14}\n"
+        f"{'RMSE':14}{result.rmse_data:14.3f}{result.rmse_gap:14.3f}{result.rmse_beyond:14.3f}\n"
+        f"{'test log-lik':14}{result.test_ll_data:14.3f}{result.test_ll_gap:14.3f}"
+        f"{result.test_ll_beyond:14.3f}\n"
         f"{'epistemic std':14}{result.std_data:14.3f}{result.std_gap:14.3f}"
-        f"   (x{widen:.1f} in the gap)"
+        f"{result.std_beyond:14.3f}   (x{gap:.1f} in the gap, x{beyond:.1f} beyond)"
     )
 
 
@@ -193,7 +208,8 @@ def format_result(result: DemoResult) -> str:
         The report, six lines.
 
     Example:
-        >>> report = format_result(DemoResult(0.1, 0.5, 0.8, -1.2, 0.05, 0.4, 9.8, "demo.png"))
+        >>> r = DemoResult(0.1, 0.5, 0.9, 0.8, -1.2, -3.0, 0.05, 0.4, 0.1, 9.8, "demo.png")
+        >>> report = format_result(r)
         >>> lines = report.splitlines()
         >>> lines[0], lines[-1], len(lines)
         ('trained in 9.8 s', 'plot: demo.png', 6)

@@ -62,18 +62,23 @@ def test_the_fingerprint_follows_the_problem_and_the_settings():
 
 
 @pytest.mark.parametrize("name", list(FUNCTION_PROBLEMS))
-def test_the_cached_reference_is_for_todays_problem(name):
-    """A cached reference stands only for the problem, model and settings it was made from."""
+def test_the_cached_reference_is_for_todays_problem_and_converged(name):
+    """A cached reference stands only for the problem, model and settings it was made from, and
+    it met the judge's bar when it was made: rank-normalised R̂ < 1.01 and bulk-ESS >= 400 on
+    f at every grid point, in at most 10 minutes of CPU."""
     path = judge.RESULTS / f"{name}.pt"
-    if not path.exists():
-        pytest.skip(f"no cached reference for {name}")
+    remake = f"python benchmarks/no_data_judge.py --problem {name}"
+    assert path.exists(), f"no cached reference for {name}: {remake}"
     cached = torch.load(path, weights_only=True)
     settings = judge.Settings(**cached["settings"])
+    assert settings == judge.Settings(), f"made with other settings: {remake}"
     assert cached["fingerprint"] == judge.fingerprint(FUNCTION_PROBLEMS[name], settings), (
-        f"the cached reference of {name} is stale: python benchmarks/no_data_judge.py "
-        f"--problem {name}"
+        f"the cached reference of {name} is stale: {remake}"
     )
     assert cached["quantiles"].shape == (judge.LEVELS, judge.GRID_POINTS)
+    assert torch.equal(cached["grid"], FUNCTION_PROBLEMS[name].grid(judge.GRID_POINTS))
+    assert float(cached["rhat"].max()) < 1.01 and float(cached["ess"].min()) >= 400
+    assert cached["cpu_seconds"] <= 600
 
 
 def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
@@ -94,7 +99,7 @@ def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
     methods = rows["sinusoid"]
     assert set(methods) == {"NUTS (reference)", *no_data.CONTENDERS}
     for name, regions in methods.items():
-        assert set(regions) == {"data", "extrapolation", "seconds"}, name  # no gap here
+        assert set(regions) == {"data", "extrapolation", "grid_sd_ok", "seconds"}, name  # no gap
         for region in ("data", "extrapolation"):
             assert 0.0 <= regions[region]["cover"] <= 1.0
     for region in ("data", "extrapolation"):
