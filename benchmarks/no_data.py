@@ -18,7 +18,7 @@ The reference rows are NUTS itself (``benchmarks/no_data_judge.py``, cached in
 method is one seed; the problems are small enough that a run of all of them takes a few
 minutes on one core::
 
-    python benchmarks/no_data.py [--quick]   # writes benchmarks/results/no_data.{md,json}
+    python benchmarks/no_data.py [--quick]   # writes benchmarks/results/no_data.{md,json,png}
 """
 
 from __future__ import annotations
@@ -160,9 +160,11 @@ def run(
     seed: int = 0,
     references: Path = judge.RESULTS,
     problems: tuple[str, ...] = tuple(FUNCTION_PROBLEMS),
+    bands: dict | None = None,
 ) -> dict:
     """Every contender on every problem of ``problems`` with a reference in ``references``;
-    ``quick`` trains 1% of the epochs (for the tests: its figures mean nothing)."""
+    ``quick`` trains 1% of the epochs (for the tests: its figures mean nothing). ``bands``, if
+    given, receives ``bands[problem][method] = (mean, sd)`` on the grid, for :func:`plot`."""
     scale = 0.01 if quick else 1.0
     rows: dict[str, dict] = {}
     for name in problems:
@@ -174,6 +176,8 @@ def run(
         data = judge.standardize(problem)
         xs = data.inputs(reference["grid"])
         rows[name] = {"NUTS (reference)": score(name, reference["quantiles"], reference)}
+        if bands is not None:
+            bands[name] = {"NUTS (reference)": (reference["mean"], reference["sd"])}
         rows[name]["NUTS (reference)"]["seconds"] = reference["cpu_seconds"]
         for method, build in CONTENDERS.items():
             start = time.process_time()
@@ -181,6 +185,8 @@ def run(
             with torch.no_grad():
                 draws = predictor(xs) * data.y_std + data.y_mean
             rows[name][method] = score(name, draws, reference)
+            if bands is not None:
+                bands[name][method] = (draws.mean(0), draws.std(0))
             rows[name][method]["seconds"] = time.process_time() - start
     return rows
 
@@ -261,15 +267,58 @@ def markdown(rows: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(bands: dict, path: Path) -> None:
+    """One row per problem, one panel per method: its mean ± 2 sd band over NUTS's (grey), the
+    true function (dotted) and the training rows, the data's support shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in next(iter(bands.values())) if m != "NUTS (reference)"]
+    fig, axes = plt.subplots(
+        len(bands), len(methods), figsize=(2.4 * len(methods), 2.2 * len(bands)), squeeze=False
+    )
+    for row, (name, by_method) in zip(axes, bands.items(), strict=True):
+        problem = FUNCTION_PROBLEMS[name]
+        grid = problem.grid(judge.GRID_POINTS)[:, 0]
+        X, y = problem.sample(0)
+        ref_mean, ref_sd = by_method["NUTS (reference)"]
+        span = float(ref_mean.max() - ref_mean.min())
+        for ax, method in zip(row, methods, strict=True):
+            mean, sd = by_method[method]
+            for lo, hi in problem.support:
+                ax.axvspan(lo, hi, color="0.93", zorder=0)
+            ax.fill_between(grid, ref_mean - 2 * ref_sd, ref_mean + 2 * ref_sd, color="0.6",
+                            alpha=0.6, lw=0, label="NUTS ± 2 sd")  # fmt: skip
+            ax.fill_between(grid, mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.35, lw=0,
+                            label="method ± 2 sd")  # fmt: skip
+            ax.plot(grid, mean, color="C0", lw=0.8)
+            ax.plot(grid, problem.noise_free(grid), "k:", lw=0.8, label="true f")
+            ax.scatter(X[:, 0], y[:, 0], s=2, color="k", zorder=3)
+            ax.set_ylim(float(ref_mean.min()) - 0.6 * span, float(ref_mean.max()) + 0.6 * span)
+            ax.tick_params(labelsize=6)
+            if name == next(iter(bands)):
+                ax.set_title(method, fontsize=8)
+        row[0].set_ylabel(name, fontsize=8)
+    axes[0, 0].legend(fontsize=5, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1%% of the epochs (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    rows = run(quick=args.quick)
+    bands: dict = {}
+    rows = run(quick=args.quick, bands=bands)
     text = markdown(rows)
     args.out.mkdir(parents=True, exist_ok=True)
+    if bands:
+        plot(bands, args.out / "no_data.png")
     (args.out / "no_data.md").write_text(text)
     (args.out / "no_data.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(text)

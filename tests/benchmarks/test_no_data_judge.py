@@ -95,7 +95,10 @@ def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
     assert result["quantiles"].shape == (judge.LEVELS, judge.GRID_POINTS)
     assert result["rhat"].shape == result["ess"].shape == (judge.GRID_POINTS,)
     torch.save(result, tmp_path / "sinusoid.pt")
-    rows = no_data.run(quick=True, references=tmp_path, problems=("sinusoid",))
+    bands: dict = {}
+    rows = no_data.run(quick=True, references=tmp_path, problems=("sinusoid",), bands=bands)
+    no_data.plot(bands, tmp_path / "bands.png")
+    assert (tmp_path / "bands.png").read_bytes()[:4] == b"\x89PNG"
     methods = rows["sinusoid"]
     assert set(methods) == {"NUTS (reference)", *no_data.CONTENDERS}
     for name, regions in methods.items():
