@@ -36,10 +36,36 @@ def test_the_glm_variance_of_a_linear_model_is_the_exact_posterior_predictive():
         torch.testing.assert_close(la.glm_variance(x_new, chunk_size=3), exact, rtol=1e-10, atol=0)
 
 
+def test_the_glm_covariance_of_a_linear_model_is_the_exact_joint_predictive():
+    """For the linear model above with two outputs, ``J(x)`` at row ``i``, output ``a`` is
+    ``φ_i`` on output ``a``'s weights and 0 elsewhere, so the joint covariance is
+    ``Φ* Σ_a Φ*ᵀ`` within an output and exactly 0 across outputs (independent heads), for both
+    structures; its diagonal is ``glm_variance``."""
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(40, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(40, 2, generator=g, dtype=torch.float64)
+    x_new = torch.randn(5, 2, generator=g, dtype=torch.float64)
+    sigma, lam = 0.5, 3.0
+    phi, phi_new = (torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) for a in (X, x_new))
+    curvature = phi.T @ phi / sigma**2
+    for structure, h in (("full", curvature), ("diag", torch.diag(curvature.diagonal()))):
+        la = bp.LaplaceApproximation(nn.Linear(2, 2).double(), "regression", prior_precision=lam,
+                                     hessian_structure=structure, noise_scale=sigma)  # fmt: skip
+        la.fit(X, y, epochs=0, progress=False)
+        per_output = phi_new @ torch.linalg.inv(h + lam * torch.eye(3, dtype=h.dtype)) @ phi_new.T
+        exact = torch.zeros(5, 2, 5, 2, dtype=torch.float64)
+        exact[:, 0, :, 0] = exact[:, 1, :, 1] = per_output
+        joint = la.glm_covariance(x_new, chunk_size=2)
+        torch.testing.assert_close(joint, exact.reshape(10, 10), rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(joint.diagonal(), la.glm_variance(x_new).flatten())
+
+
 def test_the_glm_variance_refuses_bad_input_by_name():
     la = bp.LaplaceApproximation(nn.Linear(3, 1), "regression", noise_scale=0.5)
     with pytest.raises(bp.exceptions.NotFittedError):
         la.glm_variance(torch.zeros(2, 3))
+    with pytest.raises(bp.exceptions.NotFittedError):
+        la.glm_covariance(torch.zeros(2, 3))
     la.fit(torch.randn(20, 3), torch.randn(20), epochs=0, progress=False)
     with pytest.raises(ValueError, match="x"):
         la.glm_variance(torch.zeros(2, 4))  # the net takes 3 features
@@ -47,6 +73,10 @@ def test_the_glm_variance_refuses_bad_input_by_name():
         la.glm_variance([[0.0, 0.0, 0.0]])
     with pytest.raises(ValueError, match="chunk_size"):
         la.glm_variance(torch.zeros(2, 3), chunk_size=0)
+    with pytest.raises(ValueError, match="x"):
+        la.glm_covariance(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="chunk_size"):
+        la.glm_covariance(torch.zeros(2, 3), chunk_size=0)
 
 
 def _trained(task: str, seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -95,3 +125,6 @@ def test_laplace_torch_gives_the_same_variance_and_evidence(task, structure):
     _, f_var = theirs._glm_predictive_distribution(x_new)  # (N, O, O) covariance of f
     torch.testing.assert_close(ours.glm_variance(x_new), f_var.diagonal(dim1=-2, dim2=-1),
                                rtol=1e-5, atol=0)  # fmt: skip
+    _, joint = theirs._glm_predictive_distribution(x_new, joint=True)  # (N O, N O)
+    torch.testing.assert_close(ours.glm_covariance(x_new), joint, rtol=1e-5,
+                               atol=1e-5 * float(joint.diagonal().max()))  # fmt: skip

@@ -82,6 +82,46 @@ class LaplacePredictive:
                 parts.append(self.structure.functional_variance(h, self.prior_precision, jac))
         return torch.cat(parts)
 
+    def glm_covariance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
+        """The joint covariance of the linearised net's outputs at all of ``x``'s rows under the
+        posterior, ``J(x) Σ J(x)ᵀ`` (laplace-torch's ``pred_type="glm", joint=True``): the
+        correlations between predictions that :meth:`glm_variance`'s diagonal drops, for joint
+        draws of a whole curve, or the uncertainty of a sum or a difference of predictions.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            chunk_size: rows per Jacobian pass (the Jacobians of all rows are kept:
+                ``N x O x P`` numbers, and the result ``(N O)²``).
+
+        Returns:
+            ``(N O, N O)``, rows and columns ordered as ``(N, O)`` flattened row-major: entry
+            ``[i O + a, j O + b]`` is the covariance of output ``a`` at row ``i`` and output
+            ``b`` at row ``j``. Its diagonal is :meth:`glm_variance` flattened.
+
+        Raises:
+            TypeError, ValueError: as :meth:`glm_variance`.
+
+        Example:
+            >>> from bnn_pyro import LaplaceApproximation
+            >>> _ = torch.manual_seed(0)
+            >>> la = LaplaceApproximation(nn.Linear(1, 1), "regression",
+            ...                           hessian_structure="full", noise_scale=0.5)
+            >>> _ = la.fit(torch.randn(50, 1), torch.randn(50), epochs=0, progress=False)
+            >>> x = torch.tensor([[0.0], [1.0], [2.0]])
+            >>> cov = la.glm_covariance(x)
+            >>> cov.shape, torch.allclose(cov.diagonal(), la.glm_variance(x).flatten())
+            (torch.Size([3, 3]), True)
+        """
+        mean, h = self._require_fit()
+        check_int("chunk_size", chunk_size)
+        device = module_device(self.model)
+        x = self._check_x(x).to(device)
+        params = unflatten(mean, self._shapes)
+        with modes(self.model, lambda m: False), torch.no_grad():
+            jac = torch.cat([output_jacobians(self.model, params, rows)[0]
+                             for rows in x.split(chunk_size)])  # fmt: skip
+            return self.structure.functional_covariance(h, self.prior_precision, jac)
+
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""
         self._require_fit()

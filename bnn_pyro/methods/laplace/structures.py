@@ -80,6 +80,11 @@ class HessianStructure(ABC):
         """``diag(J Σ Jᵀ)`` per row: the variance of each output of the linearised net,
         ``(B, O)`` for Jacobians ``jac (B, O, P)`` and ``Σ = (H + λ I)⁻¹``."""
 
+    @abstractmethod
+    def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        """``J Σ Jᵀ``: the joint covariance of every output of the linearised net at every row,
+        ``(B O, B O)`` (row-major over ``(B, O)``) for Jacobians ``jac (B, O, P)``."""
+
 
 class DiagonalHessian(HessianStructure):
     """``diag(H)`` ``(P,)``: the posterior's coordinates independent.
@@ -123,6 +128,10 @@ class DiagonalHessian(HessianStructure):
 
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         return (jac.pow(2) / (h + lam)).sum(-1)
+
+    def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        flat = jac.flatten(0, 1)
+        return (flat / (h + lam)) @ flat.T
 
 
 class FullHessian(HessianStructure):
@@ -170,6 +179,11 @@ class FullHessian(HessianStructure):
         chol = torch.linalg.cholesky(self.precision(h, lam))  # Σ = L⁻ᵀ L⁻¹
         half = torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)  # L⁻¹ Jᵀ
         return half.pow(2).sum(0).reshape(jac.shape[:2])
+
+    def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        chol = torch.linalg.cholesky(self.precision(h, lam))
+        half = torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)
+        return half.T @ half
 
 
 #: The structures by key (``hessian_structure=``).
