@@ -2,7 +2,8 @@
 
 Nothing on the page is typed by hand but its prose, which quotes no figure: every number comes
 from a results file the benchmark scripts wrote (``benchmarks/results/uci/uci.json``,
-``benchmarks/results/uci/intervals.json``, ``benchmarks/results/ood.json``), and what a method
+``benchmarks/results/uci/intervals.json``, ``benchmarks/results/ood.json``,
+``benchmarks/results/no_data.json``), and what a method
 can do (train stacked, its summary) from its ``spec.py``. A method a results file does not
 cover shows a dash: not measured. The page's picks (the best of each column) are computed.
 """
@@ -113,6 +114,28 @@ def ood_columns(payload: Mapping[str, Any] | None, shifts: tuple[str, ...]) -> d
     return out
 
 
+def no_data_columns(payload: Mapping[str, Any] | None) -> dict[str, list[float]]:
+    """Per method of the 1-D benchmark (its registry name): the mean over the problems of the
+    share of the extrapolation range where the true function is covered, and of the share of
+    the whole grid where its sd is within 2x NUTS's.
+
+    Example:
+        >>> cell = lambda c, ok: {"extrapolation": {"cover": c}, "grid_sd_ok": ok}
+        >>> no_data_columns({"a": {"vi": cell(0.0, 0.5)}, "b": {"vi": cell(1.0, 0.7)}})
+        {'vi': [0.5, 0.6]}
+    """
+    if not payload:
+        return {}
+    cells: dict[str, list[tuple[float, float]]] = {}
+    for methods in payload.values():
+        for name, row in methods.items():
+            cells.setdefault(name, []).append((row["extrapolation"]["cover"], row["grid_sd_ok"]))
+    return {
+        name: [round(statistics.mean(v[i] for v in values), 12) for i in (0, 1)]
+        for name, values in cells.items()
+    }
+
+
 def _cell(value: float | None, digits: int) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -126,6 +149,7 @@ def page_markdown() -> str:
     coverage = coverage_column(_read(RESULTS / "uci" / "intervals.json"))
     ood_payload = _read(RESULTS / "ood.json")
     ood = ood_columns(ood_payload, SHIFTS)
+    beyond = no_data_columns(_read(RESULTS / "no_data.json"))
     rows = []
     for name, summary, stacked in specs():
         fit = uci.get(name)
@@ -138,18 +162,25 @@ def page_markdown() -> str:
                 "—" if fit is None else f"{fit['seconds']:.0f} s",
                 _cell(coverage.get(name), 3),
                 *(_cell(v, 3) for v in ood.get(name, [None] * len(SHIFTS))),
+                *(_cell(v, 2) for v in beyond.get(name, [None, None])),
             ]
         )
     for name in ("plain network", "laplace-torch LLLA"):
         if name in ood:
             dashes = ["—"] * 4
-            rows.append([name, "for comparison", *dashes, *(_cell(v, 3) for v in ood[name])])
+            rows.append(
+                [name, "for comparison", *dashes, *(_cell(v, 3) for v in ood[name]), "—", "—"]
+            )
+    if "NUTS (reference)" in beyond:
+        nuts = beyond["NUTS (reference)"]
+        rows.append(["NUTS", "the 1-D reference", *["—"] * 7, _cell(nuts[0], 2), "—"])
     head = (
         "| method | what it is | `fit_stacked` | UCI test log-lik., mean rank | UCI seconds "
         "per split | raw 90% interval, coverage | OOD AUROC: held-out digits | OOD AUROC: "
-        "noise images | OOD AUROC: far from two moons |"
+        "noise images | OOD AUROC: far from two moons | 1-D, beyond the data: true f covered "
+        "| 1-D: sd within 2x of NUTS |"
     )
-    table = [head, "|" + "---|" * 9] + ["| " + " | ".join(r) + " |" for r in rows]
+    table = [head, "|" + "---|" * 11] + ["| " + " | ".join(r) + " |" for r in rows]
     picks = []
     if uci:
         best = min(uci, key=lambda m: uci[m]["rank"])
@@ -193,6 +224,12 @@ def page_markdown() -> str:
             "* **OOD AUROC**: how well the best of the method's uncertainty scores separates",
             "  inputs unlike the training data (0.5 is chance, 1 perfect), for a classifier",
             "  trained on the digits 0–4 or on two moons.",
+            "* **1-D, beyond the data**: on four 1-D problems with a known function, the share",
+            "  of the range beyond the training data where the true function lies inside the",
+            "  method's 95 percent band, averaged; and the share of the whole grid where its",
+            "  standard deviation is within a factor of 2 of a converged NUTS run on the same",
+            "  model. NUTS's own row shows that the first is a property of the model (the net",
+            "  and its prior), not only of the inference.",
             "* **`fit_stacked`**: whether many models (seeds, folds, chains) train in one",
             "  stacked pass.",
             "",
