@@ -18,7 +18,10 @@ gives a gap or a tail that shares values with the training rows, a weaker test; 
 harness runs on them unchanged::
 
     python -m benchmarks.uci.gap_splits --data benchmarks/uci/data --out /tmp/uci_gap
-    python -m benchmarks.uci --data /tmp/uci_gap ...
+    python -m benchmarks.uci --data /tmp/uci_gap --out /tmp/uci_gap_out --jobs 2
+
+The harness's ``--splits all`` is the fewest splits of the sets it runs (yacht's 6): the sets
+with more features get theirs with ``--resume --datasets <name>_gap,<name>_tail --splits 6-12``.
 
 Nothing is shipped: the folders are re-made from the shipped data in a second.
 """
