@@ -9,8 +9,8 @@ coverage at least 0.90 on at least 3 of the 4 data sets' gap splits::
     python -m benchmarks.uci.gap_splits --data benchmarks/uci/data --out /tmp/uci_gap
     python -m benchmarks.uci --data /tmp/uci_gap --out /tmp/uci_gap_out --jobs 2
     python -m benchmarks.uci --data /tmp/uci_gap --out /tmp/uci_gap_out --jobs 2 --resume \
-        --datasets bostonHousing_gap,bostonHousing_tail --splits 6-12   # and 6-7 for concrete
-    python -m benchmarks.uci.gap_report /tmp/uci_gap_out/uci_runs.jsonl     # and energy
+        --datasets bostonHousing_gap,bostonHousing_tail --splits 6-12  # 6-7: concrete, energy
+    python -m benchmarks.uci.gap_report /tmp/uci_gap_out/uci_runs.jsonl
 
 (The harness's ``--splits all`` is the fewest splits of the sets it runs: yacht's 6.)
 """
