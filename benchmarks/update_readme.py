@@ -14,7 +14,8 @@ processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members tr
 and one by one, ``benchmarks/stacked.py``), ``threads`` (the thread policy on an idle and a busy
 machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
 beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
-band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``), ``uci`` (the
+band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``), ``uci_gap`` (the UCI
+gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
 by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 

@@ -12,6 +12,9 @@ coverage at least 0.90 on at least 3 of the 4 data sets' gap splits::
         --datasets bostonHousing_gap,bostonHousing_tail --splits 6-12  # 6-7: concrete, energy
     python -m benchmarks.uci.gap_report /tmp/uci_gap_out/uci_runs.jsonl
 
+The committed run's records, cut to what the report reads and the chosen configurations, are
+``benchmarks/results/uci_gap_runs.jsonl``.
+
 (The harness's ``--splits all`` is the fewest splits of the sets it runs: yacht's 6.)
 """
 
