@@ -3,6 +3,7 @@ its linearisation on them, and the closed-form variance of the linearisation (th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -70,16 +71,9 @@ class LaplacePredictive:
             >>> la.glm_variance(torch.zeros(3, 1)).shape
             torch.Size([3, 1])
         """
-        mean, h = self._require_fit()
-        check_int("chunk_size", chunk_size)
-        device = module_device(self.model)
-        x = self._check_x(x).to(device)  # as predict checks it: type, dtype and shape, by name
-        params = unflatten(mean, self._shapes)
-        parts = []
-        with modes(self.model, lambda m: False), torch.no_grad():
-            for rows in x.split(chunk_size):
-                jac, _ = output_jacobians(self.model, params, rows)
-                parts.append(self.structure.functional_variance(h, self.prior_precision, jac))
+        h = self._require_fit()[1]
+        parts = [self.structure.functional_variance(h, self.prior_precision, jac)
+                 for jac in self._jacobian_blocks(x, chunk_size)]  # fmt: skip
         return torch.cat(parts)
 
     def glm_covariance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
@@ -112,15 +106,21 @@ class LaplacePredictive:
             >>> cov.shape, torch.allclose(cov.diagonal(), la.glm_variance(x).flatten())
             (torch.Size([3, 3]), True)
         """
-        mean, h = self._require_fit()
+        h = self._require_fit()[1]
+        jac = torch.cat(list(self._jacobian_blocks(x, chunk_size)))
+        return self.structure.functional_covariance(h, self.prior_precision, jac)
+
+    def _jacobian_blocks(self, x: Any, chunk_size: int) -> Iterator[torch.Tensor]:
+        """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then the
+        Jacobians ``(B, O, P)`` of the net's outputs in the Bayesian parameters at θ*, for
+        blocks of ``chunk_size`` rows (the net in eval mode, no graph kept)."""
+        mean, _ = self._require_fit()
         check_int("chunk_size", chunk_size)
-        device = module_device(self.model)
-        x = self._check_x(x).to(device)
+        x = self._check_x(x).to(module_device(self.model))
         params = unflatten(mean, self._shapes)
         with modes(self.model, lambda m: False), torch.no_grad():
-            jac = torch.cat([output_jacobians(self.model, params, rows)[0]
-                             for rows in x.split(chunk_size)])  # fmt: skip
-            return self.structure.functional_covariance(h, self.prior_precision, jac)
+            for rows in x.split(chunk_size):
+                yield output_jacobians(self.model, params, rows)[0]
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""

@@ -176,14 +176,16 @@ class FullHessian(HessianStructure):
         return torch.linalg.eigvalsh(h.double()).clamp_min(0)
 
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
-        chol = torch.linalg.cholesky(self.precision(h, lam))  # Σ = L⁻ᵀ L⁻¹
-        half = torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)  # L⁻¹ Jᵀ
-        return half.pow(2).sum(0).reshape(jac.shape[:2])
+        return self._half(h, lam, jac).pow(2).sum(0).reshape(jac.shape[:2])
 
     def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
-        chol = torch.linalg.cholesky(self.precision(h, lam))
-        half = torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)
+        half = self._half(h, lam, jac)
         return half.T @ half
+
+    def _half(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        """``L⁻¹ Jᵀ`` ``(P, B O)`` with ``H + λI = L Lᵀ``, so ``J Σ Jᵀ = (L⁻¹ Jᵀ)ᵀ (L⁻¹ Jᵀ)``."""
+        chol = torch.linalg.cholesky(self.precision(h, lam))
+        return torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)
 
 
 #: The structures by key (``hessian_structure=``).
