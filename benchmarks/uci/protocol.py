@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from benchmarks.uci.data import UCISplit
-from bnn_pyro.metrics import gaussian_log_likelihood, gaussian_mixture_quantile, rmse
+from bnn_pyro.metrics import gaussian_log_likelihood, gaussian_mixture_quantile, picp, rmse
 
 __all__ = [
     "FINAL_FLAG_RATIO",
@@ -150,11 +150,10 @@ def score(
         shape = tuple(locs.shape) if isinstance(locs, torch.Tensor) else type(locs).__name__
         raise ValueError(f"locs must be a (S, N, O) tensor, got {shape}")
     lower, upper = gaussian_mixture_quantile(locs, scales, [0.025, 0.975])
-    inside = (y >= lower) & (y <= upper)
     return {
         "test_ll": float(gaussian_log_likelihood(locs, scales, y, y_scale=y_std)),
         "rmse": rmse(locs.mean(0), y, y_scale=y_std),
-        "coverage_95": float(inside.double().mean()),
+        "coverage_95": picp(lower, upper, y),
     }
 
 

@@ -230,8 +230,9 @@ def train(
     snapshot, snapshot_time = state_copy(module), time.perf_counter()
     initial = snapshot
     guard = BlowUpGuard(module) if step.minimizes else None
-    for past in range(len(history.get("loss", [])) if guard is not None else 0):  # resumed
-        guard.after_epoch({k: v[past] for k, v in history.items() if len(v) > past}, False)
+    if guard is not None:
+        for past in range(len(history.get("loss", []))):  # a resumed run's epochs so far
+            guard.after_epoch({k: v[past] for k, v in history.items() if len(v) > past}, False)
     try:
         for epoch in bar:
             if time.perf_counter() - snapshot_time > _SNAPSHOT_SECONDS:
