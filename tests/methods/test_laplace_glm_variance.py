@@ -14,6 +14,22 @@ from torch.utils.data import DataLoader, TensorDataset
 import bnn_pyro as bp
 
 
+def _linear_laplaces(X, y, x_new, sigma, lam):
+    """For each structure: a Laplace of ``nn.Linear`` fitted at its initial weights (the GGN of
+    a linear model does not depend on them), the exact posterior covariance ``(H + λ I)⁻¹`` of
+    one output's ``[w, b]`` (``H = ΦᵀΦ / σ²``, its diagonal for ``diag``) and ``Φ*``."""
+    phi, phi_new = (torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) for a in (X, x_new))
+    curvature = phi.T @ phi / sigma**2
+    eye = torch.eye(len(curvature), dtype=curvature.dtype)
+    out = y.shape[1] if y.dim() == 2 else 1
+    for structure, h in (("full", curvature), ("diag", torch.diag(curvature.diagonal()))):
+        la = bp.LaplaceApproximation(nn.Linear(X.shape[1], out).double(), "regression",
+                                     prior_precision=lam, hessian_structure=structure,
+                                     noise_scale=sigma)  # fmt: skip
+        la.fit(X, y, epochs=0, progress=False)
+        yield la, torch.linalg.inv(h + lam * eye), phi_new
+
+
 def test_the_glm_variance_of_a_linear_model_is_the_exact_posterior_predictive():
     """For ``y = [x, 1] w + N(0, σ²)``, ``w ~ N(0, λ⁻¹ I)``, the GGN Laplace posterior is the
     exact one, ``Σ = (ΦᵀΦ / σ² + λ I)⁻¹``, and the variance of the mean at ``x*`` is
@@ -24,14 +40,7 @@ def test_the_glm_variance_of_a_linear_model_is_the_exact_posterior_predictive():
         60, generator=g, dtype=torch.float64
     )
     x_new = torch.randn(7, 3, generator=g, dtype=torch.float64)
-    sigma, lam = 0.3, 2.0
-    phi, phi_new = (torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) for a in (X, x_new))
-    curvature = phi.T @ phi / sigma**2
-    for structure, h in (("full", curvature), ("diag", torch.diag(curvature.diagonal()))):
-        la = bp.LaplaceApproximation(nn.Linear(3, 1).double(), "regression", prior_precision=lam,
-                                     hessian_structure=structure, noise_scale=sigma)  # fmt: skip
-        la.fit(X, y, epochs=0, progress=False)
-        covariance = torch.linalg.inv(h + lam * torch.eye(4, dtype=torch.float64))
+    for la, covariance, phi_new in _linear_laplaces(X, y, x_new, sigma=0.3, lam=2.0):
         exact = ((phi_new @ covariance) * phi_new).sum(1, keepdim=True)
         torch.testing.assert_close(la.glm_variance(x_new, chunk_size=3), exact, rtol=1e-10, atol=0)
 
@@ -45,14 +54,8 @@ def test_the_glm_covariance_of_a_linear_model_is_the_exact_joint_predictive():
     X = torch.randn(40, 2, generator=g, dtype=torch.float64)
     y = torch.randn(40, 2, generator=g, dtype=torch.float64)
     x_new = torch.randn(5, 2, generator=g, dtype=torch.float64)
-    sigma, lam = 0.5, 3.0
-    phi, phi_new = (torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) for a in (X, x_new))
-    curvature = phi.T @ phi / sigma**2
-    for structure, h in (("full", curvature), ("diag", torch.diag(curvature.diagonal()))):
-        la = bp.LaplaceApproximation(nn.Linear(2, 2).double(), "regression", prior_precision=lam,
-                                     hessian_structure=structure, noise_scale=sigma)  # fmt: skip
-        la.fit(X, y, epochs=0, progress=False)
-        per_output = phi_new @ torch.linalg.inv(h + lam * torch.eye(3, dtype=h.dtype)) @ phi_new.T
+    for la, covariance, phi_new in _linear_laplaces(X, y, x_new, sigma=0.5, lam=3.0):
+        per_output = phi_new @ covariance @ phi_new.T
         exact = torch.zeros(5, 2, 5, 2, dtype=torch.float64)
         exact[:, 0, :, 0] = exact[:, 1, :, 1] = per_output
         joint = la.glm_covariance(x_new, chunk_size=2)
