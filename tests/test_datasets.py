@@ -139,3 +139,13 @@ def test_function_problems_refuse_bad_input():
         problem.sample(-1)
     with pytest.raises(ValueError, match="points"):
         problem.grid(1)
+
+
+def test_uniform_on_intervals_refuses_empty_or_reversed_intervals():
+    from bnn_pyro.datasets._intervals import uniform_on_intervals
+
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="low < high"):
+        uniform_on_intervals(((1.0, -1.0),), 5, g)
+    with pytest.raises(ValueError, match="low < high"):
+        uniform_on_intervals((), 5, g)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from bnn_pyro._checks import check_int
+from bnn_pyro.datasets._intervals import uniform_on_intervals
 from bnn_pyro.datasets.toy import toy_function
 
 __all__ = ["FUNCTION_PROBLEMS", "FunctionProblem", "REGIONS"]
@@ -67,15 +68,7 @@ class FunctionProblem:
         function of ``seed``."""
         check_int("seed", seed, minimum=0)
         g = torch.Generator().manual_seed(seed)
-        lengths = torch.tensor([hi - lo for lo, hi in self.support], dtype=torch.float64)
-        u = torch.rand(self.n, 1, generator=g, dtype=torch.float64) * lengths.sum()
-        x = torch.empty_like(u)
-        start = 0.0
-        for (lo, _hi), length in zip(self.support, lengths.tolist(), strict=True):
-            inside = (u >= start) & (u < start + length)
-            x = torch.where(inside, lo + (u - start), x)
-            start += length
-        x = torch.where(u >= start, torch.full_like(u, self.support[-1][1]), x)
+        x = uniform_on_intervals(self.support, self.n, g)
         y = self.f(x) + self.noise_std * torch.randn(self.n, 1, generator=g, dtype=torch.float64)
         return x.float(), y.float()
 

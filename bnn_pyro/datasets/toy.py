@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from bnn_pyro._checks import check_float, check_int
+from bnn_pyro.datasets._intervals import uniform_on_intervals
 
 __all__ = [
     "ClassificationSplit",
@@ -81,9 +82,8 @@ def toy_regression_1d(
             f"need x_range[0] < gap[0] < gap[1] < x_range[1], got x_range={x_range}, gap={gap}"
         )
     g = torch.Generator().manual_seed(seed)
-    left = g_lo - lo  # length of the part left of the gap
-    u = torch.rand(n, 1, generator=g, dtype=torch.float64) * (left + hi - g_hi)
-    x = torch.where(u < left, lo + u, g_hi + (u - left))
+    support = ((lo, g_lo), (g_hi, hi)) if gap is not None else ((lo, hi),)
+    x = uniform_on_intervals(support, n, g)
     y = toy_function(x) + noise_std * torch.randn(n, 1, generator=g, dtype=torch.float64)
     return x.float(), y.float()
 
