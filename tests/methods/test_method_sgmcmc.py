@@ -238,6 +238,8 @@ def test_diagnostics_refuse_what_they_cannot_judge():
 
     with pytest.raises(ValueError, match="C >= 2 chains"):
         prediction_diagnostics(torch.zeros(1, 10, 2, 1))
+    with pytest.raises(TypeError, match="rank_normalized must be a bool"):
+        prediction_diagnostics(torch.zeros(2, 10, 2, 1), rank_normalized="yes")
     with pytest.raises(ValueError, match="at least 2 fitted chains"):
         chain_diagnostics([object()], torch.zeros(2, 1))
     with pytest.raises(TypeError, match=r"chains\[1\] must be a fitted SGMCMC"):
