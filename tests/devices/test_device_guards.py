@@ -274,3 +274,18 @@ def test_the_device_helpers_refuse_bad_input():
         device_budget(0, "cuda")
     with pytest.raises(TypeError, match="budget"):
         device_budget(2.5, "cpu")
+
+
+@pytest.mark.parametrize("name", list(bp.METHODS))
+def test_predict_takes_inputs_of_another_precision_as_fit_does(name):
+    """The CPU stand-in for "data on the CPU is moved to a model on CUDA" (``test_cuda.py``):
+    a float64 model given float32 rows converts them in ``predict`` as ``fit`` does. The classic
+    methods' ``predict`` used its inputs as given: on a GPU, "Expected all tensors to be on the
+    same device"; here, a float/double mismatch in the first matrix product."""
+    torch.manual_seed(0)
+    method = bp.make(name, bp.nn.mlp(3, [8], 1, dropout=0.1), bp.Gaussian(scale=0.1))
+    method = method.to(torch.float64)
+    X, y = (t.float() for t in _data("regression"))
+    method.fit(X, y, epochs=1, batch_size=16, lr=1e-2, seed=0, progress=False)
+    mean, var = method.predict(X[:3], num_samples=None if name == "ensemble" else 4, seed=0)
+    assert mean.dtype == var.dtype == torch.float64

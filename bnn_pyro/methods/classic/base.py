@@ -111,7 +111,7 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         Memory is bounded: the rows go in blocks reduced into buffers allocated once (see
         :mod:`bnn_pyro._streaming`); every block sees the same ``S`` draws (one seed for all).
         """
-        self._check_x(x)
+        x = self._check_x(x)
         num_samples = self._samples_to_draw(num_samples)
         seed = self._predict_seed(seed, generator)
         normalize = self._normalize(normalize_output)
@@ -147,11 +147,14 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         """``x`` checked (:func:`~bnn_pyro.methods.classic.checks.check_inputs`: floating, or
         integer
         indices for a net with an ``nn.Embedding``) and its shape against :meth:`_input_spec`:
-        a ``ValueError`` naming ``name`` with both shapes, before any vmap or matrix product."""
+        a ``ValueError`` naming ``name`` with both shapes, before any vmap or matrix product.
+        Returns ``x`` on the method's device, floating inputs in its dtype (inputs given on
+        another device or in another precision are moved, as ``fit`` moves them)."""
         net = self._net()
         x = check_inputs(x, name, indices=net is not None and takes_indices(net))
         spec = self._input_spec()
-        return x if spec is None else spec.check(name, x)
+        x = x if spec is None else spec.check(name, x)
+        return x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device)
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``(S, N, O)`` raw net outputs for ``S`` posterior samples (seeded draws)."""
@@ -282,10 +285,12 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         validation_data: Any,
     ) -> tuple[torch.Tensor, torch.Tensor, Data | None]:
         """Check ``x``, ``y`` (and ``net``'s output on two rows, unless ``net`` is None) and
-        ``validation_data``; return them on ``module``'s device, ``y`` as ``(N, O)`` for
-        regression."""
-        self._check_x(x)
+        ``validation_data``; return them on ``module``'s device (floating ones in the method's
+        dtype), ``y`` as ``(N, O)`` for regression."""
+        x = self._check_x(x)
         yt = check_targets(x, y, self.task)
+        if yt.is_floating_point():
+            yt = yt.to(self.dtype)
         if net is not None:
             check_outputs(probe(net, module, x), yt, self.task)
         device = module_device(module)
@@ -294,7 +299,8 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
             pair = validation_pair(
                 validation_data, self._check_x, lambda y, x: check_targets(x, y, self.task)
             )
-            validation = (pair[0].to(device), pair[1].to(device))
+            targets = pair[1].to(self.dtype) if pair[1].is_floating_point() else pair[1]
+            validation = (pair[0].to(device), targets.to(device))
         return x.to(device), yt.to(device), validation
 
     def _train(

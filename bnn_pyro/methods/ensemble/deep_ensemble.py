@@ -191,7 +191,7 @@ class DeepEnsemble(ClassicMethod):
         """
         if not self.gaussian_nll:
             return super().predictive_gaussian(x, **kwargs)
-        self._check_x(x)
+        x = self._check_x(x)
         loc, var = split_heads(self._member_outputs(x))
         return loc, var.sqrt()
 

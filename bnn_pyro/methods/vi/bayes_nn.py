@@ -141,7 +141,7 @@ class VariationalBayesNN(ClassicMethod):
         Returns:
             Scalar loss.
         """
-        self._check_x(x)
+        x = self._check_x(x)
         lik = self.task
         if likelihood is not None:
             lik = checks.resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
