@@ -72,8 +72,11 @@ def active() -> bool:
     """Whether an initialised ``torch.distributed`` group of more than one process is running.
 
     Under ``torchrun`` (``WORLD_SIZE > 1``, ``RANK`` and ``MASTER_ADDR`` in the environment) a
-    script that did not initialise the default group gets one here, on first use: nccl when
-    CUDA is available, else gloo. So a plain training script runs data-parallel unchanged.
+    script that did not initialise the default group gets one here, on first use: where this
+    machine has a GPU for each of its ranks, ``"cpu:gloo,cuda:nccl"`` (each rank on its own GPU,
+    collectives on CUDA tensors by nccl), else gloo (more ranks than GPUs, a model kept on the
+    CPU of a one-GPU machine among them). So a plain training script runs data-parallel
+    unchanged.
     A group made here is destroyed when the interpreter exits (:func:`_destroy_own_group`):
     left alive, gloo's threads can abort the process at exit after the script has finished.
 
@@ -84,10 +87,15 @@ def active() -> bool:
     if not dist.is_available() or _LOCAL[0]:
         return False
     if not dist.is_initialized() and _launched_by_torchrun():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        env = os.environ
+        local_ranks = int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if local_ranks <= gpus:  # a GPU for each rank on this machine
+            dist.init_process_group("cpu:gloo,cuda:nccl")
+            torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
+        else:
+            dist.init_process_group("gloo")
         atexit.register(_destroy_own_group)
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return dist.is_initialized() and dist.get_world_size() > 1
 
 
@@ -138,8 +146,9 @@ def _collective(what: str, call) -> None:  # noqa: ANN001
 
 
 def _device() -> torch.device:
-    """Where the group's collectives run (nccl needs CUDA tensors)."""
-    if dist.get_backend() == "nccl":
+    """Where the group's collectives run: this rank's GPU for a group with nccl (it needs CUDA
+    tensors), else the CPU (gloo)."""
+    if "nccl" in str(dist.get_backend()):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

@@ -162,3 +162,38 @@ def test_a_group_made_by_fit_is_destroyed_at_exit(monkeypatch):
     assert state == {"initialized": False, "destroyed": 1}
     registered[0]()  # the script destroyed it already: nothing to do
     assert state["destroyed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("gpus", "ranks", "backend", "device"),
+    [
+        (0, 2, "gloo", None),  # a CPU machine
+        (1, 2, "gloo", None),  # two ranks, one GPU: nccl cannot put both on it
+        (2, 2, "cpu:gloo,cuda:nccl", 1),  # a GPU per rank: rank 1 (LOCAL_RANK 1) takes GPU 1
+    ],
+)
+def test_the_group_fit_makes_follows_the_gpus_there_are(monkeypatch, gpus, ranks, backend, device):
+    """A torchrun group made by ``active()`` uses nccl only where every local rank has a GPU of
+    its own; with fewer GPUs (one GPU and two ranks, or a CPU model on a GPU machine) it is gloo,
+    and no rank is pointed at a GPU that is not there. (nccl whenever CUDA was available broke
+    every CPU torchrun run on a GPU machine.)"""
+    import atexit
+
+    from bnn_pyro.training import distributed
+
+    made: list = []
+    chosen: list = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: bool(made))
+    monkeypatch.setattr(dist, "init_process_group", made.append)
+    monkeypatch.setattr(dist, "get_world_size", lambda: ranks)
+    monkeypatch.setattr(atexit, "register", lambda fn: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    for name, value in {"WORLD_SIZE": ranks, "LOCAL_WORLD_SIZE": ranks, "RANK": 1}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert distributed.active()
+    assert made == [backend]
+    assert chosen == ([] if device is None else [device])
