@@ -30,6 +30,7 @@ from torch.func import stack_module_state
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.training.loop import TrainingStep
+from bnn_pyro.training.member_dropout import MemberDropout
 
 __all__ = [
     "ELEMENTWISE_OPTIMIZERS",
@@ -68,30 +69,6 @@ def elementwise_optimizer(spec: Any) -> bool:
     if spec is None or (isinstance(spec, str) and spec in ("adam", "sgd")):
         return True
     return isinstance(spec, type) and issubclass(spec, ELEMENTWISE_OPTIMIZERS)
-
-
-class _MemberDropout(nn.Module):
-    """``nn.Dropout`` for ``(K, B, ...)`` blocks: member ``k``'s mask from ``generators[k]``,
-    drawn as ``F.dropout`` draws it on a CPU (``bernoulli_(1 - p)``, divided by ``1 - p``)."""
-
-    def __init__(self, p: float, generators: list[torch.Generator]) -> None:
-        super().__init__()
-        self.p, self.generators = p, generators
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if self.p == 1.0:
-            return x * torch.zeros_like(x)
-        noise = torch.stack(
-            [
-                torch.empty(x.shape[1:], dtype=x.dtype, device=x.device).bernoulli_(
-                    1.0 - self.p, generator=g
-                )
-                for g in self.generators
-            ]
-        )
-        return x * noise.div_(1.0 - self.p)
 
 
 def stackable(nets: list[nn.Module], dropout: bool = False) -> str | None:
@@ -177,7 +154,7 @@ class StackedModels(nn.Module):
         for module in self._twin.module.modules():
             for name, child in list(module.named_children()):
                 if type(child) is nn.Dropout and generators is not None:
-                    setattr(module, name, _MemberDropout(child.p, generators))
+                    setattr(module, name, MemberDropout(child.p, generators))
         probe = example[:3].unsqueeze(0).expand(self.num_models, *example[:3].shape)
         flags = [(m, m.training) for n in [*nets, self._twin.module] for m in n.modules()]
         try:  # the check in eval mode: no dropout masks, no draws

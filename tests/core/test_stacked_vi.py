@@ -37,6 +37,9 @@ CASES = {
     ),
     "local reparameterization": (lambda k: bp.Gaussian("learned"), None, "regression", "local"),
     "flipout": (lambda k: bp.Categorical(), None, "categorical", "flipout"),
+    # nets with nn.Dropout: each member's masks from its own generator, drawn by F.dropout
+    "dropout": (lambda k: bp.Gaussian("learned"), None, "regression"),
+    "dropout, local reparameterization": (lambda k: bp.Categorical(), None, "categorical", "local"),
 }
 
 
@@ -48,7 +51,7 @@ def _models(case: str, out: int):
         torch.manual_seed(100 + k)  # each member's own initial weights
         models.append(
             bp.VariationalBNN(
-                bp.nn.mlp(4, [8], out),
+                bp.nn.mlp(4, [8], out, dropout=0.2 if "dropout" in case else 0.0),
                 likelihood(k),
                 prior=None if prior is None else prior(k),
                 local_reparameterization=estimator[0] if estimator else False,

@@ -21,6 +21,7 @@ weight-space estimator or local reparameterization / flipout of linear layers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.methods.vi.stacked_lrt import reparameterized_forward
 from bnn_pyro.methods.vi.stacked_support import why_not_stacked_vi
 from bnn_pyro.nn.pyro_net import site_prior
+from bnn_pyro.training.member_dropout import member_dropout
 from bnn_pyro.weight_distributions import LOG_SQRT_2PI, SharedNormal
 
 __all__ = ["StackedVI", "why_not_stacked_vi"]
@@ -69,6 +71,7 @@ class StackedVI(nn.Module):
             [nn.Parameter(torch.stack([b.guide.rhos[k].detach() for b in self.bnns])) for k in keys]
         )
         self._twin, self._paths = first.evaluator.twin, first.evaluator.paths
+        self._dropout = any(type(m) is nn.Dropout for m in self._twin.module.modules())
         self._priors = self._prior_constants()
 
     def _prior_constants(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -164,10 +167,12 @@ class StackedVI(nn.Module):
         stacked = {self._paths[n]: v for n, v in values.items() if n in self._paths}
         net = self._twin.load({}, stacked)
         estimator = self.bnns[0].local_reparameterization
-        if estimator and self.bnns[0].training:
-            f = reparameterized_forward(net, x, scales, estimator, self.generators)
-        else:
-            f = net(x)  # (K, B, O)
+        # dropout masks: member k's from its own generator, as its own fit draws them
+        with member_dropout(net, self.generators) if self._dropout else nullcontext():
+            if estimator and self.bnns[0].training:
+                f = reparameterized_forward(net, x, scales, estimator, self.generators)
+            else:
+                f = net(x)  # (K, B, O)
         noise = self._learned_noise(values)
         log_p = log_p + self._noise_log_prior(noise, f)
         log_lik = row_log_likelihood(self.bnns, self.bnns[0].likelihood, f, y, noise).sum(1)
