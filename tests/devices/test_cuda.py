@@ -105,15 +105,42 @@ def test_fit_from_a_dataloader_on_cuda(name):
     assert method.predict(X[:3], num_samples=_draws(name, 5), seed=0)[0].device.type == "cuda"
 
 
+class _Interrupted(Exception):
+    """Raised by :func:`_stop_at` to interrupt a fit, as a kill would."""
+
+
+def _stop_at(epoch: int):
+    """A callback that interrupts a fit at its ``epoch``-th (1-based) call, before that epoch is
+    saved (as ``tests/reliability/test_resume.py``'s ``EpochCounter``)."""
+    calls = []
+
+    def callback(method, e, history) -> None:
+        calls.append(e)
+        if len(calls) == epoch:
+            raise _Interrupted
+
+    return callback
+
+
 @pytest.mark.parametrize("name", ["vi", "dropout", "ensemble", "swag"])
-def test_a_resumed_run_on_cuda_ends_where_an_unbroken_one_does(name, tmp_path):
+def test_a_resumed_run_on_cuda_ends_where_an_unbroken_one_does(name, tmp_path, monkeypatch):
+    # interrupted and resumed with the same settings (extending ``epochs`` is refused for
+    # ensemble and SWAG, and changes the default cosine schedule of vi): a file every epoch
+    from bnn_pyro.training import resume
+
+    monkeypatch.setattr(resume, "SAVE_SECONDS", 0.0)
     X, y = _data("regression", CUDA)
+    options = {"epochs": 4, "batch_size": 16, "lr": 1e-2, "seed": 0, "progress": False}
     whole = _method(name, "regression").to(CUDA)
-    whole.fit(X, y, epochs=4, batch_size=16, lr=1e-2, seed=0, progress=False)
-    part = _method(name, "regression").to(CUDA)
+    whole.fit(X, y, **options)
     run = tmp_path / "run.pt"
-    part.fit(X, y, epochs=2, batch_size=16, lr=1e-2, seed=0, progress=False, resume=run)
-    part.fit(X, y, epochs=4, batch_size=16, lr=1e-2, seed=0, progress=False, resume=run)
+    with pytest.raises(_Interrupted):
+        _method(name, "regression").to(CUDA).fit(
+            X, y, callbacks=[_stop_at(3)], resume=run, **options
+        )
+    torch.manual_seed(99)  # other initial weights: only the file can make the runs agree
+    part = bp.make(name, bp.nn.mlp(3, [8], 1, dropout=0.1), TASKS["regression"][0]).to(CUDA)
+    part.fit(X, y, resume=run, **options)
     for a, b in zip(whole.state_dict().values(), part.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
 
