@@ -16,7 +16,12 @@ from benchmarks.uci.cli import RUNS_FILE, main
 from benchmarks.uci.parallel import BACKENDS, check_backend, run_tasks
 from benchmarks.uci.runner import BenchmarkSettings, Task
 
-HAS_DASK = importlib.util.find_spec("distributed") is not None
+try:  # dask's scheduler itself: a folder named "distributed" on the path is not it
+    from distributed import Client  # noqa: F401
+
+    HAS_DASK = True
+except ImportError:
+    HAS_DASK = False
 SCORES = ("dataset", "split", "method", "test_ll", "rmse", "config")
 
 
