@@ -283,7 +283,7 @@ def test_not_fitted_errors():
         (dict(prior_precision=0.0), ValueError, "prior_precision"),
         (dict(num_samples=0), ValueError, "num_samples"),
         (dict(hessian="kfac"), ValueError, "hessian"),
-        (dict(hessian_structure="kron"), ValueError, "hessian_structure"),
+        (dict(hessian_structure="kfac"), ValueError, "hessian_structure"),
         (dict(subset="first"), ValueError, "subset"),
         (dict(predictive="probit"), ValueError, "predictive"),
         (dict(noise_scale=-1.0), ValueError, "noise_scale"),

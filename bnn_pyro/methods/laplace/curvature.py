@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, jacrev, vmap
 
 from bnn_pyro.methods.classic.params import flatten
-from bnn_pyro.methods.laplace.structures import HessianStructure
+from bnn_pyro.methods.laplace.structures import HessianStructure, map_tensors
 from bnn_pyro.training import distributed
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -73,6 +73,67 @@ def output_jacobians(
     return flatten(jac, batch_dims=2), out
 
 
+def layer_jacobians(
+    model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+    """Per ``nn.Linear`` layer holding a parameter of ``params``: the Jacobian of the net's
+    outputs in the layer's outputs (its pre-activations, ``δ``) and the layer's inputs, row by
+    row; what KFAC's factors sum, in ``B · O · Σ out`` numbers instead of the full Jacobians'
+    ``B · O · P``. ``δ`` is the Jacobian in a zero shift added to the layer's output.
+
+    Args:
+        model: the net; ``params`` ``{name: tensor}`` its parameters at θ*.
+        x: ``(B, in)`` inputs.
+
+    Returns:
+        ``deltas {layer: (B, O, out)}``, ``inputs {layer: (B, in)}`` (``layer`` the module's
+        name) and the outputs ``(B, O)``.
+
+    Raises:
+        ValueError: a linear layer sees inputs other than ``(B, in)`` (a sequence, say).
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+        >>> deltas, ins, out = layer_jacobians(net, dict(net.named_parameters()), torch.ones(5, 3))
+        >>> {k: tuple(v.shape) for k, v in deltas.items()}, tuple(ins["2"].shape), tuple(out.shape)
+        ({'0': (5, 2, 4), '2': (5, 2, 2)}, (5, 4), (5, 2))
+    """
+    modules = dict(model.named_modules())
+    layers = {}
+    for name in params:
+        owner = name.rpartition(".")[0]
+        if isinstance(modules.get(owner), nn.Linear):
+            layers[owner] = modules[owner]
+    ref = next(iter(params.values()))
+    shifts = {k: ref.new_zeros(m.out_features) for k, m in layers.items()}
+
+    def f(shift: dict[str, torch.Tensor], xi: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        seen: dict[str, torch.Tensor] = {}
+
+        def hook(key: str):  # noqa: ANN202
+            def shifted(_: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+                if args[0].dim() != 2:
+                    raise ValueError(
+                        f"hessian_structure='kron' needs (B, in) inputs at each linear layer; "
+                        f"layer {key!r} got {tuple(args[0].shape)}"
+                    )
+                seen[key] = args[0].squeeze(0)
+                return out + shift[key]
+
+            return shifted
+
+        handles = [m.register_forward_hook(hook(k)) for k, m in layers.items()]
+        try:
+            out = functional_call(model, params, (xi.unsqueeze(0),)).squeeze(0)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return out, (out, seen)
+
+    deltas, (out, inputs) = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(shifts, x)
+    return deltas, inputs, out
+
+
 def curvature(
     model: nn.Module,
     params: dict[str, torch.Tensor],
@@ -108,9 +169,8 @@ def curvature(
         out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
         return _nll(out, yi, likelihood, sigma)
 
-    size = sum(t.numel() for t in params.values())
     ref = next(iter(params.values()))
-    h = structure.zeros(size, ref)
+    h = structure.start({n: t.shape for n, t in params.items()}, ref)
     loglik, count = 0.0, 0
     for xb, yb in batches:
         xb, yb = xb.to(device), yb.to(device)
@@ -120,20 +180,28 @@ def curvature(
             loglik -= float(nll.detach().sum())
             h = structure.add_fisher(h, grads)
             continue
-        jac, out = output_jacobians(model, params, xb)  # (B, O, P), (B, O)
+        if structure.layerwise:  # KFAC: per-layer output Jacobians and inputs
+            deltas, inputs, out = layer_jacobians(model, params, xb)
+        else:
+            jac, out = output_jacobians(model, params, xb)  # (B, O, P), (B, O)
         nll = _nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma)
         loglik -= float(nll.detach())
         if likelihood == "regression":
-            w = (1.0 / sigma**2).to(jac).expand(jac.shape[:2])  # (B, O)
+            w = (1.0 / sigma**2).to(out).expand(out.shape)  # (B, O)
+        else:
+            w = torch.softmax(out, dim=-1)  # (B, C): H = J^T (diag(p) - p p^T) J
+        if structure.layerwise:
+            h = structure.add_layer_ggn(h, deltas, inputs, w, likelihood == "classification")
+        elif likelihood == "regression":
             h = structure.add_ggn(h, jac, w, None)
         else:
-            prob = torch.softmax(out, dim=-1)  # (B, C)
-            jp = torch.einsum("bop,bo->bp", jac, prob)  # J^T p: H = J^T (diag(p) - p p^T) J
-            h = structure.add_ggn(h, jac, prob, jp)
+            jp = torch.einsum("bop,bo->bp", jac, w)  # J^T p
+            h = structure.add_ggn(h, jac, w, jp)
     if reduce and distributed.active():
         sums = distributed.all_sum(torch.tensor([loglik, float(count)], dtype=torch.float64))
-        return distributed.all_sum(h.detach()), float(sums[0]), int(sums[1])
-    return h.detach(), loglik, count
+        h = map_tensors(h, lambda t: distributed.all_sum(t.detach()))
+        return h, float(sums[0]), int(sums[1])
+    return map_tensors(h, torch.Tensor.detach), loglik, count
 
 
 @torch.no_grad()

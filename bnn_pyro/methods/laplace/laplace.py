@@ -27,7 +27,12 @@ from bnn_pyro.methods.classic.training import (
 from bnn_pyro.methods.laplace import gaussian_posterior as gp
 from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
 from bnn_pyro.methods.laplace.predictive import LaplacePredictive
-from bnn_pyro.methods.laplace.structures import STRUCTURES, HessianStructure, structure_named
+from bnn_pyro.methods.laplace.structures import (
+    STRUCTURES,
+    HessianStructure,
+    map_tensors,
+    structure_named,
+)
 from bnn_pyro.training import History, distributed
 
 __all__ = ["LaplaceApproximation"]
@@ -44,8 +49,9 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
     one backward per example), ``hessian="ggn"`` the generalised Gauss-Newton
     ``Σ_n J_nᵀ Λ_n J_n`` (``Λ = I/σ²`` for a Gaussian likelihood with noise std σ, so the noise
     enters the posterior; ``diag(p) - ppᵀ`` for a categorical). ``hessian_structure`` keeps
-    its diagonal (``"diag"``, any size) or the full matrix (``"full"``, small nets or the last
-    layer). ``subset="last_layer"`` treats only the last ``nn.Linear`` as Bayesian and keeps
+    its diagonal (``"diag"``, any size), the full matrix (``"full"``, small nets or the last
+    layer) or Kronecker factors per linear layer (``"kron"``, KFAC).
+    ``subset="last_layer"`` treats only the last ``nn.Linear`` as Bayesian and keeps
     the rest at θ*.
 
     ``H`` is the *sum* over the data, not its average, as the Laplace approximation of ``p(θ | D)``
@@ -63,7 +69,8 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         prior_precision: λ > 0 of the prior ``N(0, λ⁻¹ I)`` on the Bayesian parameters.
         num_samples: S, weight samples per :meth:`predict`.
         hessian: ``"ggn"`` (the default) or ``"fisher"``.
-        hessian_structure: ``"diag"`` or ``"full"``.
+        hessian_structure: ``"diag"``, ``"full"`` or ``"kron"`` (KFAC: two Kronecker factors per
+            ``nn.Linear`` layer, with the GGN; laplace-torch's ``"kron"``).
         subset: ``"all"`` parameters or the ``"last_layer"``.
         predictive: ``"glm"`` (the default) runs the net's linearisation
             ``f(x, θ*) + J(x) (θ - θ*)`` (a Jacobian-vector product per sample); ``"nn"`` runs
@@ -122,6 +129,8 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
             params = last_layer_parameters(model)
         if not params:
             raise ValueError("model must have parameters for the Laplace approximation, got none")
+        if hessian_structure == "kron":
+            _check_kron(model, params, self.hessian)
         self._shapes = {n: p.shape for n, p in params.items()}
         self._mean: torch.Tensor | None = None
         self._hessian: torch.Tensor | None = None
@@ -147,10 +156,13 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
 
     @property
     def posterior_precision(self) -> dict[str, torch.Tensor] | torch.Tensor | None:
-        """``H + λ``: ``{name: tensor}`` (diag) or a ``(P, P)`` matrix."""
+        """``H + λ``: ``{name: tensor}`` (diag), a ``(P, P)`` matrix (full), or ``{name: (n, n)}``
+        dense blocks of each parameter's ``n`` entries (kron)."""
         if self._hessian is None:
             return None
         prec = self.structure.precision(self._hessian, self.prior_precision)
+        if isinstance(prec, dict):  # "kron": a dense block per parameter
+            return prec
         return unflatten(prec, self._shapes) if prec.dim() == 1 else prec
 
     def posterior_covariance(self) -> torch.Tensor:
@@ -361,5 +373,22 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         """Move/cast the posterior with the module (``.to()``, ``.double()``, ...)."""
         super()._apply(fn, *args, **kwargs)
         if self._mean is not None:
-            self._mean, self._hessian = fn(self._mean), fn(self._hessian)
+            self._mean, self._hessian = fn(self._mean), map_tensors(self._hessian, fn)
         return self
+
+
+def _check_kron(model: nn.Module, params: dict[str, torch.Tensor], hessian: str) -> None:
+    """KFAC's reach: the GGN, and only ``nn.Linear`` weights and biases among ``params``."""
+    if hessian != "ggn":
+        raise ValueError(
+            f"hessian_structure='kron' is built from the GGN: use hessian='ggn', got {hessian!r}"
+        )
+    modules = dict(model.named_modules())
+    for name in params:
+        owner, _, leaf = name.rpartition(".")
+        module = modules.get(owner)
+        if not isinstance(module, nn.Linear) or leaf not in ("weight", "bias"):
+            raise ValueError(
+                f"hessian_structure='kron' covers nn.Linear layers; {name!r} belongs to a "
+                f"{type(module).__name__}: use subset='last_layer' or hessian_structure='diag'"
+            )

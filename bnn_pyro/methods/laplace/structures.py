@@ -2,88 +2,32 @@
 ``N(θ*, (H + λ I)⁻¹)`` on it: one class per structure, chosen by its key, as laplace-torch does.
 
 * :class:`DiagonalHessian` (``"diag"``): ``diag(H)`` ``(P,)``, any size of net;
-* :class:`FullHessian` (``"full"``): the ``(P, P)`` matrix, small nets or the last layer.
+* :class:`FullHessian` (``"full"``): the ``(P, P)`` matrix, small nets or the last layer;
+* :class:`KroneckerHessian` (``"kron"``): KFAC, two small factors per linear layer.
 
 A structure accumulates ``H`` from per-example gradients (the empirical Fisher) or Jacobians
 (the generalised Gauss-Newton), and answers the posterior's questions: its precision,
 covariance, draws, and the eigenvalues of ``H`` that the log-evidence needs. A new structure
-(Kronecker factors) is one more subclass in :data:`STRUCTURES`; nothing else branches on it.
+is one more subclass in :data:`STRUCTURES`; nothing else branches on it.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import ClassVar
-
 import torch
 
 from bnn_pyro.methods.classic.params import flatten
+from bnn_pyro.methods.laplace.kron import KroneckerHessian
+from bnn_pyro.methods.laplace.structure_base import HessianStructure, map_tensors
 
-__all__ = ["STRUCTURES", "DiagonalHessian", "FullHessian", "HessianStructure", "structure_named"]
-
-
-class HessianStructure(ABC):
-    """The storage of ``H`` and the Gaussian posterior's linear algebra on it.
-
-    ``h`` below is this structure's tensor, ``lam`` the scalar prior precision λ, ``mean`` the
-    flat θ* ``(P,)``.
-
-    Example:
-        >>> s = structure_named("full")
-        >>> h = s.add_fisher(s.zeros(2, torch.zeros(1)), {"w": torch.tensor([[1.0, 2.0]])})
-        >>> h
-        tensor([[1., 2.],
-                [2., 4.]])
-        >>> torch.allclose(s.covariance(h, 1.0) @ s.precision(h, 1.0), torch.eye(2), atol=1e-6)
-        True
-    """
-
-    #: The key of ``hessian_structure=``.
-    name: ClassVar[str]
-
-    @abstractmethod
-    def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
-        """An empty ``H`` for ``size`` parameters, in ``like``'s dtype and device."""
-
-    @abstractmethod
-    def add_fisher(self, h: torch.Tensor, grads: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``h + Σ_b g_b g_bᵀ`` for per-example gradients ``{name: (B, *shape)}``."""
-
-    @abstractmethod
-    def add_ggn(
-        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
-    ) -> torch.Tensor:
-        """``h + Σ_b (J_bᵀ diag(w_b) J_b - j_b j_bᵀ)`` for Jacobians ``jac (B, O, P)``, output
-        weights ``weight (B, O)`` and ``jp (B, P)`` (``J_bᵀ p_b`` of a categorical; ``None``:
-        no such term)."""
-
-    @abstractmethod
-    def precision(self, h: torch.Tensor, lam: float) -> torch.Tensor:
-        """``H + λ I`` in this structure."""
-
-    @abstractmethod
-    def covariance(self, h: torch.Tensor, lam: float) -> torch.Tensor:
-        """``(H + λ I)⁻¹`` as a ``(P, P)`` matrix."""
-
-    @abstractmethod
-    def sample(
-        self, mean: torch.Tensor, h: torch.Tensor, lam: float, num_samples: int
-    ) -> torch.Tensor:
-        """``(S, P)`` draws of the posterior (the global RNG of ``mean``'s device)."""
-
-    @abstractmethod
-    def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
-        """The eigenvalues of ``H`` in float64, clipped at 0."""
-
-    @abstractmethod
-    def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
-        """``diag(J Σ Jᵀ)`` per row: the variance of each output of the linearised net,
-        ``(B, O)`` for Jacobians ``jac (B, O, P)`` and ``Σ = (H + λ I)⁻¹``."""
-
-    @abstractmethod
-    def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
-        """``J Σ Jᵀ``: the joint covariance of every output of the linearised net at every row,
-        ``(B O, B O)`` (row-major over ``(B, O)``) for Jacobians ``jac (B, O, P)``."""
+__all__ = [
+    "STRUCTURES",
+    "DiagonalHessian",
+    "FullHessian",
+    "HessianStructure",
+    "KroneckerHessian",
+    "map_tensors",
+    "structure_named",
+]
 
 
 class DiagonalHessian(HessianStructure):
@@ -106,7 +50,11 @@ class DiagonalHessian(HessianStructure):
         return h + torch.cat([(g**2).sum(0).reshape(-1) for g in grads.values()])
 
     def add_ggn(
-        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
+        self,
+        h: torch.Tensor,
+        jac: torch.Tensor,
+        weight: torch.Tensor,
+        jp: torch.Tensor | None,
     ) -> torch.Tensor:
         h = h + torch.einsum("bop,bo->p", jac**2, weight)
         return h if jp is None else h - (jp**2).sum(0)
@@ -153,7 +101,11 @@ class FullHessian(HessianStructure):
         return h + g.T @ g
 
     def add_ggn(
-        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
+        self,
+        h: torch.Tensor,
+        jac: torch.Tensor,
+        weight: torch.Tensor,
+        jp: torch.Tensor | None,
     ) -> torch.Tensor:
         h = h + torch.einsum("bop,bo,boq->pq", jac, weight, jac)
         return h if jp is None else h - jp.T @ jp
@@ -190,7 +142,7 @@ class FullHessian(HessianStructure):
 
 #: The structures by key (``hessian_structure=``).
 STRUCTURES: dict[str, type[HessianStructure]] = {
-    cls.name: cls for cls in (DiagonalHessian, FullHessian)
+    cls.name: cls for cls in (DiagonalHessian, FullHessian, KroneckerHessian)
 }
 
 
@@ -200,10 +152,10 @@ def structure_named(name: str) -> HessianStructure:
     Example:
         >>> type(structure_named("diag")).__name__
         'DiagonalHessian'
-        >>> structure_named("kron")
+        >>> structure_named("kfac")
         Traceback (most recent call last):
           ...
-        ValueError: hessian_structure must be one of ['diag', 'full'], got 'kron'
+        ValueError: hessian_structure must be one of ['diag', 'full', 'kron'], got 'kfac'
     """
     if name not in STRUCTURES:
         raise ValueError(f"hessian_structure must be one of {sorted(STRUCTURES)}, got {name!r}")

@@ -1,0 +1,105 @@
+"""The interface of a Laplace curvature structure: how ``H`` is stored, and the Gaussian
+``N(θ*, (H + λ I)⁻¹)``'s linear algebra on it (the structures themselves:
+:mod:`bnn_pyro.methods.laplace.structures`)."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+
+__all__ = ["HessianStructure", "map_tensors"]
+
+
+class HessianStructure(ABC):
+    """The storage of ``H`` and the Gaussian posterior's linear algebra on it.
+
+    ``h`` below is this structure's tensor, ``lam`` the scalar prior precision λ, ``mean`` the
+    flat θ* ``(P,)``.
+
+    Example:
+        >>> from bnn_pyro.methods.laplace.structures import FullHessian
+        >>> s = FullHessian()
+        >>> h = s.add_fisher(s.zeros(2, torch.zeros(1)), {"w": torch.tensor([[1.0, 2.0]])})
+        >>> h
+        tensor([[1., 2.],
+                [2., 4.]])
+        >>> torch.allclose(s.covariance(h, 1.0) @ s.precision(h, 1.0), torch.eye(2), atol=1e-6)
+        True
+    """
+
+    #: The key of ``hessian_structure=``.
+    name: ClassVar[str]
+    #: Whether the GGN is summed per layer (``add_layer_ggn(h, deltas, inputs, weight,
+    #: categorical)``: each linear layer's output Jacobians and inputs) instead of through
+    #: :meth:`add_ggn`'s full Jacobians.
+    layerwise: ClassVar[bool] = False
+
+    @abstractmethod
+    def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
+        """An empty ``H`` for ``size`` parameters, in ``like``'s dtype and device."""
+
+    def start(self, shapes: dict[str, torch.Size], like: torch.Tensor) -> Any:
+        """An empty ``H`` for the parameters of ``shapes`` ``{name: shape}`` (in the order of the
+        flat θ), in ``like``'s dtype and device."""
+        return self.zeros(sum(math.prod(shape) for shape in shapes.values()), like)
+
+    @abstractmethod
+    def add_fisher(self, h: torch.Tensor, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``h + Σ_b g_b g_bᵀ`` for per-example gradients ``{name: (B, *shape)}``."""
+
+    @abstractmethod
+    def add_ggn(
+        self,
+        h: torch.Tensor,
+        jac: torch.Tensor,
+        weight: torch.Tensor,
+        jp: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``h + Σ_b (J_bᵀ diag(w_b) J_b - j_b j_bᵀ)`` for Jacobians ``jac (B, O, P)``, output
+        weights ``weight (B, O)`` and ``jp (B, P)`` (``J_bᵀ p_b`` of a categorical; ``None``:
+        no such term)."""
+
+    @abstractmethod
+    def precision(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        """``H + λ I`` in this structure."""
+
+    @abstractmethod
+    def covariance(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+        """``(H + λ I)⁻¹`` as a ``(P, P)`` matrix."""
+
+    @abstractmethod
+    def sample(
+        self, mean: torch.Tensor, h: torch.Tensor, lam: float, num_samples: int
+    ) -> torch.Tensor:
+        """``(S, P)`` draws of the posterior (the global RNG of ``mean``'s device)."""
+
+    @abstractmethod
+    def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
+        """The eigenvalues of ``H`` in float64, clipped at 0."""
+
+    @abstractmethod
+    def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        """``diag(J Σ Jᵀ)`` per row: the variance of each output of the linearised net,
+        ``(B, O)`` for Jacobians ``jac (B, O, P)`` and ``Σ = (H + λ I)⁻¹``."""
+
+    @abstractmethod
+    def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
+        """``J Σ Jᵀ``: the joint covariance of every output of the linearised net at every row,
+        ``(B O, B O)`` (row-major over ``(B, O)``) for Jacobians ``jac (B, O, P)``."""
+
+
+def map_tensors(h: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``fn`` applied to every tensor of ``H`` as a structure keeps it (a tensor, or a dict of
+    them): moving, casting, summing over ranks.
+
+    Example:
+        >>> map_tensors({"n": torch.tensor(2.0)}, lambda t: t * 2)
+        {'n': tensor(4.)}
+    """
+    if isinstance(h, dict):
+        return {k: fn(v) for k, v in h.items()}
+    return fn(h)
