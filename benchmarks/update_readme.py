@@ -8,8 +8,9 @@ linked file). The pages therefore show exactly
 what the scripts printed, and their prose quotes no measured figure of its own: it points at
 these blocks. ``tests/test_readme.py`` checks both.
 
-The blocks: ``step_time``, ``gpu`` (the same jobs on a GPU, ``benchmarks/gpu.py --device cuda``;
-in the README too), ``local_reparam``, ``methods`` (the timing benchmarks), ``memory``
+The blocks: ``step_time``, ``gpu`` (the same jobs on a GPU, ``benchmarks/gpu.py --device
+cuda``; in the README too), ``local_reparam``, ``methods`` (the timing benchmarks),
+``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``), ``memory``
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
 and one by one, ``benchmarks/stacked.py``), ``threads`` (the thread policy on an idle and a busy

@@ -66,6 +66,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "gpu",
         "local_reparam",
         "methods",
+        "laplace_kron",
         "memory",
         "distributed",
         "stacked",

@@ -8,7 +8,11 @@ import torch
 
 from bnn_pyro.methods.laplace.structure_base import HessianStructure
 
-__all__ = ["KroneckerHessian"]
+__all__ = ["KroneckerHessian", "LayerJacobians"]
+
+#: What KFAC's GLM predictive takes for ``jac``: ``(deltas {layer: (B, O, out)}, inputs
+#: {layer: (B, in)})``, from :func:`~bnn_pyro.methods.laplace.curvature.layer_jacobians`.
+LayerJacobians = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
 
 
 class KroneckerHessian(HessianStructure):
@@ -133,17 +137,33 @@ class KroneckerHessian(HessianStructure):
         return torch.cat([(d - 0.0).reshape(-1) for _, _, d in _eigen(h, 0.0, torch.float64)])
 
     def functional_variance(
-        self, h: dict[str, torch.Tensor], lam: float, jac: torch.Tensor
+        self, h: dict[str, torch.Tensor], lam: float, jac: LayerJacobians
     ) -> torch.Tensor:
-        return sum((t.pow(2) / d).flatten(2).sum(-1) for t, d in _rotated(h, lam, jac))
+        """``diag(J Σ Jᵀ)`` ``(B, O)`` from the layers' ``jac = (deltas, inputs)``
+        (:func:`~bnn_pyro.methods.laplace.curvature.layer_jacobians`): a weight's Jacobian row
+        is ``δ ⊗ a``, so in the eigenbasis its variance is ``Σ_kl (Q_Gᵀδ)_k² (Q_Aᵀa)_l² / D_kl``,
+        without the ``B · O · P`` Jacobians."""
+        total = 0.0
+        for t_g, t_a, d in _rotated(h, lam, jac):
+            if t_a is None:
+                total = total + (t_g.pow(2) / d).sum(-1)
+            else:
+                total = total + torch.einsum("bok,bl,kl->bo", t_g.pow(2), t_a.pow(2), 1.0 / d)
+        return total
 
     def functional_covariance(
-        self, h: dict[str, torch.Tensor], lam: float, jac: torch.Tensor
+        self, h: dict[str, torch.Tensor], lam: float, jac: LayerJacobians
     ) -> torch.Tensor:
+        """``J Σ Jᵀ`` ``(B O, B O)`` from the layers' ``jac = (deltas, inputs)``, as
+        :meth:`functional_variance`."""
         total = 0.0
-        for t, d in _rotated(h, lam, jac):
-            flat = t.flatten(0, 1).flatten(1)  # (B O, size)
-            total = total + (flat / d.reshape(-1)) @ flat.T
+        for t_g, t_a, d in _rotated(h, lam, jac):
+            if t_a is None:
+                part = torch.einsum("bok,cpk,k->bocp", t_g, t_g, 1.0 / d)
+            else:
+                inner = torch.einsum("bl,cl,kl->kbc", t_a, t_a, 1.0 / d)  # (out, B, B)
+                part = torch.einsum("bok,cpk,kbc->bocp", t_g, t_g, inner)
+            total = total + part.flatten(2).flatten(0, 1)
         return total
 
 
@@ -171,13 +191,14 @@ def _eigen(
 
 
 def _rotated(
-    h: dict[str, torch.Tensor], lam: float, jac: torch.Tensor
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per parameter, its Jacobian block ``(B, O, out[, in])`` in the eigenbasis, and ``D``."""
-    out, offset = [], 0
-    for q_g, q_a, d in _eigen(h, lam):
-        block = jac[:, :, offset : offset + d.numel()].reshape(*jac.shape[:2], *d.shape)
-        offset += d.numel()
-        t = block @ q_g if q_a is None else torch.einsum("boij,ik,jl->bokl", block, q_g, q_a)
-        out.append((t, d))
+    h: dict[str, torch.Tensor], lam: float, jac: LayerJacobians
+) -> list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]:
+    """Per parameter: its layer's ``δ`` in ``G``'s eigenbasis ``(B, O, out)``, the inputs in
+    ``A``'s ``(B, in)`` (``None`` for a bias), and ``D``."""
+    deltas, inputs = jac
+    out = []
+    for (name, _, _), (q_g, q_a, d) in zip(_factors(h), _eigen(h, lam), strict=True):
+        layer = name.rpartition(".")[0]
+        t_a = None if q_a is None else inputs[layer] @ q_a
+        out.append((deltas[layer] @ q_g, t_a, d))
     return out

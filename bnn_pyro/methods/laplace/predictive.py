@@ -13,7 +13,8 @@ from bnn_pyro._checks import check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.methods.classic.params import batched_call, linearized_call, unflatten
 from bnn_pyro.methods.classic.training import modes, module_device
-from bnn_pyro.methods.laplace.curvature import output_jacobians
+from bnn_pyro.methods.laplace.curvature import layer_jacobians, output_jacobians
+from bnn_pyro.methods.laplace.kron import LayerJacobians
 from bnn_pyro.methods.laplace.structures import HessianStructure
 
 __all__ = ["LaplacePredictive"]
@@ -107,20 +108,29 @@ class LaplacePredictive:
             (torch.Size([3, 3]), True)
         """
         h = self._require_fit()[1]
-        jac = torch.cat(list(self._jacobian_blocks(x, chunk_size)))
+        blocks = list(self._jacobian_blocks(x, chunk_size))
+        if self.structure.layerwise:  # (deltas, inputs) per block: joined per layer
+            jac = tuple({k: torch.cat([b[i][k] for b in blocks]) for k in blocks[0][i]}
+                        for i in range(2))  # fmt: skip
+        else:
+            jac = torch.cat(blocks)
         return self.structure.functional_covariance(h, self.prior_precision, jac)
 
-    def _jacobian_blocks(self, x: Any, chunk_size: int) -> Iterator[torch.Tensor]:
+    def _jacobian_blocks(self, x: Any, chunk_size: int) -> Iterator[torch.Tensor | LayerJacobians]:
         """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then the
-        Jacobians ``(B, O, P)`` of the net's outputs in the Bayesian parameters at θ*, for
-        blocks of ``chunk_size`` rows (the net in eval mode, no graph kept)."""
+        Jacobians ``(B, O, P)`` of the net's outputs in the Bayesian parameters at θ* (a
+        layerwise structure, KFAC: each layer's ``(deltas, inputs)`` instead), for blocks of
+        ``chunk_size`` rows (the net in eval mode, no graph kept)."""
         mean, _ = self._require_fit()
         check_int("chunk_size", chunk_size)
         x = self._check_x(x).to(module_device(self.model))
         params = unflatten(mean, self._shapes)
         with modes(self.model, lambda m: False), torch.no_grad():
             for rows in x.split(chunk_size):
-                yield output_jacobians(self.model, params, rows)[0]
+                if self.structure.layerwise:
+                    yield layer_jacobians(self.model, params, rows)[:2]
+                else:
+                    yield output_jacobians(self.model, params, rows)[0]
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""

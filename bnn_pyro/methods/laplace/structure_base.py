@@ -84,12 +84,14 @@ class HessianStructure(ABC):
     @abstractmethod
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         """``diag(J Σ Jᵀ)`` per row: the variance of each output of the linearised net,
-        ``(B, O)`` for Jacobians ``jac (B, O, P)`` and ``Σ = (H + λ I)⁻¹``."""
+        ``(B, O)`` for Jacobians ``jac (B, O, P)`` (a :attr:`layerwise` structure: its layers'
+        ``(deltas, inputs)`` instead) and ``Σ = (H + λ I)⁻¹``."""
 
     @abstractmethod
     def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         """``J Σ Jᵀ``: the joint covariance of every output of the linearised net at every row,
-        ``(B O, B O)`` (row-major over ``(B, O)``) for Jacobians ``jac (B, O, P)``."""
+        ``(B O, B O)`` (row-major over ``(B, O)``) for Jacobians ``jac (B, O, P)`` (a
+        :attr:`layerwise` structure: its layers' ``(deltas, inputs)``)."""
 
 
 def map_tensors(h: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
