@@ -111,9 +111,9 @@ class KroneckerHessian(HessianStructure):
     def precision(self, h: dict[str, torch.Tensor], lam: float) -> dict[str, torch.Tensor]:
         """``{name: G ⊗ A / N + λ I}`` (a bias: ``G + λ I``), dense per parameter."""
         n, out = float(h["n"]), {}
-        for name, g, a in _factors(h):
+        for (name, g, a), value in zip(_factors(h), _per_block(h, lam), strict=True):
             block = g if a is None else torch.kron(g, a) / n
-            out[name] = block + lam * torch.eye(len(block), dtype=g.dtype, device=g.device)
+            out[name] = block + value * torch.eye(len(block), dtype=g.dtype, device=g.device)
         return out
 
     def covariance(self, h: dict[str, torch.Tensor], lam: float) -> torch.Tensor:
@@ -134,7 +134,14 @@ class KroneckerHessian(HessianStructure):
         return mean + torch.cat(parts, dim=1)
 
     def eigenvalues(self, h: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([(d - 0.0).reshape(-1) for _, _, d in _eigen(h, 0.0, torch.float64)])
+        return torch.cat(self.group_eigenvalues(h, []))
+
+    def group_eigenvalues(self, h: dict[str, torch.Tensor], sizes: list[int]) -> list[torch.Tensor]:
+        """Per parameter tensor (each is a block: ``sizes`` only names them)."""
+        return [d.reshape(-1) for _, _, d in _eigen(h, 0.0, torch.float64)]
+
+    def log_det(self, h: dict[str, torch.Tensor], lam: float | torch.Tensor) -> torch.Tensor:
+        return sum(torch.log(d).sum() for _, _, d in _eigen(h, lam))
 
     def functional_variance(
         self, h: dict[str, torch.Tensor], lam: float, jac: LayerJacobians
@@ -179,15 +186,32 @@ def _eigen(
     ``Λ_G + λ`` ``(out,)``), the eigenvalues clipped at 0 (``G``, ``A`` are PSD up to
     round-off)."""
     n, out = float(h["n"]), []
-    for _, g, a in _factors(h):
+    for (_, g, a), value in zip(_factors(h), _per_block(h, lam), strict=True):
         l_g, q_g = torch.linalg.eigh(g if dtype is None else g.to(dtype))
         l_g = l_g.clamp_min(0)
         if a is None:
-            out.append((q_g, None, l_g + lam))
+            out.append((q_g, None, l_g + value))
             continue
         l_a, q_a = torch.linalg.eigh(a if dtype is None else a.to(dtype))
-        out.append((q_g, q_a, torch.outer(l_g, l_a.clamp_min(0)) / n + lam))
+        out.append((q_g, q_a, torch.outer(l_g, l_a.clamp_min(0)) / n + value))
     return out
+
+
+def _per_block(h: dict[str, torch.Tensor], lam: float | torch.Tensor) -> list[float]:
+    """Each parameter's λ: ``lam`` itself, or its block's value of a ``(P,)`` ``lam`` (one
+    per parameter tensor: a λ that varies inside a block is refused)."""
+    factors = _factors(h)
+    if not isinstance(lam, torch.Tensor):
+        return [float(lam)] * len(factors)
+    values, start = [], 0
+    for _, g, a in factors:
+        size = g.shape[0] * (1 if a is None else a.shape[0])
+        block = lam[start : start + size]
+        start += size
+        if bool((block != block[0]).any()):
+            raise ValueError("hessian_structure='kron' takes one prior precision per parameter")
+        values.append(float(block[0]))
+    return values
 
 
 def _rotated(

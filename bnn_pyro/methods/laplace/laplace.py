@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro._checks import check_choice, check_device, check_float, check_int, check_module
+from bnn_pyro._checks import check_choice, check_device, check_int, check_module
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
@@ -24,8 +24,8 @@ from bnn_pyro.methods.classic.training import (
     modes,
     module_device,
 )
-from bnn_pyro.methods.laplace import gaussian_posterior as gp
 from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
+from bnn_pyro.methods.laplace.evidence import LaplaceEvidence
 from bnn_pyro.methods.laplace.predictive import LaplacePredictive
 from bnn_pyro.methods.laplace.structures import (
     STRUCTURES,
@@ -40,7 +40,7 @@ __all__ = ["LaplaceApproximation"]
 _NOT_FITTED = "LaplaceApproximation is not fitted: call fit() first"
 
 
-class LaplaceApproximation(LaplacePredictive, ClassicMethod):
+class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
     """Gaussian posterior ``N(θ*, (H + λ I)⁻¹)`` around the trained weights θ*.
 
     ``H`` is the curvature of the negative log-likelihood summed over the training data:
@@ -66,7 +66,9 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
     Args:
         model: the trained net (θ* = its current weights), ``(N, ...) -> (N, O)``.
         likelihood: ``"classification"`` (softmax categorical) or ``"regression"`` (Gaussian).
-        prior_precision: λ > 0 of the prior ``N(0, λ⁻¹ I)`` on the Bayesian parameters.
+        prior_precision: λ > 0 of the prior ``N(0, λ⁻¹ I)`` on the Bayesian parameters, or one
+            λ per Bayesian parameter tensor (layerwise, in ``named_parameters`` order; kept as
+            a tuple), as :meth:`optimize_prior_precision` with ``layerwise=True`` sets it.
         num_samples: S, weight samples per :meth:`predict`.
         hessian: ``"ggn"`` (the default) or ``"fisher"``.
         hessian_structure: ``"diag"``, ``"full"`` or ``"kron"`` (KFAC: two Kronecker factors per
@@ -102,7 +104,7 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         self,
         model: nn.Module,
         likelihood: Likelihood | str = "classification",
-        prior_precision: float = 1.0,
+        prior_precision: float | Sequence[float] = 1.0,
         num_samples: int = 20,
         *,
         hessian: str = "ggn",
@@ -114,9 +116,7 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         super().__init__()
         self.model = check_module("model", model)
         self._set_likelihood(likelihood, noise_scale)
-        self.prior_precision = check_float(
-            "prior_precision", prior_precision, minimum=0.0, strict=True
-        )
+        prior = prior_precision
         self.num_samples = check_int("num_samples", num_samples)
         self.hessian = check_choice("hessian", hessian, ("fisher", "ggn"))
         self.hessian_structure = check_choice(
@@ -132,6 +132,7 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         if hessian_structure == "kron":
             _check_kron(model, params, self.hessian)
         self._shapes = {n: p.shape for n, p in params.items()}
+        self.prior_precision = self._checked_prior(prior)
         self._mean: torch.Tensor | None = None
         self._hessian: torch.Tensor | None = None
         self._loglik = 0.0
@@ -160,7 +161,7 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         dense blocks of each parameter's ``n`` entries (kron)."""
         if self._hessian is None:
             return None
-        prec = self.structure.precision(self._hessian, self.prior_precision)
+        prec = self.structure.precision(self._hessian, self._lam())
         if isinstance(prec, dict):  # "kron": a dense block per parameter
             return prec
         return unflatten(prec, self._shapes) if prec.dim() == 1 else prec
@@ -168,50 +169,7 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
     def posterior_covariance(self) -> torch.Tensor:
         """``(H + λ I)⁻¹`` as a ``(P, P)`` matrix (diagonal for ``hessian_structure="diag"``)."""
         _, h = self._require_fit()
-        return self.structure.covariance(h, self.prior_precision)
-
-    def log_marginal_likelihood(self, prior_precision: float | None = None) -> torch.Tensor:
-        """Laplace log-evidence ``log p(D | λ)`` at θ* (float64 scalar tensor).
-
-        ``log p(D|θ*) - λ/2 ‖θ*‖² + P/2 log λ - 1/2 log det(H + λ I)``. It is exact for a linear
-        model with a Gaussian likelihood when θ* is the MAP under λ.
-
-        Args:
-            prior_precision: λ to evaluate; default the current one.
-
-        Example:
-            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", noise_scale=0.5)
-            >>> _ = la.fit(torch.randn(20, 2), torch.randn(20), epochs=0, progress=False)
-            >>> la.log_marginal_likelihood().dtype
-            torch.float64
-        """
-        mean, h = self._require_fit()
-        lam = self.prior_precision if prior_precision is None else prior_precision
-        lam = check_float("prior_precision", lam, minimum=0.0, strict=True)
-        return gp.log_evidence(self._loglik, mean, self.structure.eigenvalues(h), lam)
-
-    def optimize_prior_precision(self, bounds: tuple[float, float] = (1e-8, 1e8)) -> float:
-        """Set λ to the maximiser of :meth:`log_marginal_likelihood` and return it.
-
-        The derivative of the log-evidence in λ is strictly decreasing, so the maximiser is
-        found exactly by bisection in ``log λ`` within ``bounds``; it
-        satisfies MacKay's fixed point ``λ = γ / ‖θ*‖²``, ``γ = Σ_i e_i / (e_i + λ)`` over the
-        eigenvalues ``e_i`` of H.
-
-        Example:
-            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", hessian="ggn")
-            >>> _ = la.fit(torch.randn(50, 2), torch.randn(50), epochs=0, progress=False)
-            >>> lam = la.optimize_prior_precision()
-            >>> bool(la.log_marginal_likelihood(lam) >= la.log_marginal_likelihood(2 * lam))
-            True
-        """
-        mean, h = self._require_fit()
-        lo, hi = (check_float("bounds", b, minimum=0.0, strict=True) for b in bounds)
-        if lo >= hi:
-            raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
-        e = self.structure.eigenvalues(h)
-        self.prior_precision = gp.optimal_prior_precision(mean, e, (lo, hi))
-        return self.prior_precision
+        return self.structure.covariance(h, self._lam())
 
     # --- fitting ------------------------------------------------------------------------
     def _fit_posterior(self, batches: Iterable, device: torch.device, reduce: bool = False) -> None:
@@ -364,7 +322,7 @@ class LaplaceApproximation(LaplacePredictive, ClassicMethod):
         super().set_extra_state(state)
         self._mean, self._hessian = state["mean"], state["hessian_matrix"]
         self._loglik, self._n_data = float(state["loglik"]), int(state["n_data"])
-        self.prior_precision = float(state["prior_precision"])
+        self.prior_precision = self._checked_prior(state["prior_precision"])
         self.hessian = state["hessian"]
         self.num_samples = int(state["num_samples"])
         self.predictive = str(state["predictive"])

@@ -23,7 +23,8 @@ __all__ = ["LaplacePredictive"]
 class LaplacePredictive:
     """The prediction half of :class:`~bnn_pyro.methods.laplace.laplace.LaplaceApproximation`,
     which provides the fitted posterior it reads: ``model``, ``structure``, ``mean``,
-    ``prior_precision``, ``predictive`` and the flat mean and curvature (``_require_fit``).
+    ``prior_precision``, ``predictive``, the flat mean and curvature (``_require_fit``) and λ as
+    the structures take it (``_lam``).
 
     Example:
         >>> import bnn_pyro as bp
@@ -33,7 +34,7 @@ class LaplacePredictive:
 
     model: nn.Module
     structure: HessianStructure
-    prior_precision: float
+    prior_precision: float | tuple[float, ...]
     predictive: str
     _shapes: dict[str, torch.Size]
 
@@ -41,7 +42,7 @@ class LaplacePredictive:
         """``{name: (S, *shape)}`` draws of the Bayesian parameters from the posterior."""
         mean, h = self._require_fit()
         check_int("num_samples", num_samples)
-        flat = self.structure.sample(mean, h, self.prior_precision, num_samples)
+        flat = self.structure.sample(mean, h, self._lam(), num_samples)
         return unflatten(flat, self._shapes)
 
     def glm_variance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
@@ -73,7 +74,7 @@ class LaplacePredictive:
             torch.Size([3, 1])
         """
         h = self._require_fit()[1]
-        parts = [self.structure.functional_variance(h, self.prior_precision, jac)
+        parts = [self.structure.functional_variance(h, self._lam(), jac)
                  for jac in self._jacobian_blocks(x, chunk_size)]  # fmt: skip
         return torch.cat(parts)
 
@@ -114,7 +115,7 @@ class LaplacePredictive:
                         for i in range(2))  # fmt: skip
         else:
             jac = torch.cat(blocks)
-        return self.structure.functional_covariance(h, self.prior_precision, jac)
+        return self.structure.functional_covariance(h, self._lam(), jac)
 
     def _jacobian_blocks(self, x: Any, chunk_size: int) -> Iterator[torch.Tensor | LayerJacobians]:
         """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then the

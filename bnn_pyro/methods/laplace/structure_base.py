@@ -17,8 +17,8 @@ __all__ = ["HessianStructure", "map_tensors"]
 class HessianStructure(ABC):
     """The storage of ``H`` and the Gaussian posterior's linear algebra on it.
 
-    ``h`` below is this structure's tensor, ``lam`` the scalar prior precision λ, ``mean`` the
-    flat θ* ``(P,)``.
+    ``h`` below is this structure's tensor, ``lam`` the prior precision λ (a float, or ``(P,)``
+    per coordinate: a layerwise prior), ``mean`` the flat θ* ``(P,)``.
 
     Example:
         >>> from bnn_pyro.methods.laplace.structures import FullHessian
@@ -80,6 +80,16 @@ class HessianStructure(ABC):
     @abstractmethod
     def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
         """The eigenvalues of ``H`` in float64, clipped at 0."""
+
+    @abstractmethod
+    def log_det(self, h: Any, lam: float | torch.Tensor) -> torch.Tensor:
+        """``log det(H + Λ)`` (a scalar), ``Λ = λ I`` or ``diag(lam)`` for a ``(P,)`` ``lam``."""
+
+    def group_eigenvalues(self, h: Any, sizes: list[int]) -> list[torch.Tensor] | None:
+        """The eigenvalues of ``H`` (float64, clipped at 0) per parameter tensor of ``sizes``
+        entries, where ``H`` has no terms between the tensors (so the evidence is a sum over
+        them); ``None`` where it has."""
+        return None
 
     @abstractmethod
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:

@@ -74,6 +74,12 @@ class DiagonalHessian(HessianStructure):
     def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
         return h.double().clamp_min(0)
 
+    def log_det(self, h: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+        return torch.log(h + lam).sum()
+
+    def group_eigenvalues(self, h: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+        return list(self.eigenvalues(h).split(sizes))
+
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         return (jac.pow(2) / (h + lam)).sum(-1)
 
@@ -110,7 +116,9 @@ class FullHessian(HessianStructure):
         h = h + torch.einsum("bop,bo,boq->pq", jac, weight, jac)
         return h if jp is None else h - jp.T @ jp
 
-    def precision(self, h: torch.Tensor, lam: float) -> torch.Tensor:
+    def precision(self, h: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+        if isinstance(lam, torch.Tensor):
+            return h + torch.diag(lam.to(h))
         return h + lam * torch.eye(len(h), dtype=h.dtype, device=h.device)
 
     def covariance(self, h: torch.Tensor, lam: float) -> torch.Tensor:
@@ -126,6 +134,9 @@ class FullHessian(HessianStructure):
 
     def eigenvalues(self, h: torch.Tensor) -> torch.Tensor:
         return torch.linalg.eigvalsh(h.double()).clamp_min(0)
+
+    def log_det(self, h: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+        return 2 * torch.linalg.cholesky(self.precision(h, lam)).diagonal().log().sum()
 
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         return self._half(h, lam, jac).pow(2).sum(0).reshape(jac.shape[:2])
