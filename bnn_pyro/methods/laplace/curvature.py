@@ -46,7 +46,10 @@ def _prepare_y(y: torch.Tensor, likelihood: str, out_dim: int) -> torch.Tensor:
 
 
 def output_jacobians(
-    model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tensor
+    model: nn.Module,
+    params: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    outputs: slice | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The Jacobians of the net's outputs in the parameters ``params`` (the others fixed), row
     by row (``vmap(jacrev)``), and the outputs.
@@ -54,9 +57,11 @@ def output_jacobians(
     Args:
         model: the net; ``params`` ``{name: tensor}`` of ``P`` entries in total.
         x: ``(B, ...)`` inputs.
+        outputs: only these outputs (a slice of the ``O``; default all): a block of them.
 
     Returns:
-        ``jac (B, O, P)`` (parameters flattened in ``params``' order) and ``out (B, O)``.
+        ``jac (B, O', P)`` (parameters flattened in ``params``' order) and ``out (B, O')``, for
+        the ``O'`` outputs asked for.
 
     Example:
         >>> net = nn.Linear(3, 2)
@@ -65,8 +70,10 @@ def output_jacobians(
         (torch.Size([4, 2, 8]), torch.Size([4, 2]))
     """
 
+    chosen = slice(None) if outputs is None else outputs
+
     def f(p: dict[str, torch.Tensor], xi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
+        out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)[..., chosen]
         return out, out  # (output, aux copy of the output for jacrev(has_aux=True))
 
     jac, out = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(params, x)
@@ -183,7 +190,8 @@ def curvature(
         if structure.layerwise:  # KFAC: per-layer output Jacobians and inputs
             deltas, inputs, out = layer_jacobians(model, params, xb)
         else:
-            jac, out = output_jacobians(model, params, xb)  # (B, O, P), (B, O)
+            with torch.no_grad():
+                out = functional_call(model, params, (xb,))  # (B, O)
         nll = _nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma)
         loglik -= float(nll.detach())
         if likelihood == "regression":
@@ -192,16 +200,67 @@ def curvature(
             w = torch.softmax(out, dim=-1)  # (B, C): H = J^T (diag(p) - p p^T) J
         if structure.layerwise:
             h = structure.add_layer_ggn(h, deltas, inputs, w, likelihood == "classification")
-        elif likelihood == "regression":
-            h = structure.add_ggn(h, jac, w, None)
         else:
-            jp = torch.einsum("bop,bo->bp", jac, w)  # J^T p
-            h = structure.add_ggn(h, jac, w, jp)
+            h = _add_ggn_blocks(h, structure, model, params, xb, w.detach(), likelihood)
     if reduce and distributed.active():
         sums = distributed.all_sum(torch.tensor([loglik, float(count)], dtype=torch.float64))
         h = map_tensors(h, lambda t: distributed.all_sum(t.detach()))
         return h, float(sums[0]), int(sums[1])
     return map_tensors(h, torch.Tensor.detach), loglik, count
+
+
+#: The most bytes one Jacobian block may take: the GGN and the GLM predictive go through the
+#: rows and the outputs in blocks of ``rows x outputs x P`` numbers under it, so their memory
+#: never grows with the number of rows or outputs (laplace-torch materialises ``N x O x P``).
+JACOBIAN_BLOCK_BYTES = 2**28
+
+
+def jacobian_blocks(rows: int, outputs: int, size: int, itemsize: int) -> tuple[int, int]:
+    """``(rows per block, outputs per block)`` for Jacobians of ``rows x outputs x size``
+    numbers of ``itemsize`` bytes: all of the outputs with as many rows as
+    :data:`JACOBIAN_BLOCK_BYTES` holds, else one row with as many outputs as it holds (never
+    less than one of each).
+
+    Example:
+        >>> jacobian_blocks(1000, 10, 1000, 4)  # 40 KB a row: every row at once
+        (1000, 10)
+        >>> jacobian_blocks(100, 1000, 10**6, 4)  # 4 GB a row: 67 outputs at a time
+        (1, 67)
+    """
+    per_row = outputs * size * itemsize
+    if per_row <= JACOBIAN_BLOCK_BYTES:
+        return max(1, min(rows, JACOBIAN_BLOCK_BYTES // per_row)), outputs
+    return 1, max(1, min(outputs, JACOBIAN_BLOCK_BYTES // (size * itemsize)))
+
+
+def _add_ggn_blocks(
+    h: torch.Tensor,
+    structure: HessianStructure,
+    model: nn.Module,
+    params: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    w: torch.Tensor,
+    likelihood: str,
+) -> torch.Tensor:
+    """``h`` plus the GGN of the rows ``x (B, ...)`` with output weights ``w (B, O)``, through
+    Jacobian blocks of :func:`jacobian_blocks`' size: the sum over outputs of ``J_oᵀ w_o J_o``
+    splits over output blocks, and a categorical's ``j = Σ_o p_o J_o`` is summed over them
+    before its ``- j jᵀ`` is taken, once per row block."""
+    size = sum(t.numel() for t in params.values())
+    ref = next(iter(params.values()))
+    rows, outs = jacobian_blocks(len(x), w.shape[1], size, ref.element_size())
+    for start in range(0, len(x), rows):
+        xr, wr = x[start : start + rows], w[start : start + rows]
+        jp = None if likelihood == "regression" else ref.new_zeros(len(xr), size)
+        for o in range(0, w.shape[1], outs):
+            block = slice(o, o + outs)
+            jac, _ = output_jacobians(model, params, xr, block)  # (b, o', P)
+            h = structure.add_ggn(h, jac, wr[:, block], None)
+            if jp is not None:
+                jp = jp + torch.einsum("bop,bo->bp", jac, wr[:, block])
+        if jp is not None:  # - Σ_b j_b j_bᵀ: the term across outputs
+            h = structure.add_ggn(h, jp.new_zeros(len(xr), 0, size), wr[:, :0], jp)
+    return h
 
 
 @torch.no_grad()

@@ -13,7 +13,11 @@ from bnn_pyro._checks import check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.methods.classic.params import batched_call, linearized_call, unflatten
 from bnn_pyro.methods.classic.training import modes, module_device
-from bnn_pyro.methods.laplace.curvature import layer_jacobians, output_jacobians
+from bnn_pyro.methods.laplace.curvature import (
+    jacobian_blocks,
+    layer_jacobians,
+    output_jacobians,
+)
 from bnn_pyro.methods.laplace.kron import LayerJacobians
 from bnn_pyro.methods.laplace.structures import HessianStructure
 
@@ -54,7 +58,9 @@ class LaplacePredictive:
 
         Args:
             x: ``(N, ...)`` inputs.
-            chunk_size: rows per Jacobian pass (memory ``chunk_size x O x P``).
+            chunk_size: rows per Jacobian pass, at most: the rows and the outputs of a pass are
+                cut down further to keep its ``rows x outputs x P`` numbers under
+                :data:`~bnn_pyro.methods.laplace.curvature.JACOBIAN_BLOCK_BYTES`.
 
         Returns:
             ``(N, O)``.
@@ -73,9 +79,11 @@ class LaplacePredictive:
             >>> la.glm_variance(torch.zeros(3, 1)).shape
             torch.Size([3, 1])
         """
-        h = self._require_fit()[1]
-        parts = [self.structure.functional_variance(h, self._lam(), jac)
-                 for jac in self._jacobian_blocks(x, chunk_size)]  # fmt: skip
+        h, lam = self._require_fit()[1], self._lam()
+        parts = [
+            torch.cat([self.structure.functional_variance(h, lam, jac) for jac in blocks], dim=1)
+            for blocks in self._jacobian_blocks(x, chunk_size, by_output=True)
+        ]
         return torch.cat(parts)
 
     def glm_covariance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
@@ -109,7 +117,7 @@ class LaplacePredictive:
             (torch.Size([3, 3]), True)
         """
         h = self._require_fit()[1]
-        blocks = list(self._jacobian_blocks(x, chunk_size))
+        blocks = [b[0] for b in self._jacobian_blocks(x, chunk_size)]
         if self.structure.layerwise:  # (deltas, inputs) per block: joined per layer
             jac = tuple({k: torch.cat([b[i][k] for b in blocks]) for k in blocks[0][i]}
                         for i in range(2))  # fmt: skip
@@ -117,21 +125,36 @@ class LaplacePredictive:
             jac = torch.cat(blocks)
         return self.structure.functional_covariance(h, self._lam(), jac)
 
-    def _jacobian_blocks(self, x: Any, chunk_size: int) -> Iterator[torch.Tensor | LayerJacobians]:
-        """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then the
-        Jacobians ``(B, O, P)`` of the net's outputs in the Bayesian parameters at θ* (a
-        layerwise structure, KFAC: each layer's ``(deltas, inputs)`` instead), for blocks of
-        ``chunk_size`` rows (the net in eval mode, no graph kept)."""
+    def _jacobian_blocks(
+        self, x: Any, chunk_size: int, by_output: bool = False
+    ) -> Iterator[list[torch.Tensor | LayerJacobians]]:
+        """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then per
+        block of at most ``chunk_size`` rows, the Jacobians ``(B, O, P)`` of the net's outputs in
+        the Bayesian parameters at θ* (a layerwise structure, KFAC: each layer's ``(deltas,
+        inputs)`` instead), as a list of one; ``by_output``: as a list of ``(B, O', P)`` blocks
+        over the outputs, each under :data:`~bnn_pyro.methods.laplace.curvature.
+        JACOBIAN_BLOCK_BYTES` (the rows cut down to fit first). The net is in eval mode, no
+        graph kept."""
         mean, _ = self._require_fit()
         check_int("chunk_size", chunk_size)
         x = self._check_x(x).to(module_device(self.model))
         params = unflatten(mean, self._shapes)
         with modes(self.model, lambda m: False), torch.no_grad():
-            for rows in x.split(chunk_size):
-                if self.structure.layerwise:
-                    yield layer_jacobians(self.model, params, rows)[:2]
-                else:
-                    yield output_jacobians(self.model, params, rows)[0]
+            if self.structure.layerwise:
+                for rows in x.split(chunk_size):
+                    yield [layer_jacobians(self.model, params, rows)[:2]]
+                return
+            if not by_output:
+                for rows in x.split(chunk_size):
+                    yield [output_jacobians(self.model, params, rows)[0]]
+                return
+            outputs = self.model(x[:1]).shape[-1]
+            n_rows, n_outs = jacobian_blocks(chunk_size, outputs, mean.numel(), mean.element_size())
+            for rows in x.split(min(chunk_size, n_rows)):
+                yield [
+                    output_jacobians(self.model, params, rows, slice(o, o + n_outs))[0]
+                    for o in range(0, outputs, n_outs)
+                ]
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""
