@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from bnn_pyro.metrics import function_coverage, sd_ratio, wasserstein2
+from bnn_pyro.metrics import empirical_quantiles, function_coverage, sd_ratio, wasserstein2
 
 
 def test_coverage_counts_the_points_inside_the_interval_of_the_level():
@@ -64,3 +64,22 @@ def test_sd_ratio_and_bad_input():
         function_coverage(torch.zeros(2), torch.ones(2), torch.zeros(2), level=1.0)
     with pytest.raises(ValueError, match="same points"):
         wasserstein2(torch.zeros(5, 3), torch.zeros(5, 4))
+
+
+def test_empirical_quantiles_take_the_order_statistic_of_each_midpoint_exactly():
+    # 2,400 samples, 200 levels: u_i S = 12 i + 6, an integer; an index computed in floating
+    # point lands below it at some levels and picks the order statistic before
+    samples = torch.randperm(2400, generator=torch.Generator().manual_seed(0)).float()[:, None]
+    got = empirical_quantiles(samples, 200)[:, 0]
+    assert torch.equal(got, 12 * torch.arange(200, dtype=torch.float64) + 6)
+    float32_index = ((torch.arange(200) + 0.5) / 200 * 2400).long()
+    assert int((float32_index != got.long()).sum()) > 0  # what the float64 index avoids
+
+
+def test_empirical_quantiles_refuse_bad_input():
+    with pytest.raises(ValueError, match="S >= 1"):
+        empirical_quantiles(torch.zeros(0, 3), 5)
+    with pytest.raises(TypeError):
+        empirical_quantiles([1.0, 2.0], 5)
+    with pytest.raises((TypeError, ValueError), match="num_levels"):
+        empirical_quantiles(torch.zeros(4, 1), 0)

@@ -18,7 +18,7 @@ Uncertainty from ``(S, N, C)`` probability samples: :func:`predictive_entropy`,
 :func:`expected_entropy`, :func:`mutual_information`, :func:`entropy_decomposition`.
 
 The function itself against the truth or a reference posterior: :func:`function_coverage`,
-:func:`sd_ratio`, :func:`wasserstein2`.
+:func:`sd_ratio`, :func:`wasserstein2` (through :func:`empirical_quantiles`).
 
 Out-of-distribution detection: the scores :func:`max_probability_score` and
 :func:`energy_score` (beside the entropies), and how well scores separate in- from
@@ -44,7 +44,12 @@ from bnn_pyro.metrics.classification import (
     reliability_curve,
 )
 from bnn_pyro.metrics.crps import crps_from_samples, crps_gaussian_mixture
-from bnn_pyro.metrics.function_space import function_coverage, sd_ratio, wasserstein2
+from bnn_pyro.metrics.function_space import (
+    empirical_quantiles,
+    function_coverage,
+    sd_ratio,
+    wasserstein2,
+)
 from bnn_pyro.metrics.intervals import interval_score, mean_interval_width, picp
 from bnn_pyro.metrics.ood import (
     energy_score,
@@ -72,6 +77,7 @@ __all__ = [
     "calibration_errors",
     "crps_from_samples",
     "crps_gaussian_mixture",
+    "empirical_quantiles",
     "energy_score",
     "entropy_decomposition",
     "expected_calibration_error",

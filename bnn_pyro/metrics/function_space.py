@@ -24,7 +24,7 @@ import torch
 
 from bnn_pyro._checks import check_float, check_int, check_tensor
 
-__all__ = ["function_coverage", "sd_ratio", "wasserstein2"]
+__all__ = ["empirical_quantiles", "function_coverage", "sd_ratio", "wasserstein2"]
 
 
 def _same_shape(**tensors: object) -> list[torch.Tensor]:
@@ -85,6 +85,34 @@ def sd_ratio(sd: torch.Tensor, reference_sd: torch.Tensor) -> torch.Tensor:
     return sd / reference_sd
 
 
+def empirical_quantiles(samples: torch.Tensor, num_levels: int) -> torch.Tensor:
+    """The empirical quantile function of ``samples`` at the ``num_levels`` midpoints
+    ``u_i = (i + ½) / num_levels``: the order statistic ``⌊u_i S⌋`` (0-based) of the ``S``
+    samples at each point, the index in integer arithmetic (``⌊(2i + 1) S / 2L⌋``: a product
+    ``u_i S`` that is an integer is not rounded below it, as a floating-point ``u_i`` can be). :func:`wasserstein2` and a cached reference's quantiles
+    (``benchmarks/no_data_judge.py``) both use it.
+
+    Args:
+        samples: ``(S, ...)``.
+        num_levels: ``L >= 1``.
+
+    Returns:
+        ``(L, ...)`` in float64.
+
+    Example:
+        >>> empirical_quantiles(torch.tensor([[3.0], [1.0], [2.0], [0.0]]), 2)  # u = 1/4, 3/4
+        tensor([[1.],
+                [3.]], dtype=torch.float64)
+    """
+    samples = check_tensor("samples", samples)
+    check_int("num_levels", num_levels)
+    if samples.dim() < 1 or len(samples) == 0:
+        raise ValueError(f"samples must be (S, ...) with S >= 1, got {tuple(samples.shape)}")
+    odd = 2 * torch.arange(num_levels, device=samples.device) + 1  # u_i = odd_i / (2 L)
+    index = (odd * len(samples) // (2 * num_levels)).clamp(max=len(samples) - 1)
+    return samples.to(torch.float64).sort(dim=0).values[index]
+
+
 def wasserstein2(
     samples: torch.Tensor, reference: torch.Tensor, num_levels: int = 1000
 ) -> torch.Tensor:
@@ -113,13 +141,6 @@ def wasserstein2(
             "samples and reference must be (S, N[, O]) and (R, N[, O]) with the same points, "
             f"got {tuple(samples.shape)} and {tuple(reference.shape)}"
         )
-    device = samples.device
-    levels = (torch.arange(num_levels, dtype=torch.float64, device=device) + 0.5) / num_levels
-
-    def quantiles(x: torch.Tensor) -> torch.Tensor:
-        ordered = x.to(device, torch.float64).sort(dim=0).values
-        index = (levels * len(x)).floor().long().clamp(max=len(x) - 1)
-        return ordered[index]  # the empirical quantile function at the levels
-
-    gap = quantiles(samples) - quantiles(reference)
+    reference = reference.to(samples.device)
+    gap = empirical_quantiles(samples, num_levels) - empirical_quantiles(reference, num_levels)
     return gap.pow(2).mean(0).sqrt().to(samples.dtype)
