@@ -6,7 +6,9 @@ one torch thread and writes
 * ``benchmarks/results/demo.md``: the metrics table of :func:`bnn_pyro.cli.demo.format_table`
   (the printed report less its training time and the plot's path, which change from run to
   run) and a line naming the versions and settings;
-* ``benchmarks/results/demo.png``: the demo's plot.
+* ``benchmarks/results/demo.png``: the demo's plot, with the converged NUTS reference's
+  ``mean ± 2 sd`` of ``f`` on the same problem drawn over it (``results/no_data/demo.pt``,
+  made by ``benchmarks/no_data_judge.py``) where that file is present.
 
 The demo is seeded, so a run prints the same table every time; ``tests/core/test_demo_cli.py``
 runs it and compares the table with the committed ``demo.md``.
@@ -30,6 +32,7 @@ import torch
 from bnn_pyro.cli.demo import DemoResult, format_table, run_demo
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "demo.md")
+NUTS = os.path.join(os.path.dirname(RESULTS), "no_data", "demo.pt")
 
 
 def report(result: DemoResult) -> str:
@@ -56,13 +59,22 @@ def report(result: DemoResult) -> str:
     )
 
 
+def nuts_band() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(x, mean - 2 sd, mean + 2 sd)`` of the cached NUTS reference of the demo problem, or
+    ``None`` where the cache is missing."""
+    if not os.path.exists(NUTS):
+        return None
+    ref = torch.load(NUTS, weights_only=False)
+    return ref["grid"][:, 0], ref["mean"] - 2 * ref["sd"], ref["mean"] + 2 * ref["sd"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # as the tests run it
     with tempfile.TemporaryDirectory() as tmp:
-        result = run_demo(tmp, progress=False)
+        result = run_demo(tmp, progress=False, reference=nuts_band())
         text = report(result)
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         shutil.copyfile(result.png, os.path.splitext(args.output)[0] + ".png")

@@ -67,7 +67,11 @@ class DemoResult:
 
 
 def run_demo(
-    out_dir: str = "demo_output", epochs: int = 5000, seed: int = 0, progress: bool = True
+    out_dir: str = "demo_output",
+    epochs: int = 5000,
+    seed: int = 0,
+    progress: bool = True,
+    reference: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> DemoResult:
     """Train, evaluate and plot; returns the :class:`DemoResult` (also written as JSON).
 
@@ -76,6 +80,9 @@ def run_demo(
         epochs: full-batch SVI steps.
         seed: seed of the data and of training.
         progress: show a progress bar.
+        reference: ``(x (G,), low (G,), high (G,))``: a band to draw over the plot for
+            comparison, e.g. a converged NUTS posterior's ``mean ± 2 sd`` of ``f``
+            (``benchmarks/demo.py`` draws the cached one); ``None``: none.
 
     Returns:
         The metrics on fresh test points on the data, inside the gap and beyond the data, and
@@ -91,6 +98,13 @@ def run_demo(
         True
     """
     epochs = check_int("epochs", epochs)
+    if reference is not None:
+        ok = isinstance(reference, tuple) and len(reference) == 3
+        ok = ok and all(isinstance(t, torch.Tensor) and t.dim() == 1 for t in reference)
+        if not ok or len({len(t) for t in reference}) != 1:
+            raise ValueError(
+                "reference must be a tuple (x, low, high) of three 1-D tensors of one length"
+            )
     os.makedirs(out_dir, exist_ok=True)
     X, y = toy_regression_1d(n=100, gap=GAP, noise_std=NOISE_STD, seed=seed)
     with torch.random.fork_rng():
@@ -130,14 +144,21 @@ def run_demo(
         metrics[f"std_{name}"] = float(std[rows].mean())
 
     png = os.path.join(out_dir, "demo.png")
-    _plot(bnn, X, y, png, seed)
+    _plot(bnn, X, y, png, seed, reference)
     result = DemoResult(**metrics, seconds=seconds, png=png)
     with open(os.path.join(out_dir, "demo_metrics.json"), "w") as handle:
         json.dump(asdict(result), handle, indent=2)
     return result
 
 
-def _plot(bnn: VariationalBNN, X: torch.Tensor, y: torch.Tensor, png: str, seed: int) -> None:
+def _plot(
+    bnn: VariationalBNN,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    png: str,
+    seed: int,
+    reference: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,6 +180,10 @@ def _plot(bnn: VariationalBNN, X: torch.Tensor, y: torch.Tensor, png: str, seed:
     )
     ax.plot(grid.squeeze(-1), toy_function(grid).squeeze(-1), "k:", lw=1, label="true f(x)")
     ax.axvspan(*GAP, color="0.9", zorder=0)
+    if reference is not None:
+        x_ref, low, high = (t.detach().cpu() for t in reference)
+        ax.plot(x_ref, low, color="C3", ls="--", lw=1, label="NUTS ±2σ (reference)")
+        ax.plot(x_ref, high, color="C3", ls="--", lw=1)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=120)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
+
 from benchmarks.demo import report
 from bnn_pyro.cli import main
 from bnn_pyro.cli.demo import format_result, format_table, run_demo
@@ -32,3 +35,22 @@ def test_the_full_demo_widens_in_the_gap_and_prints_the_committed_table(tmp_path
     assert format_table(result) in format_result(result)  # what `bnn-pyro demo` prints
     committed = (ROOT / "benchmarks" / "results" / "demo.md").read_text(encoding="utf-8")
     assert report(result) == committed, "run python benchmarks/demo.py"
+
+
+def test_a_reference_band_is_drawn_over_the_demo_plot_and_checked(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    x = torch.linspace(-4, 4, 5)
+    labels = []
+    real = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        labels.append(kwargs.get("label"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    run_demo(str(tmp_path), epochs=5, progress=False, reference=(x, x - 1, x + 1))
+    assert "NUTS ±2σ (reference)" in labels
+    for bad in [(x, x), (x, x, x[:3]), (x, x, x.unsqueeze(-1)), [x, x, x]]:
+        with pytest.raises(ValueError, match="reference must be a tuple"):
+            run_demo(str(tmp_path), epochs=5, progress=False, reference=bad)
