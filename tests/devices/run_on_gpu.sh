@@ -2,7 +2,11 @@
 # The GPU checks in one script, for a CUDA machine whose Python has torch but not Pyro:
 #   bash tests/devices/run_on_gpu.sh [OUT_DIR]
 # Put the pyro-ppl and pyro-api wheels in .whl/ first (installed with pip, with the project
-# editable; --no-index: nothing is downloaded). Sections, each under its own time limit, chosen by
+# editable; --no-index: nothing is downloaded), e.g. on a machine with the package index:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 -d .whl pyro-ppl==1.9.2 pyro-api==0.1.2
+# Without mapie and dask (the dev extra's, absent from that image) their tests skip, except two
+# doctests of benchmarks/uci/intervals.py that need mapie: add its wheel to run those too. Sections, each under its own time limit, chosen by
 # SECTIONS (default: devices, suite, bench, proj, in this order):
 #   devices  pytest tests/devices                    (the CUDA end-to-end tests)
 #   suite    the whole suite with CUDA visible       (pytest-xdist, XDIST workers)
