@@ -74,10 +74,13 @@ def _vi(
     return build
 
 
-def _classic(name: str) -> Callable[[judge.Standardized, float, int], Predictor]:
+def _classic(
+    name: str, structure: str = "full", layerwise: bool = False
+) -> Callable[[judge.Standardized, float, int], Predictor]:
     def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
         """Notebook 01's settings: Adam at 1e-2, 2,000 full-batch epochs (SWAG: 1,000 epochs of
-        minibatches of 10), the known noise."""
+        minibatches of 10), the known noise; Laplace: the GLM predictive, ``structure``, the
+        prior precision by the evidence (one per parameter tensor with ``layerwise``)."""
         torch.manual_seed(seed)
         common = dict(likelihood="regression", noise_scale=data.noise)
         if name == "dropout":
@@ -89,13 +92,13 @@ def _classic(name: str) -> Callable[[judge.Standardized, float, int], Predictor]
             method = bp.SWAG(judge.make_net(), num_samples=S, **common)
         else:
             method = bp.LaplaceApproximation(
-                judge.make_net(), num_samples=S, hessian_structure="full", **common
+                judge.make_net(), num_samples=S, hessian_structure=structure, **common
             )
         epochs, batch = (1000, 10) if name == "swag" else (2000, len(data.x))
         method.fit(data.x, data.y, epochs=max(1, int(epochs * scale)), batch_size=batch,
                    lr=1e-2, progress=False, seed=seed)  # fmt: skip
         if name == "laplace":
-            method.optimize_prior_precision()
+            method.optimize_prior_precision(layerwise=layerwise)
         g = torch.Generator().manual_seed(seed)
         if name == "ensemble":
             return lambda x: _locs(method.predictive_gaussian(x))
@@ -122,6 +125,8 @@ CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "ensemble": _classic("ensemble"),
     "swag": _classic("swag"),
     "laplace": _classic("laplace"),
+    "laplace, KFAC": _classic("laplace", structure="kron"),
+    "laplace, KFAC, layerwise λ": _classic("laplace", structure="kron", layerwise=True),
     "sghmc": _sghmc,
 }
 
