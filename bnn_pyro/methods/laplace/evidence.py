@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from bnn_pyro._checks import check_float
+from bnn_pyro._checks import check_choice, check_float
+from bnn_pyro.methods.classic.training import modes
 from bnn_pyro.methods.laplace import gaussian_posterior as gp
 from bnn_pyro.methods.laplace.structures import HessianStructure, map_tensors
 
@@ -20,7 +21,9 @@ class LaplaceEvidence:
     """The evidence half of :class:`~bnn_pyro.methods.laplace.laplace.LaplaceApproximation`,
     which provides the fitted posterior it reads: ``structure``, ``hessian_structure``,
     ``prior_precision``, the parameters' shapes (``_shapes``), the log-likelihood at θ*
-    (``_loglik``) and the flat mean and curvature (``_require_fit``).
+    (``_loglik``) and the flat mean and curvature (``_require_fit``); and, for the held-out
+    criterion, the net (``model``), ``task``, ``noise_scale``, the input check (``_check_x``)
+    and :meth:`glm_variance`.
 
     Example:
         >>> import bnn_pyro as bp
@@ -82,17 +85,32 @@ class LaplaceEvidence:
         )
 
     def optimize_prior_precision(
-        self, bounds: tuple[float, float] = (1e-8, 1e8), layerwise: bool = False
+        self,
+        bounds: tuple[float, float] = (1e-8, 1e8),
+        layerwise: bool = False,
+        *,
+        method: str = "evidence",
+        validation: tuple[Any, Any] | None = None,
+        grid: Sequence[float] | None = None,
     ) -> float | tuple[float, ...]:
-        """Set λ to the maximiser of :meth:`log_marginal_likelihood` and return it.
+        """Set λ to the maximiser of :meth:`log_marginal_likelihood` (``method="evidence"``,
+        the default; ``"marglik"`` is the same) or of the held-out
+        :meth:`validation_log_likelihood` over a grid (``method="gridsearch"``), and return it.
 
         The derivative of the log-evidence in λ is strictly decreasing, so the maximiser is
         found exactly by bisection in ``log λ`` within ``bounds``; it
         satisfies MacKay's fixed point ``λ = γ / ‖θ*‖²``, ``γ = Σ_i e_i / (e_i + λ)`` over the
         eigenvalues ``e_i`` of H.
 
+        With ``"gridsearch"``, λ is the grid's value with the highest mean log predictive
+        density of the GLM predictive on ``validation`` (laplace-torch's ``method="gridsearch"``,
+        whose default for regression scores the mean alone, which λ does not move).
+
         Args:
-            bounds: ``(low, high)`` of λ.
+            bounds: ``(low, high)`` of λ (the evidence's search).
+            method: ``"evidence"`` (or ``"marglik"``) or ``"gridsearch"``.
+            validation: ``(x (M, ...), y)``, held-out rows for ``"gridsearch"``.
+            grid: the λ to try (default 21 values from 1e-4 to 1e4, evenly in log λ).
             layerwise: one λ per Bayesian parameter tensor (laplace-torch's
                 ``prior_structure="layerwise"``). The evidence of the diagonal and the KFAC
                 structures is a sum over the tensors (their ``H`` has no terms between them),
@@ -121,6 +139,11 @@ class LaplaceEvidence:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
         if not isinstance(layerwise, bool):
             raise TypeError(f"layerwise must be a bool, got {type(layerwise).__name__}")
+        method = check_choice("method", method, ("evidence", "marglik", "gridsearch"))
+        if method == "gridsearch":
+            return self._grid_search(validation, grid, layerwise)
+        if validation is not None or grid is not None:
+            raise ValueError("validation and grid are for method='gridsearch'")
         mean, h = self._require_fit()
         if not layerwise:
             e = self.structure.eigenvalues(h)
@@ -169,3 +192,63 @@ class LaplaceEvidence:
         if isinstance(lam, float):
             return lam
         return self._per_coordinate(lam, self._require_fit()[0].dtype)
+
+    def validation_log_likelihood(
+        self, x: Any, y: Any, prior_precision: float | Sequence[float] | None = None
+    ) -> float:
+        """The mean log predictive density of held-out rows under the GLM predictive at λ:
+        regression ``log N(y; f(x, θ*), J Σ Jᵀ + σ²)`` per output, summed over the outputs;
+        classification ``log softmax(f / sqrt(1 + π/8 · var))[y]`` (the probit approximation
+        of the linearised predictive, laplace-torch's default ``link_approx``).
+
+        Args:
+            x: ``(M, ...)`` inputs.
+            y: ``(M,)`` class indices, or ``(M,)`` / ``(M, O)`` regression targets.
+            prior_precision: λ to evaluate (default the current one).
+
+        Returns:
+            The mean over the ``M`` rows.
+
+        Example:
+            >>> import torch.nn as nn
+            >>> from bnn_pyro import LaplaceApproximation
+            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", noise_scale=0.5)
+            >>> _ = la.fit(torch.randn(50, 2), torch.randn(50), epochs=0, progress=False)
+            >>> isinstance(la.validation_log_likelihood(torch.randn(9, 2), torch.randn(9)), float)
+            True
+        """
+        self._require_fit()
+        saved = self.prior_precision
+        lam = saved if prior_precision is None else self._checked_prior(prior_precision)
+        x = self._check_x(x)
+        y = torch.as_tensor(y, device=x.device)
+        if len(y) != len(x):
+            raise ValueError(f"y must have {len(x)} rows (len(x)), got shape {tuple(y.shape)}")
+        try:
+            self.prior_precision = lam
+            var = self.glm_variance(x)  # (M, O)
+        finally:
+            self.prior_precision = saved
+        with torch.no_grad(), modes(self.model, lambda m: False):
+            f = self.model(x)
+        if self.task == "classification":
+            logits = f / torch.sqrt(1 + math.pi / 8 * var)
+            return float(torch.log_softmax(logits, -1).gather(-1, y.long().view(-1, 1)).mean())
+        noise = torch.as_tensor(self.noise_scale, dtype=f.dtype, device=f.device)
+        total = var + noise**2
+        y = y.to(f.dtype).reshape(f.shape)
+        log_density = -0.5 * ((y - f) ** 2 / total + total.log() + math.log(2 * math.pi))
+        return float(log_density.sum(-1).mean())
+
+    def _grid_search(self, validation: Any, grid: Sequence[float] | None, layerwise: bool) -> float:
+        if layerwise:
+            raise ValueError("method='gridsearch' searches one scalar λ: use layerwise=False")
+        if not (isinstance(validation, (tuple, list)) and len(validation) == 2):
+            raise ValueError("method='gridsearch' needs validation=(x, y), the held-out rows")
+        values = [10.0**k for k in torch.linspace(-4, 4, 21).tolist()] if grid is None else grid
+        values = [check_float("grid", v, minimum=0.0, strict=True) for v in values]
+        if not values:
+            raise ValueError("grid must hold at least one prior precision")
+        scores = [self.validation_log_likelihood(*validation, prior_precision=v) for v in values]
+        self.prior_precision = values[max(range(len(values)), key=scores.__getitem__)]
+        return self.prior_precision
