@@ -23,7 +23,7 @@ class LaplaceEvidence:
     ``prior_precision``, the parameters' shapes (``_shapes``), the log-likelihood at θ*
     (``_loglik``) and the flat mean and curvature (``_require_fit``); and, for the held-out
     criterion, the net (``model``), ``task``, ``noise_scale``, the input check (``_check_x``)
-    and :meth:`glm_variance`.
+    and :meth:`~bnn_pyro.methods.laplace.predictive.LaplacePredictive.glm_variance`.
 
     Example:
         >>> import bnn_pyro as bp
@@ -245,7 +245,7 @@ class LaplaceEvidence:
             raise ValueError("method='gridsearch' searches one scalar λ: use layerwise=False")
         if not (isinstance(validation, (tuple, list)) and len(validation) == 2):
             raise ValueError("method='gridsearch' needs validation=(x, y), the held-out rows")
-        values = [10.0**k for k in torch.linspace(-4, 4, 21).tolist()] if grid is None else grid
+        values = [10.0 ** (k / 2.5) for k in range(-10, 11)] if grid is None else grid
         values = [check_float("grid", v, minimum=0.0, strict=True) for v in values]
         if not values:
             raise ValueError("grid must hold at least one prior precision")
