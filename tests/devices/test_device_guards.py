@@ -21,6 +21,7 @@ import ast
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -261,7 +262,13 @@ def test_the_estimators_on_the_cpu_by_name_give_the_default_numbers():
     kwargs = dict(hidden_sizes=(4,), epochs=2, num_samples=5, random_state=0)
     named = bp.BNNRegressor(device="cpu", **kwargs).fit(X, y).predict(X[:4], return_std=True)
     default = bp.BNNRegressor(**kwargs).fit(X, y).predict(X[:4], return_std=True)
-    assert all((a == b).all() for a, b in zip(named, default, strict=True))
+    # the same model: equal to float64 round-off. Not bit for bit: refitting the same seeded
+    # model in one process after other work differs in the last bit now and then (measured: 4
+    # of 400 refits under allocation churn, by 4e-17 in the mean; never with torch's
+    # deterministic mode filling uninitialised memory), which failed this test in 2 of 7 full
+    # runs. A device mix-up would move the numbers by far more than 1e-12.
+    for a, b in zip(named, default, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
 def test_the_device_helpers_refuse_bad_input():
