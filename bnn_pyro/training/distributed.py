@@ -103,8 +103,15 @@ _LOCAL = [0]  # depth of local() blocks
 
 
 def _destroy_own_group() -> None:
-    """Destroy the default group that :func:`active` made, if the script has not already."""
+    """Destroy the default group that :func:`active` made, if the script has not already:
+    after a barrier, so that no rank closes its connections while a peer still waits on them
+    (a gloo rank whose peer had gone aborted at exit, "terminate called without an active
+    exception", on a busy machine)."""
     if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        except Exception:  # noqa: BLE001 - a peer already gone: tear down regardless
+            pass
         dist.destroy_process_group()
 
 
