@@ -53,11 +53,7 @@ class HessianStructure(ABC):
 
     @abstractmethod
     def add_ggn(
-        self,
-        h: torch.Tensor,
-        jac: torch.Tensor,
-        weight: torch.Tensor,
-        jp: torch.Tensor | None,
+        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
     ) -> torch.Tensor:
         """``h + Σ_b (J_bᵀ diag(w_b) J_b - j_b j_bᵀ)`` for Jacobians ``jac (B, O, P)``, output
         weights ``weight (B, O)`` and ``jp (B, P)`` (``J_bᵀ p_b`` of a categorical; ``None``:

@@ -50,11 +50,7 @@ class DiagonalHessian(HessianStructure):
         return h + torch.cat([(g**2).sum(0).reshape(-1) for g in grads.values()])
 
     def add_ggn(
-        self,
-        h: torch.Tensor,
-        jac: torch.Tensor,
-        weight: torch.Tensor,
-        jp: torch.Tensor | None,
+        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
     ) -> torch.Tensor:
         h = h + torch.einsum("bop,bo->p", jac**2, weight)
         return h if jp is None else h - (jp**2).sum(0)
@@ -107,11 +103,7 @@ class FullHessian(HessianStructure):
         return h + g.T @ g
 
     def add_ggn(
-        self,
-        h: torch.Tensor,
-        jac: torch.Tensor,
-        weight: torch.Tensor,
-        jp: torch.Tensor | None,
+        self, h: torch.Tensor, jac: torch.Tensor, weight: torch.Tensor, jp: torch.Tensor | None
     ) -> torch.Tensor:
         h = h + torch.einsum("bop,bo,boq->pq", jac, weight, jac)
         return h if jp is None else h - jp.T @ jp
