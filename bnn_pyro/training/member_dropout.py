@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["MemberDropout", "member_dropout"]
+__all__ = ["MemberDropout", "member_dropout", "swap_member_dropout"]
 
 
 def _default_generator(device: torch.device) -> torch.Generator:
@@ -85,20 +85,18 @@ class MemberDropout(nn.Module):
         return torch.stack(outs)
 
 
-@contextmanager
-def member_dropout(module: nn.Module, generators: list[torch.Generator]) -> Iterator[None]:
-    """Inside the block, every ``nn.Dropout`` in ``module`` (a stacked twin run on ``(K, B,
-    ...)`` blocks) draws member ``k``'s masks from ``generators[k]``, as
-    :class:`~bnn_pyro.training.stacked.StackedModels`
-    does for the classic methods; the layers are put back afterwards.
+def swap_member_dropout(
+    module: nn.Module, generators: list[torch.Generator]
+) -> list[tuple[nn.Module, str, nn.Dropout]]:
+    """Replace every ``nn.Dropout`` in ``module`` (a stacked twin run on ``(K, B, ...)``
+    blocks) by a :class:`MemberDropout` of the same ``p`` and mode, member ``k``'s masks from
+    ``generators[k]``; return ``(parent, name, the replaced layer)`` of each, to put back.
 
     Example:
-        >>> net = nn.Sequential(nn.Dropout(0.5))
-        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 0)]
-        >>> with member_dropout(net, gens):
-        ...     out = net(torch.ones(2, 3, 4))
-        >>> bool(torch.equal(out[0], out[1])), type(net[0]).__name__
-        (True, 'Dropout')
+        >>> net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+        >>> swapped = swap_member_dropout(net, [torch.Generator()])
+        >>> type(net[1]).__name__, [name for _, name, _ in swapped]
+        ('MemberDropout', ['1'])
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
@@ -111,6 +109,25 @@ def member_dropout(module: nn.Module, generators: list[torch.Generator]) -> Iter
                 member.training = child.training
                 setattr(parent, name, member)
                 swapped.append((parent, name, child))
+    return swapped
+
+
+@contextmanager
+def member_dropout(module: nn.Module, generators: list[torch.Generator]) -> Iterator[None]:
+    """Inside the block, every ``nn.Dropout`` in ``module`` draws member ``k``'s masks from
+    ``generators[k]`` (:func:`swap_member_dropout`); the layers are put back afterwards, for a
+    twin shared with a model's own forward (stacked VI). :class:`~bnn_pyro.training.stacked.
+    StackedModels` swaps them for good in a twin of its own.
+
+    Example:
+        >>> net = nn.Sequential(nn.Dropout(0.5))
+        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 0)]
+        >>> with member_dropout(net, gens):
+        ...     out = net(torch.ones(2, 3, 4))
+        >>> bool(torch.equal(out[0], out[1])), type(net[0]).__name__
+        (True, 'Dropout')
+    """
+    swapped = swap_member_dropout(module, generators)
     try:
         yield
     finally:

@@ -30,7 +30,7 @@ from torch.func import stack_module_state
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.training.loop import TrainingStep
-from bnn_pyro.training.member_dropout import MemberDropout
+from bnn_pyro.training.member_dropout import swap_member_dropout
 
 __all__ = [
     "ELEMENTWISE_OPTIMIZERS",
@@ -151,10 +151,8 @@ class StackedModels(nn.Module):
         for name, p in nets[0].named_parameters():
             self.stacked[_key(name)].requires_grad_(p.requires_grad)
         self._twin = BatchedTwin(nets[0], self.names)
-        for module in self._twin.module.modules():
-            for name, child in list(module.named_children()):
-                if type(child) is nn.Dropout and generators is not None:
-                    setattr(module, name, MemberDropout(child.p, generators))
+        if generators is not None:  # each member's masks from its own generator
+            swap_member_dropout(self._twin.module, generators)
         probe = example[:3].unsqueeze(0).expand(self.num_models, *example[:3].shape)
         flags = [(m, m.training) for n in [*nets, self._twin.module] for m in n.modules()]
         try:  # the check in eval mode: no dropout masks, no draws

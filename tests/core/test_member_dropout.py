@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro.training.member_dropout import MemberDropout, member_dropout
+from bnn_pyro.training.member_dropout import MemberDropout, member_dropout, swap_member_dropout
 
 
 def test_each_members_masks_are_what_its_own_seeded_run_draws():
@@ -53,6 +53,7 @@ def test_the_layers_are_swapped_for_the_block_only():
         (lambda g: MemberDropout(0.1, [0]), TypeError, "generators"),
         (lambda g: MemberDropout(0.1, g)(torch.ones(3, 2)), ValueError, "K=2"),
         (lambda g: member_dropout("net", g).__enter__(), TypeError, "nn.Module"),
+        (lambda g: swap_member_dropout(nn.Dropout(0.1), []), TypeError, "generators"),
     ],
 )
 def test_bad_input_is_refused_by_name(call, exc, words):
