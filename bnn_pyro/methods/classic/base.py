@@ -153,8 +153,11 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         net = self._net()
         x = check_inputs(x, name, indices=net is not None and takes_indices(net))
         spec = self._input_spec()
-        x = x if spec is None else spec.check(name, x)
-        return x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device)
+        return self._placed(x if spec is None else spec.check(name, x))
+
+    def _placed(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the method's device, a floating ``t`` in its dtype."""
+        return t.to(self.device, self.dtype) if t.is_floating_point() else t.to(self.device)
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``(S, N, O)`` raw net outputs for ``S`` posterior samples (seeded draws)."""
@@ -288,9 +291,7 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         ``validation_data``; return them on ``module``'s device (floating ones in the method's
         dtype), ``y`` as ``(N, O)`` for regression."""
         x = self._check_x(x)
-        yt = check_targets(x, y, self.task)
-        if yt.is_floating_point():
-            yt = yt.to(self.dtype)
+        yt = self._placed(check_targets(x, y, self.task))
         if net is not None:
             check_outputs(probe(net, module, x), yt, self.task)
         device = module_device(module)
@@ -299,8 +300,7 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
             pair = validation_pair(
                 validation_data, self._check_x, lambda y, x: check_targets(x, y, self.task)
             )
-            targets = pair[1].to(self.dtype) if pair[1].is_floating_point() else pair[1]
-            validation = (pair[0].to(device), targets.to(device))
+            validation = (pair[0].to(device), self._placed(pair[1]).to(device))
         return x.to(device), yt.to(device), validation
 
     def _train(
