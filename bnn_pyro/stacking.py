@@ -2,9 +2,10 @@
 
 A short dispatcher to the stacked fit that the models' method declares in its
 :class:`~bnn_pyro.spec.MethodSpec` (``stacked_fit``): the VI models'
-(:func:`~bnn_pyro.methods.vi.stacked_fit.fit_stacked_vi`) and the classic methods' (MC dropout,
-SWAG, Laplace: :func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`). An option that
-the method's stacked fit does not take is refused by name.
+(:func:`~bnn_pyro.methods.vi.stacked_fit.fit_stacked_vi`), the classic methods' (MC dropout,
+SWAG, Laplace: :func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`) and SG-MCMC's
+chains (:func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`). An option that the
+method's stacked fit does not take is refused by name.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def fit_stacked(
     seeds: Sequence[int],
     **options: Any,
 ) -> History:
-    """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation``)
-    models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
+    """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG``, ``LaplaceApproximation`` or
+    ``SGMCMC``) models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
     float rounding).
 
     Args:
@@ -59,7 +60,10 @@ def fit_stacked(
             - MC dropout, SWAG, Laplace
               (:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`): ``epochs``,
               ``batch_size``, ``lr``, ``weight_decay``, ``optimizer``, ``lr_schedule``,
-              ``progress``.
+              ``progress``;
+            - SG-MCMC chains (:func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`):
+              ``epochs``, ``batch_size``, ``lr``, ``callbacks``, ``progress`` (the models share
+              their sampler settings).
 
     Returns:
         A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.

@@ -145,7 +145,7 @@ def test_a_resumed_run_on_cuda_ends_where_an_unbroken_one_does(name, tmp_path, m
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("name", ["vi", "dropout"])
+@pytest.mark.parametrize("name", ["vi", "dropout", "sghmc"])
 def test_fit_stacked_on_cuda_matches_each_members_own_fit(name):
     X, y = _data("regression", CUDA)
     members = [_method(name, "regression").to(CUDA) for _ in range(3)]

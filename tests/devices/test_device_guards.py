@@ -63,7 +63,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("training/batches.py", "shuffled_batches.batches", "arange"): _ORDER,
     ("training/batches.py", "permuted_batches.batches", "randperm"): _ORDER,
     ("methods/classic/base.py", "ClassicMethod.predict", "randint"): _SEED,
-    ("methods/sgmcmc/method.py", "SGMCMC.fit", "randint"): _SEED,
+    ("methods/sgmcmc/method.py", "SGMCMC.start_run", "randint"): _SEED,
     ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "randint"): _SEED,
     ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "Generator"): _RESERVOIR,
     ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "empty"): _RESERVOIR,
@@ -239,6 +239,11 @@ def test_stacked_fits_run_where_their_members_were_moved():
     dropouts = [m.to(torch.float64) for m in dropouts]
     bp.fit_stacked(dropouts, X, y, epochs=2, batch_size=16, lr=1e-2, seeds=[0, 1], progress=False)
     assert dropouts[1].predict(X[:4], num_samples=5, seed=0)[0].dtype == torch.float64
+    chains = [bp.make("sghmc", bp.nn.mlp(3, [8], 1), bp.Gaussian(scale="learned")) for _ in "ab"]
+    chains = [m.to(torch.float64) for m in chains]
+    bp.fit_stacked(chains, X, y, epochs=2, batch_size=16, seeds=[0, 1], progress=False)
+    assert chains[1].kept_samples.dtype == torch.float64
+    assert chains[1].predict(X[:4], num_samples=5, seed=0)[0].dtype == torch.float64
     ensemble = bp.make("ensemble", bp.nn.mlp(3, [8], 1, dropout=0.2), bp.Gaussian(scale=0.1))
     ensemble = ensemble.to(torch.float64)
     ensemble.fit(X, y, epochs=2, batch_size=16, lr=1e-2, seed=0, progress=False)

@@ -4,7 +4,9 @@ training loop, and ``RunPlan``: the step sizes, adaptation and collection of a w
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -13,6 +15,7 @@ from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.samplers import (
+    Generators,
     SGHMCState,
     adapt_sghmc,
     cyclical_lr,
@@ -137,19 +140,25 @@ def plan_run(
 
 class ChainStep(TrainingStep):
     """One step of the chain on a minibatch: the potential's gradient, the sampler's update
-    of ``theta (P,)`` in place, and the collector's offer.
+    of ``theta (P,)`` in place, and the collector's offer; or the same for K chains stacked,
+    ``theta (K, P)``, each with its own collector and noise generator (what
+    :func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc` runs).
 
     Args:
-        potential: the model's :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`.
-        theta: ``(P,)`` the position, moved in place.
+        potential: the model's :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`
+            (one chain), or a potential of K chains whose ``gradient`` maps ``theta (K, P)``
+            and ``(K, B, ...)`` minibatches to ``(U (K,), g (K, P))`` and whose ``constrain``
+            maps a chain's ``(P,)`` (:class:`~bnn_pyro.methods.sgmcmc.stacked.StackedPotential`).
+        theta: ``(P,)`` the position, or ``(K, P)`` the K chains' positions; moved in place.
         sampler: ``"sghmc"`` or ``"sgld"``.
-        plan: the run's :class:`RunPlan`.
+        plan: the run's :class:`RunPlan` (shared by the K chains).
         collector: keeps the samples; it is offered the sampling-stage steps, numbered from 0
-            (its ``burn_in`` counts those, ``plan.sampling_steps(0, plan.burn_in)``).
+            (its ``burn_in`` counts those, ``plan.sampling_steps(0, plan.burn_in)``). One per
+            chain for ``theta (K, P)``.
         dataset_size: ``N``.
         temperature: ``T``.
         mdecay: SGHMC's momentum decay.
-        generator: the source of the injected noise.
+        generator: the source of the injected noise (one per chain for ``theta (K, P)``).
 
     Example:
         >>> import pyro, pyro.distributions as dist
@@ -171,30 +180,45 @@ class ChainStep(TrainingStep):
 
     def __init__(
         self,
-        potential: PyroPotential,
+        potential: PyroPotential | Any,
         theta: torch.Tensor,
         sampler: str,
         plan: RunPlan,
-        collector: SampleCollector,
+        collector: SampleCollector | Sequence[SampleCollector],
         dataset_size: int,
         temperature: float,
         mdecay: float,
-        generator: torch.Generator,
+        generator: Generators,
     ) -> None:
         self.potential, self.theta, self.sampler, self.plan = potential, theta, sampler, plan
-        self.collector = collector
+        self.collectors = [collector] if isinstance(collector, SampleCollector) else list(collector)
+        chains = 1 if theta.dim() == 1 else theta.shape[0]
+        if len(self.collectors) != chains:
+            raise ValueError(f"one collector per chain: {len(self.collectors)} for {chains}")
+        self.collector = self.collectors[0]
         self.dataset_size, self.temperature, self.mdecay = dataset_size, temperature, mdecay
         self.generator = generator
         self.state = SGHMCState.start(theta) if sampler == "sghmc" else None
         self.k = 0  # the step about to be taken
         self.sampled = 0  # sampling-stage steps so far (what thinning counts)
+        self._epoch: list[torch.Tensor] = []  # each step's U, per chain
+
+    def start_epoch(self, epoch: int) -> None:
+        self._epoch = []
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
         k, plan, n = self.k, self.plan, self.dataset_size
         adapting = self.state is not None and plan.adapting(k)
         value, grad = self.potential.gradient(self.theta, xb, yb, n)
-        if not (math.isfinite(value) and bool(torch.isfinite(grad).all())):
-            raise TrainingDivergedError(f"SG-MCMC: the potential or its gradient is {value}")
+        # U per chain, (K,) (K = 1 alone), on the CPU: the history's numbers, read every step
+        values = torch.as_tensor(value, dtype=torch.float64, device="cpu").reshape(-1)
+        grads_finite = torch.isfinite(grad).reshape(len(values), -1).all(-1).cpu()
+        finite = torch.isfinite(values) & grads_finite
+        if not bool(finite.all()):
+            raise TrainingDivergedError(
+                f"SG-MCMC: the potential or its gradient is not finite{_which(finite)}: "
+                f"{values.tolist()}"
+            )
         if adapting:
             adapt_sghmc(self.state, grad)  # type: ignore[arg-type]
         lr, sampling = plan.step_size(k), plan.sampling(k)
@@ -221,14 +245,37 @@ class ChainStep(TrainingStep):
                     generator=self.generator,
                     noise=sampling,
                 )
-        if not bool(torch.isfinite(self.theta).all()):
-            raise TrainingDivergedError("SG-MCMC: the chain left the finite numbers")
+        finite = torch.isfinite(self.theta).reshape(len(values), -1).all(-1).cpu()
+        if not bool(finite.all()):
+            where = _which(finite)
+            raise TrainingDivergedError(f"SG-MCMC: the chain left the finite numbers{where}")
         if sampling:  # the collector drops those before the burn-in's end and thins the rest
-            self.collector.offer(self.sampled, lambda: self.potential.constrain(self.theta))
+            rows = [self.theta] if self.theta.dim() == 1 else list(self.theta)
+            for row, collector in zip(rows, self.collectors, strict=True):
+                collector.offer(self.sampled, lambda row=row: self.potential.constrain(row))
             self.sampled += 1
         self.k += 1
-        return value
+        self._epoch.append(values)
+        return float(values.mean())
+
+    def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
+        """The mean ``U`` per point, each minibatch weighted by its rows; with K chains, the
+        chains' mean and ``member_loss`` (each chain's)."""
+        weights = torch.tensor(sizes, dtype=torch.float64, device="cpu")
+        per_chain = (torch.stack(self._epoch) * weights.unsqueeze(-1)).sum(0) / weights.sum()
+        row: dict[str, Any] = {"loss": float(per_chain.mean())}
+        if self.theta.dim() == 2:
+            row["member_loss"] = per_chain.tolist()
+        return row
 
     def state_dict(self) -> dict:
         """No resumable state: an SG-MCMC run is not resumed."""
         return {}
+
+
+def _which(finite: torch.Tensor) -> str:
+    """`` (chain(s) [..] of K)`` for a stack of chains, empty for one."""
+    if len(finite) == 1:
+        return ""
+    bad = [k + 1 for k, ok in enumerate(finite.tolist()) if not ok]
+    return f" (chain(s) {bad} of {len(finite)})"

@@ -179,16 +179,6 @@ class SGMCMC(SamplePredictive):
         y = self.bnn.prepare_targets(y, X)
         n = X.shape[0]
         batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
-        plan, thinning = plan_run(
-            epochs * math.ceil(n / batch),
-            lr,
-            self.schedule,
-            self.cycles,
-            self.explore,
-            self.burn_in,
-            self.thinning,
-            self.max_samples,
-        )
         validation = None
         if validation_data is not None:
             xv, yv = validation_pair(
@@ -198,30 +188,7 @@ class SGMCMC(SamplePredictive):
             )
             validation = self._validation(xv, yv)
         with seeded(seed, self.device):
-            potential = PyroPotential(self.bnn.model, X[:2], y[:2], self.likelihood.name)
-            start = dict(self.bnn.guide.init_loc)  # the net's own initial weights
-            start.update(self.likelihood.initial_latents(X, y))  # e.g. the noise from the data
-            theta = self.position if self.position.numel() == potential.size else None
-            self.position = potential.flat(start) if theta is None else theta.clone()
-            collector = SampleCollector(
-                self.max_samples,
-                plan.sampling_steps(0, plan.burn_in),
-                thinning,
-                seed=int(torch.randint(0, 2**62, (1,))),
-            )
-            noise = torch.Generator(device=self.device)
-            noise.manual_seed(int(torch.randint(0, 2**62, (1,))))
-            step = ChainStep(
-                potential,
-                self.position,
-                self.sampler,
-                plan,
-                collector,
-                n,
-                self.temperature,
-                self.mdecay,
-                noise,
-            )
+            step = self.start_run(X, y, steps=epochs * math.ceil(n / batch), lr=lr)
             self._step = step
             batches = shuffled_batches(X, y, batch, shuffle, seed)
             was_training = self.bnn.training
@@ -240,17 +207,69 @@ class SGMCMC(SamplePredictive):
             finally:
                 self.bnn.train(was_training)
                 self._step = None
-        self._finish(potential, step, X)
+        self.keep_run(step, X)
         return history
 
-    def _finish(self, potential: PyroPotential, step: ChainStep, X: torch.Tensor) -> None:
-        """Keep what the run collected, and what predict needs to know."""
+    def start_run(self, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float) -> ChainStep:
+        """The first step of a run of ``steps`` steps on ``X (N, ...)``, ``y`` (both prepared
+        as :meth:`fit` prepares them): the potential, the start (where the last run stopped,
+        else the net's initial weights and the likelihood's initial latents), the plan, the
+        collector and the noise generator, each drawn from the global RNG in the order ``fit``
+        draws them (``fit`` runs this inside its seeded block; so does
+        :func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`, once per chain).
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> X = torch.randn(16, 2); y = X.sum(-1, keepdim=True)
+            >>> m = bp.make("sgld", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.1))
+            >>> step = m.start_run(X, y, steps=8, lr=0.01)
+            >>> step.theta.shape, step.plan.burn_in
+            (torch.Size([17]), 2)
+        """
+        plan, thinning = plan_run(
+            steps,
+            lr,
+            self.schedule,
+            self.cycles,
+            self.explore,
+            self.burn_in,
+            self.thinning,
+            self.max_samples,
+        )
+        potential = PyroPotential(self.bnn.model, X[:2], y[:2], self.likelihood.name)
+        start = dict(self.bnn.guide.init_loc)  # the net's own initial weights
+        start.update(self.likelihood.initial_latents(X, y))  # e.g. the noise from the data
+        theta = self.position if self.position.numel() == potential.size else None
+        self.position = potential.flat(start) if theta is None else theta.clone()
+        collector = SampleCollector(
+            self.max_samples,
+            plan.sampling_steps(0, plan.burn_in),
+            thinning,
+            seed=int(torch.randint(0, 2**62, (1,))),
+        )
+        noise = torch.Generator(device=self.device)
+        noise.manual_seed(int(torch.randint(0, 2**62, (1,))))
+        return ChainStep(
+            potential,
+            self.position,
+            self.sampler,
+            plan,
+            collector,
+            X.shape[0],
+            self.temperature,
+            self.mdecay,
+            noise,
+        )
+
+    def keep_run(self, step: ChainStep, X: torch.Tensor) -> None:
+        """Keep what a run collected (``step``: the run's :class:`ChainStep`, this chain's
+        alone) and what :meth:`predict` needs to know of its data ``X (N, ...)``."""
+        potential, plan = step.potential, step.plan
         self.potential = potential
         self.kept_samples = step.collector.samples.clone()
         self.dataset_size = X.shape[0]
         self.input_shape = tuple(X.shape[1:])
         self.bnn.input_shape = self.input_shape
-        plan = step.plan
         self.last_run = {
             "steps": plan.total,
             "burn_in": plan.burn_in,

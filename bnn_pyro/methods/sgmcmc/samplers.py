@@ -26,18 +26,25 @@ al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 __all__ = [
+    "Generators",
     "SGHMCState",
     "adapt_sghmc",
     "cycle_position",
     "cyclical_lr",
     "sghmc_step",
     "sgld_step",
+    "standard_normal",
 ]
+
+#: The source of a step's noise: one generator for one chain, or one per row of a ``(K, P)``
+#: stack of K chains (each row's draws then come from its own chain's generator).
+Generators = torch.Generator | Sequence[torch.Generator] | None
 
 
 @dataclass
@@ -72,6 +79,31 @@ class SGHMCState:
         return cls(torch.zeros_like(theta), ones, ones.clone(), ones.clone(), ones.clone())
 
 
+def standard_normal(like: torch.Tensor, generator: Generators = None) -> torch.Tensor:
+    """Standard normal draws shaped like ``like``: ``(P,)`` from one generator, or ``(K, P)``
+    with row ``k`` from ``generator[k]`` (what chain ``k`` alone would draw, so K chains stacked
+    draw each chain's own noise).
+
+    Example:
+        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+        >>> stacked = standard_normal(torch.zeros(2, 3), gens)
+        >>> alone = torch.randn(3, generator=torch.Generator().manual_seed(1))
+        >>> stacked.shape, bool(torch.equal(stacked[1], alone))
+        (torch.Size([2, 3]), True)
+    """
+    device, dtype = like.device, like.dtype
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.randn(like.shape, generator=generator, device=device, dtype=dtype)
+    if like.dim() != 2 or len(generator) != like.shape[0]:
+        raise ValueError(
+            f"one generator per chain: {len(generator)} generators for a stack of shape "
+            f"{tuple(like.shape)}"
+        )
+    return torch.stack(
+        [torch.randn(like.shape[1:], generator=g, device=device, dtype=dtype) for g in generator]
+    )
+
+
 def adapt_sghmc(state: SGHMCState, grad: torch.Tensor) -> None:
     """One burn-in update of the preconditioner (in place): Springenberg et al.'s running
     averages of ``g`` and ``g²`` over a window ``tau`` that grows while the gradient is noisy.
@@ -103,20 +135,22 @@ def sghmc_step(
     mdecay: float,
     temperature: float,
     dataset_size: int,
-    generator: torch.Generator | None = None,
+    generator: Generators = None,
     noise: bool = True,
 ) -> None:
     """One scale-adapted SGHMC step, in place on ``theta (P,)`` and ``state``.
 
     Args:
-        theta: the position (unconstrained coordinates).
+        theta: the position (unconstrained coordinates), or ``(K, P)`` K chains (every state
+            field then ``(K, P)`` too).
         state: the chain's state; its ``momentum`` is rescaled first if ``lr`` changed.
         grad: ``(P,)`` the per-datum minibatch gradient ``∇U / N`` at ``theta``.
         lr: the step size (> 0).
         mdecay: the momentum decay (friction) per step, in (0, 1).
         temperature: ``T``; the chain samples ``p(θ|D)^(1/T)``.
         dataset_size: ``N``.
-        generator: the source of the injected noise.
+        generator: the source of the injected noise (one per chain for ``(K, P)``, see
+            :func:`standard_normal`).
         noise: ``False`` for a noise-free step (momentum SGD: a cyclical run's exploration).
 
     Example:
@@ -132,8 +166,7 @@ def sghmc_step(
     state.momentum.mul_(1.0 - mdecay).sub_(lr * lr * state.minv * grad)
     if noise:
         variance = 2.0 * mdecay * temperature * lr * lr / dataset_size * state.minv
-        xi = torch.randn(theta.shape, generator=generator, device=theta.device, dtype=theta.dtype)
-        state.momentum.add_(variance.sqrt() * xi)
+        state.momentum.add_(variance.sqrt() * standard_normal(theta, generator))
     theta.add_(state.momentum)
 
 
@@ -144,18 +177,18 @@ def sgld_step(
     lr: float,
     temperature: float,
     dataset_size: int,
-    generator: torch.Generator | None = None,
+    generator: Generators = None,
     noise: bool = True,
 ) -> None:
     """One SGLD step in place: ``θ ← θ - ε ∇U + sqrt(2 ε T) ξ`` with ``ε = lr / N``.
 
     Args:
-        theta: ``(P,)`` the position.
-        grad: ``(P,)`` the per-datum minibatch gradient ``∇U / N`` (so ``ε ∇U = lr g``).
+        theta: ``(P,)`` the position, or ``(K, P)`` K chains.
+        grad: like ``theta``: the per-datum minibatch gradient ``∇U / N`` (so ``ε ∇U = lr g``).
         lr: the step size per datum (> 0).
         temperature: ``T``; the chain samples ``p(θ|D)^(1/T)`` (up to the step's bias).
         dataset_size: ``N``.
-        generator: the source of the injected noise.
+        generator: the source of the injected noise (one per chain for ``(K, P)``).
         noise: ``False`` for a plain SGD step (a cyclical run's exploration).
 
     Example:
@@ -166,8 +199,8 @@ def sgld_step(
     """
     theta.sub_(lr * grad)
     if noise:
-        xi = torch.randn(theta.shape, generator=generator, device=theta.device, dtype=theta.dtype)
-        theta.add_(math.sqrt(2.0 * lr * temperature / dataset_size) * xi)
+        scale = math.sqrt(2.0 * lr * temperature / dataset_size)
+        theta.add_(scale * standard_normal(theta, generator))
 
 
 def cycle_position(step: int, total: int, cycles: int) -> float:

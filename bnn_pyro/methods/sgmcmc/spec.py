@@ -12,6 +12,7 @@ from bnn_pyro.priors import IIDPrior
 from bnn_pyro.spec import MethodSpec
 
 _CLASS = "bnn_pyro.methods.sgmcmc.method:SGMCMC"
+_STACKED = "bnn_pyro.methods.sgmcmc.stacked:fit_stacked_sgmcmc"
 
 
 def _normal_prior(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -21,14 +22,16 @@ def _normal_prior(p: Mapping[str, Any]) -> dict[str, Any]:
 SPECS = [
     MethodSpec(
         "sghmc", _CLASS, "SGMCMC (scale-adapted SGHMC on the Pyro model)", rank=95,
-        estimator_options=_normal_prior, scalar_noise=True,
+        estimator_options=_normal_prior, scalar_noise=True, stacked_fit=_STACKED,
     ),
     MethodSpec(
         "csghmc", _CLASS, 'SGMCMC(schedule="cyclical") (cyclical SGHMC)', rank=96,
         defaults={"schedule": "cyclical"}, estimator_options=_normal_prior, scalar_noise=True,
+        stacked_fit=_STACKED,
     ),
     MethodSpec(
         "sgld", _CLASS, 'SGMCMC(sampler="sgld") (stochastic gradient Langevin dynamics)',
         rank=97, defaults={"sampler": "sgld"}, estimator_options=_normal_prior, scalar_noise=True,
+        stacked_fit=_STACKED,
     ),
 ]  # fmt: skip

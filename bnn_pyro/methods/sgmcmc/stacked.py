@@ -1,0 +1,295 @@
+"""K SG-MCMC chains run as one: :func:`fit_stacked_sgmcmc`, the SG-MCMC branch of
+:func:`bnn_pyro.fit_stacked`.
+
+A chain's step is mostly fixed cost: one trace of the Pyro model per minibatch. Stacked, the K
+chains' positions are one ``(K, P)`` tensor, the net runs once on a ``(K, B, ...)`` block of
+minibatches with each chain's weights (the batched twin of
+:class:`~bnn_pyro.methods.vi.posterior.NetEvaluator`), and :class:`StackedPotential` adds each
+chain's prior, likelihood and Jacobian terms in plain torch, so the gradient of the sum is each
+chain's own. The update rules are elementwise and draw each chain's noise from its own
+generator (:func:`~bnn_pyro.methods.sgmcmc.samplers.standard_normal`); every chain is set up by
+its own :meth:`~bnn_pyro.methods.sgmcmc.method.SGMCMC.start_run` under its seed and sees its
+minibatches in the order its own ``fit`` would. Each chain thus ends as its own ``fit(X_k, y_k,
+seed=seeds[k])`` would, up to float rounding (tested). The plain-torch potential is checked
+against each chain's Pyro potential (value and gradient) on the first minibatch, and the fit is
+refused where the two differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._rng import order_generators, seeded
+from bnn_pyro.methods.sgmcmc.chain import ChainStep
+from bnn_pyro.methods.sgmcmc.potential import PyroPotential
+from bnn_pyro.nn.pyro_net import site_prior
+from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.loop import Callback, train
+from bnn_pyro.training.stacked import stacked_batches
+
+__all__ = ["StackedPotential", "fit_stacked_sgmcmc"]
+
+#: What every chain of a stacked run must share (their run plan and update rule).
+SHARED = ("sampler", "temperature", "mdecay", "schedule", "cycles", "explore", "burn_in",
+          "thinning", "max_samples")  # fmt: skip
+
+
+class StackedPotential:
+    """The potentials of K chains over ``theta (K, P)``: ``gradient(theta, x (K, B, ...), y (K,
+    B, ...), N) -> (U (K,), ∇U / N (K, P))``, each row chain ``k``'s
+    :meth:`PyroPotential.gradient <bnn_pyro.methods.sgmcmc.potential.PyroPotential.gradient>`
+    on its own minibatch, in plain torch.
+
+    Args:
+        models: the K :class:`~bnn_pyro.methods.sgmcmc.method.SGMCMC` models (one architecture;
+            each keeps its own prior and likelihood settings).
+        potentials: their Pyro potentials (one site layout).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(8, 2); y = X.sum(-1, keepdim=True)
+        >>> ms = [bp.make("sgld", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale="learned"))
+        ...       for _ in range(2)]
+        >>> steps = [m.start_run(X, y, steps=4, lr=0.01) for m in ms]
+        >>> stacked = StackedPotential(ms, [s.potential for s in steps])
+        >>> theta = torch.stack([s.theta for s in steps])
+        >>> u, g = stacked.gradient(theta, torch.stack([X, X]), torch.stack([y, y]), 8)
+        >>> u0, g0 = steps[0].potential.gradient(theta[0], X, y, 8)
+        >>> u.shape, g.shape, bool(torch.allclose(g[0], g0, atol=1e-5))
+        (torch.Size([2]), torch.Size([2, 18]), True)
+    """
+
+    def __init__(self, models: Sequence[Any], potentials: Sequence[PyroPotential]) -> None:
+        self.models, self.potentials = list(models), list(potentials)
+        first = self.potentials[0]
+        layout = [(s.name, s.shape) for s in first.sites]
+        if any([(s.name, s.shape) for s in p.sites] != layout for p in self.potentials[1:]):
+            raise ValueError("the chains' models differ in their latent sites (names or shapes)")
+        self.sites, self.size = first.sites, first.size
+        evaluator = self.models[0].bnn.evaluator
+        self.twin, self.paths = evaluator.twin, evaluator.paths
+        # chains with one prior (one likelihood) are scored by one call on all of them: the
+        # value then carries the chains' dimension in front, which the distributions broadcast
+        first_model = self.models[0]
+        self.one_prior = all(m.prior.config() == first_model.prior.config() for m in self.models)
+        self.one_likelihood = all(
+            m.likelihood.config() == first_model.likelihood.config() for m in self.models
+        )
+        scored = self.models[:1] if self.one_prior else self.models
+        modules = [dict(m.bnn.net.named_modules(prefix="net")) for m in scored]
+        self.priors: dict[str, list[Any]] = {}
+        for site in evaluator.sites:
+            path = f"net.{site.module_name}".rstrip(".")
+            self.priors[site.name] = [
+                site_prior(mods[path], prior=m.prior, param_name=site.param_name, shape=site.shape)
+                for m, mods in zip(scored, modules, strict=True)
+            ]
+
+    def constrain(self, theta: torch.Tensor) -> torch.Tensor:
+        """``(..., P)`` unconstrained → the sites' own spaces (as every chain's potential)."""
+        return self.potentials[0].constrain(theta)
+
+    def gradient(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dataset_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``U_k(θ_k)`` on chain k's minibatch ``(x[k] (B, ...), y[k])`` standing for
+        ``dataset_size`` points, and the per-datum gradients ``∇U_k / N``.
+
+        Returns:
+            ``(U (K,), g (K, P))``.
+        """
+        k = theta.shape[0]
+        theta = theta.detach().requires_grad_(True)
+        values, log_det = {}, theta.new_zeros(k)
+        for site in self.sites:
+            part = theta[:, site.start : site.start + site.numel].reshape(k, *site.shape)
+            value = site.transform(part)
+            if value is not part:  # not the identity: its Jacobian enters U
+                jacobian = site.transform.log_abs_det_jacobian(part, value)
+                log_det = log_det + jacobian.reshape(k, -1).sum(-1)
+            values[site.name] = value
+        net = self.twin.load({}, {self.paths[n]: v for n, v in values.items() if n in self.paths})
+        f = net(x)  # (K, B, O)
+        log_joint = log_det
+        for name, priors in self.priors.items():
+            w = values[name]
+            if self.one_prior:
+                log_joint = log_joint + priors[0].log_prob(w).reshape(k, -1).sum(-1)
+            else:
+                log_joint = log_joint + torch.stack(
+                    [d.log_prob(w[i]).sum() for i, d in enumerate(priors)]
+                )
+        latents = {n: v for n, v in values.items() if n not in self.paths}
+        scale = dataset_size / x.shape[1]
+        if self.one_likelihood:
+            own = self.models[0].likelihood
+            log_joint = log_joint + scale * own.log_prob(
+                f, y, {n: v.unsqueeze(1) for n, v in latents.items()}
+            ).reshape(k, -1).sum(-1)
+            for v in latents.values():  # each chain's draw of the likelihood's own latents
+                log_joint = log_joint + own.noise_prior(f).log_prob(v).reshape(k, -1).sum(-1)
+        else:
+            rows = []
+            for i, m in enumerate(self.models):
+                own, mine = m.likelihood, {n: v[i] for n, v in latents.items()}
+                prior = sum(
+                    (own.noise_prior(f[i]).log_prob(v).sum() for v in mine.values()),
+                    start=f.new_zeros(()),
+                )
+                rows.append(prior + scale * own.log_prob(f[i], y[i], mine).sum())
+            log_joint = log_joint + torch.stack(rows)
+        potential = -log_joint
+        (grad,) = torch.autograd.grad(potential.sum(), theta)
+        return potential.detach(), grad / dataset_size
+
+    def agrees(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dataset_size: int
+    ) -> str | None:
+        """``None`` when :meth:`gradient` equals every chain's Pyro potential on this minibatch
+        (the value to 1e-5 relative, the gradient to 1e-4 of its largest entry: the two sum
+        the same terms in another order, which moves float32's last bits), else why not."""
+        try:
+            values, grads = self.gradient(theta, x, y, dataset_size)
+        except (RuntimeError, ValueError, IndexError, TypeError, KeyError) as e:
+            return f"the stacked potential fails on these models ({type(e).__name__}: {e})"
+        for i, potential in enumerate(self.potentials):
+            value, grad = potential.gradient(theta[i], x[i], y[i], dataset_size)
+            if not (math.isfinite(value) and bool(torch.isfinite(grad).all())):
+                continue  # the run's first step names a chain that diverges
+            tol = 1e-4 * float(grad.abs().max().clamp_min(1e-6))
+            same_value = abs(float(values[i]) - value) <= 1e-5 * max(1.0, abs(value))
+            if not (same_value and torch.allclose(grads[i], grad, rtol=1e-4, atol=tol)):
+                return (
+                    f"the stacked potential of chain {i + 1} differs from its Pyro model's "
+                    "(a prior, likelihood or layer it does not cover)"
+                )
+        return None
+
+
+def fit_stacked_sgmcmc(
+    models: Sequence[Any],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seeds: Sequence[int],
+    epochs: int = 100,
+    batch_size: int | None = 128,
+    lr: float | None = None,
+    callbacks: Iterable[Callback] = (),
+    progress: bool = True,
+) -> History:
+    """Run K SG-MCMC chains as one: what :func:`bnn_pyro.fit_stacked` does with K
+    :class:`~bnn_pyro.methods.sgmcmc.method.SGMCMC` models; each ends as its own ``fit(X_k,
+    y_k, seed=seeds[k], epochs=..., batch_size=..., lr=...)`` would, up to float rounding.
+
+    Args:
+        models: K ``SGMCMC`` models of one architecture with the same sampler settings
+            (:data:`SHARED`); their priors and likelihood settings may differ.
+        X: ``(N, D)`` shared by the chains, or ``(K, N, D)`` each its own.
+        y: ``(N,)``/``(N, O)``, or ``(K, N)``/``(K, N, O)``.
+        seeds: K seeds, each as ``fit(seed=)``.
+        epochs, batch_size, lr, progress: as :meth:`SGMCMC.fit
+            <bnn_pyro.methods.sgmcmc.method.SGMCMC.fit>` (``lr``: the sampler's default).
+        callbacks: ``fn(models, epoch, history)`` after each epoch (the kept samples are
+            written back at the end); ``True`` stops.
+
+    Returns:
+        A :class:`~bnn_pyro.training.History`: ``loss`` (the chains' mean ``U``) and
+        ``member_loss``.
+
+    Raises:
+        ValueError: fewer than two models, differing sampler settings (named), a seed count
+            that is not K, members with different numbers of rows, or a model the stacked
+            potential does not reproduce.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(3, 32, 2); y = X.sum(-1)  # each chain its own rows
+        >>> ms = [bp.make("sghmc", bp.nn.mlp(2, [8], 1), bp.Gaussian(scale=0.1))
+        ...       for _ in range(3)]
+        >>> h = fit_stacked_sgmcmc(ms, X, y, seeds=[0, 1, 2], epochs=4, batch_size=16,
+        ...                        progress=False)
+        >>> len(h["member_loss"][-1]), ms[2].samples()["net.0.weight"].shape
+        (3, torch.Size([6, 8, 2]))
+    """
+    X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
+    models = list(models)
+    k = len(models)
+    if k < 2:
+        raise ValueError(f"fit_stacked runs two or more chains, got {k}")
+    if len(seeds) != k:
+        raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
+    for name in SHARED:
+        settings = {getattr(m, name) for m in models}
+        if len(settings) > 1:
+            raise ValueError(f"the chains must share {name}; got {sorted(settings, key=str)}")
+    epochs = check_int("epochs", epochs)
+    first = models[0]
+    lr = check_float(
+        "lr", first.fit_defaults[first.sampler] if lr is None else lr, minimum=0.0, strict=True
+    )
+    per_member = X.dim() == 3
+    xs = [m.bnn.prepare_inputs(X[i] if per_member else X) for i, m in enumerate(models)]
+    ys = [m.bnn.prepare_targets(y[i] if per_member else y, xs[i]) for i, m in enumerate(models)]
+    n = xs[0].shape[0]
+    if any(x.shape[0] != n for x in xs):
+        raise ValueError("every chain needs the same number of rows")
+    batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
+    steps = []
+    for m, x, t, seed in zip(models, xs, ys, seeds, strict=True):
+        with seeded(int(seed), m.device):  # what each chain's own fit draws before its run
+            steps.append(m.start_run(x, t, steps=epochs * -(-n // batch), lr=lr))
+    potential = StackedPotential(models, [s.potential for s in steps])
+    x_all, y_all = torch.stack(xs), torch.stack(ys)
+    theta = torch.stack([s.theta for s in steps])
+    if batch >= n:  # fit's full batch: the rows as they are, every step
+
+        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+            return [(x_all, y_all)]
+
+    else:
+        batches = stacked_batches(x_all, y_all, batch, order_generators(seeds), per_member=True)
+    modes = [m.bnn.training for m in models]
+    for m in models:
+        m.bnn.eval()  # as fit: dropout off
+    try:
+        # checked on the first rows (drawing a minibatch would move the chains' orders)
+        reason = potential.agrees(theta, x_all[:, :batch], y_all[:, :batch], n)
+        if reason is not None:
+            raise ValueError(f"these models cannot run stacked: {reason}")
+        step = ChainStep(
+            potential,
+            theta,
+            first.sampler,
+            steps[0].plan,
+            [s.collector for s in steps],
+            n,
+            first.temperature,
+            first.mdecay,
+            [s.generator for s in steps],
+        )
+        seen = [lambda _, epoch, h, cb=cb: cb(models, epoch, h) for cb in callbacks]
+        chains = torch.nn.Module()  # what the loop snapshots (and restores on a divergence)
+        chains.register_buffer("theta", theta)
+        history = train(
+            chains,
+            step,
+            batches,
+            epochs=epochs,
+            callbacks=seen,
+            progress=progress,
+            desc=f"{first.sampler.upper()}, {k} chains stacked",
+        )
+    finally:
+        for m, mode in zip(models, modes, strict=True):
+            m.bnn.train(mode)
+    for i, (m, own) in enumerate(zip(models, steps, strict=True)):
+        m.position = theta[i].clone()
+        own.theta = m.position
+        m.keep_run(own, xs[i])
+    return history

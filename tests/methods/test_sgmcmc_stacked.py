@@ -1,0 +1,149 @@
+"""SG-MCMC chains run stacked (``bp.fit_stacked`` of ``sghmc``/``sgld``/``csghmc`` models): each
+chain ends as its own seeded ``fit`` would, and what cannot be stacked is refused by name."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+import pytest
+import torch
+
+import bnn_pyro as bp
+from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.methods.sgmcmc.stacked import StackedPotential
+
+# Float64 throughout: the stacked potential sums the same terms as each chain's Pyro trace in
+# another order, so the two runs differ by round-off only (about 1e-16 per step here); over the
+# 60-odd steps of these runs that stays many orders below the 1e-9 the tests allow, while a
+# wrong noise draw, minibatch or term moves the samples by O(0.01) or more.
+TOL = 1e-9
+
+
+def _data(task: str, chains: int = 3, rows: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(chains, rows, 3, generator=g, dtype=torch.float64)
+    if task == "classification":
+        return X, (X[..., 0] > 0).long() + (X[..., 1] > 0).long()
+    return X, X.sum(-1) + 0.3 * torch.randn(chains, rows, generator=g, dtype=torch.float64)
+
+
+def _models(name, likelihoods, prior_scales=None, seed=1):
+    torch.manual_seed(seed)
+    out = []
+    for i, likelihood in enumerate(likelihoods):
+        width = 3 if isinstance(likelihood, bp.Categorical) else 1
+        options = {} if prior_scales is None else {"prior": bp.IIDPrior(
+            dist.Normal(0.0, prior_scales[i]))}  # fmt: skip
+        net = bp.nn.mlp(3, [8], width).to(torch.float64)
+        out.append(bp.make(name, net, likelihood, **options))
+    return out
+
+
+def _assert_each_chain_is_its_own_fit(stacked, alone, X, y, seeds, per_member, **fit):
+    for i, (m, a) in enumerate(zip(stacked, alone, strict=True)):
+        a.fit(X[i] if per_member else X, y[i] if per_member else y, seed=seeds[i], **fit)
+        assert m.kept_samples.shape == a.kept_samples.shape
+        torch.testing.assert_close(m.kept_samples, a.kept_samples, rtol=0, atol=TOL)
+        torch.testing.assert_close(m.position, a.position, rtol=0, atol=TOL)
+        assert m.last_run == a.last_run
+        x = X[i, :5] if per_member else X[:5]
+        torch.testing.assert_close(m.predict(x, seed=0)[0], a.predict(x, seed=0)[0], atol=TOL,
+                                   rtol=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "task", "likelihood", "per_member", "lr"),
+    [
+        ("sghmc", "regression", lambda: bp.Gaussian(scale="learned"), True, None),
+        ("sghmc", "regression", lambda: bp.Gaussian(scale=0.3), False, None),
+        ("sgld", "regression", lambda: bp.Gaussian(scale="learned"), True, 1e-3),
+        ("csghmc", "classification", lambda: bp.Categorical(), True, None),
+    ],
+)
+def test_stacked_chains_equal_their_own_fits(name, task, likelihood, per_member, lr):
+    X, y = _data(task)
+    if not per_member:
+        X, y = X[0], y[0]
+    seeds = [5, 6, 7]
+    fit = {"epochs": 6, "batch_size": 16, "lr": lr, "progress": False}
+    stacked = _models(name, [likelihood() for _ in seeds])
+    history = bp.fit_stacked(stacked, X, y, seeds=seeds, **fit)
+    assert len(history["member_loss"][-1]) == 3
+    alone = _models(name, [likelihood() for _ in seeds])
+    _assert_each_chain_is_its_own_fit(stacked, alone, X, y, seeds, per_member, **fit)
+
+
+def test_chains_with_their_own_prior_and_noise_equal_their_own_fits():
+    """Chains whose priors or likelihoods differ are scored one by one (the other branch of the
+    stacked potential): still each chain's own fit."""
+    X, y = _data("regression")
+    seeds, scales = [0, 1, 2], [0.5, 1.0, 2.0]
+    noises = [bp.Gaussian(scale=s) for s in (0.2, 0.3, 0.4)]
+    stacked = _models("sghmc", noises, scales)
+    fit = {"epochs": 5, "batch_size": 20, "progress": False}
+    bp.fit_stacked(stacked, X, y, seeds=seeds, **fit)
+    alone = _models("sghmc", [bp.Gaussian(scale=s) for s in (0.2, 0.3, 0.4)], scales)
+    _assert_each_chain_is_its_own_fit(stacked, alone, X, y, seeds, True, **fit)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda ms: ms[:1], "two or more chains"),
+        (
+            lambda ms: [
+                ms[0],
+                bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Gaussian(0.3), mdecay=0.1),
+            ],
+            "the chains must share mdecay",
+        ),  # fmt: skip
+        (
+            lambda ms: [ms[0], bp.make("sgld", bp.nn.mlp(3, [8], 1).double(), bp.Gaussian(0.3))],
+            "the chains must share sampler",
+        ),  # fmt: skip
+        (
+            lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [4], 1).double(), bp.Gaussian(0.3))],
+            "latent sites",
+        ),  # fmt: skip
+    ],
+)
+def test_what_cannot_run_stacked_is_refused_by_name(change, message):
+    X, y = _data("regression")
+    models = change(_models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)]))
+    with pytest.raises(ValueError, match=message):
+        bp.fit_stacked(models, X[0], y[0], seeds=[0, 1][: len(models)], epochs=2,
+                       progress=False)  # fmt: skip
+
+
+def test_a_seed_per_chain_is_required_and_foreign_options_are_named():
+    X, y = _data("regression")
+    models = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
+    with pytest.raises(ValueError, match="one seed per model"):
+        bp.fit_stacked(models, X[0], y[0], seeds=[0], epochs=2, progress=False)
+    with pytest.raises(ValueError, match="kl_weight does not apply to SGMCMC models; their"):
+        bp.fit_stacked(models, X[0], y[0], seeds=[0, 1], kl_weight=0.5, progress=False)
+
+
+def test_a_potential_that_differs_from_the_pyro_model_is_refused(monkeypatch):
+    """The plain-torch potential is checked against each chain's Pyro trace first: one that
+    leaves out a term (here the prior) is refused before any step."""
+    X, y = _data("regression")
+    models = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
+    original = StackedPotential.__init__
+
+    def no_prior(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.priors = {}
+
+    monkeypatch.setattr(StackedPotential, "__init__", no_prior)
+    with pytest.raises(ValueError, match="stacked potential of chain 1 differs"):
+        bp.fit_stacked(models, X[:2], y[:2], seeds=[0, 1], epochs=2, progress=False)
+    assert all(m.potential is None for m in models)  # nothing kept
+
+
+def test_a_diverging_chain_is_named():
+    X, y = _data("regression")
+    y = y.clone()
+    y[1] = y[1] * 1e200  # chain 2's targets put its potential out of float64's range
+    models = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
+    with pytest.raises(TrainingDivergedError, match=r"chain\(s\) \[2\] of 2"):
+        bp.fit_stacked(models, X[:2], y[:2], seeds=[0, 1], epochs=2, progress=False)
