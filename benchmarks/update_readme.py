@@ -13,7 +13,8 @@ cuda``; in the README too), ``local_reparam``, ``methods`` (the timing benchmark
 ``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``), ``memory``
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
-and one by one, ``benchmarks/stacked.py``), ``threads`` (the thread policy on an idle and a busy
+and one by one, ``benchmarks/stacked.py``), ``stacked_chains`` (SG-MCMC chains stacked against
+one chain, ``benchmarks/stacked_chains.py``), ``threads`` (the thread policy on an idle and a busy
 machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
 beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
 band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``), ``uci_gap`` (the UCI

@@ -1,4 +1,5 @@
-"""Smoke runs of benchmarks/step_time.py, methods.py and stacked.py --quick (and demo.py --help).
+"""Smoke runs of benchmarks/step_time.py, methods.py, stacked.py and stacked_chains.py --quick
+(and demo.py --help).
 
 No timing is asserted (tests never do); what is checked is that each script runs, prints its
 table, and, for methods.py, that the vectorized side computes the same numbers as the loop.
@@ -52,6 +53,16 @@ def test_stacked_quick_trains_the_same_ensemble_both_ways():
     # trained on another member's minibatches or seed is off by O(1e-2) or more
     assert all(float(value) < 1e-4 for value in diffs), diffs
     assert "peak RSS" in text
+
+
+def test_stacked_chains_quick_runs_each_chain_as_its_own_fit():
+    text = _run("stacked_chains.py", "--quick")
+    rows = re.findall(r"^\| (c?sghmc) \|.*\| ([0-9.e+-]+) \| ([0-9.e+-]+) \|$", text, flags=re.M)
+    assert [r[0] for r in rows] == ["sghmc", "csghmc"], text
+    # stacked against one by one, the same chains summed in another order: float32 round-off
+    # (~1e-7) and float64's (~1e-15) over these 45 steps; a chain run on another's noise or
+    # minibatches is off by O(1e-2) or more
+    assert all(float(f32) < 1e-4 and float(f64) < 1e-10 for _, f32, f64 in rows), rows
 
 
 def test_demo_script_runs_as_a_script():

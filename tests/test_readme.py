@@ -70,6 +70,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "memory",
         "distributed",
         "stacked",
+        "stacked_chains",
         "threads",
         "ood",
         "no_data",
