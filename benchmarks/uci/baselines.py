@@ -42,6 +42,7 @@ __all__ = [
     "ensemble_grid",
     "ensemble_train",
     "laplace_grid",
+    "prediction_seed",
     "swag_grid",
     "report_swag_laplace",
     "swag_laplace_model",
@@ -58,10 +59,15 @@ _WEIGHT_DECAY_SETUPS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def _prediction_seed(seed: int) -> int:
+def prediction_seed(seed: int) -> int:
     """The ``predict(seed=...)`` of a run seeded ``seed``: the seed that
     ``predict(generator=torch.Generator().manual_seed(seed))`` draws, so the numbers stay those
-    of the results computed with that call."""
+    of the results computed with that call.
+
+    Example:
+        >>> prediction_seed(3) == prediction_seed(3) != prediction_seed(4)
+        True
+    """
     return seed_from(torch.Generator().manual_seed(seed))
 
 
@@ -212,7 +218,7 @@ def report_dropout(
 
         def predictor(x_eval: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             if not cache or cache[0][0] is not x_eval:  # the same masks for every tau
-                samples = model.predict(x_eval, return_samples=True, seed=_prediction_seed(seed))[2]
+                samples = model.predict(x_eval, return_samples=True, seed=prediction_seed(seed))[2]
                 cache[:] = [(x_eval, samples)]
             return cache[0][1], noise
 
@@ -380,4 +386,4 @@ def report_swag_laplace(model: BaseBayesianMethod, seed: int, epoch: int, report
     prior precision is chosen by the evidence), drawn with the run's prediction seed."""
     if hasattr(model, "optimize_prior_precision"):
         model.optimize_prior_precision()
-    report(epoch, lambda x_eval: model.predictive_gaussian(x_eval, seed=_prediction_seed(seed)))
+    report(epoch, lambda x_eval: model.predictive_gaussian(x_eval, seed=prediction_seed(seed)))

@@ -25,6 +25,13 @@ def _small_dropout_grid(info, quick):
     return [{**base, "epochs": e, "dropout": p} for p in (0.05, 0.2) for e in (3, 6)]
 
 
+def _small_sgmcmc_grid(info, quick):
+    base = {"batch_size": 16, "epochs": 6}  # 24 steps: short chains, round-off stays small
+    return [
+        {**base, "lr": lr, "prior": prior} for lr in (0.05, 0.01) for prior in ("normal", "fan_in")
+    ]
+
+
 def _small_decay_grid(info, quick):
     base = {"batch_size": 16, "lr": 3e-3}
     return [{**base, "epochs": 4, "weight_decay": wd} for wd in (1e-4, 1e-1)]
@@ -40,15 +47,17 @@ def toy(tmp_path, monkeypatch):
         "dropout": _small_dropout_grid,
         "swag": _small_decay_grid,
         "laplace": _small_decay_grid,
+        "sghmc": _small_sgmcmc_grid,
+        "csghmc": _small_sgmcmc_grid,
     }
-    for name in ("vi", "lrt", "dropout", "swag", "laplace"):
+    for name in ("vi", "lrt", "dropout", "swag", "laplace", "sghmc", "csghmc"):
         grid = grids.get(name, _small_grid)
         spec = dataclasses.replace(registry.METHODS[name], grid=grid)
         monkeypatch.setitem(registry.METHODS, name, spec)
     return folder
 
 
-@pytest.mark.parametrize("method", ["vi", "lrt", "dropout", "swag", "laplace"])
+@pytest.mark.parametrize("method", ["vi", "lrt", "dropout", "swag", "laplace", "sghmc", "csghmc"])
 def test_bundled_records_are_the_split_by_split_records(toy, method):
     settings = BenchmarkSettings(validation_samples=20, test_samples=50)
     tasks = [Task("toy", toy, s, method) for s in range(3)]

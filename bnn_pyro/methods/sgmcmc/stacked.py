@@ -203,7 +203,7 @@ def fit_stacked_sgmcmc(
         ``member_loss``.
 
     Raises:
-        ValueError: fewer than two models, differing sampler settings (named), a seed count
+        ValueError: no model, differing sampler settings (named), a seed count
             that is not K, members with different numbers of rows, or a model the stacked
             potential does not reproduce.
 
@@ -220,8 +220,8 @@ def fit_stacked_sgmcmc(
     X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
     models = list(models)
     k = len(models)
-    if k < 2:
-        raise ValueError(f"fit_stacked runs two or more chains, got {k}")
+    if k < 1:
+        raise ValueError("fit_stacked needs at least one chain")
     if len(seeds) != k:
         raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
     for name in SHARED:
