@@ -1,5 +1,6 @@
 """The prior precision λ of the Laplace approximation and the evidence ``log p(D | λ)`` that
-chooses it: a scalar λ, or one per Bayesian parameter tensor (layerwise)."""
+chooses it: a scalar λ, one per Bayesian parameter tensor (layerwise), or one per coordinate
+(diagonal)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,12 @@ class LaplaceEvidence:
 
         ``log p(D|θ*) - Σ_i λ_i θ*_i² / 2 + Σ_i log λ_i / 2 - log det(H + Λ) / 2`` with
         ``Λ = diag(λ_i)`` (``λ I`` for a scalar λ; layerwise, each parameter tensor's λ on its
-        coordinates). It is exact for a linear model with a Gaussian likelihood when θ* is the
-        MAP under λ.
+        coordinates; diagonal, one λ_i per coordinate). It is exact for a linear model with a
+        Gaussian likelihood when θ* is the MAP under λ.
 
         Args:
-            prior_precision: λ to evaluate (a float, or one per Bayesian parameter tensor);
-                default the current one.
+            prior_precision: λ to evaluate (a float, one per Bayesian parameter tensor, or one
+                per Bayesian coordinate); default the current one.
 
         Example:
             >>> import torch.nn as nn
@@ -69,7 +70,7 @@ class LaplaceEvidence:
         if isinstance(lam, float):
             return gp.log_evidence(self._loglik, mean, self.structure.eigenvalues(h), lam)
         groups = self.structure.group_eigenvalues(h, self._sizes())
-        if groups is None:  # not separable by parameter tensor: log det(H + Λ) directly
+        if groups is None or len(lam) != len(self._shapes):  # log det(H + Λ) directly
             per = self._per_coordinate(lam, torch.float64)
             logdet = self.structure.log_det(map_tensors(h, torch.Tensor.double), per)
             theta = mean.double()
@@ -92,6 +93,7 @@ class LaplaceEvidence:
         method: str = "evidence",
         validation: tuple[Any, Any] | None = None,
         grid: Sequence[float] | None = None,
+        diagonal: bool = False,
     ) -> float | tuple[float, ...]:
         """Set λ to the maximiser of :meth:`log_marginal_likelihood` (``method="evidence"``,
         the default; ``"marglik"`` is the same) or of the held-out
@@ -116,12 +118,20 @@ class LaplaceEvidence:
                 structures is a sum over the tensors (their ``H`` has no terms between them),
                 so each λ is the exact maximiser of its own term, by the same bisection;
                 the full structure couples them and is refused.
+            diagonal: one λ per Bayesian coordinate (laplace-torch's ``prior_structure=
+                "diag"``), for ``hessian_structure="diag"``, whose evidence is then a sum of
+                one term per coordinate with a closed-form maximiser
+                (:func:`~bnn_pyro.methods.laplace.gaussian_posterior.optimal_diagonal_prior_precision`);
+                the full and KFAC structures couple the coordinates and are refused.
 
         Returns:
-            λ: a float, or a tuple of one per parameter tensor.
+            λ: a float, or a tuple of one per parameter tensor (``layerwise``) or per
+            coordinate (``diagonal``).
 
         Raises:
-            ValueError: ``layerwise`` with ``hessian_structure="full"``, or bad ``bounds``.
+            ValueError: ``layerwise`` with ``hessian_structure="full"``, ``diagonal`` with a
+                structure other than ``"diag"`` or with ``layerwise`` or ``"gridsearch"``, or
+                bad ``bounds``.
 
         Example:
             >>> import torch.nn as nn
@@ -133,18 +143,35 @@ class LaplaceEvidence:
             True
             >>> len(la.optimize_prior_precision(layerwise=True))  # the weight's and the bias's
             2
+            >>> len(la.optimize_prior_precision(diagonal=True))  # two weights and the bias
+            3
         """
         lo, hi = (check_float("bounds", b, minimum=0.0, strict=True) for b in bounds)
         if lo >= hi:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds}")
-        if not isinstance(layerwise, bool):
-            raise TypeError(f"layerwise must be a bool, got {type(layerwise).__name__}")
+        for name, flag in (("layerwise", layerwise), ("diagonal", diagonal)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
         method = check_choice("method", method, ("evidence", "marglik", "gridsearch"))
+        if diagonal and (layerwise or method == "gridsearch"):
+            raise ValueError(
+                "diagonal=True chooses one λ per coordinate by the evidence: not with "
+                "layerwise=True or method='gridsearch'"
+            )
+        if diagonal and self.hessian_structure != "diag":
+            raise ValueError(
+                f"diagonal prior precisions need hessian_structure='diag' (its evidence "
+                f"separates by coordinate), got {self.hessian_structure!r}"
+            )
         if method == "gridsearch":
             return self._grid_search(validation, grid, layerwise)
         if validation is not None or grid is not None:
             raise ValueError("validation and grid are for method='gridsearch'")
         mean, h = self._require_fit()
+        if diagonal:  # H is diag(h): its eigenvalues are h, in the coordinates' order
+            lam = gp.optimal_diagonal_prior_precision(mean, self.structure.eigenvalues(h), (lo, hi))
+            self.prior_precision = tuple(lam.tolist())
+            return self.prior_precision
         if not layerwise:
             e = self.structure.eigenvalues(h)
             self.prior_precision = gp.optimal_prior_precision(mean, e, (lo, hi))
@@ -165,29 +192,41 @@ class LaplaceEvidence:
         return [math.prod(shape) for shape in self._shapes.values()]
 
     def _checked_prior(self, value: Any) -> float | tuple[float, ...]:
-        """A positive float, or one positive float per Bayesian parameter tensor (a tuple)."""
+        """A positive float, or a tuple of positive floats: one per Bayesian parameter tensor
+        (layerwise) or one per Bayesian coordinate (diagonal; not for KFAC)."""
         if isinstance(value, torch.Tensor) and value.dim() == 0:
             value = float(value)
         if isinstance(value, (torch.Tensor, list, tuple)):
-            items = value.tolist() if isinstance(value, torch.Tensor) else value
-            values = [check_float("prior_precision", v, minimum=0.0, strict=True) for v in items]
-            if len(values) != len(self._shapes):
+            items = value.reshape(-1).tolist() if isinstance(value, torch.Tensor) else value
+            tensors, coordinates = len(self._shapes), sum(self._sizes())
+            if len(items) not in (tensors, coordinates):
                 raise ValueError(
-                    f"prior_precision must be a float or one per Bayesian parameter tensor "
-                    f"({len(self._shapes)}: {', '.join(self._shapes)}), got {len(values)} values"
+                    f"prior_precision must be a float, one per Bayesian parameter tensor "
+                    f"({tensors}: {', '.join(self._shapes)}) or one per Bayesian coordinate "
+                    f"({coordinates}), got {len(items)} values"
                 )
+            if len(items) != tensors and self.hessian_structure == "kron":
+                raise ValueError(
+                    "hessian_structure='kron' takes one prior precision per parameter tensor "
+                    f"({tensors}), not one per coordinate"
+                )
+            values = [check_float("prior_precision", v, minimum=0.0, strict=True) for v in items]
             return tuple(values)
         return check_float("prior_precision", value, minimum=0.0, strict=True)
 
     def _per_coordinate(self, lam: tuple[float, ...], dtype: torch.dtype) -> torch.Tensor:
-        """``(P,)``: each parameter tensor's λ on its coordinates."""
+        """``(P,)``: each parameter tensor's λ on its coordinates (layerwise), or λ itself (one
+        per coordinate)."""
         mean = self._require_fit()[0]
         values = torch.tensor(lam, dtype=dtype, device=mean.device)
+        if len(lam) != len(self._shapes):
+            return values
         sizes = torch.tensor(self._sizes(), device=mean.device)
         return values.repeat_interleave(sizes)
 
     def _lam(self) -> float | torch.Tensor:
-        """λ as the structures take it: a float, or ``(P,)`` per coordinate (layerwise)."""
+        """λ as the structures take it: a float, or ``(P,)`` per coordinate (layerwise,
+        diagonal)."""
         lam = self.prior_precision
         if isinstance(lam, float):
             return lam

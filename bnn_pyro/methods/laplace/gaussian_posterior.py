@@ -11,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["log_evidence", "optimal_prior_precision"]
+__all__ = ["log_evidence", "optimal_diagonal_prior_precision", "optimal_prior_precision"]
 
 
 def log_evidence(
@@ -61,3 +61,39 @@ def optimal_prior_precision(
         mid = 0.5 * (a + b)
         a, b = (mid, b) if slope(mid) > 0 else (a, mid)
     return math.exp(0.5 * (a + b))
+
+
+def optimal_diagonal_prior_precision(
+    mean: torch.Tensor, curvature: torch.Tensor, bounds: tuple[float, float]
+) -> torch.Tensor:
+    """One λ_i per coordinate, each in ``bounds``, maximising the evidence of a diagonal
+    curvature ``H = diag(h)`` (float64 ``(P,)``).
+
+    The evidence is then a sum of one term per coordinate, ``-λ θ²/2 + log λ / 2 -
+    log(h + λ) / 2``, whose derivative ``h / (2λ(h + λ)) - θ²/2`` is strictly decreasing: its
+    root, the positive root of ``θ² λ² + θ² h λ - h = 0``, is
+    ``λ = 2h / (θ² h + sqrt(θ⁴ h² + 4 θ² h))`` (MacKay's fixed point for one coordinate;
+    0 where ``h = 0``, unbounded where ``θ = 0``), clipped to ``bounds``.
+
+    Args:
+        mean: ``(P,)`` θ*.
+        curvature: ``(P,)`` the diagonal ``h`` of H (clipped at 0).
+        bounds: ``(low, high)`` of every λ_i.
+
+    Example:
+        >>> lam = optimal_diagonal_prior_precision(
+        ...     torch.tensor([1.0, 0.0, 2.0]), torch.tensor([1.0, 5.0, 0.0]), (1e-8, 1e8))
+        >>> [f"{v:.6g}" for v in lam.tolist()]  # (√5 - 1) / 2; no θ: high; no data: low
+        ['0.618034', '1e+08', '1e-08']
+        >>> one = optimal_prior_precision(torch.tensor([1.0]), torch.ones(1).double(), (1e-8, 1e8))
+        >>> abs(one - lam[0].item()) < 1e-9  # one coordinate: the scalar maximiser
+        True
+    """
+    theta2 = mean.double() ** 2
+    h = curvature.double().clamp_min(0)
+    low, high = bounds
+    disc = torch.sqrt(theta2 * theta2 * h * h + 4 * theta2 * h)
+    root = 2 * h / (theta2 * h + disc).clamp_min(torch.finfo(torch.float64).tiny)
+    root = torch.where(theta2 == 0, torch.full_like(root, high), root)
+    root = torch.where(h == 0, torch.full_like(root, low), root)
+    return root.clamp(low, high)

@@ -68,7 +68,9 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
         likelihood: ``"classification"`` (softmax categorical) or ``"regression"`` (Gaussian).
         prior_precision: λ > 0 of the prior ``N(0, λ⁻¹ I)`` on the Bayesian parameters, or one
             λ per Bayesian parameter tensor (layerwise, in ``named_parameters`` order; kept as
-            a tuple), as :meth:`optimize_prior_precision` with ``layerwise=True`` sets it.
+            a tuple), as :meth:`optimize_prior_precision` with ``layerwise=True`` sets it, or
+            one per Bayesian coordinate (diagonal, those tensors flattened in that order; not
+            for ``"kron"``), as ``diagonal=True`` sets it.
         num_samples: S, weight samples per :meth:`predict`.
         hessian: ``"ggn"`` (the default) or ``"fisher"``.
         hessian_structure: ``"diag"``, ``"full"`` or ``"kron"`` (KFAC: two Kronecker factors per
