@@ -10,7 +10,9 @@ these blocks. ``tests/test_readme.py`` checks both.
 
 The blocks: ``step_time``, ``gpu`` (the same jobs on a GPU, ``benchmarks/gpu.py --device
 cuda``; in the README too), ``local_reparam``, ``methods`` (the timing benchmarks),
-``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``), ``memory``
+``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``),
+``sgmcmc_peers`` (SG-MCMC beside posteriors and torch-uncertainty on an exact posterior,
+``benchmarks/sgmcmc_peers.py``), ``memory``
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
 and one by one, ``benchmarks/stacked.py``), ``stacked_chains`` (SG-MCMC chains stacked against

@@ -67,6 +67,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "local_reparam",
         "methods",
         "laplace_kron",
+        "sgmcmc_peers",
         "memory",
         "distributed",
         "stacked",
