@@ -1,15 +1,12 @@
 """Diagonal prior precision: one λ per Bayesian coordinate; its evidence against the formula
 written out and laplace-torch's (when installed), its closed-form maximiser, and its refusals."""
 
-import copy
-
 import pytest
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, TensorDataset
 
 import bnn_pyro as bp
-from tests.methods.test_laplace_layerwise_prior import _dense, _fitted
+from tests.methods.test_laplace_layerwise_prior import _dense, _fitted, assert_same_as_laplace_torch
 
 P = 32  # the coordinates of Linear(2, 6) -> Tanh -> Linear(6, 2)
 
@@ -54,24 +51,8 @@ def test_the_diagonal_maximiser_is_each_coordinates_own():
 def test_laplace_torch_gives_the_same_diagonal_evidence_and_variance(task):
     # the diag structure and laplace-torch's DiagLaplace sum the same per-coordinate terms:
     # agreement to float64 round-off, as the layerwise test measures (3e-14)
-    laplace = pytest.importorskip("laplace")
     lam = _diagonal(1)
-    ours = _fitted("diag", lam, task)
-    theirs = laplace.Laplace(copy.deepcopy(ours.model), task, subset_of_weights="all",
-                             hessian_structure="diag",
-                             prior_precision=torch.tensor(lam, dtype=torch.float64),
-                             **({"sigma_noise": 0.3} if task == "regression" else {}))  # fmt: skip
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(40, 2, generator=g, dtype=torch.float64)
-    y = torch.sin(x) + 0.1 * torch.randn(40, 2, generator=g, dtype=torch.float64)
-    if task == "classification":
-        y = (x[:, 0] > 0).long()
-    theirs.fit(DataLoader(TensorDataset(x, y), batch_size=16))
-    a, b = float(ours.log_marginal_likelihood()), float(theirs.log_marginal_likelihood())
-    assert abs(a - b) <= 1e-10 * abs(b), (a, b)
-    _, f_var = theirs._glm_predictive_distribution(x[:6])
-    torch.testing.assert_close(ours.glm_variance(x[:6]), f_var.diagonal(dim1=-2, dim2=-1),
-                               rtol=1e-10, atol=0)  # fmt: skip
+    assert_same_as_laplace_torch(_fitted("diag", lam, task), lam, task, rtol=1e-10)
 
 
 def test_what_a_diagonal_prior_cannot_do_is_refused_by_name():
