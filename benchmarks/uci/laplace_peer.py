@@ -49,7 +49,13 @@ from torch.utils.data import DataLoader, TensorDataset
 from benchmarks.uci.baselines import laplace_grid, prediction_seed, swag_laplace_model
 from benchmarks.uci.cli import find_datasets
 from benchmarks.uci.data import load_uci_split, uci_num_splits
-from benchmarks.uci.laplace_peer_report import peer_markdown, summarize_peer, versions
+from benchmarks.uci.laplace_peer_report import (
+    CONTENDERS,
+    closed_form_scores,
+    peer_markdown,
+    summarize_peer,
+    versions,
+)
 from benchmarks.uci.protocol import RegressionData, prepare, score, seed_for
 from benchmarks.uci.registry import get_method
 from benchmarks.uci.results import write_json
@@ -76,13 +82,6 @@ __all__ = [
 ]
 
 CHOICES = Path(__file__).resolve().parents[1] / "results" / "uci" / "uci.json"
-#: contender -> its label in the tables.
-CONTENDERS = {
-    "glm_full": "ours, full GGN, GLM",
-    "nn_full": "ours, full GGN, NN sampling",
-    "glm_kron": "ours, KFAC, GLM",
-    "laplace_torch": "laplace-torch, full GGN, GLM",
-}
 
 
 def chosen_config(
@@ -156,11 +155,12 @@ def fit_ours(
 
 
 def fit_laplace_torch(
-    net: nn.Module, data: RegressionData, sigma: float
+    net: nn.Module, data: RegressionData, sigma: float, at: float | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """laplace-torch's full-GGN Laplace on a copy of ``net`` with noise std ``sigma``: ``fit``
     on the training rows (batches of 256), λ by ``method="marglik"`` (its defaults), the GLM
-    predictive at the evaluation rows; as :func:`fit_ours` returns.
+    predictive at the evaluation rows; as :func:`fit_ours` returns, and with ``at``, untimed,
+    ``"var_at"``: its GLM variance at λ = ``at`` instead of its own λ (then restored).
 
     Raises:
         ImportError: laplace-torch is not installed (``pip install ".[ood]"``).
@@ -191,15 +191,11 @@ def fit_laplace_torch(
     done = time.perf_counter()
     seconds = {"fit": fitted - began, "prior": chosen - fitted, "predict": done - chosen}
     out = {"mean": mean.detach(), "var": var.detach().diagonal(dim1=-2, dim2=-1)}
+    if at is not None:
+        own, la.prior_precision = la.prior_precision, float(at)
+        out["var_at"] = la(data.x_eval, pred_type="glm")[1].detach().diagonal(dim1=-2, dim2=-1)
+        la.prior_precision = own
     return la, {**seconds, **out}
-
-
-def _closed_form(out: Mapping[str, Any], sigma: float, data: RegressionData) -> dict[str, Any]:
-    """The scores of ``N(mean, var + σ²)`` and the seconds of ``out``."""
-    scales = (out["var"] + sigma**2).sqrt()
-    scores = score(out["mean"].unsqueeze(0), scales.unsqueeze(0), data.y_eval, data.y_std)
-    seconds = {k: float(out[k]) for k in ("fit", "prior", "predict")}
-    return {**scores, "seconds": {**seconds, "total": sum(seconds.values())}}
 
 
 def run_split(
@@ -270,7 +266,7 @@ def run_split(
     for name, structure in (("glm_full", "full"), ("glm_kron", "kron")):
         la, out = fit_ours(net, data, structure, settings.test_samples)
         contenders[name] = {
-            **_closed_form(out, float(la.noise_scale), data),
+            **closed_form_scores(out, float(la.noise_scale), data),
             "prior_precision": float(la.prior_precision),
         }
         if structure == "full":
@@ -290,13 +286,18 @@ def run_split(
         "seconds": seconds,
     }
     try:
-        theirs, out = fit_laplace_torch(net, data, sigma)
+        theirs, out = fit_laplace_torch(net, data, sigma, at=full.prior_precision)
     except ImportError:
         pass
     else:
         contenders["laplace_torch"] = {
-            **_closed_form(out, sigma, data),
+            **closed_form_scores(out, sigma, data),
             "prior_precision": float(theirs.prior_precision),
+        }
+        at_ours = closed_form_scores({**out, "var": out["var_at"], "prior": 0.0}, sigma, data)
+        contenders["laplace_torch_at_our_lambda"] = {
+            **at_ours,
+            "prior_precision": float(full.prior_precision),
         }
     return {
         "dataset": loaded.dataset,

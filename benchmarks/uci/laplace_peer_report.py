@@ -20,16 +20,36 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from benchmarks.uci.protocol import mean_stderr
+import torch
+
+from benchmarks.uci.protocol import RegressionData, mean_stderr, score
 from benchmarks.uci.variants import paired_change
 
-__all__ = ["PAIRS", "TARGETS", "peer_markdown", "summarize_peer", "versions"]
+__all__ = [
+    "CONTENDERS",
+    "PAIRS",
+    "TARGETS",
+    "closed_form_scores",
+    "peer_markdown",
+    "summarize_peer",
+    "versions",
+]
+
+#: contender -> its label in the tables.
+CONTENDERS = {
+    "glm_full": "ours, full GGN, GLM",
+    "nn_full": "ours, full GGN, NN sampling",
+    "glm_kron": "ours, KFAC, GLM",
+    "laplace_torch": "laplace-torch, full GGN, GLM",
+    "laplace_torch_at_our_lambda": "laplace-torch, full GGN, GLM, at our λ (diagnostic: λ untimed)",
+}
 
 #: paired difference -> (contender, minus contender).
 PAIRS = {
     "glm_minus_nn": ("glm_full", "nn_full"),
     "glm_minus_laplace_torch": ("glm_full", "laplace_torch"),
     "kron_minus_full": ("glm_kron", "glm_full"),
+    "glm_minus_laplace_torch_at_our_lambda": ("glm_full", "laplace_torch_at_our_lambda"),
 }
 #: target -> (what it asks, how many data sets must meet it: a share of those run).
 TARGETS = {
@@ -57,6 +77,28 @@ def _paired(records: Sequence[Mapping[str, Any]], a: str, b: str) -> dict[str, A
     if out is not None:  # one split: no spread, no standard error (None, not NaN, in JSON)
         out = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in out.items()}
     return out
+
+
+def closed_form_scores(
+    out: Mapping[str, Any], sigma: float, data: RegressionData
+) -> dict[str, Any]:
+    """The scores (:func:`~benchmarks.uci.protocol.score`) on ``data``'s evaluation rows of the
+    Gaussian ``N(out["mean"], out["var"] + σ²)`` (``(M, 1)`` each, normalised units), and the
+    ``seconds`` of ``out``'s ``fit``, ``prior`` and ``predict`` with their ``total``.
+
+    Example:
+        >>> data = RegressionData(torch.zeros(2, 1), torch.zeros(2, 1), torch.zeros(2, 1),
+        ...                       torch.tensor([[0.0], [2.0]]), 2.0, 8)
+        >>> out = {"mean": torch.zeros(2, 1), "var": torch.full((2, 1), 0.75), "fit": 1.0,
+        ...        "prior": 0.5, "predict": 0.5}
+        >>> scores = closed_form_scores(out, 0.5, data)  # N(0, 1): as score's own example
+        >>> round(scores["test_ll"], 4), scores["seconds"]["total"]
+        (-2.6121, 2.0)
+    """
+    scales = (out["var"] + sigma**2).sqrt()
+    scores = score(out["mean"].unsqueeze(0), scales.unsqueeze(0), data.y_eval, data.y_std)
+    seconds = {k: float(out[k]) for k in ("fit", "prior", "predict")}
+    return {**scores, "seconds": {**seconds, "total": sum(seconds.values())}}
 
 
 def summarize_peer(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -137,7 +179,8 @@ def _targets(row: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if lt is None
         else {
             "met": bool(lt["test_ll"] >= -lt["test_ll_se"]),
-            "figure": f"{lt['test_ll']:+.3g} ± {lt['test_ll_se']:.2g}",
+            "figure": f"{lt['test_ll']:+.3g} ± {lt['test_ll_se']:.2g} "
+            f"({lt['test_ll'] / lt['test_ll_se']:+.1f} s.e.)",
         }
     )
     ratio = row["time_ratio"]
@@ -270,7 +313,6 @@ def versions() -> dict[str, str]:
         ['bnn_pyro', 'laplace-torch', 'platform']
     """
     import pyro
-    import torch
 
     import bnn_pyro
 

@@ -53,7 +53,7 @@ def test_quick_run_writes_a_record_per_split_with_every_contender(tmp_path):
     runs = payload["runs"]
     assert [(r["dataset"], r["split"], r["config_source"]) for r in runs] == [("toy", 1, "search")]
     have_peer = _has_laplace_torch()
-    expected = set(CONTENDERS) if have_peer else set(CONTENDERS) - {"laplace_torch"}
+    expected = {k for k in CONTENDERS if have_peer or not k.startswith("laplace_torch")}
     for record in runs:
         assert set(record["contenders"]) == expected
         assert record["n_test"] == 6 and record["threads"] == 1 and record["noise_scale"] > 0
@@ -64,6 +64,10 @@ def test_quick_run_writes_a_record_per_split_with_every_contender(tmp_path):
         assert sampled["prior_precision"] == full["prior_precision"]  # the same posterior
         assert sampled["seconds"]["fit"] == full["seconds"]["fit"]
         assert full["rmse"] == record["contenders"]["glm_kron"]["rmse"]  # the same net
+        if have_peer:  # laplace-torch at our λ: its own fit, our λ
+            at_ours = record["contenders"]["laplace_torch_at_our_lambda"]
+            assert at_ours["prior_precision"] == full["prior_precision"]
+            assert at_ours["test_ll"] == pytest.approx(full["test_ll"], abs=1e-3)
     summary = payload["summary"]["toy"]
     assert summary["n"] == 1 and set(summary["targets"]) == set(TARGETS)
     paired = summary["paired"]["glm_minus_nn"]  # one split: a difference, no standard error
