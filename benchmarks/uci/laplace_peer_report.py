@@ -7,8 +7,9 @@ paired_change`, the sample std of a paired test); and the CPU-time ratio of ours
 laplace-torch (fit + prior precision + predict, summed over the splits). The targets:
 
 1. ``glm_beats_nn``: ours GLM − ours NN sampling > 2 s.e. (paired) on ≥ 3 of the 4 data sets;
-2. ``matches_laplace_torch``: ours GLM − laplace-torch's ≥ −1 s.e. (paired) on 4 of 4 (the
-   unpaired reading, ours ≥ laplace-torch's mean − its s.e. over the splits, is shown beside);
+2. ``matches_laplace_torch``: ours GLM − laplace-torch's ≥ −1 s.e. (paired) on 4 of 4; and
+   ``matches_laplace_torch_unpaired``, the reading of a UCI table: ours ≥ laplace-torch's mean
+   − the s.e. of that mean over the splits;
 3. ``time``: ours ≤ 1.5 × laplace-torch's CPU time, on every data set.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import platform
+import statistics
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -55,6 +57,10 @@ PAIRS = {
 TARGETS = {
     "glm_beats_nn": ("GLM − NN sampling > 2 s.e. (paired)", 0.75),
     "matches_laplace_torch": ("ours GLM − laplace-torch ≥ −1 s.e. (paired)", 1.0),
+    "matches_laplace_torch_unpaired": (
+        "ours GLM ≥ laplace-torch − 1 s.e. of its mean (target 2, unpaired reading)",
+        1.0,
+    ),
     "time": ("ours fit + predict ≤ 1.5 × laplace-torch's CPU time", 1.0),
 }
 TIME_LIMIT = 1.5
@@ -104,7 +110,8 @@ def closed_form_scores(
 def summarize_peer(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per data set: ``{"n", "contenders": {name: {test_ll, test_ll_se, rmse, rmse_se,
     seconds, prior_precision}}, "paired": {pair: {test_ll, test_ll_se, rmse, rmse_se, n}},
-    "time_ratio", "time_ratio_max", "harness_gap", "targets": {target: {"met", "figure"}}}``.
+    "time_ratio", "time_ratio_max", "harness_gap", "closed_minus_sampled_glm": {test_ll,
+    test_ll_se, max}, "targets": {target: {"met", "figure"}}}``.
 
     Example:
         >>> def rec(split, glm, nn, lt, t=1.0):
@@ -117,7 +124,7 @@ def summarize_peer(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, 
         >>> round(out["paired"]["glm_minus_nn"]["test_ll"], 2), out["time_ratio"]
         (0.45, 0.5)
         >>> [t["met"] for t in out["targets"].values()]
-        [True, True, True]
+        [True, True, True, True]
     """
     if not records:
         raise ValueError("records must hold at least one split's record")
@@ -144,6 +151,14 @@ def summarize_peer(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, 
             if r.get("committed_test_ll") is not None
         ]
         row["harness_gap"] = max(gaps) if gaps else None
+        sampled = [r["contenders"]["glm_full"]["test_ll"] - r["harness_test_ll"] for r in mine]
+        row["closed_minus_sampled_glm"] = {
+            "test_ll": statistics.fmean(sampled),
+            "max": max(sampled),
+            "test_ll_se": statistics.stdev(sampled) / math.sqrt(len(sampled))
+            if len(sampled) > 1
+            else None,
+        }
         ratios = [
             r["contenders"]["glm_full"]["seconds"]["total"]
             / r["contenders"]["laplace_torch"]["seconds"]["total"]
@@ -183,6 +198,15 @@ def _targets(row: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             f"({lt['test_ll'] / lt['test_ll_se']:+.1f} s.e.)",
         }
     )
+    cells = row["contenders"]
+    if "laplace_torch" not in cells or cells["laplace_torch"]["test_ll_se"] == 0.0:
+        out["matches_laplace_torch_unpaired"] = {"met": None, "figure": "n/a"}
+    else:
+        theirs = cells["laplace_torch"]["test_ll"] - cells["laplace_torch"]["test_ll_se"]
+        out["matches_laplace_torch_unpaired"] = {
+            "met": bool(cells["glm_full"]["test_ll"] >= theirs),
+            "figure": f"{cells['glm_full']['test_ll']:.3f} vs {theirs:.3f}",
+        }
     ratio = row["time_ratio"]
     out["time"] = (
         {"met": None, "figure": "n/a"}
@@ -273,11 +297,19 @@ def peer_markdown(payload: Mapping[str, Any]) -> str:
                 f"{theirs['test_ll']:.3f} − 1 s.e. = "
                 f"{theirs['test_ll'] - theirs['test_ll_se']:.3f}.",
             ]
+        closed = row["closed_minus_sampled_glm"]
+        lines += [
+            "",
+            "Ours closed-form GLM − the harness's score of the same posterior (the linearised net "
+            f"on {payload['settings']['test_samples']} weight draws, a mixture): "
+            f"{closed['test_ll']:+.4f} ± {_se(closed['test_ll_se'])} (largest split "
+            f"{closed['max']:+.3f}).",
+        ]
         if gap is not None:
             lines += [
                 "",
-                f"The harness's own score of the row on these nets (sampled GLM) "
-                f"against the committed `uci.json`: largest gap {gap:.2e}.",
+                f"The harness's score on these nets against the committed `uci.json` (whose nets "
+                f"were trained stacked, the splits of a data set at once): largest gap {gap:.2e}.",
             ]
         lines.append("")
     lines += [
