@@ -20,7 +20,9 @@ one chain, ``benchmarks/stacked_chains.py``), ``threads`` (the thread policy on 
 machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
 beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
 band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``), ``uci_gap`` (the UCI
-gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci`` (the
+gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
+row's posteriors on the UCI splits beside laplace-torch, ``python -m
+benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
 by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 
@@ -44,6 +46,8 @@ BLOCK = re.compile(
     r"(<!-- results:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S
 )
 UCI_SECTIONS = ("test log-likelihood", "RMSE", "Targets")
+#: Blocks whose results file is not ``results/NAME.md``: the path below ``results/``.
+ELSEWHERE = {"uci_laplace": ("uci", "laplace_peer.md")}
 
 
 def _strip_title(text: str) -> str:
@@ -78,7 +82,7 @@ def block_text(name: str) -> str:
     if name == "uci":
         with open(os.path.join(RESULTS, "uci", "uci.md"), encoding="utf-8") as handle:
             return uci_block(handle.read())
-    path = os.path.join(RESULTS, f"{name}.md")
+    path = os.path.join(RESULTS, *ELSEWHERE.get(name, (f"{name}.md",)))
     if not os.path.exists(path):
         raise FileNotFoundError(f"no results file {path}: run benchmarks/{name}.py first")
     with open(path, encoding="utf-8") as handle:

@@ -1,4 +1,4 @@
-"""The ``laplace`` row of the UCI harness against its own variants and laplace-torch (issue 33).
+"""The ``laplace`` row of the UCI harness against its own variants and laplace-torch.
 
 For each data set and split: the ``laplace`` row's configuration (MAP epochs and weight decay)
 as chosen on that split's validation rows, the MAP net trained once with the harness's model

@@ -1,4 +1,4 @@
-"""Summaries, targets and the markdown of :mod:`benchmarks.uci.laplace_peer` (issue 33).
+"""Summaries, targets and the markdown of :mod:`benchmarks.uci.laplace_peer`.
 
 Per data set: each contender's test log-likelihood and RMSE, mean ± standard error over the
 splits (:func:`benchmarks.uci.protocol.mean_stderr`, the protocol's); the paired differences
@@ -244,13 +244,13 @@ def peer_markdown(payload: Mapping[str, Any]) -> str:
         ...            "contenders": {"glm_full": "GLM", "nn_full": "NN"},
         ...            "summary": summarize_peer([rec]), "runs": [rec]}
         >>> print(peer_markdown(payload).splitlines()[0])
-        # Laplace on UCI: GLM vs NN sampling vs KFAC vs laplace-torch (issue 33)
+        # Laplace on UCI: GLM vs NN sampling vs KFAC vs laplace-torch
     """
     summary, labels = payload["summary"], payload["contenders"]
     runs = payload["runs"]
     counts = ", ".join(f"{d} {s['n']}" for d, s in summary.items())
     lines = [
-        "# Laplace on UCI: GLM vs NN sampling vs KFAC vs laplace-torch (issue 33)",
+        "# Laplace on UCI: GLM vs NN sampling vs KFAC vs laplace-torch",
         "",
         f"- Command: `{payload['command']}`",
         f"- Date: {payload['date']}; wall time {payload['wall_time_seconds'] / 60:.1f} min; "

@@ -1,4 +1,4 @@
-"""The Laplace peer comparison on UCI (``benchmarks/uci/laplace_peer.py``, issue 33): a quick run's
+"""The Laplace peer comparison on UCI (``benchmarks/uci/laplace_peer.py``): a quick run's
 records, the committed choices it reads, and laplace-torch on the same linear-Gaussian model."""
 
 from __future__ import annotations
