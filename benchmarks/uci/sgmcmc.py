@@ -3,12 +3,13 @@ protocol's MLP, a learned Gaussian noise, the posterior predictive of the kept s
 
 The grid (chosen on validation rows, as every row) is the step size ``lr`` (0.02 and 0.01;
 the sampler's default 0.05 diverged on energy with the ``N(0, 1)`` prior: one chain of the 20
-splits' search runs left the finite numbers) and the weight prior: the library's default ``N(0, 1)`` on
-every weight, or Neal's fan-in prior (``LayerwiseNormalPrior("radford")``: sd ``1/sqrt(fan
-in)``), under which a 50-unit layer's output keeps the scale of its inputs. Every run takes
-about 10,000 steps of 32 rows (as the VI grid), a quarter of them burn-in, and keeps up to
-1,000 samples spread over the rest; temperature 1 (the posterior, nothing tempered). A chain's
-samples exist only at the end of its run, so each configuration is scored once, at its end.
+splits' search runs left the finite numbers) and the weight prior: the library's default
+``N(0, 1)`` on every weight, or Neal's fan-in prior (``LayerwiseNormalPrior("radford")``: sd
+``1/sqrt(fan in)``), under which a 50-unit layer's output keeps the scale of its inputs. Every
+run takes about 10,000 steps of 32 rows (as the VI grid), a quarter of them burn-in, and keeps
+up to 1,000 samples spread over the rest; temperature 1 (the posterior, nothing tempered). A
+chain's samples exist only at the end of its run, so each configuration is scored once, at
+its end.
 
 The K splits of a data set run as K stacked chains (:func:`bnn_pyro.fit_stacked`, see
 :mod:`bnn_pyro.methods.sgmcmc.stacked`), each as its own ``fit`` would run it.

@@ -89,8 +89,9 @@ def empirical_quantiles(samples: torch.Tensor, num_levels: int) -> torch.Tensor:
     """The empirical quantile function of ``samples`` at the ``num_levels`` midpoints
     ``u_i = (i + ½) / num_levels``: the order statistic ``⌊u_i S⌋`` (0-based) of the ``S``
     samples at each point, the index in integer arithmetic (``⌊(2i + 1) S / 2L⌋``: a product
-    ``u_i S`` that is an integer is not rounded below it, as a floating-point ``u_i`` can be). :func:`wasserstein2` and a cached reference's quantiles
-    (``benchmarks/no_data_judge.py``) both use it.
+    ``u_i S`` that is an integer is not rounded below it, as a floating-point ``u_i`` can be).
+    :func:`wasserstein2` and a cached reference's quantiles (``benchmarks/no_data_judge.py``)
+    both use it.
 
     Args:
         samples: ``(S, ...)``.
