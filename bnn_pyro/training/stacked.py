@@ -20,7 +20,7 @@ against the members' own forward passes. :func:`stackable` says why a net is not
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ __all__ = [
     "StackedLossStep",
     "StackedModels",
     "elementwise_optimizer",
+    "shuffled_member_batches",
     "stackable",
     "stacked_batches",
 ]
@@ -325,6 +326,31 @@ def stacked_batches(
     kept = list(generators) + [g for g in noise or [] if all(g is not o for o in generators)]
     batches.generator = _Generators(kept)  # type: ignore[attr-defined] # for resume
     return batches
+
+
+def shuffled_member_batches(
+    x: torch.Tensor, y: torch.Tensor, batch_size: int, generators: list[torch.Generator]
+) -> Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]:
+    """What :func:`~bnn_pyro.training.batches.shuffled_batches` gives each member, stacked:
+    member ``k``'s own rows ``x (K, N, ...)``, ``y (K, N, ...)`` in the order its generator
+    draws (:func:`stacked_batches`), or, as there, the whole data set as one unshuffled batch
+    when ``batch_size >= N``.
+
+    Example:
+        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+        >>> x = torch.arange(10.0).view(2, 5)
+        >>> [tuple(xb.shape) for xb, _ in shuffled_member_batches(x, x, 2, gens)()]
+        [(2, 2), (2, 2), (2, 1)]
+        >>> [xb is x for xb, _ in shuffled_member_batches(x, x, 5, gens)()]
+        [True]
+    """
+    if batch_size < x.shape[1]:
+        return stacked_batches(x, y, batch_size, generators, per_member=True)
+
+    def whole() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        return [(x, y)]
+
+    return whole
 
 
 class _Generators:

@@ -91,6 +91,17 @@ def test_chains_with_their_own_prior_and_noise_equal_their_own_fits():
     _assert_each_chain_is_its_own_fit(stacked, alone, X, y, seeds, True, **fit)
 
 
+def test_full_batch_chains_equal_their_own_fits():
+    """``batch_size=None``: every step sees each chain's rows as they are, as ``fit`` does."""
+    X, y = _data("regression")
+    seeds = [3, 4, 5]
+    fit = {"epochs": 20, "batch_size": None, "progress": False}
+    stacked = _models("sghmc", [bp.Gaussian(scale=0.3) for _ in seeds])
+    bp.fit_stacked(stacked, X, y, seeds=seeds, **fit)
+    alone = _models("sghmc", [bp.Gaussian(scale=0.3) for _ in seeds])
+    _assert_each_chain_is_its_own_fit(stacked, alone, X, y, seeds, True, **fit)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

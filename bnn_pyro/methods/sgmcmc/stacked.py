@@ -30,7 +30,7 @@ from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
-from bnn_pyro.training.stacked import stacked_batches
+from bnn_pyro.training.stacked import shuffled_member_batches
 
 __all__ = ["StackedPotential", "fit_stacked_sgmcmc"]
 
@@ -70,15 +70,15 @@ class StackedPotential:
         layout = [(s.name, s.shape) for s in first.sites]
         if any([(s.name, s.shape) for s in p.sites] != layout for p in self.potentials[1:]):
             raise ValueError("the chains' models differ in their latent sites (names or shapes)")
-        self.sites, self.size = first.sites, first.size
+        self.sites = first.sites
         evaluator = self.models[0].bnn.evaluator
         self.twin, self.paths = evaluator.twin, evaluator.paths
         # chains with one prior (one likelihood) are scored by one call on all of them: the
         # value then carries the chains' dimension in front, which the distributions broadcast
-        first_model = self.models[0]
-        self.one_prior = all(m.prior.config() == first_model.prior.config() for m in self.models)
+        lead = self.models[0]
+        self.one_prior = all(m.prior.config() == lead.prior.config() for m in self.models)
         self.one_likelihood = all(
-            m.likelihood.config() == first_model.likelihood.config() for m in self.models
+            m.likelihood.config() == lead.likelihood.config() for m in self.models
         )
         scored = self.models[:1] if self.one_prior else self.models
         modules = [dict(m.bnn.net.named_modules(prefix="net")) for m in scored]
@@ -243,17 +243,11 @@ def fit_stacked_sgmcmc(
     steps = []
     for m, x, t, seed in zip(models, xs, ys, seeds, strict=True):
         with seeded(int(seed), m.device):  # what each chain's own fit draws before its run
-            steps.append(m.start_run(x, t, steps=epochs * -(-n // batch), lr=lr))
+            steps.append(m.start_run(x, t, steps=epochs * math.ceil(n / batch), lr=lr))
     potential = StackedPotential(models, [s.potential for s in steps])
     x_all, y_all = torch.stack(xs), torch.stack(ys)
     theta = torch.stack([s.theta for s in steps])
-    if batch >= n:  # fit's full batch: the rows as they are, every step
-
-        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-            return [(x_all, y_all)]
-
-    else:
-        batches = stacked_batches(x_all, y_all, batch, order_generators(seeds), per_member=True)
+    batches = shuffled_member_batches(x_all, y_all, batch, order_generators(seeds))
     modes = [m.bnn.training for m in models]
     for m in models:
         m.bnn.eval()  # as fit: dropout off
@@ -290,6 +284,5 @@ def fit_stacked_sgmcmc(
             m.bnn.train(mode)
     for i, (m, own) in enumerate(zip(models, steps, strict=True)):
         m.position = theta[i].clone()
-        own.theta = m.position
         m.keep_run(own, xs[i])
     return history

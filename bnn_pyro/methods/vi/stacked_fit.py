@@ -27,7 +27,11 @@ from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
-from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer, stacked_batches
+from bnn_pyro.training.stacked import (
+    StackedLossStep,
+    elementwise_optimizer,
+    shuffled_member_batches,
+)
 
 __all__ = ["fit_stacked_vi"]
 
@@ -118,14 +122,7 @@ def fit_stacked_vi(
         stacked: StackedVI = StackedAlphaVI(bnns, generators, n, num_particles=p)
     else:
         stacked = StackedVI(bnns, generators, n)
-    x_all, y_all = torch.stack(xs), torch.stack(ys)
-    if batch_size >= n:  # fit's full batch: the rows as they are, every epoch
-
-        def batches() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-            return [(x_all, y_all)]
-
-    else:
-        batches = stacked_batches(x_all, y_all, batch_size, order, per_member=True)
+    batches = shuffled_member_batches(torch.stack(xs), torch.stack(ys), batch_size, order)
     opt = make_optimizer(optimizer, stacked.parameters(), lr)
 
     def set_kl_weight(epoch: int) -> None:  # as fit: the schedule's value at each epoch
