@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 from torch.func import stack_module_state
 
+from bnn_pyro._checks import check_int
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.training.loop import TrainingStep
@@ -336,6 +337,9 @@ def shuffled_member_batches(
     draws (:func:`stacked_batches`), or, as there, the whole data set as one unshuffled batch
     when ``batch_size >= N``.
 
+    Raises:
+        ValueError: ``batch_size`` < 1, or not one generator per member.
+
     Example:
         >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
         >>> x = torch.arange(10.0).view(2, 5)
@@ -344,6 +348,9 @@ def shuffled_member_batches(
         >>> [xb is x for xb, _ in shuffled_member_batches(x, x, 5, gens)()]
         [True]
     """
+    check_int("batch_size", batch_size)
+    if len(generators) != x.shape[0]:
+        raise ValueError(f"one generator per member: {len(generators)} for {x.shape[0]} members")
     if batch_size < x.shape[1]:
         return stacked_batches(x, y, batch_size, generators, per_member=True)
 

@@ -81,3 +81,12 @@ def test_a_diagonal_prior_is_saved_and_loaded(tmp_path):
     assert back.prior_precision == _diagonal(2)
     x = torch.randn(3, 2, dtype=torch.float64)
     torch.testing.assert_close(back.glm_variance(x), la.glm_variance(x))
+
+
+def test_the_closed_form_maximiser_refuses_bad_input_by_name():
+    from bnn_pyro.methods.laplace.gaussian_posterior import optimal_diagonal_prior_precision
+
+    with pytest.raises(ValueError, match=r"both be \(P,\), got \(3,\) and \(2,\)"):
+        optimal_diagonal_prior_precision(torch.ones(3), torch.ones(2), (1e-8, 1e8))
+    with pytest.raises(ValueError, match="0 < low < high"):
+        optimal_diagonal_prior_precision(torch.ones(3), torch.ones(3), (1.0, 0.5))

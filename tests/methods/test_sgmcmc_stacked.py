@@ -164,3 +164,17 @@ def test_a_diverging_chain_is_named():
     models = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
     with pytest.raises(TrainingDivergedError, match=r"chain\(s\) \[2\] of 2"):
         bp.fit_stacked(models, X[:2], y[:2], seeds=[0, 1], epochs=2, progress=False)
+
+
+def test_the_stacking_helpers_refuse_bad_input_by_name():
+    from bnn_pyro.methods.sgmcmc.samplers import standard_normal
+    from bnn_pyro.training.stacked import shuffled_member_batches
+
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    with pytest.raises(ValueError, match="one generator per chain: 2 generators for a stack"):
+        standard_normal(torch.zeros(3, 4), gens)
+    x = torch.zeros(3, 5, 2)
+    with pytest.raises(ValueError, match="one generator per member: 2 for 3 members"):
+        shuffled_member_batches(x, x, 2, gens)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        shuffled_member_batches(x[:2], x[:2], 0, gens)

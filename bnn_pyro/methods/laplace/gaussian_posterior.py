@@ -80,6 +80,10 @@ def optimal_diagonal_prior_precision(
         curvature: ``(P,)`` the diagonal ``h`` of H (clipped at 0).
         bounds: ``(low, high)`` of every λ_i.
 
+    Raises:
+        ValueError: ``mean`` and ``curvature`` not both ``(P,)``, or bounds not ``0 < low <
+            high``.
+
     Example:
         >>> lam = optimal_diagonal_prior_precision(
         ...     torch.tensor([1.0, 0.0, 2.0]), torch.tensor([1.0, 5.0, 0.0]), (1e-8, 1e8))
@@ -89,9 +93,16 @@ def optimal_diagonal_prior_precision(
         >>> abs(one - lam[0].item()) < 1e-9  # one coordinate: the scalar maximiser
         True
     """
+    if mean.shape != curvature.shape or mean.dim() != 1:
+        raise ValueError(
+            f"mean and curvature must both be (P,), got {tuple(mean.shape)} and "
+            f"{tuple(curvature.shape)}"
+        )
+    low, high = bounds
+    if not 0 < low < high:
+        raise ValueError(f"bounds must be (low, high) with 0 < low < high, got {bounds}")
     theta2 = mean.double() ** 2
     h = curvature.double().clamp_min(0)
-    low, high = bounds
     disc = torch.sqrt(theta2 * theta2 * h * h + 4 * theta2 * h)
     root = 2 * h / (theta2 * h + disc).clamp_min(torch.finfo(torch.float64).tiny)
     root = torch.where(theta2 == 0, torch.full_like(root, high), root)
