@@ -22,6 +22,7 @@ from bnn_pyro.methods.vi.stacked import StackedVI
 from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
 from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
 from bnn_pyro.methods.vi.svi import DEFAULT_SCHEDULE
+from bnn_pyro.methods.vi.svi_model import check_fit_in_sample
 from bnn_pyro.training.batches import shuffled_batches
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
@@ -139,7 +140,7 @@ def fit_stacked_vi(
     for b in bnns:
         b.train()
     try:
-        return train(
+        history = train(
             stacked,
             step,
             batches,
@@ -153,3 +154,6 @@ def fit_stacked_vi(
         stacked.write_back()
         for b, mode in zip(bnns, modes, strict=True):
             b.train(mode)
+    for i, (b, x, t) in enumerate(zip(bnns, xs, ys, strict=True)):  # as fit checks its own
+        check_fit_in_sample(b, x, t, what=f"member {i} of the stacked fit")
+    return history

@@ -18,15 +18,54 @@ from torch.utils.data import DataLoader
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.base import BaseBayesianMethod
+from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
 from bnn_pyro.methods.vi.svi import ELBO_CLASSES, GuardedSVI, as_pyro_optim, make_elbo, run_svi
 from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks, kl_weight_at
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
+from bnn_pyro.training.in_sample import check_in_sample_fit
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
-__all__ = ["SVIModel"]
+__all__ = ["IN_SAMPLE_DRAWS", "SVIModel", "check_fit_in_sample"]
+
+#: Posterior draws behind the predictive mean that :func:`check_fit_in_sample` scores.
+IN_SAMPLE_DRAWS = 32
+
+
+def check_fit_in_sample(
+    bnn: SVIPredictive, X: torch.Tensor, y: torch.Tensor, what: str = "the fit"
+) -> torch.Tensor | None:
+    """After a fit whose noise is learned per input (``HeteroscedasticGaussian``): warn when
+    its predictive mean is worse on its own training rows than their mean is
+    (:func:`bnn_pyro.training.in_sample.check_in_sample_fit`, which says why). ``fit`` and the
+    stacked fit call it; other likelihoods are not checked (``None``).
+
+    Args:
+        bnn: a fitted model.
+        X: ``(N, ...)`` and y: ``(N, O)``: its training rows, prepared as ``fit`` prepares them.
+        what: how the warning names the fit.
+
+    Returns:
+        ``(O,)`` in-sample ``R²``, or ``None`` where the likelihood is not checked.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(64, 1); y = 2 * X
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(1, [8], 2), bp.HeteroscedasticGaussian())
+        >>> _ = bnn.fit(X, y, epochs=60, batch_size=None, progress=False, seed=0)
+        >>> bool(check_fit_in_sample(bnn, X, y) > 0.9)
+        True
+    """
+    if not isinstance(bnn.likelihood, HeteroscedasticGaussian):
+        return None
+    return check_in_sample_fit(
+        lambda x: bnn.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)[0].mean(0),
+        X,
+        y,
+        what,
+    )
 
 
 class SVIModel(SVIPredictive):
@@ -186,7 +225,7 @@ class SVIModel(SVIPredictive):
             self.train()
             try:
                 start_from_map(self, batches, n, map_epochs, lr, progress, resume)
-                return run_svi(
+                history = run_svi(
                     self,
                     svi,
                     batches,
@@ -202,3 +241,6 @@ class SVIModel(SVIPredictive):
                 )
             finally:
                 self.train(was_training)
+        if y is not None:  # (a DataLoader's rows are not kept to be checked)
+            check_fit_in_sample(self, X, y)
+        return history
