@@ -133,3 +133,14 @@ def test_a_fitted_heteroscedastic_model_passes_and_other_noises_are_not_checked(
     homoscedastic = bp.VariationalBNN(bp.nn.mlp(1, [8], 1), bp.Gaussian(scale="learned"))
     homoscedastic.fit(X, y, epochs=1, lr=1e-12, batch_size=None, progress=False, seed=0)
     assert calls == []
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_each_variance_head_member_of_an_ensemble_is_checked(stacked):
+    X, y = _level_100()
+    torch.manual_seed(0)
+    ens = bp.DeepEnsemble(lambda: bp.nn.mlp(1, [8], 2), 2, likelihood=bp.HeteroscedasticGaussian())
+    with pytest.warns(bp.TrainingInstabilityWarning, match="of the ensemble predicts") as caught:
+        ens.fit(X, y, epochs=1, lr=1e-12, batch_size=64, progress=False, seed=0, stacked=stacked)
+    names = [str(w.message).split(" predicts")[0] for w in caught]
+    assert names == ["member 0 of the ensemble", "member 1 of the ensemble"]

@@ -28,7 +28,7 @@ from bnn_pyro.methods.classic.training import (
     probe,
     task_loss,
 )
-from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
+from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, check_heads_in_sample, split_heads
 from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
 from bnn_pyro.training import History, LossStep, train
 
@@ -319,8 +319,7 @@ class DeepEnsemble(ClassicMethod):
             raise ValueError(f"stacked=True: the members cannot train stacked: {why_not}")
         if stacked is not False and why_not is None:
             history = fit_stacked(self, x, yt, settings, validation)
-            if not self.gaussian_nll:
-                self._refit_noise(x, yt, None)
+            self._after_members(x, yt)
             return history
         runs = []
         for i, member in enumerate(self.models):
@@ -340,9 +339,17 @@ class DeepEnsemble(ClassicMethod):
                     validation=val,
                 )
             )
-        if not self.gaussian_nll:
-            self._refit_noise(x, yt, None)
+        self._after_members(x, yt)
         return _mean_history(runs)
+
+    def _after_members(self, x: torch.Tensor, yt: torch.Tensor) -> None:
+        """Once every member is trained: the noise of mean-only members from the residuals;
+        each variance-head member's in-sample check (a member whose variance head grew over
+        rows its mean left behind: :mod:`bnn_pyro.training.in_sample`)."""
+        if self.gaussian_nll:
+            check_heads_in_sample(self.models, x, yt)
+        else:
+            self._refit_noise(x, yt, None)
 
     @classmethod
     def from_checkpoint_config(cls, net: nn.Module | None, config: dict[str, Any]) -> DeepEnsemble:
