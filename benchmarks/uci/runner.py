@@ -37,6 +37,7 @@ from benchmarks.uci.protocol import (
 from benchmarks.uci.registry import get_method
 from bnn_pyro._checks import check_device
 from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.metrics import rmse
 
 __all__ = [
     "BenchmarkSettings",
@@ -239,8 +240,9 @@ def final_report(
     ) -> None:
         if not is_chosen(config, epoch, overrides):
             return
-        locs, scales = predictor(data.x)
-        scores["train_rmse"] = score(locs, scales, data.y, data.y_std)["rmse"]
+        # the RMSE alone (score's): the mixture's quantiles on every training row cost most
+        locs, _ = predictor(data.x)  # of a final's scoring, and final_check reads none of them
+        scores["train_rmse"] = rmse(locs.mean(0), data.y, y_scale=data.y_std)
         locs, scales = predictor(data.x_eval)  # the test rows last, once
         scores.update(score(locs, scales, data.y_eval, data.y_std))
 
