@@ -1,0 +1,39 @@
+"""The committed before/after report of VI on the collinear synthetic set."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.uci.collinear_report import RATIO, RESULTS, figures, main, markdown
+from benchmarks.uci.synthetic import SPREAD
+
+
+def test_the_committed_report_is_the_committed_figures_rendered(tmp_path):
+    kept = json.loads((RESULTS / "collinear_plant.json").read_text(encoding="utf-8"))
+    assert markdown(kept) == (RESULTS / "collinear_plant.md").read_text(encoding="utf-8")
+    (tmp_path / "collinear_plant.json").write_text(json.dumps(kept), encoding="utf-8")
+    main(["--out", str(tmp_path)])  # re-rendered from the kept figures alone
+    assert (tmp_path / "collinear_plant.md").read_text() == markdown(kept)
+
+
+def test_the_committed_runs_show_the_break_and_the_report_counts_it():
+    """The reproduction the data set was made for: before the fix some vi finals broke (test
+    RMSE over 2x bb_alpha's and over 1% of the target's sd); the report's two count lines are
+    the kept figures' counts."""
+    kept = json.loads((RESULTS / "collinear_plant.json").read_text(encoding="utf-8"))
+    before, after, bba = kept["before"], kept["after"], kept["bb_alpha"]
+    assert len(before) == len(after) == len(bba) == 20
+    broke = [s for s in bba if before[s]["rmse"] > max(RATIO * bba[s]["rmse"], 0.01 * SPREAD)]
+    assert broke
+    within = sum(after[s]["rmse"] <= RATIO * bba[s]["rmse"] for s in bba)
+    text = markdown(kept)
+    assert f"on {within} of 20 splits (target: all;" in text
+    assert max(after[s]["rmse"] for s in after) < min(before[s]["rmse"] for s in broke)
+
+
+def test_figures_keep_one_method_by_split():
+    runs = [
+        {"method": "vi", "split": 1, "rmse": 0.2, "config": {"lr": 0.003}},
+        {"method": "bb_alpha", "split": 0, "rmse": 0.1, "config": {"lr": 0.001}},
+    ]
+    assert list(figures(runs, "vi")) == [1] and figures(runs, "vi")[1]["lr"] == 0.003
