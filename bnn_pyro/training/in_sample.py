@@ -5,18 +5,20 @@ regions of its training inputs behind and still score a good ELBO. The net moves
 predictions far off and the noise it learns there grows to match, so each such row costs a few
 nats. The rows that fit well earn more than that back, so the loss moves little and the
 loss-based blow-up guard (:mod:`bnn_pyro.training.blowup`) does not see it. The fit never comes
-back: the pull of a row 19 sds off under a noise of 10 sds is 19/100 of a row that fits.
+back: the pull on the mean of a row 19 sds off under a noise of 10.5 sds is ``r / σ² ≈ 0.17``,
+against about 50 for a row that fits (``r ≈ σ ≈ 0.02``).
 
 Measured on a nearly noiseless regression with collinear inputs
 (``benchmarks/uci/synthetic.py``): the two lowest of nine operating points, 22% of the rows, sat
-19 target-sds off, with a learned noise of 10.5 sds there against 0.02 elsewhere. The ELBO was
--1,233 (near the run's best, -4,006), while the predictive mean's RMSE was 5.2 target-sds.
+19 target-sds off, with a learned noise of 10.5 sds there against 0.02 elsewhere. The ELBO ended
+at -1,233 against the run's best of -4,006, less than half its progress given back, while the
+predictive mean's RMSE was 5.2 target-sds.
 
 The rule is the coefficient of determination on the training rows: ``R² = 1 - SSE / SST``, with
 ``SST`` the squared deviations of the targets from their own mean. ``R² < 0`` means the fit
 predicts the targets it was trained on worse than the constant ``mean(y)`` does. No working
 regression fit does that, whatever the noise level, so the warning has no threshold to tune. The
-abandoned fit above had ``R² = -26``; the healthy fits beside it had ``R²`` above 0.999.
+abandoned fit above had ``R² = -26``; the healthy fits beside it had ``R²`` above 0.98.
 """
 
 from __future__ import annotations

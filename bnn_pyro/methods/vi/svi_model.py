@@ -181,6 +181,12 @@ class SVIModel(SVIPredictive):
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
+
+        Warns:
+            TrainingInstabilityWarning: a fit whose noise is learned per input
+                (``HeteroscedasticGaussian``) that predicts its own training targets worse
+                than their mean does (:func:`check_fit_in_sample`); and a fit that blew up
+                (the loop's guard, which then keeps its best epoch).
         """
         epochs = check_int("epochs", epochs, minimum=0)
         lr = check_float("lr", lr, minimum=0.0, strict=True)
