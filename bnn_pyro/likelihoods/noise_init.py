@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from bnn_pyro._rows import spread_rows
+
 __all__ = ["MAX_ROWS", "residual_scale"]
 
 #: At most this many rows (evenly spaced) enter the least-squares fit: the estimate of one
@@ -48,8 +50,8 @@ def residual_scale(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             f"{tuple(y.shape)}"
         )
     n = X.shape[0]
-    rows = torch.linspace(0, n - 1, min(n, MAX_ROWS)).round().long() if n > MAX_ROWS else None
-    x = (X if rows is None else X[rows.to(X.device)]).reshape(min(n, MAX_ROWS), -1).double()
+    rows = spread_rows(n, MAX_ROWS, X.device)
+    x = (X if rows is None else X[rows]).reshape(min(n, MAX_ROWS), -1).double()
     t = (y if rows is None else y[rows.to(y.device)]).double()
     m, d = x.shape
     spread = t.std(dim=0) if m > 1 else torch.ones(t.shape[1], dtype=t.dtype, device=t.device)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import torch
 
+from bnn_pyro._rows import spread_rows
 from bnn_pyro.exceptions import TrainingInstabilityWarning, warn_user
 
 __all__ = ["MAX_ROWS", "check_in_sample_fit", "in_sample_r2"]
@@ -93,9 +94,8 @@ def check_in_sample_fit(
             f"X (N, ...) and y (N, O) must have the same rows, got {tuple(X.shape)} and "
             f"{tuple(y.shape)}"
         )
-    n = X.shape[0]
-    if n > MAX_ROWS:
-        rows = torch.linspace(0, n - 1, MAX_ROWS, device=X.device).round().long()
+    rows = spread_rows(X.shape[0], MAX_ROWS, X.device)
+    if rows is not None:
         X, y = X[rows], y[rows.to(y.device)]
     with torch.no_grad():
         r2 = in_sample_r2(predict_mean(X), y)

@@ -57,7 +57,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("estimators/_persistence.py", "Persistence.state_dict.tensor", "as_tensor"): _CONFIG,
     ("likelihoods/gaussian.py", "Gaussian._own_config", "as_tensor"): _CONFIG,
     ("priors/iid.py", "IIDPrior._own_config", "as_tensor"): _CONFIG,
-    ("likelihoods/noise_init.py", "residual_scale", "linspace"): "row indices, moved to X's",
     ("training/stacked.py", "stacked_batches.batches", "randperm"): _ORDER,
     ("training/batches.py", "shuffled_batches.batches", "randperm"): _ORDER,
     ("training/batches.py", "shuffled_batches.batches", "arange"): _ORDER,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from bnn_pyro.methods.classic.training import module_device
 from bnn_pyro.training.in_sample import check_in_sample_fit
 
 __all__ = ["VAR_FLOOR", "check_heads_in_sample", "split_heads"]
@@ -49,7 +50,7 @@ def check_heads_in_sample(
         True
     """
     for i, member in enumerate(members):
-        device = next(member.parameters()).device
+        device = module_device(member)
         check_in_sample_fit(
             lambda rows, m=member, d=device: split_heads(m(rows.to(d)))[0].to(yt.device),
             x,
