@@ -34,7 +34,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -72,20 +74,29 @@ def _fit(sizes, X, y, task, batch, epochs, members, stacked):
     return history["member_loss"][-1]
 
 
+def _checked_then_timed(fns: dict[str, Callable[[], list[float]]], repeats: int):
+    """Run each contender once for its members' final losses (their largest relative
+    difference is the check), then time them round-robin; a smoke run (``repeats == 1``,
+    ``--quick``) reports the checked runs' own seconds instead of running every path again."""
+    losses, seconds = {}, {}
+    for name, fn in fns.items():
+        start = time.perf_counter()
+        losses[name] = fn()
+        seconds[name] = time.perf_counter() - start
+    alone, together = losses.values()
+    diff = max(abs(a - b) / abs(a) for a, b in zip(alone, together, strict=True))
+    return (seconds if repeats == 1 else compare(fns, repeats, 1)), diff
+
+
 def bench_case(sizes, rows, batch, epochs, members, repeats):
     X, y, task = _data(sizes, rows)
-    alone = _fit(sizes, X, y, task, batch, epochs, members, False)
-    together = _fit(sizes, X, y, task, batch, epochs, members, True)
-    diff = max(abs(a - b) / abs(a) for a, b in zip(alone, together, strict=True))
-    times = compare(
+    return _checked_then_timed(
         {
             "one by one": lambda: _fit(sizes, X, y, task, batch, epochs, members, False),
             "stacked": lambda: _fit(sizes, X, y, task, batch, epochs, members, True),
         },
         repeats,
-        1,
     )
-    return times, diff
 
 
 def _vi_fit(X, y, epochs, members, stacked):
@@ -102,18 +113,13 @@ def _vi_fit(X, y, epochs, members, stacked):
 def bench_vi(rows, epochs, members, repeats):
     """K VariationalBNN seeds (learned noise), one by one and with ``bp.fit_stacked``."""
     X, y, _ = _data([13, 50, 1], rows)
-    alone = _vi_fit(X, y, epochs, members, False)
-    together = _vi_fit(X, y, epochs, members, True)
-    diff = max(abs(a - b) / abs(a) for a, b in zip(alone, together, strict=True))
-    times = compare(
+    return _checked_then_timed(
         {
             "one by one": lambda: _vi_fit(X, y, epochs, members, False),
             "stacked": lambda: _vi_fit(X, y, epochs, members, True),
         },
         repeats,
-        1,
     )
-    return times, diff
 
 
 def child(rows: int, members: int) -> None:

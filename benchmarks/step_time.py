@@ -47,10 +47,12 @@ def compare(fns: dict[str, Callable[[], object]], repeats: int, inner: int) -> d
     """Median seconds per call of each function, measured round-robin.
 
     Each of the ``repeats`` rounds times ``inner`` calls of every contender in turn, so a change
-    in machine load during the run hits all contenders alike and the ratios stay fair.
+    in machine load during the run hits all contenders alike and the ratios stay fair. Timed
+    runs (``repeats > 1``) first warm every contender up; a single round is a smoke run (every
+    path once, ``--quick``), whose figures are not timings, so it skips the warm-up.
     """
     for fn in fns.values():
-        for _ in range(max(2, inner // 4)):
+        for _ in range(max(2, inner // 4) if repeats > 1 else 0):
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
@@ -205,7 +207,7 @@ def bench_predict(bnn: bp.VariationalBNN, repeats: int) -> dict[str, float]:
             "Predictive(parallel=False)": lambda: sequential(x),
             **{"bnn_pyro predict ": lambda: bnn.predict(x, num_samples=100)},
         },
-        max(3, repeats // 2),
+        min(repeats, max(3, repeats // 2)),  # the slow one: fewer rounds, never more than asked
         1,
     )
     fast["Predictive(parallel=False)"] = slow["Predictive(parallel=False)"]
