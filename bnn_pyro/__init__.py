@@ -8,26 +8,13 @@ Example:
     ['vi', 'lrt', 'bb_alpha']
 """
 
+from __future__ import annotations
+
+import importlib
 from importlib import metadata as _metadata
+from typing import TYPE_CHECKING
 
-import pyro.distributions as dist
-
-from bnn_pyro import (
-    _moved,
-    calibration,
-    datasets,
-    guides,
-    likelihoods,
-    losses,
-    methods,
-    metrics,
-    nn,
-    poutine,
-    priors,
-    training,
-)
-from bnn_pyro.base import BaseBayesianMethod, PredictOutput
-from bnn_pyro.distributions import HiddenLayer
+from bnn_pyro import _moved
 from bnn_pyro.exceptions import (
     CheckpointError,
     NotFittedError,
@@ -35,25 +22,45 @@ from bnn_pyro.exceptions import (
     TrainingDivergedError,
     TrainingInstabilityWarning,
 )
-from bnn_pyro.guides import MeanFieldNormalGuide
-from bnn_pyro.learned_prior import LearnedNormalPrior
-from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
-from bnn_pyro.methods import (
-    SGMCMC,
-    SWAG,
-    DeepEnsemble,
-    LaplaceApproximation,
-    MCDropout,
-    VariationalBayesNN,
-)
-from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
-from bnn_pyro.methods.vi.model import VariationalBNN
-from bnn_pyro.poutine import LocalReparameterization
-from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
-from bnn_pyro.registry import METHODS, load, make, register_method
-from bnn_pyro.stacking import fit_stacked
 from bnn_pyro.threads import get_threads, set_threads, threads
-from bnn_pyro.training import EarlyStopping, History, linear_annealing
+
+if TYPE_CHECKING:  # what the names below are, for type checkers and editors
+    import pyro.distributions as dist
+
+    from bnn_pyro import (
+        calibration,
+        datasets,
+        guides,
+        likelihoods,
+        losses,
+        methods,
+        metrics,
+        nn,
+        plots,
+        poutine,
+        priors,
+        training,
+    )
+    from bnn_pyro.base import BaseBayesianMethod, PredictOutput
+    from bnn_pyro.distributions import HiddenLayer
+    from bnn_pyro.guides import MeanFieldNormalGuide
+    from bnn_pyro.learned_prior import LearnedNormalPrior
+    from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
+    from bnn_pyro.methods import (
+        SGMCMC,
+        SWAG,
+        DeepEnsemble,
+        LaplaceApproximation,
+        MCDropout,
+        VariationalBayesNN,
+    )
+    from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
+    from bnn_pyro.methods.vi.model import VariationalBNN
+    from bnn_pyro.poutine import LocalReparameterization
+    from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
+    from bnn_pyro.registry import METHODS, load, make, register_method
+    from bnn_pyro.stacking import fit_stacked
+    from bnn_pyro.training import EarlyStopping, History, linear_annealing
 
 _moved.install()  # the earlier module paths (bnn_pyro.bnn, ...) still import, with a warning
 
@@ -61,6 +68,51 @@ try:  # one source: pyproject.toml, through the installed distribution's metadat
     __version__ = _metadata.version("bnn_pyro")
 except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
+
+#: The package's modules that ``bnn_pyro.<name>`` gives, imported on first use.
+_MODULES = (
+    "calibration",
+    "datasets",
+    "estimators",  # scikit-learn, an optional dependency: not in __all__
+    "guides",
+    "likelihoods",
+    "losses",
+    "methods",
+    "metrics",
+    "nn",
+    "plots",  # matplotlib
+    "poutine",
+    "priors",
+    "training",
+)
+#: Every other name ``bnn_pyro.<name>`` gives -> the module that holds it, imported on first
+#: use: ``import bnn_pyro`` (and so ``bnn-pyro --help``) imports neither torch nor Pyro.
+_NAMES = {
+    "dist": "pyro.distributions",  # the module itself, as ``bp.dist``
+    "BaseBayesianMethod": "bnn_pyro.base",
+    "PredictOutput": "bnn_pyro.base",
+    "HiddenLayer": "bnn_pyro.distributions",
+    "MeanFieldNormalGuide": "bnn_pyro.guides",
+    "LearnedNormalPrior": "bnn_pyro.learned_prior",
+    **dict.fromkeys(
+        ("Bernoulli", "Categorical", "Gaussian", "HeteroscedasticGaussian"), "bnn_pyro.likelihoods"
+    ),
+    **dict.fromkeys(
+        ("SGMCMC", "SWAG", "DeepEnsemble", "LaplaceApproximation", "MCDropout"),
+        "bnn_pyro.methods",
+    ),
+    "VariationalBayesNN": "bnn_pyro.methods",
+    "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
+    "VariationalBNN": "bnn_pyro.methods.vi.model",
+    "LocalReparameterization": "bnn_pyro.poutine",
+    **dict.fromkeys(("IIDPrior", "LayerwiseNormalPrior", "ScaleMixturePrior"), "bnn_pyro.priors"),
+    **dict.fromkeys(("METHODS", "load", "make", "register_method"), "bnn_pyro.registry"),
+    "fit_stacked": "bnn_pyro.stacking",
+    **dict.fromkeys(("EarlyStopping", "History", "linear_annealing"), "bnn_pyro.training"),
+    # scikit-learn and Lightning: optional dependencies, not in __all__
+    **dict.fromkeys(("BNNRegressor", "BNNClassifier", "TabularBNN"), "bnn_pyro.estimators"),
+    "BNNLightningModule": "bnn_pyro.methods.vi.lightning",
+}
 
 __all__ = [
     "METHODS",
@@ -118,21 +170,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # matplotlib is imported only when plots are asked for
-    if name == "plots":
-        import importlib
+    """``bnn_pyro.<name>``: the module or object, imported on its first use and kept."""
+    if name in _MODULES:
+        value: object = importlib.import_module(f"bnn_pyro.{name}")
+    elif name in _NAMES:
+        module = importlib.import_module(_NAMES[name])
+        value = module if name == "dist" else getattr(module, name)
+    else:
+        raise AttributeError(f"module 'bnn_pyro' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return importlib.import_module("bnn_pyro.plots")
-    # scikit-learn is imported only when the estimators are asked for (not in __all__: it is
-    # an optional dependency)
-    if name in ("BNNRegressor", "BNNClassifier", "TabularBNN", "estimators"):
-        import importlib
 
-        module = importlib.import_module("bnn_pyro.estimators")
-        return module if name == "estimators" else getattr(module, name)
-    # Lightning is imported only when its module is asked for (an optional dependency too)
-    if name == "BNNLightningModule":
-        import importlib
-
-        return importlib.import_module("bnn_pyro.methods.vi.lightning").BNNLightningModule
-    raise AttributeError(f"module 'bnn_pyro' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_MODULES, *_NAMES})

@@ -2,9 +2,11 @@
 
 An import of an earlier path (``import bnn_pyro.bnn``, ``from bnn_pyro.training import
 make_elbo``) still works and gives the same objects, with a ``DeprecationWarning`` that names the
-new path. This is the one place that knows the old names: it is imported last by
-``bnn_pyro/__init__.py``, so no module below the package's face depends on it, and nothing in the
-library imports an old path (a test checks that importing the library warns nothing).
+new path. This is the one place that knows the old names: ``bnn_pyro/__init__.py`` installs its
+finder of the old module paths, and a package that lost names (``bnn_pyro.training``) hands an
+unknown name to :func:`moved_name` from its own ``__getattr__``, so that ``import bnn_pyro``
+imports no package it does not need. Nothing in the library imports an old path (a test checks
+that importing the library warns nothing).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MOVED_MODULES", "MOVED_NAMES", "install"]
+__all__ = ["MOVED_MODULES", "MOVED_NAMES", "install", "moved_name"]
 
 _P = "bnn_pyro."
 #: An earlier module path -> where that module is now.
@@ -99,21 +101,25 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """The module is the one at its new path, already executed."""
 
 
-def _moved_name(package: str) -> Any:
-    moved = MOVED_NAMES[package]
+def moved_name(package: str, name: str) -> Any:
+    """``package.name`` where ``name`` moved out of ``package`` (with a ``DeprecationWarning``
+    naming the new place); ``AttributeError`` for a name that never was there. Each package of
+    :data:`MOVED_NAMES` calls it from its module ``__getattr__``.
 
-    def __getattr__(name: str) -> Any:
-        if name not in moved:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        _warn(f"{package}.{name} moved to {moved[name]}.{name}: import it from there")
-        return getattr(importlib.import_module(moved[name]), name)
-
-    return __getattr__
+    Example:
+        >>> moved_name("bnn_pyro.training", "no_such_name")
+        Traceback (most recent call last):
+          ...
+        AttributeError: module 'bnn_pyro.training' has no attribute 'no_such_name'
+    """
+    moved = MOVED_NAMES.get(package, {})
+    if name not in moved:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    _warn(f"{package}.{name} moved to {moved[name]}.{name}: import it from there")
+    return getattr(importlib.import_module(moved[name]), name)
 
 
 def install() -> None:
-    """Make the earlier paths and names importable (idempotent)."""
+    """Make the earlier module paths importable (idempotent)."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
         sys.meta_path.append(_MovedFinder())
-    for package in MOVED_NAMES:
-        vars(importlib.import_module(package))["__getattr__"] = _moved_name(package)

@@ -22,10 +22,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import torch
-
-from bnn_pyro._checks import check_int
-
 __all__ = ["get_threads", "set_threads", "threads", "uses_threads"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -34,6 +30,8 @@ _setting: dict[str, int | None] = {"threads": 1}
 
 
 def _check(n: int | None) -> int | None:
+    from bnn_pyro._checks import check_int  # (torch: imported on use, see the package's face)
+
     return None if n is None else check_int("threads", n)
 
 
@@ -72,6 +70,7 @@ def threads(n: Any = _UNSET) -> Iterator[None]:
     torch's setting; ``None`` changes nothing.
 
     Example:
+        >>> import torch
         >>> before = torch.get_num_threads()
         >>> with threads(1):
         ...     torch.get_num_threads()
@@ -79,6 +78,8 @@ def threads(n: Any = _UNSET) -> Iterator[None]:
         >>> torch.get_num_threads() == before
         True
     """
+    import torch  # here, not at the top: ``import bnn_pyro`` imports no torch
+
     n = get_threads() if n is _UNSET else _check(n)
     before = torch.get_num_threads()
     if n is None or n == before:
@@ -95,6 +96,7 @@ def uses_threads(fn: _F) -> _F:
     """Decorate ``fn`` (a ``fit`` or ``predict``) to run under :func:`threads`.
 
     Example:
+        >>> import torch
         >>> count = uses_threads(lambda: torch.get_num_threads())
         >>> count()
         1

@@ -199,6 +199,36 @@ def test_help_everywhere(command, capsys):
     assert capsys.readouterr().out.startswith("usage: bnn-pyro")
 
 
+_IMPORTED = (
+    "import sys\nfrom bnn_pyro.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n"
+    "    pass\nprint(sorted(m for m in ('numpy', 'pyro', 'torch') if m in sys.modules))"
+)
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["--version"], ["demo", "--help"], ["predict", "--help"]]
+)
+def test_help_and_version_import_neither_torch_nor_numpy(argv):
+    # a fresh process: building the parser and printing help reads no method (torch alone takes
+    # over a second to import); a module-level `import torch` in a subcommand fails this
+    code = _IMPORTED.format(argv=argv)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "[]", run.stdout
+
+
+def test_fit_help_lists_every_method_and_a_bad_method_names_them(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"one of {', '.join(METHODS)} (default: vi)" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--data", "d.csv", "--target", "y", "--out", "o", "--method", "nope"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err and "'vi'" in err and "'sgld'" in err
+
+
 def test_the_installed_command_prints_no_traceback(tmp_path):
     # the real entry point, in a fresh process: a missing file is one line and exit code 2
     argv = ["fit", "--data", str(tmp_path / "nope.csv"), "--target", "y", "--out", str(tmp_path)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,32 @@ def test_public_functions_have_type_hints(name, obj):
         assert not untyped, f"{qualname}: arguments without type hints: {untyped}"
         if fn.__name__ != "__init__":
             assert "return" in fn.__annotations__, f"{qualname}: no return type hint"
+
+
+def test_import_bnn_pyro_imports_torch_only_when_a_name_is_used():
+    # the package's face loads its names on first use (``bnn-pyro --help`` needs no torch);
+    # a fresh process, since this one has torch already
+    code = (
+        "import sys, bnn_pyro as bp\n"
+        "before = [m for m in ('torch', 'pyro') if m in sys.modules]\n"
+        "bp.VariationalBNN\n"
+        "print(before, 'torch' in sys.modules and 'pyro' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[] True", run.stdout
+
+
+def test_every_public_name_resolves_and_threads_stays_the_function():
+    import bnn_pyro as bp
+
+    threads_module = sys.modules["bnn_pyro.threads"]  # (`import a.b as c` would get bp.threads)
+
+    missing = [n for n in bp.__all__ if not hasattr(bp, n)]
+    assert not missing, missing
+    assert set(bp.__all__) <= set(dir(bp))
+    # bp.threads is the context manager, not the module of the same name that holds it
+    assert bp.threads is threads_module.threads
+    assert bp.dist.Normal is importlib.import_module("pyro.distributions").Normal
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        bp.no_such_name  # noqa: B018

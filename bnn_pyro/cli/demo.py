@@ -15,17 +15,18 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from bnn_pyro._checks import check_int
 from bnn_pyro.cli.output import removed_on_failure
-from bnn_pyro.datasets import toy_function, toy_regression_1d
 from bnn_pyro.exceptions import CLIError
-from bnn_pyro.likelihoods import Gaussian
-from bnn_pyro.methods.vi.model import VariationalBNN
-from bnn_pyro.metrics import gaussian_log_likelihood, rmse
-from bnn_pyro.nn import mlp
+
+if TYPE_CHECKING:
+    import torch
+
+    from bnn_pyro.methods.vi.model import VariationalBNN
+
+# torch and the library's methods are imported where the demo runs, not here: building the
+# parser (``bnn-pyro --help``) imports neither
 
 __all__ = ["DemoResult", "add_parser", "format_result", "format_table", "run", "run_demo"]
 
@@ -97,6 +98,15 @@ def run_demo(
         >>> result.std_gap > 0 and result.seconds > 0
         True
     """
+    import torch
+
+    from bnn_pyro._checks import check_int
+    from bnn_pyro.datasets import toy_function, toy_regression_1d
+    from bnn_pyro.likelihoods import Gaussian
+    from bnn_pyro.methods.vi.model import VariationalBNN
+    from bnn_pyro.metrics import gaussian_log_likelihood, rmse
+    from bnn_pyro.nn import mlp
+
     epochs = check_int("epochs", epochs)
     if reference is not None:
         ok = isinstance(reference, tuple) and len(reference) == 3
@@ -160,10 +170,12 @@ def _plot(
     reference: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     import matplotlib
+    import torch
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from bnn_pyro.datasets import toy_function
     from bnn_pyro.plots import plot_predictive_1d
 
     grid = torch.linspace(-4, 4, 400).unsqueeze(-1)
@@ -260,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
         trained in ...
         0
     """
+    from bnn_pyro._checks import check_int
+
     check_int("--epochs", args.epochs)
     check_int("--seed", args.seed, minimum=0)
     if os.path.exists(args.out) and not os.path.isdir(args.out):

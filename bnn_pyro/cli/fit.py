@@ -13,20 +13,20 @@ import argparse
 import json
 import os
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
-from bnn_pyro._checks import check_float, check_int
 from bnn_pyro.cli.errors import naming, one_line
-from bnn_pyro.cli.io import read_csv
 from bnn_pyro.cli.output import staged_folder
-from bnn_pyro.cli.target import check_fitted, read_target
 from bnn_pyro.exceptions import CLIError
-from bnn_pyro.registry import METHODS
 
-__all__ = ["add_parser", "evaluate", "method_choices", "parse_hidden", "run_fit"]
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy, torch and the methods are imported where a fit runs, not here: building the parser
+# (``bnn-pyro --help``) imports none of them
+
+__all__ = ["MethodNames", "add_parser", "evaluate", "method_choices", "parse_hidden", "run_fit"]
 
 
 def method_choices() -> tuple[str, ...]:
@@ -37,10 +37,30 @@ def method_choices() -> tuple[str, ...]:
     registry order, read when the parser is built (a method folder added later is offered).
 
     Example:
+        >>> from bnn_pyro.registry import METHODS
         >>> method_choices()[:2], set(method_choices()) == set(METHODS)
         (('vi', 'lrt'), True)
     """
+    from bnn_pyro.registry import METHODS
+
     return tuple(METHODS)
+
+
+class MethodNames:
+    """``--method``'s choices, :func:`method_choices` read when argparse first needs them (a
+    check of a value, ``fit --help``): building the parser imports no method.
+
+    Example:
+        >>> names = MethodNames()
+        >>> "swag" in names, "no_such_method" in names, list(names)[0]
+        (True, False, 'vi')
+    """
+
+    def __contains__(self, name: object) -> bool:
+        return name in method_choices()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(method_choices())
 
 
 def parse_hidden(text: str) -> tuple[int, ...]:
@@ -65,6 +85,8 @@ def parse_hidden(text: str) -> tuple[int, ...]:
 
 def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Shuffled train and validation row indices; no validation rows if there are too few."""
+    import numpy as np
+
     order = np.random.default_rng(seed).permutation(n)
     n_val = int(round(fraction * n))
     if n_val < 1 or n - n_val < 2:
@@ -89,12 +111,15 @@ def evaluate(model: Any, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
         ``{metric name: value}``.
 
     Example:
+        >>> import numpy as np
         >>> from bnn_pyro.estimators import TabularBNN
         >>> X = np.arange(10.0)[:, None]; y = (X[:, 0] > 4).astype(int)
         >>> model = TabularBNN("classification", "ensemble", epochs=3, ensemble_size=2)
         >>> sorted(evaluate(model.fit(X, y), X, y))
         ['accuracy', 'brier', 'ece', 'nll']
     """
+    import torch
+
     from bnn_pyro import metrics
 
     if model.task == "regression":
@@ -119,6 +144,7 @@ def evaluate(model: Any, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 
 def _plot(model: Any, X: np.ndarray, y: np.ndarray, out: str) -> str:
+    import torch
     from matplotlib.figure import Figure
 
     from bnn_pyro.plots import plot_regression_calibration, plot_reliability_diagram
@@ -165,6 +191,8 @@ def run_fit(args: argparse.Namespace) -> int:
         ['calibration.png', 'metrics.json', 'model.pt']
         >>> import shutil; shutil.rmtree(folder)
     """
+    from bnn_pyro.cli.io import read_csv
+    from bnn_pyro.cli.target import check_fitted, read_target
     from bnn_pyro.estimators import TabularBNN
 
     _check_options(args)
@@ -245,6 +273,8 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def _check_options(args: argparse.Namespace) -> None:
     """The numeric options, checked before any file is read (the message names the option)."""
+    from bnn_pyro._checks import check_float, check_int
+
     for option in ("epochs", "batch_size", "num_samples"):
         check_int("--" + option.replace("_", "-"), getattr(args, option))
     check_float("--lr", args.lr, minimum=0.0, strict=True)
@@ -279,7 +309,13 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         choices=("regression", "classification"),
         help="default: regression for a numeric target, classification for text labels",
     )
-    fit.add_argument("--method", choices=method_choices(), default="vi", help="default: vi")
+    fit.add_argument(
+        "--method",
+        choices=MethodNames(),
+        default="vi",
+        metavar="NAME",
+        help="the method, one of %(choices)s (default: vi)",
+    )
     fit.add_argument("--epochs", type=int, default=200, help="passes over the data (200)")
     fit.add_argument(
         "--hidden", type=parse_hidden, default=(50,), help="hidden layer widths, e.g. 50,50 (50)"

@@ -17,7 +17,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bnn_pyro._checkpoint_file import umask_mode
 from bnn_pyro.exceptions import CLIError
 
 __all__ = ["atomic_write_text", "removed_on_failure", "staged_folder"]
@@ -82,6 +81,8 @@ def staged_folder(out: str, option: str = "--out") -> Iterator[str]:
         if created:
             os.makedirs(created[-1])
         stage = tempfile.mkdtemp(prefix=".bnn-pyro-", dir=out if exists else os.path.dirname(out))
+        from bnn_pyro._checkpoint_file import umask_mode  # (torch: not at import, see cli)
+
         os.chmod(stage, umask_mode(directory=True))  # as mkdir() would make it, not 0o700
     except OSError as err:
         _remove_created(created)
@@ -145,6 +146,8 @@ def atomic_write_text(path: str, text: str, option: str = "--out") -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".bnn-pyro-", suffix=".tmp", dir=folder)
+        from bnn_pyro._checkpoint_file import umask_mode
+
         os.chmod(fd, umask_mode())  # as open() would make it, not mkstemp's 0o600
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)

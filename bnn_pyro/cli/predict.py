@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 
-import numpy as np
-
 from bnn_pyro.cli.errors import naming
-from bnn_pyro.cli.io import read_csv, write_csv
 from bnn_pyro.exceptions import CLIError
+
+# numpy and the methods are imported where predict runs: building the parser imports neither
 
 __all__ = ["add_parser", "run_predict"]
 
@@ -47,6 +46,9 @@ def run_predict(args: argparse.Namespace) -> int:
         0
         >>> import shutil; shutil.rmtree(folder)
     """
+    import numpy as np
+
+    from bnn_pyro.cli.io import read_csv, write_csv
     from bnn_pyro.estimators import TabularBNN
 
     if args.out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):

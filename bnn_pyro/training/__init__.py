@@ -61,3 +61,10 @@ __all__ = [
     "state_copy",
     "train",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A name that moved out of this package still imports, with a warning (``_moved``)."""
+    from bnn_pyro._moved import moved_name
+
+    return moved_name(__name__, name)
