@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 
-from benchmarks.uci.collinear_report import RATIO, RESULTS, figures, main, markdown
+from benchmarks.uci.collinear_report import RATIO, RESULTS, figures, main, markdown, paired_ratio
 from benchmarks.uci.synthetic import SPREAD
 
 
@@ -29,6 +30,21 @@ def test_the_committed_runs_show_the_break_and_the_report_counts_it():
     text = markdown(kept)
     assert f"on {within} of 20 splits (target: all;" in text
     assert max(after[s]["rmse"] for s in after) < min(before[s]["rmse"] for s in broke)
+
+
+def test_the_paired_line_is_the_split_by_split_ratios():
+    """The reading of the missed target: the ratio's spread is two-sided. The line's counts
+    and geometric mean are recomputed here from the kept figures."""
+    kept = json.loads((RESULTS / "collinear_plant.json").read_text(encoding="utf-8"))
+    after, bba = kept["after"], kept["bb_alpha"]
+    ratios = [after[s]["rmse"] / bba[s]["rmse"] for s in bba]
+    geometric = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    over, under = sum(r > RATIO for r in ratios), sum(r < 1 / RATIO for r in ratios)
+    text = markdown(kept)
+    assert f"geometric mean {geometric:.2f} " in text
+    assert f"on {over} splits, bb_alpha's over {RATIO:g}x vi's on {under}" in text
+    pair = paired_ratio(after, bba)
+    assert pair["low"] < pair["geometric_mean"] < pair["high"]
 
 
 def test_figures_keep_one_method_by_split():
