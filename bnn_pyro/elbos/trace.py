@@ -12,8 +12,10 @@ plain-torch implementation of its own loss (``fast_loss=``; a mean-field
 :class:`~bnn_pyro.VariationalBNN` hands in :mod:`bnn_pyro.methods.vi.fast_loss`'s): it is used
 from the
 first call on, once that call has shown, against ``Trace_ELBO`` run from the same random state,
-that it gives the same loss and gradients. This module knows no method. The
-test suite checks loss and gradients against ``Trace_ELBO`` under the same random draws.
+that it gives the same loss and gradients. :class:`RecordingMeanField_ELBO` takes such a loss
+the same way, checked against ``TraceMeanField_ELBO`` (closed-form KL terms). This module knows
+no method. The test suite checks loss and gradients against ``Trace_ELBO`` and
+``TraceMeanField_ELBO`` under the same random draws.
 """
 
 from __future__ import annotations
@@ -55,10 +57,6 @@ class _RecordsNLL:
         self.last_nll = nll / self.num_particles
 
 
-class RecordingMeanField_ELBO(_RecordsNLL, TraceMeanField_ELBO):
-    """``TraceMeanField_ELBO`` that also records the NLL part (see ``_RecordsNLL``)."""
-
-
 def _fast_path_applies(model_trace: Any, guide_trace: Any) -> bool:
     """Whether a (model, guide) trace pair is pure reparameterized Bayes by Backprop."""
     for site in guide_trace.nodes.values():
@@ -74,14 +72,111 @@ def _fast_path_applies(model_trace: Any, guide_trace: Any) -> bool:
     return True
 
 
-class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
+class _ChecksDirectLoss:
+    """ELBO mixin: a method's own plain-torch loss (``fast_loss=``), checked against the ELBO
+    itself on the first call and used from then on only if the two agree.
+
+    ``fast_loss`` is called once with ``stl`` (whether the guide's entropy is scored with
+    detached parameters), and with ``analytic_kl=True`` for an ELBO that scores each site by its
+    closed-form KL; it returns ``None`` or a callable ``loss(*args, **kwargs) -> (loss, nll)``
+    with a ``params`` list.
+    """
+
+    #: Whether the guide's entropy is scored with detached parameters (STL, a subclass).
+    _stl = False
+    #: Whether each site is scored by ``KL(q || p)`` (``TraceMeanField_ELBO``).
+    _analytic_kl = False
+
+    def __init__(
+        self, *args: Any, fast_loss: Callable[..., Any] | None = None, **kwargs: Any
+    ) -> None:
+        if fast_loss is not None and not callable(fast_loss):
+            raise TypeError(f"fast_loss must be callable or None, got {type(fast_loss).__name__}")
+        super().__init__(*args, **kwargs)
+        self.fast = False  # decided from the traces of the first, fully checked, call
+        self._fast_candidate = True
+        self._fast_loss_for = fast_loss
+        # the handed-in plain-torch loss: None until the first call builds it (and checks it),
+        # False when there is none or it failed the check
+        self._direct: Any = None
+
+    def _get_traces(self, model: Any, guide: Any, args: Any, kwargs: Any):
+        for model_trace, guide_trace in super()._get_traces(model, guide, args, kwargs):
+            self._fast_candidate = self._fast_candidate and _fast_path_applies(
+                model_trace, guide_trace
+            )
+            yield model_trace, guide_trace
+
+    def _checked_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
+        """The first call: the ELBO itself (validated, deciding the fast path) and, from the
+        same random state, the direct loss. If the two agree in loss and gradients, the direct
+        loss is returned and used from then on, so every step of every run (a resumed one too)
+        takes the same path; otherwise the ELBO's loss, and the ELBO's own path after."""
+        make = self._fast_loss_for
+        direct = None
+        if make is not None and self.num_particles == 1:
+            direct = make(self._stl, analytic_kl=True) if self._analytic_kl else make(self._stl)
+        device = direct.params[0].device if direct is not None and direct.params else None
+        before = None if device is None else _rng_state(device)
+        loss = super().differentiable_loss(model, guide, *args, **kwargs)
+        self.fast, self._direct = self._fast_candidate, False
+        if before is None or not self.fast:
+            return loss
+        after, nll = _rng_state(device), self.last_nll
+        _set_rng_state(device, before)
+        try:
+            got, got_nll = direct(*args, **kwargs)
+            same = _same_loss_and_grads(loss, got, direct.params)
+        except (RuntimeError, ValueError, KeyError, TypeError, NotImplementedError):
+            same = False
+        if not same:
+            _set_rng_state(device, after)
+            self.last_nll = nll
+            return loss
+        self._direct, self.last_nll = direct, got_nll
+        return got
+
+    def _without_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
+        """A call after the direct loss was refused: the ELBO's own path (a subclass may have a
+        leaner one)."""
+        return super().differentiable_loss(model, guide, *args, **kwargs)
+
+    def differentiable_loss(
+        self, model: Any, guide: Any, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        if self._direct:
+            loss, self.last_nll = self._direct(*args, **kwargs)
+            return loss
+        if self._direct is None:
+            return self._checked_direct(model, guide, args, kwargs)
+        return self._without_direct(model, guide, args, kwargs)
+
+
+class RecordingMeanField_ELBO(_ChecksDirectLoss, _RecordsNLL, TraceMeanField_ELBO):
+    """``TraceMeanField_ELBO`` that records the NLL part (see ``_RecordsNLL``) and takes a
+    method's plain-torch loss with closed-form KL terms (``fast_loss=``, checked on the first
+    call as :class:`FastTrace_ELBO` checks its own).
+
+    Example:
+        >>> import pyro, pyro.distributions as dist
+        >>> def model():
+        ...     pyro.sample("w", dist.Normal(0., 1.))
+        >>> def guide():
+        ...     pyro.sample("w", dist.Normal(torch.tensor(0.5, requires_grad=True), 1.))
+        >>> loss = RecordingMeanField_ELBO().differentiable_loss(model, guide)
+        >>> round(float(loss.detach()), 3)  # KL(N(0.5, 1) || N(0, 1)) = 0.5 * 0.5 ** 2
+        0.125
+    """
+
+    _analytic_kl = True
+
+
+class FastTrace_ELBO(_ChecksDirectLoss, _RecordsNLL, Trace_ELBO):
     """``pyro.infer.Trace_ELBO`` with a fast path for fully reparameterized guides.
 
     Same constructor and results as ``Trace_ELBO``; see the module docstring. ``fast_loss``, if
-    given, is called once with ``stl`` (whether the guide's entropy is scored with detached
-    parameters) and returns ``None`` or a callable ``loss(*args, **kwargs) -> (loss, nll)`` with a
-    ``params`` list: the model's own plain-torch implementation of this loss, checked on the first
-    call and used from then on only if it agrees.
+    given, is the model's own plain-torch implementation of this loss (see
+    ``_ChecksDirectLoss``), checked on the first call and used from then on only if it agrees.
 
     Example:
         >>> import pyro, pyro.distributions as dist
@@ -99,32 +194,9 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         True
     """
 
-    #: Whether the guide's entropy is scored with detached parameters (STL, a subclass).
-    _stl = False
-
-    def __init__(
-        self, *args: Any, fast_loss: Callable[[bool], Any] | None = None, **kwargs: Any
-    ) -> None:
-        if fast_loss is not None and not callable(fast_loss):
-            raise TypeError(f"fast_loss must be callable or None, got {type(fast_loss).__name__}")
-        super().__init__(*args, **kwargs)
-        self.fast = False  # decided from the traces of the first, fully checked, call
-        self._fast_candidate = True
-        self._fast_loss_for = fast_loss
-        # the handed-in plain-torch loss: None until the first call builds it (and checks it),
-        # False when there is none or it failed the check
-        self._direct: Any = None
-
     def _guide_log_prob(self, site: dict) -> torch.Tensor:
         """The scaled log-density of a guide site (a hook: STL detaches its parameters)."""
         return _site_log_prob(site)
-
-    def _get_traces(self, model: Any, guide: Any, args: Any, kwargs: Any):
-        for model_trace, guide_trace in super()._get_traces(model, guide, args, kwargs):
-            self._fast_candidate = self._fast_candidate and _fast_path_applies(
-                model_trace, guide_trace
-            )
-            yield model_trace, guide_trace
 
     def _one_pass(self, model: Any, guide: Any, args: Any, kwargs: Any) -> tuple | None:
         guide_rec = Recorder()
@@ -163,47 +235,13 @@ class FastTrace_ELBO(_RecordsNLL, Trace_ELBO):
         self.last_nll = nll / self.num_particles
         return loss / self.num_particles
 
-    def _checked_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
-        """The first call: ``Trace_ELBO`` itself (validated, deciding the fast path) and, from the
-        same random state, the direct loss. If the two agree in loss and gradients, the direct
-        loss is returned and used from then on, so every step of every run (a resumed one too)
-        takes the same path; otherwise ``Trace_ELBO``'s loss, and the recording path after."""
-        make = self._fast_loss_for
-        direct = make(self._stl) if make is not None and self.num_particles == 1 else None
-        device = direct.params[0].device if direct is not None and direct.params else None
-        before = None if device is None else _rng_state(device)
-        loss = super().differentiable_loss(model, guide, *args, **kwargs)
-        self.fast, self._direct = self._fast_candidate, False
-        if before is None or not self.fast:
-            return loss
-        after, nll = _rng_state(device), self.last_nll
-        _set_rng_state(device, before)
-        try:
-            got, got_nll = direct(*args, **kwargs)
-            same = _same_loss_and_grads(loss, got, direct.params)
-        except (RuntimeError, ValueError, KeyError, TypeError, NotImplementedError):
-            same = False
-        if not same:
-            _set_rng_state(device, after)
-            self.last_nll = nll
-            return loss
-        self._direct, self.last_nll = direct, got_nll
-        return got
-
-    def differentiable_loss(
-        self, model: Any, guide: Any, *args: Any, **kwargs: Any
-    ) -> torch.Tensor:
-        if self._direct:
-            loss, self.last_nll = self._direct(*args, **kwargs)
-            return loss
-        if self._direct is None:
-            return self._checked_direct(model, guide, args, kwargs)
+    def _without_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
         if self.fast:
             loss = self._fast_loss(model, guide, args, kwargs)
             if loss is not None:
                 return loss
             self.fast = False
-        loss = super().differentiable_loss(model, guide, *args, **kwargs)
+        loss = Trace_ELBO.differentiable_loss(self, model, guide, *args, **kwargs)
         self.fast = self._fast_candidate
         return loss
 

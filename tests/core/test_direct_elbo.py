@@ -1,17 +1,18 @@
-"""The plain-torch ELBO of bnn_pyro.methods.vi.fast_loss is Pyro's Trace_ELBO: the same loss
-and gradients under the same draws, checked once before use, and the whole fit unchanged by it."""
+"""The plain-torch ELBO of bnn_pyro.methods.vi.fast_loss is Pyro's Trace_ELBO (and, with
+``analytic_kl``, its TraceMeanField_ELBO): the same loss and gradients under the same draws,
+checked once before use, and the whole fit unchanged by it."""
 
 from __future__ import annotations
 
 import pyro
 import pytest
 import torch
-from pyro.infer import Trace_ELBO
+from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.util import is_validation_enabled
 
 import bnn_pyro as bp
 from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
-from bnn_pyro.elbos.trace import FastTrace_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
 
 N = 200
@@ -71,17 +72,23 @@ def _loss_and_grads(loss_fn, bnn, seed):
     ]
 
 
+@pytest.mark.parametrize(
+    ("reference", "analytic_kl"), [(Trace_ELBO, False), (TraceMeanField_ELBO, True)]
+)
 @pytest.mark.parametrize("kl_weight", [1.0, 0.3])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_direct_loss_is_trace_elbo_under_the_same_draws(case, kl_weight):
+def test_direct_loss_is_pyros_elbo_under_the_same_draws(case, kl_weight, reference, analytic_kl):
+    # analytic_kl: TraceMeanField_ELBO scores each site by its closed-form KL where Pyro has one
+    # (the Normal priors, the learned noise's LogNormal) and by log q - log p of the draw where
+    # it has none (the scale mixture): the direct loss must make the same choice site by site
     bnn, X, y = _bnn(case)
-    direct = direct_loss_for(bnn)
+    direct = direct_loss_for(bnn, analytic_kl=analytic_kl)
     assert isinstance(direct, DirectLoss)
     kwargs = dict(dataset_size=N, kl_weight=kl_weight)
     for seed in (1, 2):
         got, got_grads = _loss_and_grads(lambda: direct(X, y, **kwargs)[0], bnn, seed)
         ref, ref_grads = _loss_and_grads(
-            lambda: Trace_ELBO(max_plate_nesting=1).differentiable_loss(
+            lambda: reference(max_plate_nesting=1).differentiable_loss(
                 bnn.model, bnn.guide, X, y, **kwargs
             ),
             bnn,
@@ -91,6 +98,29 @@ def test_direct_loss_is_trace_elbo_under_the_same_draws(case, kl_weight):
         assert torch.allclose(got, ref, rtol=1e-5), (float(got), float(ref))
         for a, b in zip(got_grads, ref_grads, strict=True):
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
+
+
+def test_stl_and_the_closed_form_kl_are_not_one_loss():
+    bnn, _, _ = _bnn("gaussian")
+    with pytest.raises(ValueError, match="stl and analytic_kl"):
+        DirectLoss(bnn, stl=True, analytic_kl=True)
+
+
+def test_the_meanfield_elbo_checks_then_uses_the_closed_form_direct_loss():
+    bnn, X, y = _bnn("learned noise")
+    elbo = RecordingMeanField_ELBO(max_plate_nesting=1, fast_loss=bnn.fast_loss)
+    first, _ = _loss_and_grads(
+        lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N), bnn, 6
+    )
+    assert isinstance(elbo._direct, DirectLoss) and elbo._direct.analytic_kl
+    ref, _ = _loss_and_grads(
+        lambda: TraceMeanField_ELBO(max_plate_nesting=1).differentiable_loss(
+            bnn.model, bnn.guide, X, y, dataset_size=N
+        ),
+        bnn,
+        6,
+    )
+    assert torch.allclose(first, ref, rtol=1e-5)
 
 
 def test_direct_stl_loss_matches_the_stl_elbo():
@@ -142,13 +172,14 @@ def test_the_elbo_checks_on_the_first_call_then_uses_the_direct_loss(monkeypatch
         assert torch.allclose(got, ref, rtol=1e-5)
 
 
-def test_a_direct_loss_that_disagrees_is_refused(monkeypatch):
+@pytest.mark.parametrize("elbo_class", [FastTrace_ELBO, RecordingMeanField_ELBO])
+def test_a_direct_loss_that_disagrees_is_refused(monkeypatch, elbo_class):
     bnn, X, y = _bnn("gaussian")
     call = DirectLoss.__call__
     monkeypatch.setattr(
         DirectLoss, "__call__", lambda self, *a, **k: (call(self, *a, **k)[0] * 1.001, None)
     )
-    elbo = FastTrace_ELBO(max_plate_nesting=1, fast_loss=bnn.fast_loss)
+    elbo = elbo_class(max_plate_nesting=1, fast_loss=bnn.fast_loss)
     for _ in range(3):
         elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
     assert elbo._direct is False  # the check saw the 0.1% error: the Pyro path stays
@@ -168,7 +199,9 @@ def test_models_it_does_not_cover_keep_the_pyro_path(guide):
 
 def _fit(monkeypatch, direct: bool, elbo: str):
     if not direct:
-        monkeypatch.setattr(bp.VariationalBNN, "fast_loss", lambda self, stl=False: None)
+        monkeypatch.setattr(
+            bp.VariationalBNN, "fast_loss", lambda self, stl=False, analytic_kl=False: None
+        )
     X, y, _ = _data("regression")
     torch.manual_seed(0)
     bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian("learned"))
@@ -177,7 +210,7 @@ def _fit(monkeypatch, direct: bool, elbo: str):
     return bnn, history
 
 
-@pytest.mark.parametrize("elbo", ["trace", "stl"])
+@pytest.mark.parametrize("elbo", ["trace", "stl", "meanfield"])
 def test_fit_is_the_same_with_and_without_the_direct_loss(monkeypatch, elbo):
     fast, fast_history = _fit(monkeypatch, True, elbo)
     slow, slow_history = _fit(monkeypatch, False, elbo)

@@ -17,6 +17,11 @@ gradients of ``Trace_ELBO`` under the same random draws (see ``FastTrace_ELBO``)
 does not know (a custom guide, several particles) keeps the Pyro path. With local
 reparameterization the layers sample their pre-activations through the same layer hook as
 :class:`~bnn_pyro.poutine.LocalReparameterization`, fed the guide's ``(loc, scale)`` directly.
+
+With ``analytic_kl=True`` it is ``TraceMeanField_ELBO``'s loss instead (``elbo="meanfield"``):
+``-(N/B * sum_n log p(y_n | f(x_n; w)) - beta * sum_sites KL(q || p))``, each site's KL in
+closed form where Pyro's ``kl_divergence`` has one (the default ``N(0, s^2)`` prior: one dot
+product per site) and ``log q(w) - log p(w)`` where it has none, as Pyro does site by site.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 from pyro.distributions import Independent, constraints
+from pyro.distributions.kl import kl_divergence
 
 from bnn_pyro.elbos.recorder import Recorder
 from bnn_pyro.guides import MeanFieldNormalGuide
@@ -66,8 +72,10 @@ class DirectLoss:
         True
     """
 
-    def __init__(self, bnn: SVIModel, stl: bool = False) -> None:
-        self.bnn, self.stl = bnn, stl
+    def __init__(self, bnn: SVIModel, stl: bool = False, analytic_kl: bool = False) -> None:
+        if stl and analytic_kl:
+            raise ValueError("stl and analytic_kl are two different ELBOs: choose one")
+        self.bnn, self.stl, self.analytic_kl = bnn, stl, analytic_kl
         self.params = [p for p in bnn.parameters() if p.requires_grad]
         guide = bnn.guide
         self._guide_sites = [
@@ -120,6 +128,47 @@ class DirectLoss:
             values[spec.name] = value
         return values, log_q, scales
 
+    def _draw_with_kl(self) -> tuple[dict, Any, dict, dict]:
+        """The guide's draws as :meth:`_draw` makes them (same calls, same order), the summed
+        ``KL(q || p)`` of the net's weight sites (closed form, or ``log q - log p`` of the draw
+        where Pyro has none), ``{name: (loc, scale)}`` of the real-valued sites and the guide's
+        distributions of the likelihood's own latents (scored once their prior is known)."""
+        values: dict[str, torch.Tensor] = {}
+        scales: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        dists: dict[str, Any] = {}
+        priors = {name: (module, param, shape) for name, module, param, shape in self._priors}
+        kl: Any = 0.0
+        for spec, loc, rho in self._guide_sites:
+            scale = F.softplus(rho)
+            name = spec.name
+            real = not spec.exp and spec.support is constraints.real
+            if real:
+                eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
+                value = loc + eps * scale
+                scales[name] = (loc, scale)
+            else:
+                q = self.bnn.guide.site_distribution(spec, loc, scale)
+                value = q.rsample()
+            values[name] = value
+            if name not in priors:  # a latent of the likelihood: its prior comes later
+                dists[name] = q if not real else self.bnn.guide.site_distribution(spec, loc, scale)
+                continue
+            module, param_name, shape = priors[name]
+            prior = site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
+            base = prior.base_dist if isinstance(prior, Independent) else prior
+            if real and type(base) is SharedNormal:  # the default prior: closed form, fused
+                s0, n = base.scale0, loc.numel()
+                centred = loc if base.loc0 == 0.0 else loc - base.loc0
+                kl = kl + (
+                    0.5 / s0**2 * (_sq(scale) + _sq(centred))
+                    - scale.log().sum()
+                    + n * (math.log(s0) - 0.5)
+                )
+            else:
+                q = q if not real else self.bnn.guide.site_distribution(spec, loc, scale)
+                kl = kl + _site_kl(q, prior, value)
+        return values, kl, scales, dists
+
     def __call__(
         self,
         x: torch.Tensor,
@@ -127,11 +176,15 @@ class DirectLoss:
         dataset_size: int | None = None,
         kl_weight: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        values, log_q, scales = self._draw()
-        log_p = 0.0
-        for name, module, param_name, shape in self._priors:
-            prior = site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
-            log_p = log_p + _log_prob_sum(prior, values[name])
+        if self.analytic_kl:
+            values, kl, scales, dists = self._draw_with_kl()
+            log_p, log_q = 0.0, kl  # (the loss below is then -(log_lik - beta * kl))
+        else:
+            values, log_q, scales = self._draw()
+            log_p = 0.0
+            for name, module, param_name, shape in self._priors:
+                prior = site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
+                log_p = log_p + _log_prob_sum(prior, values[name])
         stacked = {self._paths[name]: v for name, v in values.items() if name in self._paths}
         net = self._twin.load(self._shared, stacked)
         estimator = self.bnn.local_reparameterization if self.bnn.training else None
@@ -143,7 +196,10 @@ class DirectLoss:
             with recorder:
                 latents = self.bnn.likelihood.sample_latents(f)
             for name, site in recorder.sites.items():
-                log_p = log_p + site["fn"].log_prob(values[name]).sum()
+                if self.analytic_kl:  # KL(q || p) of the likelihood's latent, as for a weight
+                    log_q = log_q + _site_kl(dists[name], site["fn"], values[name])
+                else:
+                    log_p = log_p + site["fn"].log_prob(values[name]).sum()
         rows = f.shape[-2]
         scale = 1.0 if dataset_size is None else dataset_size / rows
         log_lik = _log_likelihood(self.bnn.likelihood, f, y, latents) * scale
@@ -172,6 +228,15 @@ def _lrt_forward(
         return net(x)
     finally:
         LAYER_HOOKS.remove(handler.forward_layer)
+
+
+def _site_kl(q: Any, p: Any, value: torch.Tensor) -> torch.Tensor:
+    """``KL(q || p)`` summed, where Pyro's ``kl_divergence`` knows the pair (as
+    ``TraceMeanField_ELBO`` scores a site); ``log q(value) - log p(value)`` where it does not."""
+    try:
+        return kl_divergence(q, p).sum()
+    except NotImplementedError:
+        return q.log_prob(value).sum() - p.log_prob(value).sum()
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
@@ -206,7 +271,7 @@ def _log_likelihood(
     return likelihood.log_prob(f, y, latents).sum()
 
 
-def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
+def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> DirectLoss | None:
     """A :class:`DirectLoss` for ``bnn`` (a :class:`~bnn_pyro.VariationalBNN`, whose
     ``fast_loss`` calls this), or ``None`` when the model is not one it covers: the library's
     mean-field guide (set up), no forward or backward hooks on the net's modules (the
@@ -223,4 +288,4 @@ def direct_loss_for(bnn: Any, stl: bool = False) -> DirectLoss | None:
         return None
     if type(guide).forward is not MeanFieldNormalGuide.forward or has_hooks(bnn.net):
         return None
-    return DirectLoss(bnn, stl)
+    return DirectLoss(bnn, stl, analytic_kl)

@@ -213,13 +213,16 @@ class VariationalBNN(SVIModel):
         finally:
             self.net.train(was_training)
 
-    def fast_loss(self, stl: bool = False) -> DirectLoss | None:
+    def fast_loss(self, stl: bool = False, analytic_kl: bool = False) -> DirectLoss | None:
         """This model's ELBO in plain torch
-        (:class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`), which
-        ``fit`` hands to its ELBO: ``None`` for a subclass (its model may differ), a Pyro
-        autoguide, or a net with hooks. The ELBO checks it against ``Trace_ELBO`` on the first
-        step and uses it only if the two agree."""
-        return direct_loss_for(self, stl) if type(self) is VariationalBNN else None
+        (:class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`; ``analytic_kl``: the
+        ``TraceMeanField_ELBO`` form), which ``fit`` hands to its ELBO: ``None`` for a subclass
+        (its model may differ), a Pyro autoguide, or a net with hooks. The ELBO checks it
+        against itself (``Trace_ELBO``, ``TraceMeanField_ELBO``) on the first step and uses it
+        only if the two agree."""
+        if type(self) is not VariationalBNN:
+            return None
+        return direct_loss_for(self, stl, analytic_kl)
 
     # ------------------------------------------------------------------ KL and checkpoints
     def kl_divergence(self) -> torch.Tensor:

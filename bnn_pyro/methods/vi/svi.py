@@ -81,6 +81,9 @@ def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -
     return _TorchOptim(make_optimizer(optimizer, params, lr))
 
 
+#: The objectives that take a method's own plain-torch loss (``fast_loss``).
+FAST_LOSS_ELBOS = (FastTrace_ELBO, RecordingMeanField_ELBO)
+
 #: The objectives :func:`make_elbo` (and so ``fit``) builds by name.
 ELBO_CLASSES: dict[str, type[ELBO]] = {
     "trace": FastTrace_ELBO,
@@ -94,7 +97,7 @@ def make_elbo(
     elbo: str | ELBO,
     num_particles: int,
     vectorize: bool,
-    fast_loss: Callable[[bool], Any] | None = None,
+    fast_loss: Callable[..., Any] | None = None,
 ) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`),
     ``"meanfield"`` →
@@ -103,8 +106,8 @@ def make_elbo(
     energy at ``alpha = 0.5`` (:class:`~bnn_pyro.elbos.alpha.AlphaELBO`; ``num_particles`` 1
     becomes its default 10: one draw has no ``log mean exp``), all recording the NLL part for
     the history; or an ``ELBO`` instance used as given. ``fast_loss`` is the model's own
-    plain-torch loss, handed to ``"trace"`` and ``"stl"`` (see
-    :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`).
+    plain-torch loss, handed to ``"trace"``, ``"stl"`` and ``"meanfield"`` (see
+    :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`), which check it on the first step.
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
@@ -121,7 +124,7 @@ def make_elbo(
     if elbo == "alpha":
         return AlphaELBO(num_particles=alpha_particles(num_particles))
     cls = ELBO_CLASSES[elbo]
-    fast = {"fast_loss": fast_loss} if issubclass(cls, FastTrace_ELBO) else {}
+    fast = {"fast_loss": fast_loss} if issubclass(cls, FAST_LOSS_ELBOS) else {}
     return cls(
         num_particles=num_particles,
         vectorize_particles=vectorize and num_particles > 1,
