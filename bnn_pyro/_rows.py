@@ -16,13 +16,18 @@ def spread_rows(n: int, limit: int, device: torch.device | str) -> torch.Tensor 
     """The indices ``(limit,)`` of ``limit`` rows evenly spaced over ``0 .. n - 1`` (first and
     last included), on ``device``; ``None`` when ``n <= limit`` (every row, in order).
 
-    The positions are computed on the CPU in float32 and rounded, then moved, so every device
-    reads the same rows.
+    The positions are computed on the CPU and rounded, then moved, so every device reads the
+    same rows: in float32 while it holds every row index exactly (``n - 1 < 2**24``, the rows
+    every figure so far was made with), in float64 beyond, where float32 would round the last
+    position past the last row.
 
     Example:
         >>> spread_rows(10, 4, "cpu").tolist(), spread_rows(3, 4, "cpu")
         ([0, 3, 6, 9], None)
+        >>> n = 2**24 + 4; spread_rows(n, 3, "cpu").tolist()[-1] == n - 1
+        True
     """
     if n <= limit:
         return None
-    return torch.linspace(0, n - 1, limit, device="cpu").round().long().to(device)
+    dtype = torch.float32 if n - 1 < 2**24 else torch.float64
+    return torch.linspace(0, n - 1, limit, dtype=dtype, device="cpu").round().long().to(device)
