@@ -159,13 +159,12 @@ class RecordingMeanField_ELBO(_ChecksDirectLoss, _RecordsNLL, TraceMeanField_ELB
 
     Example:
         >>> import pyro, pyro.distributions as dist
-        >>> def model():
-        ...     pyro.sample("w", dist.Normal(0., 1.))
-        >>> def guide():
-        ...     pyro.sample("w", dist.Normal(torch.tensor(0.5, requires_grad=True), 1.))
-        >>> loss = RecordingMeanField_ELBO().differentiable_loss(model, guide)
-        >>> round(float(loss.detach()), 3)  # KL(N(0.5, 1) || N(0, 1)) = 0.5 * 0.5 ** 2
-        0.125
+        >>> w = torch.tensor(0.5, requires_grad=True)
+        >>> model = lambda: pyro.sample("w", dist.Normal(0.0, 2.0))
+        >>> loss = RecordingMeanField_ELBO().differentiable_loss(
+        ...     model, lambda: pyro.sample("w", dist.Normal(w, 1.0)))
+        >>> round(float(loss.detach()), 4)  # KL(N(0.5, 1) || N(0, 2**2)) = log 2 + 1.25 / 8 - 1/2
+        0.3494
     """
 
     _analytic_kl = True
