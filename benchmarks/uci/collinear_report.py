@@ -14,7 +14,8 @@ Three harness runs on the data set of :mod:`benchmarks.uci.synthetic` (20 splits
 
 keeps the per-split figures in ``benchmarks/results/uci/collinear_plant.json`` and writes the
 table, ``benchmarks/results/uci/collinear_plant.md``. The target: the ``vi`` row's test RMSE
-within 2x of ``bb_alpha``'s on every split.
+within 2x of ``bb_alpha``'s on every split. ``--seed-spread`` adds the outputs of
+:mod:`benchmarks.uci.seed_spread` (a split's finals under other seeds) to the kept figures.
 """
 
 from __future__ import annotations
@@ -140,7 +141,33 @@ def markdown(data: dict[str, Any]) -> str:
         ),
         f"- flagged finals after: {sum(bool(after[str(s)]['flagged']) for s in splits)} of {n}",
     ]
+    lines += _seed_lines(data)
     return "\n".join(lines) + "\n"
+
+
+def _seed_lines(data: dict[str, Any]) -> list[str]:
+    """Per split run again under other seeds (``benchmarks/uci/seed_spread.py``): each row's
+    range of test RMSE beside the harness's own figure for that split."""
+    spreads = data.get("seed_spread", [])
+    if not spreads:
+        return []
+    harness = {"vi": data["after"], "bb_alpha": data["bb_alpha"]}
+    lines = [
+        "",
+        "The same finals (each split's chosen configuration) under other seeds "
+        "(`benchmarks/uci/seed_spread.py`): test RMSE, lowest to highest, and its spread.",
+        "",
+        "| split | row | seeds | lowest | highest | highest / lowest | the harness's run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(spreads, key=lambda r: (int(r["split"]), r["method"] != "vi")):
+        low, high = min(r["rmse"]), max(r["rmse"])
+        own = harness[r["method"]][str(r["split"])]["rmse"]
+        lines.append(
+            f"| {r['split']} | {r['method']} | {len(r['rmse'])} | {low:.2e} | {high:.2e} | "
+            f"{high / low:.1f}x | {own:.2e} |"
+        )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -149,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("after", nargs="?", help="the vi run on this code")
     parser.add_argument("bb_alpha", nargs="?", help="the bb_alpha run on this code")
     parser.add_argument("--before-code", default="", help="the commit the before run used")
+    parser.add_argument(
+        "--seed-spread", nargs="+", type=Path, help="benchmarks/uci/seed_spread.py outputs"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     kept = args.out / "collinear_plant.json"
@@ -159,6 +189,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             "after": figures(read_runs(args.after), "vi"),
             "bb_alpha": figures(read_runs(args.bb_alpha), "bb_alpha"),
         }
+        kept.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    if args.seed_spread:  # kept beside the harness's figures
+        data = json.loads(kept.read_text(encoding="utf-8"))
+        data["seed_spread"] = [
+            {k: v for k, v in json.loads(p.read_text(encoding="utf-8")).items() if k != "config"}
+            for p in args.seed_spread
+        ]
         kept.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     data = json.loads(kept.read_text(encoding="utf-8"))  # str keys, as a reader sees them
     text = markdown(data)

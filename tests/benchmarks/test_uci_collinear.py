@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from benchmarks.uci.collinear_report import RATIO, RESULTS, figures, main, markdown, paired_ratio
+from benchmarks.uci.seed_spread import chosen_config, seeded_finals
 from benchmarks.uci.synthetic import SPREAD
 
 
@@ -53,3 +56,30 @@ def test_figures_keep_one_method_by_split():
         {"method": "bb_alpha", "split": 0, "rmse": 0.1, "config": {"lr": 0.001}},
     ]
     assert list(figures(runs, "vi")) == [1] and figures(runs, "vi")[1]["lr"] == 0.003
+
+
+def test_seed_spreads_are_kept_and_rendered_beside_the_harness_figures(tmp_path):
+    kept = json.loads((RESULTS / "collinear_plant.json").read_text(encoding="utf-8"))
+    kept.pop("seed_spread", None)
+    (tmp_path / "collinear_plant.json").write_text(json.dumps(kept), encoding="utf-8")
+    spread = tmp_path / "spread.json"
+    record = {"dataset": "collinear_plant", "split": 0, "method": "bb_alpha", "seeds": 2}
+    spread.write_text(json.dumps({**record, "config": {}, "rmse": [1e-5, 4e-5]}))
+    main(["--out", str(tmp_path), "--seed-spread", str(spread)])
+    again = json.loads((tmp_path / "collinear_plant.json").read_text(encoding="utf-8"))
+    assert again["seed_spread"] == [{**record, "rmse": [1e-5, 4e-5]}]  # (its config dropped)
+    own = kept["bb_alpha"]["0"]["rmse"]
+    row = f"| 0 | bb_alpha | 2 | 1.00e-05 | 4.00e-05 | 4.0x | {own:.2e} |"
+    assert row in (tmp_path / "collinear_plant.md").read_text(encoding="utf-8")
+
+
+def test_the_chosen_configuration_is_the_splits_one():
+    runs = [
+        {"dataset": "d", "split": 0, "method": "vi", "config": {"noise_factor": 0.7, "lr": 1}},
+        {"dataset": "d", "split": 1, "method": "vi", "config": {"noise_factor": 1.0, "lr": 2}},
+    ]
+    assert chosen_config(runs, "d", 1)["config"] == {"noise_factors": [1.0], "lr": 2}
+    with pytest.raises(ValueError, match="one record of d split 2"):
+        chosen_config(runs, "d", 2)
+    with pytest.raises(ValueError, match="seeds must be an int >= 1"):
+        seeded_finals("unused", 0, "vi", {}, 0)
