@@ -85,6 +85,14 @@ def test_the_check_refuses_rows_that_do_not_match():
         check_in_sample_fit(lambda x: x, torch.zeros(5, 1), torch.zeros(4, 1))
 
 
+def test_a_single_row_has_no_r2_and_no_warning():
+    # (scikit-learn's estimator checks fit one row)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bp.TrainingInstabilityWarning)
+        r2 = check_in_sample_fit(lambda x: x + 100.0, torch.zeros(1, 1), torch.zeros(1, 1))
+    assert r2.isnan().all() and r2.shape == (1,)
+
+
 def _untrained(seed: int) -> bp.VariationalBNN:
     torch.manual_seed(seed)
     return bp.VariationalBNN(bp.nn.mlp(1, [8], 2), bp.HeteroscedasticGaussian())
@@ -144,3 +152,42 @@ def test_each_variance_head_member_of_an_ensemble_is_checked(stacked):
         ens.fit(X, y, epochs=1, lr=1e-12, batch_size=64, progress=False, seed=0, stacked=stacked)
     names = [str(w.message).split(" predicts")[0] for w in caught]
     assert names == ["member 0 of the ensemble", "member 1 of the ensemble"]
+
+
+def _chain(seed: int, likelihood=None):
+    torch.manual_seed(seed)
+    net = bp.nn.mlp(1, [8], 1)
+    return bp.make("sgld", net, likelihood or bp.Gaussian(scale=1.0), burn_in=0)
+
+
+def test_a_chain_that_left_its_data_is_named_with_the_samplers_hint():
+    # a chain that has not moved off its start (lr 1e-12) predicts about 0 for targets at 100:
+    # R² is about -1e4, as for a chain thrown far off while its values stay finite
+    X, y = _level_100()
+    with pytest.warns(bp.TrainingInstabilityWarning, match="the chain predicts its own") as caught:
+        _chain(0).fit(X, y, epochs=2, lr=1e-12, batch_size=None, progress=False, seed=0)
+    assert "'sghmc'" in str(caught[0].message) and "per input" not in str(caught[0].message)
+
+
+def test_each_stacked_chain_is_checked_by_name():
+    X, y = _level_100()
+    with pytest.warns(bp.TrainingInstabilityWarning, match="stacked fit predicts") as caught:
+        bp.fit_stacked(
+            [_chain(0), _chain(1)], X, y, seeds=[0, 1], epochs=2, lr=1e-12, batch_size=None,
+            progress=False,
+        )  # fmt: skip
+    names = [str(w.message).split(" predicts")[0] for w in caught]
+    assert names == ["chain 0 of the stacked fit", "chain 1 of the stacked fit"]
+
+
+def test_a_chain_on_its_data_passes_and_classifiers_are_not_checked():
+    X, y = _level_100()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bp.TrainingInstabilityWarning)
+        chain = _chain(0, bp.Gaussian(scale=0.1))
+        chain.fit(X, y - 100.0, epochs=300, batch_size=None, progress=False, seed=0)
+    assert float(chain.check_in_sample(X, y - 100.0)) > 0.9
+    torch.manual_seed(0)
+    classifier = bp.make("sgld", bp.nn.mlp(1, [8], 2), bp.Categorical())
+    classifier.fit(X, (X[:, 0] > 0).long(), epochs=2, batch_size=None, progress=False, seed=0)
+    assert classifier.check_in_sample(X, (X[:, 0:1] > 0).float()) is None

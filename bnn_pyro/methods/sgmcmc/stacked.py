@@ -285,4 +285,5 @@ def fit_stacked_sgmcmc(
     for i, (m, own) in enumerate(zip(models, steps, strict=True)):
         m.position = theta[i].clone()
         m.keep_run(own, xs[i])
+        m.check_in_sample(xs[i], ys[i], what=f"chain {i} of the stacked fit")
     return history
