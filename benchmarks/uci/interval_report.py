@@ -26,10 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks.uci.intervals import KINDS
 from benchmarks.uci.protocol import mean_stderr
 
-__all__ = ["interval_markdown", "interval_targets", "readme_markdown", "summarize"]
+__all__ = ["KINDS", "interval_markdown", "interval_targets", "readme_markdown", "summarize"]
+
+#: The interval kinds that :mod:`benchmarks.uci.intervals` computes, in table order.
+KINDS = ("raw", "scaled", "isotonic", "conformal_abs", "conformal_norm", "cqr", "mapie_norm")
 
 #: Column labels of the interval kinds.
 LABELS = {

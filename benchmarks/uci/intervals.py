@@ -6,7 +6,8 @@ the last 20% become the *calibration* rows, and the split's test rows are scored
 calibration rows are the validation rows of the search: the model never trained on them, so
 each interval kind below sees exactly what a user with a held-out set would have.
 
-Interval kinds, each at 90% and 95% (:data:`KINDS`):
+Interval kinds, each at 90% and 95% (the report's columns,
+:data:`benchmarks.uci.interval_report.KINDS`):
 
 * ``raw``: the method's own central interval, the quantiles of its predictive mixture;
 * ``scaled``: :class:`~bnn_pyro.calibration.ScaleRecalibration`, ``μ ± z s σ``;
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 
 from benchmarks.uci.data import load_uci_split, validation_split
+from benchmarks.uci.interval_report import interval_markdown, readme_markdown
 from benchmarks.uci.protocol import prepare, seed_for
 from benchmarks.uci.registry import get_method
 from benchmarks.uci.runner import config_key, is_chosen
@@ -59,13 +61,10 @@ from bnn_pyro.metrics import (
     picp,
 )
 
-__all__ = ["ALPHAS", "KINDS", "FrozenPredictive", "interval_record", "interval_task", "mace"]
+__all__ = ["ALPHAS", "FrozenPredictive", "interval_record", "interval_task", "mace"]
 
 #: The miss rates: 90% and 95% intervals.
 ALPHAS = (0.1, 0.05)
-
-#: The interval kinds, in table order (see the module docstring).
-KINDS = ("raw", "scaled", "isotonic", "conformal_abs", "conformal_norm", "cqr", "mapie_norm")
 
 
 class FrozenPredictive:
@@ -325,7 +324,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from joblib import Parallel, delayed
 
-    from benchmarks.uci.interval_report import interval_markdown, readme_markdown
     from benchmarks.uci.results import append_jsonl, drop_partial_line, read_jsonl, write_json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
