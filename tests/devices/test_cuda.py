@@ -210,3 +210,22 @@ def test_data_on_the_cpu_is_moved_to_a_model_on_cuda(name):
     assert all(p.device.type == "cuda" for p in method.parameters())
     mean, _ = method.predict(X[:3], num_samples=_draws(name, 4), seed=0)
     assert mean.device.type == "cuda"  # predictions live where the model lives
+
+
+@pytest.mark.parametrize("elbo", ["trace", "meanfield"])
+def test_the_checked_direct_loss_is_taken_on_cuda(elbo, monkeypatch):
+    """The plain-torch loss agrees with Pyro's ELBO on the GPU too (else every step takes
+    Pyro's slower path): the first step's check accepts it there."""
+    from bnn_pyro.methods.vi import svi_model
+    from bnn_pyro.methods.vi.fast_loss import DirectLoss
+
+    made, real = [], svi_model.make_elbo
+    monkeypatch.setattr(
+        svi_model, "make_elbo", lambda *a, **k: made.append(real(*a, **k)) or made[-1]
+    )
+    X, y = _data("regression", CUDA)
+    torch.manual_seed(0)
+    bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian(scale="learned")).to(CUDA)
+    bnn.fit(X, y, epochs=2, batch_size=32, progress=False, seed=0, elbo=elbo)
+    assert made and isinstance(made[-1]._direct, DirectLoss)
+    assert made[-1]._direct.analytic_kl == (elbo == "meanfield")
