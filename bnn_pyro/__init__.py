@@ -98,10 +98,16 @@ _NAMES = {
         ("Bernoulli", "Categorical", "Gaussian", "HeteroscedasticGaussian"), "bnn_pyro.likelihoods"
     ),
     **dict.fromkeys(
-        ("SGMCMC", "SWAG", "DeepEnsemble", "LaplaceApproximation", "MCDropout"),
+        (
+            "SGMCMC",
+            "SWAG",
+            "DeepEnsemble",
+            "LaplaceApproximation",
+            "MCDropout",
+            "VariationalBayesNN",
+        ),
         "bnn_pyro.methods",
     ),
-    "VariationalBayesNN": "bnn_pyro.methods",
     "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
     "VariationalBNN": "bnn_pyro.methods.vi.model",
     "LocalReparameterization": "bnn_pyro.poutine",
