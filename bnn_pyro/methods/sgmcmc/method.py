@@ -13,31 +13,17 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_choice, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.likelihoods import (
-    Gaussian,
-    HeteroscedasticGaussian,
-    Likelihood,
-    likelihood_from_config,
-)
+from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
 from bnn_pyro.methods.vi.model import VariationalBNN
-from bnn_pyro.methods.vi.svi_model import IN_SAMPLE_DRAWS
 from bnn_pyro.priors import Prior, prior_from_config
 from bnn_pyro.training import Callback, History, check_callbacks, train
 from bnn_pyro.training.batches import gather_loader, shuffled_batches, validation_pair
-from bnn_pyro.training.in_sample import check_in_sample_fit
 
-__all__ = ["OFF_THE_DATA", "SGMCMC"]
-
-#: The in-sample warning's reading for a chain (:meth:`SGMCMC.check_in_sample`).
-OFF_THE_DATA = (
-    "A chain does this when its step is too large for the posterior it reached (a noise "
-    "learned small makes the potential's curvature grow as 1/sigma^2) or has not burned in "
-    "yet: a smaller lr, or the scale-adapted sampler 'sghmc', usually help."
-)
+__all__ = ["SGMCMC"]
 
 SAMPLERS = ("sghmc", "sgld")
 SCHEDULES = ("constant", "cyclical")
@@ -228,41 +214,6 @@ class SGMCMC(SamplePredictive):
         self.keep_run(step, X)
         self.check_in_sample(X, y)
         return history
-
-    def check_in_sample(
-        self, X: torch.Tensor, y: torch.Tensor, what: str = "the chain"
-    ) -> torch.Tensor | None:
-        """After a regression run: warn (``TrainingInstabilityWarning``) when the kept samples'
-        predictive mean is worse on the training rows than their mean is
-        (:func:`bnn_pyro.training.in_sample.check_in_sample_fit`); ``fit`` and the stacked
-        fit call it. Other likelihoods, or a run that kept no sample, are not checked.
-
-        Args:
-            X: ``(N, ...)`` and y: ``(N, O)``: the run's rows, prepared as ``fit`` prepares them.
-            what: how the warning names the chain.
-
-        Returns:
-            ``(O,)`` in-sample ``R²``, or ``None`` where nothing was checked.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> X = torch.linspace(-1, 1, 64)[:, None]; y = 2 * X
-            >>> m = bp.make("sghmc", bp.nn.mlp(1, [8], 1), bp.Gaussian(scale=0.1))
-            >>> _ = m.fit(X, y, epochs=200, batch_size=None, progress=False, seed=0)
-            >>> bool(m.check_in_sample(X, y) > 0.9)  # fit has run it, and warned nothing
-            True
-        """
-        if not isinstance(self.likelihood, Gaussian | HeteroscedasticGaussian):
-            return None
-        if self.potential is None or not len(self.kept_samples):
-            return None
-        return check_in_sample_fit(
-            lambda x: self.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)[0].mean(0),
-            X,
-            y,
-            what,
-            OFF_THE_DATA,
-        )
 
     def start_run(self, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float) -> ChainStep:
         """The first step of a run of ``steps`` steps on ``X (N, ...)``, ``y`` (both prepared

@@ -10,10 +10,20 @@ import torch
 
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.likelihoods import Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.vi.model import VariationalBNN
+from bnn_pyro.methods.vi.svi_model import IN_SAMPLE_DRAWS
+from bnn_pyro.training.in_sample import check_in_sample_fit
 
-__all__ = ["SamplePredictive"]
+__all__ = ["OFF_THE_DATA", "SamplePredictive"]
+
+#: The in-sample warning's reading for a chain (:meth:`SamplePredictive.check_in_sample`).
+OFF_THE_DATA = (
+    "A chain does this when its step is too large for the posterior it reached (a noise "
+    "learned small makes the potential's curvature grow as 1/sigma^2) or has not burned in "
+    "yet: a smaller lr, or the scale-adapted sampler 'sghmc', usually help."
+)
 
 
 class SamplePredictive(BaseBayesianMethod):
@@ -112,3 +122,38 @@ class SamplePredictive(BaseBayesianMethod):
     def forward(self, x: Any) -> torch.Tensor:
         """The predictive mean, ``predict(x)[0]``."""
         return self.predict(x)[0]
+
+    def check_in_sample(
+        self, X: torch.Tensor, y: torch.Tensor, what: str = "the chain"
+    ) -> torch.Tensor | None:
+        """After a regression run: warn (``TrainingInstabilityWarning``) when the kept samples'
+        predictive mean is worse on the training rows than their mean is
+        (:func:`bnn_pyro.training.in_sample.check_in_sample_fit`); ``SGMCMC.fit`` and the
+        stacked fit call it. Other likelihoods, or a run that kept no sample, are not checked.
+
+        Args:
+            X: ``(N, ...)`` and y: ``(N, O)``: the run's rows, prepared as ``fit`` prepares them.
+            what: how the warning names the chain.
+
+        Returns:
+            ``(O,)`` in-sample ``R²``, or ``None`` where nothing was checked.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> X = torch.linspace(-1, 1, 64)[:, None]; y = 2 * X
+            >>> m = bp.make("sghmc", bp.nn.mlp(1, [8], 1), bp.Gaussian(scale=0.1))
+            >>> _ = m.fit(X, y, epochs=200, batch_size=None, progress=False, seed=0)
+            >>> bool(m.check_in_sample(X, y) > 0.9)  # fit has run it, and warned nothing
+            True
+        """
+        if not isinstance(self.bnn.likelihood, Gaussian | HeteroscedasticGaussian):
+            return None
+        if self.potential is None or not len(self.kept_samples):
+            return None
+        return check_in_sample_fit(
+            lambda x: self.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)[0].mean(0),
+            X,
+            y,
+            what,
+            OFF_THE_DATA,
+        )
