@@ -10,11 +10,11 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from bnn_pyro import _moved
+from bnn_pyro._lazy import lazy_names
 from bnn_pyro.exceptions import (
     CheckpointError,
     NotFittedError,
@@ -88,7 +88,6 @@ _MODULES = (
 #: Every other name ``bnn_pyro.<name>`` gives -> the module that holds it, imported on first
 #: use: ``import bnn_pyro`` (and so ``bnn-pyro --help``) imports neither torch nor Pyro.
 _NAMES = {
-    "dist": "pyro.distributions",  # the module itself, as ``bp.dist``
     "BaseBayesianMethod": "bnn_pyro.base",
     "PredictOutput": "bnn_pyro.base",
     "HiddenLayer": "bnn_pyro.distributions",
@@ -175,18 +174,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """``bnn_pyro.<name>``: the module or object, imported on its first use and kept."""
-    if name in _MODULES:
-        value: object = importlib.import_module(f"bnn_pyro.{name}")
-    elif name in _NAMES:
-        module = importlib.import_module(_NAMES[name])
-        value = module if name == "dist" else getattr(module, name)
-    else:
-        raise AttributeError(f"module 'bnn_pyro' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__, *_MODULES, *_NAMES})
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    _NAMES,
+    _MODULES,
+    aliases={"dist": "pyro.distributions"},  # bp.dist: the module
+)

@@ -42,6 +42,7 @@ from bnn_pyro._checkpoint_file import (
     remove_stale_temporaries,
 )
 from bnn_pyro.exceptions import CheckpointError
+from bnn_pyro.spec import discover_specs
 
 __all__ = [
     "FORMAT_VERSION",
@@ -111,13 +112,20 @@ def register_class(cls: _C) -> _C:
 
 
 def class_named(name: str) -> type:
-    """The registered class called ``name`` (raises ``ValueError`` if unknown).
+    """The registered class called ``name`` (raises ``ValueError`` if unknown). A built-in
+    method's class not imported yet (the package imports its names on first use) is imported
+    from its folder's spec.
 
     Example:
         >>> import bnn_pyro as bp
         >>> class_named("SWAG") is bp.SWAG
         True
     """
+    if name not in _CLASSES:
+        for spec in discover_specs():
+            if isinstance(spec.cls, str) and spec.cls.rsplit(":", 1)[-1] == name:
+                spec.load_class()  # defining the class registers it
+                break
     try:
         return _CLASSES[name]
     except KeyError:

@@ -30,11 +30,11 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch.nn as nn
-
 from bnn_pyro.spec import MethodSpec, discover_specs, method_folders
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (torch: imported where a method is built, not by the names' listing)
+    import torch.nn as nn
+
     from bnn_pyro.base import BaseBayesianMethod
     from bnn_pyro.likelihoods import Likelihood
 

@@ -30,6 +30,7 @@ __all__ = [
     "load_object",
     "map_weight_decay",
     "method_folders",
+    "normal_prior",
 ]
 
 #: Where method folders are found (a test may extend this package's ``__path__``).
@@ -126,6 +127,22 @@ def map_weight_decay(hyperparameters: Mapping[str, Any], n: int) -> dict[str, An
         {'weight_decay': 0.04}
     """
     return {"weight_decay": 1.0 / (hyperparameters["prior_scale"] ** 2 * n)}
+
+
+def normal_prior(hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor options of a method with a Pyro prior: ``IIDPrior(Normal(0, prior_scale))``
+    (the estimators' ``prior_scale``). Pyro and the priors are imported here, on use, so that
+    reading the specs (the command line's ``--method`` names) imports neither.
+
+    Example:
+        >>> float(normal_prior({"prior_scale": 0.5})["prior"].base.scale)
+        0.5
+    """
+    import pyro.distributions as dist
+
+    from bnn_pyro.priors import IIDPrior
+
+    return {"prior": IIDPrior(dist.Normal(0.0, hyperparameters["prior_scale"]))}
 
 
 def method_folders(package: str = METHODS_PACKAGE) -> tuple[tuple[str, str], ...]:

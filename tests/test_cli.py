@@ -206,11 +206,13 @@ _IMPORTED = (
 
 
 @pytest.mark.parametrize(
-    "argv", [["--help"], ["--version"], ["demo", "--help"], ["predict", "--help"]]
+    "argv",
+    [["--help"], ["--version"], ["demo", "--help"], ["predict", "--help"], ["fit", "--help"]],
 )
 def test_help_and_version_import_neither_torch_nor_numpy(argv):
-    # a fresh process: building the parser and printing help reads no method (torch alone takes
-    # over a second to import); a module-level `import torch` in a subcommand fails this
+    # a fresh process: building the parser and printing help (fit's lists every method, read
+    # from the method folders' specs) imports no method (torch alone takes over a second to
+    # import); a module-level `import torch` in a subcommand or a spec fails this
     code = _IMPORTED.format(argv=argv)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr

@@ -1,13 +1,20 @@
 """Classic uncertainty methods behind one ``predict`` interface."""
 
-from bnn_pyro.base import BaseBayesianMethod, summarize_samples, to_probabilities
-from bnn_pyro.methods.ensemble.deep_ensemble import DeepEnsemble
-from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
-from bnn_pyro.methods.mc_dropout.dropout import MCDropout
-from bnn_pyro.methods.sgmcmc.method import SGMCMC
-from bnn_pyro.methods.swag.swag import SWAG
-from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
-from bnn_pyro.nn.gaussian_linear import GaussianLinear
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bnn_pyro._lazy import lazy_names
+
+if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
+    from bnn_pyro.base import BaseBayesianMethod, summarize_samples, to_probabilities
+    from bnn_pyro.methods.ensemble.deep_ensemble import DeepEnsemble
+    from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
+    from bnn_pyro.methods.mc_dropout.dropout import MCDropout
+    from bnn_pyro.methods.sgmcmc.method import SGMCMC
+    from bnn_pyro.methods.swag.swag import SWAG
+    from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
+    from bnn_pyro.nn.gaussian_linear import GaussianLinear
 
 __all__ = [
     "BaseBayesianMethod",
@@ -21,3 +28,17 @@ __all__ = [
     "summarize_samples",
     "to_probabilities",
 ]
+
+_NAMES = {
+    "BaseBayesianMethod": "bnn_pyro.base",
+    "summarize_samples": "bnn_pyro.base",
+    "to_probabilities": "bnn_pyro.base",
+    "DeepEnsemble": "bnn_pyro.methods.ensemble.deep_ensemble",
+    "LaplaceApproximation": "bnn_pyro.methods.laplace.laplace",
+    "MCDropout": "bnn_pyro.methods.mc_dropout.dropout",
+    "SGMCMC": "bnn_pyro.methods.sgmcmc.method",
+    "SWAG": "bnn_pyro.methods.swag.swag",
+    "VariationalBayesNN": "bnn_pyro.methods.vi.bayes_nn",
+    "GaussianLinear": "bnn_pyro.nn.gaussian_linear",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -1,7 +1,19 @@
 """The Laplace approximation: ``LaplaceApproximation``, its curvature and its Gaussian posterior."""
 
-from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bnn_pyro._lazy import lazy_names
+
+if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
+    from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
 
 __all__ = [
     "LaplaceApproximation",
 ]
+
+_NAMES = {
+    "LaplaceApproximation": "bnn_pyro.methods.laplace.laplace",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -1,8 +1,21 @@
 """Monte Carlo dropout: ``MCDropout``."""
 
-from bnn_pyro.methods.mc_dropout.dropout import DROPOUT_TYPES, MCDropout
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bnn_pyro._lazy import lazy_names
+
+if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
+    from bnn_pyro.methods.mc_dropout.dropout import DROPOUT_TYPES, MCDropout
 
 __all__ = [
     "DROPOUT_TYPES",
     "MCDropout",
 ]
+
+_NAMES = {
+    "DROPOUT_TYPES": "bnn_pyro.methods.mc_dropout.dropout",
+    "MCDropout": "bnn_pyro.methods.mc_dropout.dropout",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

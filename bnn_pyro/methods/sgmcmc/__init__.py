@@ -1,13 +1,20 @@
 """Stochastic-gradient MCMC: ``SGMCMC`` (``sghmc``, ``sgld``, ``csghmc``), its
 ``SampleCollector``, and convergence judged on predictions (``chain_diagnostics``)."""
 
-from bnn_pyro.methods.sgmcmc.collector import SampleCollector
-from bnn_pyro.methods.sgmcmc.diagnostics import (
-    ChainDiagnostics,
-    chain_diagnostics,
-    prediction_diagnostics,
-)
-from bnn_pyro.methods.sgmcmc.method import SGMCMC
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bnn_pyro._lazy import lazy_names
+
+if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
+    from bnn_pyro.methods.sgmcmc.collector import SampleCollector
+    from bnn_pyro.methods.sgmcmc.diagnostics import (
+        ChainDiagnostics,
+        chain_diagnostics,
+        prediction_diagnostics,
+    )
+    from bnn_pyro.methods.sgmcmc.method import SGMCMC
 
 __all__ = [
     "SGMCMC",
@@ -16,3 +23,12 @@ __all__ = [
     "chain_diagnostics",
     "prediction_diagnostics",
 ]
+
+_NAMES = {
+    "SampleCollector": "bnn_pyro.methods.sgmcmc.collector",
+    "ChainDiagnostics": "bnn_pyro.methods.sgmcmc.diagnostics",
+    "chain_diagnostics": "bnn_pyro.methods.sgmcmc.diagnostics",
+    "prediction_diagnostics": "bnn_pyro.methods.sgmcmc.diagnostics",
+    "SGMCMC": "bnn_pyro.methods.sgmcmc.method",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -3,35 +3,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-import pyro.distributions as dist
-
-from bnn_pyro.priors import IIDPrior
-from bnn_pyro.spec import MethodSpec
+from bnn_pyro.spec import MethodSpec, normal_prior
 
 _CLASS = "bnn_pyro.methods.sgmcmc.method:SGMCMC"
 _STACKED = "bnn_pyro.methods.sgmcmc.stacked:fit_stacked_sgmcmc"
 
 
-def _normal_prior(p: Mapping[str, Any]) -> dict[str, Any]:
-    return {"prior": IIDPrior(dist.Normal(0.0, p["prior_scale"]))}
-
-
 SPECS = [
     MethodSpec(
         "sghmc", _CLASS, "SGMCMC (scale-adapted SGHMC on the Pyro model)", rank=95,
-        estimator_options=_normal_prior, scalar_noise=True, stacked_fit=_STACKED,
+        estimator_options=normal_prior, scalar_noise=True, stacked_fit=_STACKED,
     ),
     MethodSpec(
         "csghmc", _CLASS, 'SGMCMC(schedule="cyclical") (cyclical SGHMC)', rank=96,
-        defaults={"schedule": "cyclical"}, estimator_options=_normal_prior, scalar_noise=True,
+        defaults={"schedule": "cyclical"}, estimator_options=normal_prior, scalar_noise=True,
         stacked_fit=_STACKED,
     ),
     MethodSpec(
         "sgld", _CLASS, 'SGMCMC(sampler="sgld") (stochastic gradient Langevin dynamics)',
-        rank=97, defaults={"sampler": "sgld"}, estimator_options=_normal_prior, scalar_noise=True,
+        rank=97, defaults={"sampler": "sgld"}, estimator_options=normal_prior, scalar_noise=True,
         stacked_fit=_STACKED,
     ),
 ]  # fmt: skip

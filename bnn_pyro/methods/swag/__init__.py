@@ -1,7 +1,19 @@
 """SWA-Gaussian: ``SWAG``."""
 
-from bnn_pyro.methods.swag.swag import SWAG
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bnn_pyro._lazy import lazy_names
+
+if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
+    from bnn_pyro.methods.swag.swag import SWAG
 
 __all__ = [
     "SWAG",
 ]
+
+_NAMES = {
+    "SWAG": "bnn_pyro.methods.swag.swag",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

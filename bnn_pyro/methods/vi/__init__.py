@@ -2,11 +2,18 @@
 their base (``SVIModel``), the pure-torch ``VariationalBayesNN``, the SVI step, MAP initialisation,
 the plain-torch fast loss, per-layer diagnostics and the stacked fit of K models."""
 
-from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
-from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
-from bnn_pyro.methods.vi.model import VariationalBNN
-from bnn_pyro.methods.vi.predictive import SVIPredictive
-from bnn_pyro.methods.vi.svi_model import SVIModel
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bnn_pyro._lazy import lazy_names
+
+if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
+    from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
+    from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
+    from bnn_pyro.methods.vi.model import VariationalBNN
+    from bnn_pyro.methods.vi.predictive import SVIPredictive
+    from bnn_pyro.methods.vi.svi_model import SVIModel
 
 __all__ = [
     "HiddenLayerBNN",
@@ -15,3 +22,12 @@ __all__ = [
     "VariationalBNN",
     "VariationalBayesNN",
 ]
+
+_NAMES = {
+    "VariationalBayesNN": "bnn_pyro.methods.vi.bayes_nn",
+    "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
+    "VariationalBNN": "bnn_pyro.methods.vi.model",
+    "SVIPredictive": "bnn_pyro.methods.vi.predictive",
+    "SVIModel": "bnn_pyro.methods.vi.svi_model",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)

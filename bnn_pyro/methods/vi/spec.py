@@ -6,17 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pyro.distributions as dist
-
-from bnn_pyro.priors import IIDPrior
-from bnn_pyro.spec import MethodSpec
+from bnn_pyro.spec import MethodSpec, normal_prior
 
 _MODEL = "bnn_pyro.methods.vi.model:VariationalBNN"
 _STACKED = "bnn_pyro.methods.vi.stacked_fit:fit_stacked_vi"
-
-
-def _normal_prior(p: Mapping[str, Any]) -> dict[str, Any]:
-    return {"prior": IIDPrior(dist.Normal(0.0, p["prior_scale"]))}
 
 
 def _meanfield(p: Mapping[str, Any], n: int) -> dict[str, Any]:
@@ -26,17 +19,17 @@ def _meanfield(p: Mapping[str, Any], n: int) -> dict[str, Any]:
 SPECS = [
     MethodSpec(
         "vi", _MODEL, "VariationalBNN (Bayes by Backprop on Pyro)", rank=10,
-        estimator_options=_normal_prior, estimator_fit=_meanfield, scalar_noise=True,
+        estimator_options=normal_prior, estimator_fit=_meanfield, scalar_noise=True,
         stacked_fit=_STACKED,
     ),
     MethodSpec(
         "lrt", _MODEL, "VariationalBNN(local_reparameterization=True)", rank=20,
-        defaults={"local_reparameterization": True}, estimator_options=_normal_prior,
+        defaults={"local_reparameterization": True}, estimator_options=normal_prior,
         estimator_fit=_meanfield, scalar_noise=True, stacked_fit=_STACKED,
     ),
     MethodSpec(
         "bb_alpha", _MODEL, 'VariationalBNN(elbo="alpha") (black-box alpha)', rank=30,
-        defaults={"elbo": "alpha"}, estimator_options=_normal_prior, scalar_noise=True,
+        defaults={"elbo": "alpha"}, estimator_options=normal_prior, scalar_noise=True,
         stacked_fit=_STACKED,
     ),
     MethodSpec(
