@@ -30,17 +30,28 @@ error). ``SGMCMC.fit`` runs the same check on its kept samples, with its own hin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from bnn_pyro._rows import spread_rows
 from bnn_pyro.exceptions import TrainingInstabilityWarning, warn_user
 
-__all__ = ["LEFT_BEHIND", "MAX_ROWS", "check_in_sample_fit", "in_sample_r2"]
+__all__ = [
+    "IN_SAMPLE_DRAWS",
+    "LEFT_BEHIND",
+    "MAX_ROWS",
+    "check_in_sample_fit",
+    "check_predictive_in_sample",
+    "in_sample_r2",
+]
 
 #: At most this many training rows (evenly spaced) are predicted: the check's cost stays a
 #: fraction of one epoch's on any data set.
 MAX_ROWS = 2000
+
+#: Posterior draws behind the predictive mean that :func:`check_predictive_in_sample` scores.
+IN_SAMPLE_DRAWS = 32
 
 #: The warning's reading for a fit with a noise learned per input (the default ``hint``).
 LEFT_BEHIND = (
@@ -127,3 +138,41 @@ def check_in_sample_fit(
             TrainingInstabilityWarning,
         )
     return r2
+
+
+def check_predictive_in_sample(
+    model: Any, X: torch.Tensor, y: torch.Tensor, what: str = "the fit", hint: str = LEFT_BEHIND
+) -> torch.Tensor:
+    """:func:`check_in_sample_fit` of a fitted method's predictive mean: the mean of the
+    ``locs`` of ``model.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)`` (a fixed
+    seed: the check draws nothing from the global RNG). VI, its stacked fit and SG-MCMC call it.
+
+    Args:
+        model: a fitted method with ``predictive_gaussian`` (``locs (S, M, O)`` first).
+        X: ``(N, ...)`` and y: ``(N, O)``: its training rows, prepared as its ``fit`` prepares
+            them.
+        what, hint: as :func:`check_in_sample_fit`.
+
+    Returns:
+        ``(O,)`` in-sample ``R²`` (as :func:`check_in_sample_fit`).
+
+    Raises:
+        TypeError: ``model`` has no ``predictive_gaussian``.
+
+    Example:
+        >>> class Fixed:  # a "posterior" whose every draw predicts 2 x
+        ...     def predictive_gaussian(self, x, num_samples, seed):
+        ...         return (2 * x).expand(num_samples, *x.shape), None
+        >>> X = torch.linspace(0, 1, 10)[:, None]
+        >>> round(float(check_predictive_in_sample(Fixed(), X, 2 * X)), 6)  # float32 round-off
+        1.0
+    """
+    if not callable(getattr(model, "predictive_gaussian", None)):
+        raise TypeError(f"model must have a predictive_gaussian method, got {type(model).__name__}")
+    return check_in_sample_fit(
+        lambda x: model.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)[0].mean(0),
+        X,
+        y,
+        what,
+        hint,
+    )

@@ -18,7 +18,12 @@ import torch
 
 import bnn_pyro as bp
 from bnn_pyro.training import in_sample
-from bnn_pyro.training.in_sample import MAX_ROWS, check_in_sample_fit, in_sample_r2
+from bnn_pyro.training.in_sample import (
+    MAX_ROWS,
+    check_in_sample_fit,
+    check_predictive_in_sample,
+    in_sample_r2,
+)
 
 
 def test_r2_is_the_closed_form_per_output():
@@ -85,6 +90,11 @@ def test_the_check_refuses_rows_that_do_not_match():
         check_in_sample_fit(lambda x: x, torch.zeros(5, 1), torch.zeros(4, 1))
 
 
+def test_the_predictive_check_refuses_a_model_without_a_predictive():
+    with pytest.raises(TypeError, match="predictive_gaussian"):
+        check_predictive_in_sample(torch.nn.Linear(1, 1), torch.zeros(4, 1), torch.zeros(4, 1))
+
+
 def test_a_single_row_has_no_r2_and_no_warning():
     # (scikit-learn's estimator checks fit one row)
     with warnings.catch_warnings():
@@ -115,7 +125,7 @@ def test_each_stacked_member_is_checked_by_name(monkeypatch):
     calls = []
     real = in_sample.check_in_sample_fit
     monkeypatch.setattr(
-        "bnn_pyro.methods.vi.svi_model.check_in_sample_fit",
+        "bnn_pyro.training.in_sample.check_in_sample_fit",
         lambda *a, **k: calls.append(a[3] if len(a) > 3 else k.get("what")) or real(*a, **k),
     )
     with pytest.warns(bp.TrainingInstabilityWarning, match="stacked fit predicts") as caught:
@@ -135,7 +145,7 @@ def test_a_fitted_heteroscedastic_model_passes_and_other_noises_are_not_checked(
         bnn.fit(X, y - 100.0, epochs=300, lr=1e-2, batch_size=None, progress=False, seed=0)
     calls = []
     monkeypatch.setattr(
-        "bnn_pyro.methods.vi.svi_model.check_in_sample_fit", lambda *a, **k: calls.append(1)
+        "bnn_pyro.training.in_sample.check_in_sample_fit", lambda *a, **k: calls.append(1)
     )
     torch.manual_seed(0)
     homoscedastic = bp.VariationalBNN(bp.nn.mlp(1, [8], 1), bp.Gaussian(scale="learned"))

@@ -13,8 +13,7 @@ from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.vi.model import VariationalBNN
-from bnn_pyro.methods.vi.svi_model import IN_SAMPLE_DRAWS
-from bnn_pyro.training.in_sample import check_in_sample_fit
+from bnn_pyro.training.in_sample import check_predictive_in_sample
 
 __all__ = ["OFF_THE_DATA", "SamplePredictive"]
 
@@ -128,7 +127,7 @@ class SamplePredictive(BaseBayesianMethod):
     ) -> torch.Tensor | None:
         """After a regression run: warn (``TrainingInstabilityWarning``) when the kept samples'
         predictive mean is worse on the training rows than their mean is
-        (:func:`bnn_pyro.training.in_sample.check_in_sample_fit`); ``SGMCMC.fit`` and the
+        (:func:`bnn_pyro.training.in_sample.check_predictive_in_sample`); ``SGMCMC.fit`` and the
         stacked fit call it. Other likelihoods, or a run that kept no sample, are not checked.
 
         Args:
@@ -150,10 +149,4 @@ class SamplePredictive(BaseBayesianMethod):
             return None
         if self.potential is None or not len(self.kept_samples):
             return None
-        return check_in_sample_fit(
-            lambda x: self.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)[0].mean(0),
-            X,
-            y,
-            what,
-            OFF_THE_DATA,
-        )
+        return check_predictive_in_sample(self, X, y, what, OFF_THE_DATA)

@@ -24,14 +24,11 @@ from bnn_pyro.methods.vi.predictive import SVIPredictive
 from bnn_pyro.methods.vi.svi import ELBO_CLASSES, GuardedSVI, as_pyro_optim, make_elbo, run_svi
 from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks, kl_weight_at
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
-from bnn_pyro.training.in_sample import check_in_sample_fit
+from bnn_pyro.training.in_sample import check_predictive_in_sample
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
-__all__ = ["IN_SAMPLE_DRAWS", "SVIModel", "check_fit_in_sample"]
-
-#: Posterior draws behind the predictive mean that :func:`check_fit_in_sample` scores.
-IN_SAMPLE_DRAWS = 32
+__all__ = ["SVIModel", "check_fit_in_sample"]
 
 
 def check_fit_in_sample(
@@ -39,8 +36,8 @@ def check_fit_in_sample(
 ) -> torch.Tensor | None:
     """After a fit whose noise is learned per input (``HeteroscedasticGaussian``): warn when
     its predictive mean is worse on its own training rows than their mean is
-    (:func:`bnn_pyro.training.in_sample.check_in_sample_fit`, which says why). ``fit`` and the
-    stacked fit call it; other likelihoods are not checked (``None``).
+    (:func:`bnn_pyro.training.in_sample.check_predictive_in_sample`; its module says why).
+    ``fit`` and the stacked fit call it; other likelihoods are not checked (``None``).
 
     Args:
         bnn: a fitted model.
@@ -61,12 +58,7 @@ def check_fit_in_sample(
     """
     if not isinstance(bnn.likelihood, HeteroscedasticGaussian):
         return None
-    return check_in_sample_fit(
-        lambda x: bnn.predictive_gaussian(x, num_samples=IN_SAMPLE_DRAWS, seed=0)[0].mean(0),
-        X,
-        y,
-        what,
-    )
+    return check_predictive_in_sample(bnn, X, y, what)
 
 
 class SVIModel(SVIPredictive):
