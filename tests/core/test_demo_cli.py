@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyro
 import pytest
 import torch
 
@@ -34,6 +35,12 @@ def test_the_full_demo_widens_in_the_gap_and_prints_the_committed_table(tmp_path
     assert result.rmse_data < 0.2  # the noise sd is 0.1
     assert format_table(result) in format_result(result)  # what `bnn-pyro demo` prints
     committed = (ROOT / "benchmarks" / "results" / "demo.md").read_text(encoding="utf-8")
+    # the seeded table is bit-stable for one build of torch and Pyro, the one its footer names;
+    # another build (a CUDA wheel, another version) moves the last digits by round-off, so the
+    # comparison is that build's alone (CI installs it), the properties above hold on any
+    build = f"torch {torch.__version__}, pyro {pyro.__version__},"
+    if build not in committed:
+        pytest.skip(f"the committed table was made with another build than {build[:-1]}")
     assert report(result) == committed, "run python benchmarks/demo.py"
 
 

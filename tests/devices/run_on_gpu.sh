@@ -14,6 +14,8 @@
 #   proj     python -m benchmarks.uci.projection --device cuda --sets $PROJ_SETS
 #   order    the estimators' CPU-by-name test alone, then after the CUDA estimator test (it
 #            failed after tests/devices/test_cuda.py on an H100 and passes alone on a CPU)
+# SUITE_ARGS adds pytest options to the suite (e.g. "-v --durations=20": each outcome by name as
+# it lands, so a run stopped by its time limit still says which tests failed).
 # Logs go to OUT_DIR (default: $OUT, else ./gpu_run).
 set -u
 out=${1:-${OUT:-gpu_run}}
@@ -48,7 +50,7 @@ for section in ${SECTIONS:-devices suite bench proj}; do
     devices) run devices "${T_DEVICES:-150}" python3 -m pytest -q -rfE -p no:cacheprovider \
         tests/devices ;;
     suite) run suite "${T_SUITE:-330}" python3 -m pytest -q -rfE -p no:cacheprovider \
-        -n "${XDIST:-14}" --dist load --ignore=tests/devices ;;
+        -n "${XDIST:-14}" --dist load --ignore=tests/devices ${SUITE_ARGS:-} ;;
     bench) run bench "${T_BENCH:-150}" python3 benchmarks/gpu.py --device cuda --out "$out/gpu.md" ;;
     proj) run proj "${T_PROJ:-200}" python3 -m benchmarks.uci.projection --device cuda \
         --sets "${PROJ_SETS:-kin8nm,protein}" --output "$out/uci_projection_gpu.md" ;;
