@@ -91,6 +91,24 @@ def test_chains_with_their_own_prior_and_noise_equal_their_own_fits():
     _assert_each_chain_is_its_own_fit(stacked, alone, X, y, seeds, True, **fit)
 
 
+def test_chains_of_a_net_with_dropout_equal_their_own_fits():
+    """``fit`` runs an SG-MCMC net with its dropout off (the potential is the net's
+    deterministic output); the stacked chains' net must too (it was copied in train mode, and
+    its masks made the stacked potential disagree with every chain's and the fit refused)."""
+    X, y = _data("regression")
+    seeds = [3, 4, 5]
+    fit = {"epochs": 4, "batch_size": 16, "progress": False}
+
+    def models():
+        torch.manual_seed(1)
+        return [bp.make("sghmc", bp.nn.mlp(3, [8], 1, dropout=0.2).double(), bp.Gaussian(0.3))
+                for _ in seeds]  # fmt: skip
+
+    stacked = models()
+    bp.fit_stacked(stacked, X, y, seeds=seeds, **fit)
+    _assert_each_chain_is_its_own_fit(stacked, models(), X, y, seeds, True, **fit)
+
+
 def test_full_batch_chains_equal_their_own_fits():
     """``batch_size=None``: every step sees each chain's rows as they are, as ``fit`` does."""
     X, y = _data("regression")
