@@ -189,3 +189,23 @@ def test_threads_benchmark_times_a_block_in_a_fresh_process():
     assert "bnn.fit(" in threads.ten_lines()
     seconds = threads._timed("import torch; assert torch.get_num_threads() >= 1", "")
     assert 0.0 <= seconds < 60.0
+
+
+def test_concurrent_fits_quick_times_each_process_count(tmp_path):
+    """benchmarks/concurrent_fits.py --quick: a row per process count, each with its wall time,
+    the mean and largest fit and the throughput over one process (1.0× for one, by definition);
+    a bad --procs is refused before any work."""
+    output = tmp_path / "concurrent.md"
+    text = _run("concurrent_fits.py", "--quick", "--output", str(output))
+    assert output.read_text() == text.rstrip("\n") + "\n"
+    number = r"([0-9.]+)"
+    row = rf"^\| cpu \| (\d+) \| {number} s \| {number} s \| {number} s \| {number}× \|$"
+    rows = re.findall(row, text, flags=re.M)
+    assert [int(r[0]) for r in rows] == [1, 2], text
+    assert rows[0][4] == "1.0"
+    assert all(float(mean) <= float(largest) for _, _, mean, largest, _ in rows)
+    refused = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "concurrent_fits.py"), "--procs", "0,2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "at least 1" in refused.stderr
