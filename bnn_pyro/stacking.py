@@ -56,7 +56,8 @@ def fit_stacked(
               ``callbacks`` (``fn(bnns, epoch, history)`` after each epoch, the models written
               back), ``progress``, ``init``/``map_epochs`` (with ``init="map"`` each member
               runs its own MAP phase first), ``elbo``/``num_particles`` (``"trace"`` or
-              ``"alpha"``, :class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI`);
+              ``"alpha"``, :class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI`, for
+              nets without dropout);
             - MC dropout, SWAG, Laplace
               (:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`): ``epochs``,
               ``batch_size``, ``lr``, ``weight_decay``, ``optimizer``, ``lr_schedule``,

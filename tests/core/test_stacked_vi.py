@@ -218,6 +218,13 @@ def test_stacked_alpha_refuses_what_it_does_not_cover():
     models = _models("local reparameterization", 1)
     with pytest.raises(ValueError, match="weight-space estimator only"):
         fit_stacked(models, X, y, seeds=[0, 1, 2], elbo="alpha", progress=False)
+    # with dropout a stacked alpha fit ran, but its members ended elsewhere than their own fits
+    # (their particles' masks fell on another memory layout): refused, before any step
+    dropout = _models("dropout", 1)
+    with pytest.raises(ValueError, match="not stacked for nets with dropout"):
+        fit_stacked(dropout, X, y, seeds=[0, 1, 2], elbo="alpha", progress=False)
+    assert not list(dropout[0].parameters())  # no guide was set up
+    fit_stacked(dropout, X, y, seeds=[0, 1, 2], epochs=1, progress=False)  # elbo="trace" runs
     for bad in [dict(elbo="stl"), dict(elbo="trace", num_particles=3)]:
         with pytest.raises(ValueError, match="fit_stacked takes elbo"):
             fit_stacked(_models("fixed noise", 1), X, y, seeds=[0, 1, 2], progress=False, **bad)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import global_rng_state, order_generators, seeded
@@ -89,6 +90,14 @@ def fit_stacked_vi(
         )
     if elbo == "alpha" and any(b.local_reparameterization for b in bnns):
         raise ValueError("elbo='alpha' is stacked for the weight-space estimator only")
+    if elbo == "alpha" and any(isinstance(m, nn.Dropout) for b in bnns for m in b.net.modules()):
+        # a member's own fit draws its particles' masks on the layout torch's matmul gives
+        # them (a first layer's (P, B, H) output folded as (B, P, H) in memory), which one
+        # stacked pass does not reproduce: the members would end elsewhere than their own fits
+        raise ValueError(
+            "elbo='alpha' is not stacked for nets with dropout (the members would not draw the "
+            "masks their own fits draw): fit them one by one, or stacked with elbo='trace'"
+        )
     reason = why_not_stacked_vi(bnns)
     if reason is not None:
         raise ValueError(f"fit_stacked: {reason}")
