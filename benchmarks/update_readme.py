@@ -19,7 +19,9 @@ and one by one, ``benchmarks/stacked.py``), ``stacked_chains`` (SG-MCMC chains s
 one chain, ``benchmarks/stacked_chains.py``), ``threads`` (the thread policy on an idle and a busy
 machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
 beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
-band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``), ``uci_gap`` (the UCI
+band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``),
+``no_data_activations`` (the demo's VI with other activations, same judge,
+``benchmarks/no_data_activations.py``), ``uci_gap`` (the UCI
 gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
 row's posteriors on the UCI splits beside laplace-torch, ``python -m
 benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the

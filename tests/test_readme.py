@@ -75,6 +75,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "threads",
         "ood",
         "no_data",
+        "no_data_activations",
         "uci",
         "uci_projection",
         "uci_intervals",

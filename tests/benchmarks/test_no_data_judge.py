@@ -110,3 +110,26 @@ def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
         assert methods["NUTS (reference)"][region]["sd_ok"] == 1.0
     table = no_data.markdown(rows)
     assert table.count("\n| ") == len(methods) + 1 and "| — |" in table
+
+
+def test_the_activation_sweep_scores_each_activation_against_the_cached_reference():
+    """benchmarks/no_data_activations.py at 1% of its steps on the cached sinusoid reference:
+    a row per activation with each region's coverage, a table row each, and an unknown
+    activation refused by name before any fit."""
+    from benchmarks import no_data_activations as sweep
+    from benchmarks.no_data import S
+
+    chosen = ("tanh (the demo's)", "sin")
+    rows = sweep.run(quick=True, problems=("sinusoid",), activations=chosen)
+    assert list(rows["sinusoid"]) == list(chosen)
+    for r in rows["sinusoid"].values():
+        assert set(r) == {"data", "extrapolation", "grid_sd_ok", "seconds"}  # no gap
+        assert all(0.0 <= r[region]["cover"] <= 1.0 for region in ("data", "extrapolation"))
+        assert r["extrapolation"]["sd"] > 0.0
+    table = sweep.markdown(rows)
+    assert "| sin | " in table and "| tanh (the demo's) | " in table and "| — |" in table
+    grid = torch.linspace(-1.0, 1.0, 7).unsqueeze(-1)
+    draws = sweep.fit_band("sinusoid", "tanh", grid, scale=0.01)
+    assert draws.shape == (S, 7) and bool(torch.isfinite(draws).all())
+    with pytest.raises(ValueError, match="unknown activations"):
+        sweep.run(quick=True, problems=("sinusoid",), activations=("swish",))
