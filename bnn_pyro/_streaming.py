@@ -22,7 +22,6 @@ __all__ = [
     "BLOCK_BUDGET",
     "block_rows",
     "block_seed",
-    "fill_rows",
     "reduce_samples",
     "stream_summary",
 ]
@@ -72,44 +71,6 @@ def block_seed(seed: int | None, start: int, row_wise: bool) -> int | None:
         return seed
     cpu = torch.Generator(device="cpu")  # a seed source: the same seeds on every device
     return seed_from(cpu.manual_seed((seed * 1_000_003 + start) % 2**63))
-
-
-def fill_rows(
-    fn: Callable[[int, int], torch.Tensor], num_rows: int, rows: int, dim: int = 1
-) -> torch.Tensor:
-    """``torch.cat([fn(i, i + rows) for i in ...], dim)`` without the list: each piece is
-    written into one output allocated once, then freed.
-
-    Keeping hundreds of small pieces alive between large transient activations fragments the
-    allocator's heap: its peak then grows by about one activation per piece.
-
-    Args:
-        fn: ``fn(start, stop)``, the piece for rows ``start:stop`` (along ``dim``).
-        num_rows: the total number of rows.
-        rows: rows per piece.
-        dim: the dimension of the rows in the pieces.
-
-    Returns:
-        The pieces joined along ``dim``.
-
-    Example:
-        >>> x = torch.arange(10.0).reshape(2, 5)
-        >>> bool(torch.equal(fill_rows(lambda a, b: x[:, a:b] * 2, 5, 2), x * 2))
-        True
-    """
-    if rows >= num_rows:
-        return fn(0, num_rows)
-    out = None
-    for start in range(0, num_rows, rows):
-        stop = min(start + rows, num_rows)
-        piece = fn(start, stop)
-        if out is None:
-            shape = list(piece.shape)
-            shape[dim] = num_rows
-            out = piece.new_empty(shape)
-        out.narrow(dim, start, stop - start).copy_(piece)
-        del piece
-    return out
 
 
 def reduce_samples(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

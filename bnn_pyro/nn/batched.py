@@ -21,7 +21,7 @@ import torch.nn as nn
 from torch.func import functional_call, vmap
 
 from bnn_pyro._checks import check_int
-from bnn_pyro._streaming import fill_rows
+from bnn_pyro._rows import fill_rows
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
 __all__ = [

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 import bnn_pyro as bp
-from bnn_pyro._streaming import fill_rows, stream_summary
+from bnn_pyro._rows import fill_rows
+from bnn_pyro._streaming import stream_summary
 from bnn_pyro.base import summarize_samples
 from bnn_pyro.nn import mlp
 from tests.reliability.refusal import assert_refused

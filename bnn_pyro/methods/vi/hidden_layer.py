@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_instance, check_int
-from bnn_pyro._streaming import fill_rows
+from bnn_pyro._rows import fill_rows
 from bnn_pyro.distributions import HiddenLayer
 from bnn_pyro.guides import KLWeight, MeanFieldNormalGuide, inverse_softplus
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 from pyro.poutine.util import site_is_subsample
 
-from bnn_pyro._streaming import fill_rows
+from bnn_pyro._rows import fill_rows
 from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
 from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, same_results
 from bnn_pyro.nn.chain import LinearChain
