@@ -107,15 +107,27 @@ def _classic(
     return build
 
 
-def _sghmc(data: judge.Standardized, scale: float, seed: int) -> Predictor:
-    """Notebook 01's SGHMC: the judge's prior, minibatches of 32, 1,500 epochs."""
-    torch.manual_seed(seed)
-    chain = bp.make("sghmc", judge.make_net(), bp.Gaussian(scale=data.noise), prior=judge.PRIOR)
-    chain.fit(data.x, data.y, epochs=max(1, int(1500 * scale)), batch_size=32, progress=False,
-              seed=seed)  # fmt: skip
-    return lambda x: _locs(chain.predictive_gaussian(x, num_samples=S, seed=seed))
+def _sghmc(
+    fan_in_prior: bool, epochs: int
+) -> Callable[[judge.Standardized, float, int], Predictor]:
+    """SGHMC on minibatches of 32 for ``epochs`` epochs: with the judge's prior as notebook 01
+    runs it (1,500 epochs), or with the default prior (i.i.d. ``N(0, 1)``, the prior of the
+    demo's VI) for longer (6,000 epochs: at 1,500 its chain had not yet reached the band it
+    settles in beyond the data)."""
+
+    def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
+        torch.manual_seed(seed)
+        prior = {"prior": judge.PRIOR} if fan_in_prior else {}
+        chain = bp.make("sghmc", judge.make_net(), bp.Gaussian(scale=data.noise), **prior)
+        chain.fit(data.x, data.y, epochs=max(1, int(epochs * scale)), batch_size=32,
+                  progress=False, seed=seed)  # fmt: skip
+        return lambda x: _locs(chain.predictive_gaussian(x, num_samples=S, seed=seed))
+
+    return build
 
 
+#: SGHMC on the demo VI's own prior: the posterior that VI approximates, sampled.
+DEFAULT_PRIOR_SGHMC = "sghmc (the demo's prior, 6,000 epochs)"
 #: The contenders: name -> (standardised data, epoch scale, seed) -> predictor of f.
 CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "vi (the demo's)": _vi(local=False, fan_in_prior=False, steps=5000),
@@ -127,7 +139,8 @@ CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "laplace": _classic("laplace"),
     "laplace, KFAC": _classic("laplace", structure="kron"),
     "laplace, KFAC, layerwise λ": _classic("laplace", structure="kron", layerwise=True),
-    "sghmc": _sghmc,
+    "sghmc": _sghmc(fan_in_prior=True, epochs=1500),
+    DEFAULT_PRIOR_SGHMC: _sghmc(fan_in_prior=False, epochs=6000),
 }
 
 
@@ -227,13 +240,20 @@ def targets(rows: dict) -> list[str]:
         + (", ".join(close) or "none"),
     ]
     if "demo" in rows and "vi (the demo's)" in rows["demo"]:
-        beyond = rows["demo"]["vi (the demo's)"]["extrapolation"]["cover"]
+        demo = rows["demo"]
+        beyond = demo["vi (the demo's)"]["extrapolation"]["cover"]
         verdict = "met" if beyond >= VI_BEYOND else "missed"
-        lines.append(
+        line = (
             f"- VI as the demo trains it covers {beyond:.2f} beyond the demo's data "
-            f"(target {VI_BEYOND}: {verdict}); NUTS on the same net covers "
-            f"{rows['demo']['NUTS (reference)']['extrapolation']['cover']:.2f}"
+            f"(target {VI_BEYOND}: {verdict}); NUTS on the same net under the judge's prior "
+            f"covers {demo['NUTS (reference)']['extrapolation']['cover']:.2f}"
         )
+        if DEFAULT_PRIOR_SGHMC in demo:
+            line += (
+                f", SGHMC under the demo VI's own prior "
+                f"{demo[DEFAULT_PRIOR_SGHMC]['extrapolation']['cover']:.2f}"
+            )
+        lines.append(line)
     return lines
 
 
