@@ -30,8 +30,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+from pyro.infer.autoguide import AutoMultivariateNormal
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -52,12 +54,19 @@ def _locs(out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
 
 
 def _vi(
-    local: bool, fan_in_prior: bool, steps: int
+    local: bool,
+    fan_in_prior: bool,
+    steps: int,
+    guide: Any = "meanfield",
+    elbo: str = "meanfield",
+    particles: int = 1,
 ) -> Callable[[judge.Standardized, float, int], Predictor]:
     """VI trained full batch with the exact KL for ``steps`` steps at 1e-2: with the judge's
     prior as notebook 01 trains it (3,000 steps), or as the demo trains it, with the default
     prior (i.i.d. ``N(0, 1)``, 5,000 steps). (``fit``'s own defaults, 100 epochs of 128 rows,
-    are 100 steps here: undertrained, and ``fit`` says so with a ``PosteriorCollapseWarning``.)"""
+    are 100 steps here: undertrained, and ``fit`` says so with a ``PosteriorCollapseWarning``.)
+    ``guide``, ``elbo`` and ``particles``: another Gaussian family or objective (a full
+    covariance with ``"trace"``; the black-box alpha energy with ``"alpha"``)."""
 
     def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
         torch.manual_seed(seed)
@@ -66,9 +75,10 @@ def _vi(
             bp.Gaussian(scale=data.noise),
             prior=judge.PRIOR if fan_in_prior else None,
             local_reparameterization=local,
+            guide=guide,
         )
         vi.fit(data.x, data.y, epochs=max(1, int(steps * scale)), batch_size=None, lr=1e-2,
-               elbo="meanfield", progress=False, seed=seed)  # fmt: skip
+               elbo=elbo, num_particles=particles, progress=False, seed=seed)  # fmt: skip
         return lambda x: _locs(vi.predictive_gaussian(x, num_samples=S, seed=seed))
 
     return build
@@ -131,6 +141,12 @@ DEFAULT_PRIOR_SGHMC = "sghmc (the demo's prior, 6,000 epochs)"
 #: The contenders: name -> (standardised data, epoch scale, seed) -> predictor of f.
 CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "vi (the demo's)": _vi(local=False, fan_in_prior=False, steps=5000),
+    "vi (the demo's), full covariance": _vi(
+        local=False, fan_in_prior=False, steps=5000, guide=AutoMultivariateNormal, elbo="trace"
+    ),
+    "bb_alpha (the demo's prior)": _vi(
+        local=False, fan_in_prior=False, steps=5000, elbo="alpha", particles=10
+    ),
     "vi": _vi(local=False, fan_in_prior=True, steps=3000),
     "lrt": _vi(local=True, fan_in_prior=True, steps=3000),
     "dropout": _classic("dropout"),
