@@ -124,9 +124,16 @@ class BatchedTwin:
             module._buffers.pop(attr, None)
 
     def load(
-        self, tensors: Mapping[str, torch.Tensor], stacked: Mapping[str, torch.Tensor]
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        stacked: Mapping[str, torch.Tensor],
+        training: bool | None = None,
     ) -> nn.Module:
-        """Set the tensors on the twin (``tensors`` shared, ``stacked`` as attributes)."""
+        """Set the tensors on the twin (``tensors`` shared, ``stacked`` as attributes) and, where
+        ``training`` is given, its mode (its dropout layers): the twin is copied in whatever mode
+        its net had then."""
+        if training is not None and any(m.training != training for m in self._modules.values()):
+            self.module.train(training)
         for name, tensor in tensors.items():
             path, _, attr = name.rpartition(".")
             module = self._modules[path]
@@ -148,9 +155,7 @@ class BatchedTwin:
         training: bool = False,
     ) -> torch.Tensor:
         """``(S, N, ...)`` outputs for the ``(N, ...)`` inputs ``x``, ``chunk`` rows per pass."""
-        module = self.load(tensors, stacked)
-        if any(m.training != training for m in self._modules.values()):
-            module.train(training)
+        module = self.load(tensors, stacked, training)
         return fill_rows(lambda a, b: module(x[a:b]), x.shape[0], chunk or x.shape[0])
 
 

@@ -113,10 +113,11 @@ class StackedPotential:
                 jacobian = site.transform.log_abs_det_jacobian(part, value)
                 log_det = log_det + jacobian.reshape(k, -1).sum(-1)
             values[site.name] = value
-        net = self.twin.load({}, {self.paths[n]: v for n, v in values.items() if n in self.paths})
-        training = self.models[0].bnn.training  # as each chain's own net: fit runs it in eval
-        if any(m.training != training for m in net.modules()):  # (the twin was copied in train)
-            net.train(training)
+        net = self.twin.load(
+            {},
+            {self.paths[n]: v for n, v in values.items() if n in self.paths},
+            training=self.models[0].bnn.training,  # as each chain's own net: fit runs it in eval
+        )
         f = net(x)  # (K, B, O)
         log_joint = log_det
         for name, priors in self.priors.items():
