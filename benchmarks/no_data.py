@@ -60,18 +60,20 @@ def _vi(
     guide: Any = "meanfield",
     elbo: str = "meanfield",
     particles: int = 1,
+    activation: str | type[torch.nn.Module] = "tanh",
 ) -> Callable[[judge.Standardized, float, int], Predictor]:
     """VI trained full batch with the exact KL for ``steps`` steps at 1e-2: with the judge's
     prior as notebook 01 trains it (3,000 steps), or as the demo trains it, with the default
     prior (i.i.d. ``N(0, 1)``, 5,000 steps). (``fit``'s own defaults, 100 epochs of 128 rows,
     are 100 steps here: undertrained, and ``fit`` says so with a ``PosteriorCollapseWarning``.)
     ``guide``, ``elbo`` and ``particles``: another Gaussian family or objective (a full
-    covariance with ``"trace"``; the black-box alpha energy with ``"alpha"``)."""
+    covariance with ``"trace"``; the black-box alpha energy with ``"alpha"``). ``activation``:
+    the judge's 1-50-1 net with another activation (``benchmarks/no_data_activations.py``)."""
 
     def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
         torch.manual_seed(seed)
         vi = bp.VariationalBNN(
-            judge.make_net(),
+            bp.nn.mlp(1, [judge.HIDDEN], 1, activation=activation),  # tanh: judge.make_net()
             bp.Gaussian(scale=data.noise),
             prior=judge.PRIOR if fan_in_prior else None,
             local_reparameterization=local,

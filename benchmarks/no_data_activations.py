@@ -35,9 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import bnn_pyro as bp  # noqa: E402
 from benchmarks import no_data_judge as judge  # noqa: E402
-from benchmarks.no_data import S, score  # noqa: E402
+from benchmarks.no_data import _vi, score  # noqa: E402
 from bnn_pyro.datasets import FUNCTION_PROBLEMS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "no_data_activations.md"
@@ -69,17 +68,14 @@ def fit_band(
     problem: str, activation: str | type[torch.nn.Module], grid: torch.Tensor, scale: float = 1.0
 ) -> torch.Tensor:
     """``(S, G)`` draws of ``f`` on ``grid`` ``(G, 1)`` (the problem's units) from the demo's VI
-    with ``activation``, trained on the problem's standardised rows (``scale``: the share of
-    :data:`STEPS` trained)."""
+    with ``activation`` (:func:`benchmarks.no_data._vi`, as its ``vi (the demo's)`` row),
+    trained on the problem's standardised rows (``scale``: the share of :data:`STEPS`
+    trained)."""
     data = judge.standardize(FUNCTION_PROBLEMS[problem])
-    torch.manual_seed(0)
-    net = bp.nn.mlp(1, [judge.HIDDEN], 1, activation=activation)
-    vi = bp.VariationalBNN(net, bp.Gaussian(scale=data.noise))
-    vi.fit(data.x, data.y, epochs=max(1, int(STEPS * scale)), batch_size=None, lr=1e-2,
-           elbo="meanfield", progress=False, seed=0)  # fmt: skip
+    build = _vi(local=False, fan_in_prior=False, steps=STEPS, activation=activation)
+    predictor = build(data, scale, 0)  # trains
     with torch.no_grad():
-        locs, _ = vi.predictive_gaussian(data.inputs(grid), num_samples=S, seed=0)
-    return locs[..., 0] * data.y_std + data.y_mean
+        return predictor(data.inputs(grid)) * data.y_std + data.y_mean
 
 
 def run(
