@@ -145,6 +145,8 @@ def main() -> None:
         return
     devices = ["cpu"] if args.quick else [d for d in args.devices.split(",") if d]
     procs = [1, 2] if args.quick else _numbers(args.procs, "procs")
+    if procs[0] != 1:  # the throughput column is over the first row's one process
+        parser.error(f"--procs must start with 1 (the baseline of the throughput), got {procs}")
     epochs = 1 if args.quick else args.epochs
     import torch
 

@@ -209,3 +209,8 @@ def test_concurrent_fits_quick_times_each_process_count(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode != 0 and "at least 1" in refused.stderr
+    no_baseline = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, "concurrent_fits.py"), "--procs", "4,8"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert no_baseline.returncode != 0 and "must start with 1" in no_baseline.stderr
