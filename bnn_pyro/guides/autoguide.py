@@ -28,7 +28,13 @@ def _forget_store_entries(guide: nn.Module, *_: Any) -> None:
     prefix = f"{guide._pyro_name}."
     store = pyro.get_param_store()
     for key in [k for k in store.keys() if k.startswith(prefix)]:
-        del store[key]
+        try:
+            del store[key]
+        except KeyError:
+            # one tensor under two names (AutoIAFNormal's ``_prototype_tensor`` is its first
+            # flow's first weight): deleting the first name took the store's one reverse
+            # entry, so the second deletion stops before its constraint, which goes here
+            store._constraints.pop(key, None)
 
 
 class AutoGuideWrapper(nn.Module):

@@ -95,3 +95,21 @@ def test_two_autoguide_models_do_not_share_parameters():
     a.fit(X, Y, epochs=3, batch_size=None, progress=False, seed=1)  # trains a only
     for key, value in b.guide.state_dict().items():
         assert torch.equal(value, b_before[key]), f"training a changed b's {key}"
+
+
+def test_a_flow_guide_with_one_tensor_under_two_names_trains_and_leaves_the_store():
+    """``AutoIAFNormal`` keeps its first flow's first weight also as ``_prototype_tensor``, so
+    Pyro's store holds one tensor under two names; removing the second name used to raise a
+    ``KeyError`` from inside the store at the first step of ``fit``."""
+    store = pyro.get_param_store()
+    before = sorted(store.get_state()["constraints"])
+    guide = functools.partial(autoguide.AutoIAFNormal, hidden_dim=[20], num_transforms=2)
+    bnn = VariationalBNN(mlp(2, [4], 1), Gaussian(scale=0.1), guide=guide)
+    bnn.fit(X, Y, epochs=1, batch_size=None, progress=False, seed=0)
+    start = {k: v.clone() for k, v in bnn.guide.state_dict().items()}
+    bnn.fit(X, Y, epochs=3, batch_size=None, progress=False, seed=1)
+    assert any(not torch.equal(v, start[k]) for k, v in bnn.guide.state_dict().items())
+    mean, _ = bnn.predict(X, num_samples=4, seed=0)
+    assert mean.shape == (len(X), 1) and bool(torch.isfinite(mean).all())
+    # names and constraints both: a constraint left behind would outlive the model
+    assert sorted(store.get_state()["constraints"]) == before
