@@ -77,7 +77,8 @@ def build_guide(
     if _is_autoguide_class(spec):
         accepted = inspect.signature(spec.__init__).parameters
         kwargs: dict[str, Any] = {}
-        if "init_loc_fn" in accepted:
+        # AutoIAFNormal takes init_loc_fn but ignores it, with a FutureWarning to the user
+        if "init_loc_fn" in accepted and not issubclass(spec, autoguide.AutoIAFNormal):
             kwargs["init_loc_fn"] = init_fn
         if "init_scale" in accepted:
             kwargs["init_scale"] = init_scale
