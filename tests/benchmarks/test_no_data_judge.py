@@ -100,7 +100,7 @@ def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
     no_data.plot(bands, tmp_path / "bands.png")
     assert (tmp_path / "bands.png").read_bytes()[:4] == b"\x89PNG"
     methods = rows["sinusoid"]
-    assert set(methods) == {"NUTS (reference)", *no_data.CONTENDERS}
+    assert set(methods) == {"NUTS (reference)", no_data.WIDENED, *no_data.CONTENDERS}
     for name, regions in methods.items():
         assert set(regions) == {"data", "extrapolation", "grid_sd_ok", "seconds"}, name  # no gap
         for region in ("data", "extrapolation"):
@@ -108,6 +108,12 @@ def test_the_benchmark_scores_every_method_against_a_reference(tmp_path):
     for region in ("data", "extrapolation"):
         assert methods["NUTS (reference)"][region]["w2"] < 1e-6
         assert methods["NUTS (reference)"][region]["sd_ok"] == 1.0
+        # NUTS's band widened about its own mean to the sd target's limit: still "sd ok"
+        # everywhere, and it covers every point NUTS's band covers (same centre, wider)
+        wide = methods[no_data.WIDENED][region]
+        assert wide["sd_ok"] == 1.0 and wide["sd"] > methods["NUTS (reference)"][region]["sd"]
+        assert wide["cover"] >= methods["NUTS (reference)"][region]["cover"]
+    assert "the targets' limit" in no_data.markdown(rows)
     table = no_data.markdown(rows)
     assert table.count("\n| ") == len(methods) + 1 and "| — |" in table
 
