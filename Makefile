@@ -22,8 +22,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/bnn-pyro demo --out demo_output
 
+# The suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bnn_pyro tests benchmarks notebooks
