@@ -177,6 +177,7 @@ def posteriors_run(sampler: str, lr: float = POSTERIORS_LR, temperature: float |
     check of ``sgmcmc_peers.py``).
 
     Example:
+        >>> import pytest; _ = pytest.importorskip("posteriors")
         >>> posteriors_run("sgld")(*data(), 10).shape
         torch.Size([15, 4])
     """
@@ -209,6 +210,7 @@ def load_torch_uncertainty_optim() -> object:
     ``loaded`` attribute says which.
 
     Example:
+        >>> import pytest; _ = pytest.importorskip("torch_uncertainty")
         >>> sorted(n for n in ("SGHMC", "SGLD") if hasattr(load_torch_uncertainty_optim(), n))
         ['SGHMC', 'SGLD']
     """
@@ -242,6 +244,7 @@ def torch_uncertainty_run(optimizer: str, noise_factor: float | None, summed: bo
     with ``weight_decay = 1``: the minibatch estimate of ``U(θ) = -log p(θ, D)`` itself.
 
     Example:
+        >>> import pytest; _ = pytest.importorskip("torch_uncertainty")
         >>> torch_uncertainty_run("SGLD", 1.0, summed=True)(*data(), 10).shape
         torch.Size([15, 4])
     """
