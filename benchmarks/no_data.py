@@ -178,8 +178,9 @@ def widened(reference: dict, factor: float = SD_LIMIT) -> torch.Tensor:
 #: A non-Gaussian guide: Pyro's inverse autoregressive flow (two flows of 200 hidden units)
 IAF = functools.partial(AutoIAFNormal, hidden_dim=[200], num_transforms=2)
 IAF.__name__ = "AutoIAFNormal"  # type: ignore[attr-defined]
-#: SGHMC on the demo VI's own prior: the posterior that VI approximates, sampled.
-DEFAULT_PRIOR_SGHMC = "sghmc (the demo's prior, 6,000 epochs)"
+#: SGHMC on the demo VI's own prior: the posterior that VI approximates, sampled by four
+#: chains pooled (one chain's coverage beyond the demo's data ranged 0.46-1.00 over seeds)
+DEFAULT_PRIOR_SGHMC = "sghmc (the demo's prior, 6,000 epochs, 4 chains)"
 #: The contenders: name -> (standardised data, epoch scale, seed) -> predictor of f.
 CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "vi (the demo's)": _vi(local=False, fan_in_prior=False, steps=5000),
@@ -201,7 +202,7 @@ CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "laplace, KFAC": _classic("laplace", structure="kron"),
     "laplace, KFAC, layerwise λ": _classic("laplace", structure="kron", layerwise=True),
     "sghmc": _sghmc(fan_in_prior=True, epochs=1500),
-    DEFAULT_PRIOR_SGHMC: _sghmc(fan_in_prior=False, epochs=6000),
+    DEFAULT_PRIOR_SGHMC: _pooled(_sghmc(fan_in_prior=False, epochs=6000), 4),
 }
 
 
