@@ -16,10 +16,10 @@ problem's grid. Per region of the grid (``data``, ``gap``, ``extrapolation``,
 The reference rows are NUTS itself (``benchmarks/no_data_judge.py``, cached in
 ``benchmarks/results/no_data/``); its ``sd ok`` is 1 and its ``W2`` 0 by construction. The
 row ``NUTS, sd widened 2x`` is no method: it is NUTS's band spread about its own mean to the
-sd target's limit, the widest band that target still counts as close, and the targets' last
-line reads from it what the targets ask of any band about the posterior's mean. Each method
-is one seed; the problems are small enough that a run of all of them takes a few
-minutes on one core::
+sd target's limit, the widest band that target still counts as close, and a line of the
+targets reads from it what they ask of any band about the posterior's mean. Each method is
+one seed (a pooled row: its fits or chains from consecutive seeds); a run of all of them
+takes about half an hour on one core, most of it in the pooled SGHMC chains::
 
     python benchmarks/no_data.py [--quick]   # writes benchmarks/results/no_data.{md,json,png}
 """
@@ -179,7 +179,7 @@ def widened(reference: dict, factor: float = SD_LIMIT) -> torch.Tensor:
 IAF = functools.partial(AutoIAFNormal, hidden_dim=[200], num_transforms=2)
 IAF.__name__ = "AutoIAFNormal"  # type: ignore[attr-defined]
 #: SGHMC on the demo VI's own prior: the posterior that VI approximates, sampled by four
-#: chains pooled (one chain's coverage beyond the demo's data ranged 0.46-1.00 over seeds)
+#: chains pooled (one chain's coverage beyond the demo's data varies from seed to seed)
 DEFAULT_PRIOR_SGHMC = "sghmc (the demo's prior, 6,000 epochs, 4 chains)"
 #: The contenders: name -> (standardised data, epoch scale, seed) -> predictor of f.
 CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
@@ -190,8 +190,9 @@ CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "bb_alpha (the demo's prior)": _vi(
         local=False, fan_in_prior=False, steps=5000, elbo="alpha", particles=10
     ),
-    "vi (the demo's), IAF flow": _vi(local=False, fan_in_prior=False, steps=5000, guide=IAF,
-                                     elbo="trace"),  # fmt: skip
+    "vi (the demo's), IAF flow": _vi(
+        local=False, fan_in_prior=False, steps=5000, guide=IAF, elbo="trace"
+    ),
     "vi (the demo's), 5 fits pooled": _pooled(_vi(local=False, fan_in_prior=False, steps=5000), 5),
     "vi": _vi(local=False, fan_in_prior=True, steps=3000),
     "lrt": _vi(local=True, fan_in_prior=True, steps=3000),
