@@ -146,6 +146,66 @@ def _sghmc(
     return build
 
 
+def gp_posterior(
+    x: torch.Tensor, y: torch.Tensor, noise: float, amplitude: float, lengthscale: float,
+    xs: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The posterior of ``f`` at ``xs`` ``(G, 1)`` under a zero-mean Gaussian process with the
+    squared-exponential kernel ``amplitude² exp(-|a - b|² / (2 lengthscale²))``, given rows
+    ``x`` ``(n, 1)``, ``y`` ``(n,)`` with Gaussian noise of sd ``noise``: its mean and sd
+    ``(G,)``, in float64.
+
+    Example:
+        >>> x = torch.tensor([[0.0], [1.0]]); y = torch.tensor([1.0, -1.0])
+        >>> mean, sd = gp_posterior(x, y, 1e-3, 1.0, 1.0, torch.tensor([[0.0], [50.0]]))
+        >>> [round(v, 3) for v in mean.tolist()], [round(v, 3) for v in sd.tolist()]
+        ([1.0, 0.0], [0.001, 1.0])
+    """
+    x, y, xs = x.double(), y.double(), xs.double()
+
+    def kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return amplitude**2 * torch.exp(-0.5 * torch.cdist(a, b) ** 2 / lengthscale**2)
+
+    chol = torch.linalg.cholesky(kernel(x, x) + noise**2 * torch.eye(len(x), dtype=x.dtype))
+    cross = kernel(xs, x)  # (G, n)
+    mean = cross @ torch.cholesky_solve(y[:, None], chol)[:, 0]
+    explained = (cross * torch.cholesky_solve(cross.T, chol).T).sum(1)
+    return mean, (amplitude**2 - explained).clamp_min(0.0).sqrt()
+
+
+def _gp(steps: int = 500) -> Callable[[judge.Standardized, float, int], Predictor]:
+    """No network: an exact Gaussian process on the input (:func:`gp_posterior`) whose
+    amplitude and lengthscale maximise the marginal likelihood (Adam, ``steps`` steps at
+    0.05), with the known noise. A stationary prior's variance comes back wherever the data
+    are far, which is what a distance-aware head (SNGP's random-feature GP on a
+    distance-preserving net) approximates: this row is the limit such a head can reach on a
+    1-D input."""
+
+    def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
+        x, y = data.x.double(), data.y[:, 0].double()
+        logs = torch.zeros(2, dtype=torch.float64, requires_grad=True)  # log amplitude, scale
+        opt = torch.optim.Adam([logs], lr=0.05)
+        for _ in range(max(1, int(steps * scale))):
+            opt.zero_grad()
+            amplitude, lengthscale = logs.exp()
+            sq = torch.cdist(x, x) ** 2 / lengthscale**2
+            cov = amplitude**2 * torch.exp(-0.5 * sq) + data.noise**2 * torch.eye(len(x))
+            evidence = torch.distributions.MultivariateNormal(torch.zeros_like(y), cov)
+            (-evidence.log_prob(y)).backward()
+            opt.step()
+        amplitude, lengthscale = logs.detach().exp().tolist()
+
+        def predict(xs: torch.Tensor) -> torch.Tensor:
+            mean, sd = gp_posterior(x, y, data.noise, amplitude, lengthscale, xs)
+            g = torch.Generator().manual_seed(seed)
+            eps = torch.randn(S, len(xs), generator=g, dtype=torch.float64)
+            return (mean + sd * eps).float()
+
+        return predict
+
+    return build
+
+
 def _pooled(
     build_one: Callable[[judge.Standardized, float, int], Predictor], runs: int
 ) -> Callable[[judge.Standardized, float, int], Predictor]:
@@ -203,6 +263,7 @@ CONTENDERS: dict[str, Callable[[judge.Standardized, float, int], Predictor]] = {
     "laplace, KFAC": _classic("laplace", structure="kron"),
     "laplace, KFAC, layerwise λ": _classic("laplace", structure="kron", layerwise=True),
     "sghmc": _sghmc(fan_in_prior=True, epochs=1500),
+    "GP on the input (no network; a distance-aware head's limit)": _gp(),
     DEFAULT_PRIOR_SGHMC: _pooled(_sghmc(fan_in_prior=False, epochs=6000), 4),
 }
 

@@ -139,3 +139,25 @@ def test_the_activation_sweep_scores_each_activation_against_the_cached_referenc
     assert draws.shape == (S, 7) and bool(torch.isfinite(draws).all())
     with pytest.raises(ValueError, match="unknown activations"):
         sweep.run(quick=True, problems=("sinusoid",), activations=("swish",))
+
+
+def test_the_gp_row_is_scikit_learns_gaussian_process():
+    """no_data's GP row against an independent implementation: scikit-learn's
+    GaussianProcessRegressor with the same fixed kernel and noise (``alpha`` = noise²). Both
+    are exact linear algebra in float64, so they agree to rounding (1e-8)."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    from benchmarks.no_data import gp_posterior
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(20, 1, generator=g, dtype=torch.float64) * 4 - 2
+    y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(20, generator=g, dtype=torch.float64)
+    xs = torch.linspace(-6, 6, 41, dtype=torch.float64)[:, None]  # the data, a gap, far away
+    mean, sd = gp_posterior(x, y, 0.1, 1.3, 0.7, xs)
+    kernel = ConstantKernel(1.3**2, "fixed") * RBF(0.7, "fixed")
+    gp = GaussianProcessRegressor(kernel, alpha=0.1**2, optimizer=None).fit(x.numpy(), y.numpy())
+    ref_mean, ref_sd = gp.predict(xs.numpy(), return_std=True)
+    torch.testing.assert_close(mean, torch.from_numpy(ref_mean), atol=1e-8, rtol=0)
+    torch.testing.assert_close(sd, torch.from_numpy(ref_sd), atol=1e-8, rtol=0)
+    assert float(sd[0]) > 1.29  # far from the rows the prior's sd (1.3) comes back
