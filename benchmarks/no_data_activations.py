@@ -36,7 +36,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import no_data_judge as judge  # noqa: E402
-from benchmarks.no_data import _vi, score  # noqa: E402
+from benchmarks.no_data import score  # noqa: E402
+from benchmarks.no_data_contenders import _vi  # noqa: E402
 from bnn_pyro.datasets import FUNCTION_PROBLEMS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "no_data_activations.md"
@@ -68,7 +69,7 @@ def fit_band(
     problem: str, activation: str | type[torch.nn.Module], grid: torch.Tensor, scale: float = 1.0
 ) -> torch.Tensor:
     """``(S, G)`` draws of ``f`` on ``grid`` ``(G, 1)`` (the problem's units) from the demo's VI
-    with ``activation`` (:func:`benchmarks.no_data._vi`, as its ``vi (the demo's)`` row),
+    with ``activation`` (:func:`benchmarks.no_data_contenders._vi`, as its ``vi (the demo's)`` row),
     trained on the problem's standardised rows (``scale``: the share of :data:`STEPS`
     trained)."""
     data = judge.standardize(FUNCTION_PROBLEMS[problem])

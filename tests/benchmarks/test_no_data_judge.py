@@ -123,7 +123,7 @@ def test_the_activation_sweep_scores_each_activation_against_the_cached_referenc
     a row per activation with each region's coverage, a table row each, and an unknown
     activation refused by name before any fit."""
     from benchmarks import no_data_activations as sweep
-    from benchmarks.no_data import S
+    from benchmarks.no_data_contenders import S
 
     chosen = ("tanh (the demo's)", "sin")
     rows = sweep.run(quick=True, problems=("sinusoid",), activations=chosen)
@@ -148,7 +148,7 @@ def test_the_gp_row_is_scikit_learns_gaussian_process():
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel
 
-    from benchmarks.no_data import gp_posterior
+    from benchmarks.no_data_contenders import gp_posterior
 
     g = torch.Generator().manual_seed(0)
     x = torch.rand(20, 1, generator=g, dtype=torch.float64) * 4 - 2
