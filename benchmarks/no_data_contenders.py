@@ -48,8 +48,8 @@ def _vi(
     prior as notebook 01 trains it (3,000 steps), or as the demo trains it, with the default
     prior (i.i.d. ``N(0, 1)``, 5,000 steps). (``fit``'s own defaults, 100 epochs of 128 rows,
     are 100 steps here: undertrained, and ``fit`` says so with a ``PosteriorCollapseWarning``.)
-    ``guide``, ``elbo`` and ``particles``: another Gaussian family or objective (a full
-    covariance with ``"trace"``; the black-box alpha energy with ``"alpha"``). ``activation``:
+    ``guide``, ``elbo`` and ``particles``: another guide or objective (a full covariance or a
+    normalising flow with ``"trace"``; the black-box alpha energy with ``"alpha"``). ``activation``:
     the judge's 1-50-1 net with another activation (``benchmarks/no_data_activations.py``)."""
 
     def build(data: judge.Standardized, scale: float, seed: int) -> Predictor:
@@ -120,6 +120,17 @@ def _sghmc(
     return build
 
 
+def _se_kernel(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    amplitude: float | torch.Tensor,
+    lengthscale: float | torch.Tensor,
+) -> torch.Tensor:
+    """The squared-exponential kernel ``amplitude² exp(-|a - b|² / (2 lengthscale²))`` between
+    the rows of ``a`` ``(n, 1)`` and ``b`` ``(m, 1)``: ``(n, m)``."""
+    return amplitude**2 * torch.exp(-0.5 * (torch.cdist(a, b) ** 2 / lengthscale**2))
+
+
 def gp_posterior(
     x: torch.Tensor, y: torch.Tensor, noise: float, amplitude: float, lengthscale: float,
     xs: torch.Tensor,
@@ -136,12 +147,9 @@ def gp_posterior(
         ([1.0, 0.0], [0.001, 1.0])
     """
     x, y, xs = x.double(), y.double(), xs.double()
-
-    def kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return amplitude**2 * torch.exp(-0.5 * torch.cdist(a, b) ** 2 / lengthscale**2)
-
-    chol = torch.linalg.cholesky(kernel(x, x) + noise**2 * torch.eye(len(x), dtype=x.dtype))
-    cross = kernel(xs, x)  # (G, n)
+    gram = _se_kernel(x, x, amplitude, lengthscale)
+    chol = torch.linalg.cholesky(gram + noise**2 * torch.eye(len(x), dtype=x.dtype))
+    cross = _se_kernel(xs, x, amplitude, lengthscale)  # (G, n)
     mean = cross @ torch.cholesky_solve(y[:, None], chol)[:, 0]
     explained = (cross * torch.cholesky_solve(cross.T, chol).T).sum(1)
     return mean, (amplitude**2 - explained).clamp_min(0.0).sqrt()
@@ -161,9 +169,7 @@ def _gp(steps: int = 500) -> Callable[[judge.Standardized, float, int], Predicto
         opt = torch.optim.Adam([logs], lr=0.05)
         for _ in range(max(1, int(steps * scale))):
             opt.zero_grad()
-            amplitude, lengthscale = logs.exp()
-            sq = torch.cdist(x, x) ** 2 / lengthscale**2
-            cov = amplitude**2 * torch.exp(-0.5 * sq) + data.noise**2 * torch.eye(len(x))
+            cov = _se_kernel(x, x, *logs.exp()) + data.noise**2 * torch.eye(len(x))
             evidence = torch.distributions.MultivariateNormal(torch.zeros_like(y), cov)
             (-evidence.log_prob(y)).backward()
             opt.step()
@@ -195,7 +201,6 @@ def _pooled(
 
 #: A non-Gaussian guide: Pyro's inverse autoregressive flow (two flows of 200 hidden units)
 IAF = functools.partial(AutoIAFNormal, hidden_dim=[200], num_transforms=2)
-IAF.__name__ = "AutoIAFNormal"  # type: ignore[attr-defined]
 #: SGHMC on the demo VI's own prior: the posterior that VI approximates, sampled by four
 #: chains pooled (one chain's coverage beyond the demo's data varies from seed to seed)
 DEFAULT_PRIOR_SGHMC = "sghmc (the demo's prior, 6,000 epochs, 4 chains)"
