@@ -62,7 +62,14 @@ def widened(reference: dict, factor: float = SD_LIMIT) -> torch.Tensor:
         >>> torch.allclose(w.std(0), 1.5 * q.std(0)), torch.equal(w.mean(0), q.mean(0))
         (True, True)
     """
+    if factor <= 0:
+        raise ValueError(f"factor must be > 0, got {factor}")
     q = reference["quantiles"]
+    if q.dim() != 2 or reference["sd"].shape != q.shape[1:]:
+        raise ValueError(
+            f"the reference's quantiles must be (L, G) and its sd (G,), got "
+            f"{tuple(q.shape)} and {tuple(reference['sd'].shape)}"
+        )
     mean = q.mean(0)
     return mean + (q - mean) * (factor * reference["sd"] / q.std(0))
 

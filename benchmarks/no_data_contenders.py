@@ -145,7 +145,21 @@ def gp_posterior(
         >>> mean, sd = gp_posterior(x, y, 1e-3, 1.0, 1.0, torch.tensor([[0.0], [50.0]]))
         >>> [round(v, 3) for v in mean.tolist()], [round(v, 3) for v in sd.tolist()]
         ([1.0, 0.0], [0.001, 1.0])
+        >>> gp_posterior(x, y, 0.0, 1.0, 1.0, x)
+        Traceback (most recent call last):
+        ...
+        ValueError: noise, amplitude and lengthscale must be > 0, got 0.0, 1.0, 1.0
     """
+    if min(noise, amplitude, lengthscale) <= 0:
+        raise ValueError(
+            f"noise, amplitude and lengthscale must be > 0, got {noise}, {amplitude}, {lengthscale}"
+        )
+    if x.dim() != 2 or x.shape[1] != 1 or xs.dim() != 2 or xs.shape[1] != 1:
+        raise ValueError(
+            f"x and xs must be (n, 1) and (G, 1), got {tuple(x.shape)}, {tuple(xs.shape)}"
+        )
+    if y.shape != (len(x),):
+        raise ValueError(f"y must be (n,) = ({len(x)},), got {tuple(y.shape)}")
     x, y, xs = x.double(), y.double(), xs.double()
     gram = _se_kernel(x, x, amplitude, lengthscale)
     chol = torch.linalg.cholesky(gram + noise**2 * torch.eye(len(x), dtype=x.dtype))

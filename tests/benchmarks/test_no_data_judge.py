@@ -161,3 +161,21 @@ def test_the_gp_row_is_scikit_learns_gaussian_process():
     torch.testing.assert_close(mean, torch.from_numpy(ref_mean), atol=1e-8, rtol=0)
     torch.testing.assert_close(sd, torch.from_numpy(ref_sd), atol=1e-8, rtol=0)
     assert float(sd[0]) > 1.29  # far from the rows the prior's sd (1.3) comes back
+
+
+def test_the_gp_row_and_the_widened_band_refuse_bad_input_by_name():
+    from benchmarks.no_data import widened
+    from benchmarks.no_data_contenders import gp_posterior
+
+    x, y = torch.zeros(3, 1), torch.zeros(3)
+    with pytest.raises(ValueError, match="must be > 0, got 1.0, -1.0, 1.0"):
+        gp_posterior(x, y, 1.0, -1.0, 1.0, x)
+    with pytest.raises(ValueError, match=r"x and xs must be \(n, 1\) and \(G, 1\)"):
+        gp_posterior(torch.zeros(3), y, 0.1, 1.0, 1.0, x)
+    with pytest.raises(ValueError, match=r"y must be \(n,\) = \(3,\), got \(3, 1\)"):
+        gp_posterior(x, x, 0.1, 1.0, 1.0, x)
+    q = torch.randn(4, 5)
+    with pytest.raises(ValueError, match="factor must be > 0, got 0"):
+        widened({"quantiles": q, "sd": q.std(0)}, factor=0)
+    with pytest.raises(ValueError, match=r"quantiles must be \(L, G\) and its sd \(G,\)"):
+        widened({"quantiles": q, "sd": q.std(0)[:3]})
