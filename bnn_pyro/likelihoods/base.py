@@ -10,7 +10,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-__all__ = ["LIKELIHOOD_EXPECTED", "Likelihood", "likelihood_from_config"]
+__all__ = ["LIKELIHOOD_EXPECTED", "Likelihood", "likelihood_from_config", "observed_targets"]
 
 
 def _data_plate(
@@ -24,6 +24,47 @@ def _data_plate(
         )
     subsample = None if size == batch else torch.arange(batch, device=device)
     return pyro.plate("data", size=size, subsample=subsample, dim=dim, device=device)
+
+
+def observed_targets(y: torch.Tensor, fn: dist.Distribution, rows: int) -> torch.Tensor:
+    """``y`` in the layout the observation site ``fn`` reads: ``(..., B, *event)``.
+
+    What ``fit`` does to its targets, done where the model observes them, so that a user's own
+    ``SVI``, ``Predictive``, ``MCMC`` or ``Trace_ELBO().loss`` scores the same likelihood as
+    ``fit``: a ``(B,)`` vector for a site whose event is one column becomes ``(B, 1)``, and a
+    ``(B, 1)`` column of class labels becomes ``(B,)``. Any other shape whose trailing
+    dimensions are not ``(B, *event)`` is refused: left as it is, it would broadcast against the
+    net's ``(B, O)`` output to ``(B, B)``, every prediction scored against every target, with no
+    shape check failing. Only shapes are read (no host sync).
+
+    Args:
+        y: the targets passed to the model.
+        fn: the observation distribution, batch shape ``(..., B)``.
+        rows: ``B``, the number of rows of the net's output.
+
+    Returns:
+        ``y`` itself or a view of it.
+
+    Example:
+        >>> fn = dist.Normal(torch.zeros(4, 1), 1.0).to_event(1)
+        >>> observed_targets(torch.zeros(4), fn, 4).shape
+        torch.Size([4, 1])
+        >>> observed_targets(torch.zeros(3), fn, 4)
+        Traceback (most recent call last):
+        ...
+        ValueError: y has shape (3,), not (B,) or (B, 1) with B = 4 (the rows of x)
+    """
+    event = tuple(fn.event_shape)
+    want = (rows, *event)
+    shape = tuple(y.shape)
+    if shape[-len(want) :] == want and len(shape) >= len(want):
+        return y
+    if event == (1,) and shape == (rows,):
+        return y.unsqueeze(-1)
+    if event == () and shape == (rows, 1):
+        return y.squeeze(-1)
+    forms = "(B,) or (B, 1)" if event in ((), (1,)) else f"(B, {', '.join(map(str, event))})"
+    raise ValueError(f"y has shape {shape}, not {forms} with B = {rows} (the rows of x)")
 
 
 #: How argument errors describe a likelihood argument.
@@ -89,8 +130,11 @@ class Likelihood(ABC):
             dataset_size: total number of data points; the ``N`` rows stand for it (their
                 log-likelihood is scaled by ``dataset_size / N``). ``None``: the rows are all.
         """
+        fn = self.distribution(f, latents)
+        if y is not None:
+            y = observed_targets(y, fn, f.shape[-2])
         with _data_plate(f.shape[-2], dataset_size, device=f.device):
-            pyro.sample(self.name, self.distribution(f, latents), obs=y)
+            pyro.sample(self.name, fn, obs=y)
 
     @abstractmethod
     def mean(self, f: torch.Tensor) -> torch.Tensor:
