@@ -57,7 +57,13 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
     from bnn_pyro.methods.vi.model import VariationalBNN
     from bnn_pyro.poutine import LocalReparameterization
-    from bnn_pyro.priors import IIDPrior, LayerwiseNormalPrior, ScaleMixturePrior
+    from bnn_pyro.priors import (
+        HierarchicalNormalPrior,
+        HorseshoePrior,
+        IIDPrior,
+        LayerwiseNormalPrior,
+        ScaleMixturePrior,
+    )
     from bnn_pyro.registry import METHODS, load, make, register_method
     from bnn_pyro.stacking import fit_stacked
     from bnn_pyro.training import EarlyStopping, History, linear_annealing
@@ -110,7 +116,16 @@ _NAMES = {
     "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
     "VariationalBNN": "bnn_pyro.methods.vi.model",
     "LocalReparameterization": "bnn_pyro.poutine",
-    **dict.fromkeys(("IIDPrior", "LayerwiseNormalPrior", "ScaleMixturePrior"), "bnn_pyro.priors"),
+    **dict.fromkeys(
+        (
+            "HierarchicalNormalPrior",
+            "HorseshoePrior",
+            "IIDPrior",
+            "LayerwiseNormalPrior",
+            "ScaleMixturePrior",
+        ),
+        "bnn_pyro.priors",
+    ),
     **dict.fromkeys(("METHODS", "load", "make", "register_method"), "bnn_pyro.registry"),
     "fit_stacked": "bnn_pyro.stacking",
     **dict.fromkeys(("EarlyStopping", "History", "linear_annealing"), "bnn_pyro.training"),
@@ -137,7 +152,9 @@ __all__ = [
     "HeteroscedasticGaussian",
     "HiddenLayer",
     "HiddenLayerBNN",
+    "HierarchicalNormalPrior",
     "History",
+    "HorseshoePrior",
     "IIDPrior",
     "LayerwiseNormalPrior",
     "LearnedNormalPrior",

@@ -7,7 +7,9 @@ layer as S small matrix products plus a separate bias add. A *twin* of the net w
 :mod:`bnn_pyro.nn.layers` takes ``(S, out, in)`` weights directly: the first layer becomes one
 wide GEMM for all S parameter sets. Whether the twin computes exactly what vmap computes is
 checked once per net on a small probe; if not (pooling, flatten, reshapes on the batch dim...),
-vmap is used.
+the twin is tried once more with the samples folded into the batch dim
+(:mod:`bnn_pyro.nn.folding`, ``BatchedTwin.fold``), and if that does not match either, vmap is
+used.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch.func import functional_call, vmap
 
 from bnn_pyro._checks import check_int
 from bnn_pyro._rows import fill_rows
+from bnn_pyro.nn.folding import folded_call, needs_folded_input
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "StackedCall",
     "chunk_rows",
     "device_budget",
+    "distinct_probe",
     "has_hooks",
     "same_results",
 ]
@@ -94,11 +98,14 @@ class BatchedTwin:
     (parameters and buffers shared as they are, e.g. a trained net's point estimates) and
     ``stacked`` (``(S, *shape)`` sample tensors, set as plain attributes) — once, then runs
     ``chunk`` rows at a time. The twin's own copied values are never used, so it cannot go
-    stale while the original keeps training.
+    stale while the original keeps training. With ``fold`` set, ``run`` folds the S samples into
+    the batch dim (:func:`~bnn_pyro.nn.folding.folded_call`), for nets that flatten or reshape;
+    ``load`` leaves the module as it is, for callers that pass ``(S, N, ...)`` inputs themselves.
 
     Args:
         net: the net to copy (plain torch; its parameters are copied once, then replaced).
         stacked_names: the dotted names (``"0.weight"``) that will come stacked.
+        fold: the initial ``fold`` (default ``False``).
 
     Example:
         >>> net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
@@ -109,7 +116,8 @@ class BatchedTwin:
         torch.Size([5, 7, 2])
     """
 
-    def __init__(self, net: nn.Module, stacked_names: list[str]) -> None:
+    def __init__(self, net: nn.Module, stacked_names: list[str], fold: bool = False) -> None:
+        self.fold = fold
         self.module = copy.deepcopy(net)
         for module in self.module.modules():
             replacement = BATCHED_REPLACEMENTS.get(type(module))
@@ -156,6 +164,12 @@ class BatchedTwin:
     ) -> torch.Tensor:
         """``(S, N, ...)`` outputs for the ``(N, ...)`` inputs ``x``, ``chunk`` rows per pass."""
         module = self.load(tensors, stacked, training)
+        if self.fold and stacked:
+            samples = next(iter(stacked.values())).shape[:1]
+            samples = samples if needs_folded_input(module) else None
+            return fill_rows(
+                lambda a, b: folded_call(module, x[a:b], samples), x.shape[0], chunk or x.shape[0]
+            )
         return fill_rows(lambda a, b: module(x[a:b]), x.shape[0], chunk or x.shape[0])
 
 
@@ -186,8 +200,15 @@ def has_hooks(net: nn.Module) -> bool:
     )
 
 
-def _probe(stacked: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Two different parameter sets from the first one, to check a batched path against vmap."""
+def distinct_probe(stacked: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Two different parameter sets from the first one (the second's floats halved), to check a
+    batched path against vmap: ``{name: (S, *shape)}`` in, ``{name: (2, *shape)}`` out.
+
+    Example:
+        >>> distinct_probe({"w": torch.ones(5, 3)})["w"]
+        tensor([[1.0000, 1.0000, 1.0000],
+                [0.5000, 0.5000, 0.5000]])
+    """
     out = {}
     for k, v in stacked.items():
         v = v[:1].expand(2, *v.shape[1:]) + 0
@@ -253,12 +274,20 @@ class StackedCall:
         key = tuple(sorted(stacked))
         if key not in per_net:
             twin = BatchedTwin(net, list(key))
-            probe = _probe(stacked)
+            probe = distinct_probe(stacked)
             with torch.no_grad():
-                ok = same_results(
-                    lambda: twin.run(self._shared(net, probe), probe, x[:3], None, net.training),
-                    lambda: self.vmapped(net, probe, x[:3]),
-                )
+                expected = self.vmapped(net, probe, x[:3])
+                ok = False
+                for fold in (False, True):  # as it is, then with the samples folded
+                    twin.fold = fold
+                    ok = same_results(
+                        lambda: twin.run(
+                            self._shared(net, probe), probe, x[:3], None, net.training
+                        ),
+                        lambda: expected,
+                    )
+                    if ok:
+                        break
             per_net[key] = twin if ok else None
         return per_net[key]
 

@@ -11,6 +11,10 @@ Pyro lays a global site out against the data plate: under a plate of S particles
 weight of shape ``(out, in)`` is drawn as ``(S, 1, out, in)``, where the trailing ``1`` stands for
 the data plate (dim -1) that the weight does not vary over. That placeholder is dropped, so
 ``(S, out, in)`` and ``(S, 1, out, in)`` give the same ``(S, N, out)``.
+
+Inside :func:`bnn_pyro.nn.folding.folded_call` (how a net made Bayesian runs) the layers take and
+give ``(n * N, ...)`` rows, the sample dims folded into the batch dim, so that the net's own
+flatten and view calls see a plain batch (see :mod:`bnn_pyro.nn.folding`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["Linear", "Conv2d", "batched_linear", "batched_conv2d", "sample_dims", "LAYER_HOOKS"]
+from bnn_pyro.nn.folding import active_fold
+
+__all__ = [
+    "Linear",
+    "Conv2d",
+    "batched_linear",
+    "batched_conv2d",
+    "sample_dims",
+    "sample_shape",
+    "LAYER_HOOKS",
+]
 
 #: Interceptors of :func:`batched_linear`/:func:`batched_conv2d`, innermost last: while active,
 #: :class:`bnn_pyro.poutine.LocalReparameterization` pushes one. Called as
@@ -48,6 +62,20 @@ def sample_dims(param: torch.Tensor, base_dim: int) -> torch.Tensor:
     if param.dim() > base_dim and param.shape[-base_dim - 1] == 1:
         return param.squeeze(-base_dim - 1)
     return param
+
+
+def sample_shape(weight: torch.Tensor, base_dim: int, bias: torch.Tensor | None) -> torch.Size:
+    """The leading sample dims ``S`` of a layer's ``weight (*S, *shape)`` and ``bias (*S, out)``
+    (placeholders dropped, see :func:`sample_dims`), broadcast; ``()`` for unbatched weights.
+
+    Example:
+        >>> sample_shape(torch.zeros(4, 1, 3, 2), 2, torch.zeros(3))
+        torch.Size([4])
+    """
+    shape = sample_dims(weight, base_dim).shape[:-base_dim]
+    if bias is None:
+        return shape
+    return torch.broadcast_shapes(shape, sample_dims(bias, 1).shape[:-1])
 
 
 def batched_linear(
@@ -104,6 +132,8 @@ class Linear(nn.Linear):
 
     Shapes:
         x: ``(N, in)`` or ``(*S, N, in)``; weight ``(*S, out, in)``; output ``(*S, N, out)``.
+        Inside :func:`~bnn_pyro.nn.folding.folded_call`: x ``(N, ..., in)`` or folded
+        ``(n * N, ..., in)``, output ``(n * N, ..., out)`` with ``n = prod(S)``.
 
     Example:
         >>> layer = Linear(3, 2)
@@ -112,7 +142,16 @@ class Linear(nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return batched_linear(x, self.weight, self.bias)
+        weight, bias, fold = self.weight, self.bias, active_fold()
+        shape = sample_shape(weight, 2, bias) if fold is not None else None
+        if not shape:  # outside a fold, or unbatched weights: rows are rows
+            return batched_linear(x, weight, bias)
+        # folded rows (n*N, *mid, in) -> (*S, N * mid, in), or shared ones (N * mid, in)
+        rows = fold.unfold(x, shape)
+        lead = rows.dim() - x.dim()
+        out = batched_linear(rows.reshape(*rows.shape[:lead], -1, x.shape[-1]), weight, bias)
+        out = out.reshape(*shape, fold.batch, *x.shape[1:-1], out.shape[-1])
+        return fold.fold(out, shape)
 
 
 def batched_conv2d(
@@ -182,8 +221,9 @@ class Conv2d(nn.Conv2d):
 
     Shapes:
         x: ``(N, C, H, W)`` or ``(S, N, C, H, W)``; weight ``(S, out, C/groups, kh, kw)``;
-        output ``(S, N, out, H', W')``. ``padding_mode`` other than ``"zeros"`` is supported only
-        for unbatched weights.
+        output ``(S, N, out, H', W')``; inside :func:`~bnn_pyro.nn.folding.folded_call`, x
+        ``(N, C, H, W)`` or ``(S * N, C, H, W)`` and output ``(S * N, out, H', W')``.
+        ``padding_mode`` other than ``"zeros"`` is supported only for unbatched weights.
 
     Example:
         >>> conv = Conv2d(1, 4, 3)
@@ -194,7 +234,12 @@ class Conv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.padding_mode != "zeros" and self.weight.dim() > 4:
             raise ValueError("Conv2d with sampled weights supports padding_mode='zeros' only")
-        return batched_conv2d(x, self.weight, self.bias, self)
+        weight, bias, fold = self.weight, self.bias, active_fold()
+        shape = sample_shape(weight, 4, bias) if fold is not None else None
+        if not shape:  # outside a fold, or unbatched weights: rows are rows
+            return batched_conv2d(x, weight, bias, self)
+        out = batched_conv2d(fold.unfold(x, shape), weight, bias, self)
+        return fold.fold(out, shape)
 
 
 #: torch layers replaced by their sample-dimension-aware twins when a net becomes Bayesian.

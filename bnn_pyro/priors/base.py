@@ -10,20 +10,35 @@ A prior answers two questions for every parameter of the net:
   the layer classes.
 * :meth:`Prior.site_distribution` — the distribution of that site, built on the module's current
   device and dtype (so ``bnn.to("cuda")`` moves the prior too) and cached per device.
+
+Both :meth:`Prior.distribution` and :meth:`Prior.site_distribution` may take the keyword
+``name``, the weight site's dotted name (``"net.0.weight"``), so that a prior can set each layer
+apart without marking the modules; a prior whose methods do not take it is called without it
+(:func:`takes_name`). A prior may have latent sites of its own: its ``distribution`` (or
+``site_distribution``) calls ``pyro.sample`` for them, named after the weight site with a
+suffix joined by ``_``, not ``.`` (the hierarchical
+:class:`~bnn_pyro.priors.HierarchicalNormalPrior` samples ``"net.0.weight_prior_scale"``; Pyro's
+``AutoNormal`` nests its parameters by the dots of the site names, and a site under
+``"net.0.weight."`` would nest in the weight's), and sets ``cached = False`` (a fresh draw on
+every run of the model). The guide learns those sites beside the weights; the net, evaluated
+on given weights, never draws them.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fnmatch import fnmatchcase
 from typing import Any
 
 import pyro.distributions as dist
+import pyro.poutine as poutine
 import torch
 import torch.nn as nn
+from pyro.poutine.util import site_is_subsample
 
-__all__ = ["DEFAULT_BAYESIAN_TYPES", "Prior", "prior_from_config"]
+__all__ = ["DEFAULT_BAYESIAN_TYPES", "Prior", "prior_from_config", "takes_name"]
 
 #: Layer types whose parameters are Bayesian unless a prior says otherwise.
 DEFAULT_BAYESIAN_TYPES: tuple[type[nn.Module], ...] = (
@@ -34,6 +49,32 @@ DEFAULT_BAYESIAN_TYPES: tuple[type[nn.Module], ...] = (
 )
 
 _CACHE = "_bnn_prior_cache"
+_TAKES_NAME: dict[Callable[..., Any], bool] = {}
+
+
+def takes_name(method: Callable[..., Any]) -> bool:
+    """Whether ``method`` (a prior's ``distribution`` or ``site_distribution``) takes the
+    keyword ``name``: priors written before the keyword existed are called without it.
+
+    Args:
+        method: a function or bound method.
+
+    Example:
+        >>> from bnn_pyro.priors import IIDPrior
+        >>> takes_name(Prior.site_distribution), takes_name(IIDPrior.distribution)
+        (True, False)
+    """
+    fn = getattr(method, "__func__", method)
+    known = _TAKES_NAME.get(fn)
+    if known is None:
+        params = inspect.signature(fn).parameters.values()
+        known = any(
+            p.kind is p.VAR_KEYWORD
+            or (p.name == "name" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+            for p in params
+        )
+        _TAKES_NAME[fn] = known
+    return known
 
 
 def _patterns(name: str, value: str | Iterable[str]) -> tuple[str, ...]:
@@ -107,6 +148,12 @@ class Prior(ABC):
             and not any(fnmatchcase(full, p) for p in self.exclude)
         )
 
+    def check_site_names(self, names: list[str]) -> None:
+        """Called once with the names of all the weight sites of a net (``"net.0.weight"``, ...)
+        before :func:`~bnn_pyro.nn.pyro_net.make_bayesian_` converts it: a prior whose settings
+        name sites raises ``ValueError`` here for a setting that names none. Default: no check."""
+        return None
+
     def bound_to(self, net: nn.Module) -> Prior:
         """The prior a model of ``net`` uses: ``self`` for a prior without state; a prior with
         learnable parameters returns a fresh copy holding them (so models never share them)."""
@@ -114,10 +161,17 @@ class Prior(ABC):
 
     @abstractmethod
     def distribution(
-        self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype
+        self,
+        module: nn.Module,
+        param_name: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        name: str | None = None,
     ) -> dist.TorchDistribution:
         """The per-element distribution of ``module.<param_name>`` (batch shape broadcastable
-        to the parameter's shape), built on ``device``/``dtype``."""
+        to the parameter's shape), built on ``device``/``dtype``. ``name``: the weight site's
+        dotted name (``"net.0.weight"``); an override may leave the keyword out."""
 
     def site_distribution(
         self,
@@ -126,20 +180,40 @@ class Prior(ABC):
         shape: torch.Size,
         device: torch.device,
         dtype: torch.dtype,
+        *,
+        name: str | None = None,
     ) -> dist.TorchDistribution:
         """The site distribution: :meth:`distribution` expanded to ``shape``, all dims as event.
 
-        Cached on the module per ``(param_name, device, dtype)`` unless ``cached`` is ``False``
-        (learnable parameters: a fresh one per call, so the ELBO's gradient reaches them).
+        Cached on the module per ``(param_name, name, device, dtype)`` unless ``cached`` is
+        ``False`` (learnable parameters or latent sites of the prior's own: a fresh one per
+        call, so the ELBO's gradient reaches them and each run of the model draws its latents).
+
+        Args:
+            module, param_name: the parameter ``module.<param_name>``.
+            shape: the parameter's shape.
+            device, dtype: where the distribution's tensors live.
+            name: the weight site's dotted name (``"net.0.weight"``), passed on to
+                :meth:`distribution` when it takes the keyword.
 
         Returns:
             A distribution with ``batch_shape == ()`` and ``event_shape == shape``.
+
+        Raises:
+            ValueError: a prior with ``cached = True`` samples latent sites (a cached
+                distribution would hold one draw of them for good).
         """
         cache = module.__dict__.setdefault(_CACHE, {}) if self.cached else {}
-        key = (param_name, device, dtype)
+        key = (param_name, name, device, dtype)
         site = cache.get(key)
         if site is None:
-            base = self.distribution(module, param_name, device, dtype)
+            named = {"name": name} if takes_name(type(self).distribution) else {}
+            if self.cached:  # built once: it must not draw anything
+                with poutine.trace() as tracer:
+                    base = self.distribution(module, param_name, device, dtype, **named)
+                _refuse_cached_latents(self, tracer.trace)
+            else:
+                base = self.distribution(module, param_name, device, dtype, **named)
             site = base.expand(shape).to_event(len(shape))
             cache[key] = site
         return site
@@ -165,6 +239,19 @@ class Prior(ABC):
     def __repr__(self) -> str:
         own = ", ".join(f"{k}={v!r}" for k, v in self._own_config().items())
         return f"{type(self).__name__}({own})"
+
+
+def _refuse_cached_latents(prior: Prior, trace: Any) -> None:
+    drawn = [
+        n
+        for n, site in trace.nodes.items()
+        if site["type"] == "sample" and not site_is_subsample(site)
+    ]
+    if drawn:
+        raise ValueError(
+            f"{type(prior).__name__}.distribution samples the latent site(s) {drawn}, but the "
+            "prior caches its distributions: set cached = False on the class"
+        )
 
 
 def prior_from_config(config: dict[str, Any]) -> Prior:

@@ -37,7 +37,7 @@ def test_vectorized_particles(regression_data, elbo):
 
 
 class _ConvNet(nn.Module):
-    """Conv + pooling + flatten: layers that do not take sample dims; prediction uses vmap."""
+    """Conv + pooling + flatten: prediction runs the twin with the samples folded into the rows."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -49,7 +49,7 @@ class _ConvNet(nn.Module):
         return self.head(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
 
 
-def test_nets_whose_layers_cannot_take_sample_dims_are_vmapped():
+def test_nets_that_pool_and_flatten_predict_on_the_folded_twin():
     torch.manual_seed(0)
     X = torch.randn(20, 1, 4, 4)
     y = torch.randint(0, 3, (20,))
@@ -57,7 +57,7 @@ def test_nets_whose_layers_cannot_take_sample_dims_are_vmapped():
     bnn.fit(X, y, epochs=3, progress=False, seed=0)
     draws = bnn.sample_posterior(4, seed=0)
     _, _, samples = bnn.predict(X, return_samples=True, posterior_samples=draws)
-    assert not bnn.evaluator.batched
+    assert bnn.evaluator.batched and bnn.evaluator.twin.fold
     for s in range(4):
         with pyro.poutine.condition(data={k: v[s] for k, v in draws.items()}):
             logits = bnn.net(X)

@@ -39,6 +39,17 @@ SHARED = ("sampler", "temperature", "mdecay", "schedule", "cycles", "explore", "
           "thinning", "max_samples")  # fmt: skip
 
 
+def _refuse_prior_latents(models: Sequence[Any]) -> None:
+    """A prior with latent sites of its own (a hierarchical scale) is scored by each chain's
+    Pyro potential alone: refused by name."""
+    latent = next((m.bnn.prior_sites for m in models if m.bnn.prior_sites), None)
+    if latent:
+        raise ValueError(
+            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
+            "each chain with its own fit"
+        )
+
+
 class StackedPotential:
     """The potentials of K chains over ``theta (K, P)``: ``gradient(theta, x (K, B, ...), y (K,
     B, ...), N) -> (U (K,), ∇U / N (K, P))``, each row chain ``k``'s
@@ -66,6 +77,7 @@ class StackedPotential:
 
     def __init__(self, models: Sequence[Any], potentials: Sequence[PyroPotential]) -> None:
         self.models, self.potentials = list(models), list(potentials)
+        _refuse_prior_latents(self.models)
         first = self.potentials[0]
         layout = [(s.name, s.shape) for s in first.sites]
         if any([(s.name, s.shape) for s in p.sites] != layout for p in self.potentials[1:]):
@@ -86,7 +98,13 @@ class StackedPotential:
         for site in evaluator.sites:
             path = f"net.{site.module_name}".rstrip(".")
             self.priors[site.name] = [
-                site_prior(mods[path], prior=m.prior, param_name=site.param_name, shape=site.shape)
+                site_prior(
+                    mods[path],
+                    prior=m.prior,
+                    param_name=site.param_name,
+                    shape=site.shape,
+                    name=site.name,
+                )
                 for m, mods in zip(scored, modules, strict=True)
             ]
 
@@ -228,6 +246,7 @@ def fit_stacked_sgmcmc(
         raise ValueError("fit_stacked needs at least one chain")
     if len(seeds) != k:
         raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
+    _refuse_prior_latents(models)
     for name in SHARED:
         settings = {getattr(m, name) for m in models}
         if len(settings) > 1:

@@ -154,7 +154,9 @@ class DirectLoss:
                 dists[name] = q if not real else self.bnn.guide.site_distribution(spec, loc, scale)
                 continue
             module, param_name, shape = priors[name]
-            prior = site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
+            prior = site_prior(
+                module, prior=self.bnn.prior, param_name=param_name, shape=shape, name=name
+            )
             base = prior.base_dist if isinstance(prior, Independent) else prior
             if real and type(base) is SharedNormal:  # the default prior: closed form, fused
                 s0, n = base.scale0, loc.numel()
@@ -183,7 +185,9 @@ class DirectLoss:
             values, log_q, scales = self._draw()
             log_p = 0.0
             for name, module, param_name, shape in self._priors:
-                prior = site_prior(module, prior=self.bnn.prior, param_name=param_name, shape=shape)
+                prior = site_prior(
+                    module, prior=self.bnn.prior, param_name=param_name, shape=shape, name=name
+                )
                 log_p = log_p + _log_prob_sum(prior, values[name])
         stacked = {self._paths[name]: v for name, v in values.items() if name in self._paths}
         net = self._twin.load(self._shared, stacked)
@@ -275,7 +279,8 @@ def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> D
     """A :class:`DirectLoss` for ``bnn`` (a :class:`~bnn_pyro.VariationalBNN`, whose
     ``fast_loss`` calls this), or ``None`` when the model is not one it covers: the library's
     mean-field guide (set up), no forward or backward hooks on the net's modules (the
-    plain-torch twin would not call them).
+    plain-torch twin would not call them), a prior without latent sites of its own (a
+    hierarchical scale: its prior and the weights' prior given it are Pyro's to score).
 
     Example:
         >>> import bnn_pyro as bp
@@ -285,6 +290,8 @@ def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> D
     """
     guide = bnn.guide
     if not isinstance(guide, MeanFieldNormalGuide) or not guide.is_setup:
+        return None
+    if getattr(bnn, "prior_sites", None):  # a prior's own latents: scored by Pyro's path
         return None
     if type(guide).forward is not MeanFieldNormalGuide.forward or has_hooks(bnn.net):
         return None

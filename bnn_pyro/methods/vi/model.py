@@ -25,7 +25,7 @@ from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
 from bnn_pyro.methods.vi.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.nn.inputs import InputSpec, input_spec
-from bnn_pyro.nn.pyro_net import make_bayesian_
+from bnn_pyro.nn.pyro_net import make_bayesian_, prior_latent_sites
 from bnn_pyro.nn.support import check_supported_layers
 from bnn_pyro.poutine import ESTIMATORS, LocalReparameterization
 from bnn_pyro.priors import IIDPrior, Prior, prior_from_config
@@ -121,6 +121,9 @@ class VariationalBNN(SVIModel):
         plain = copy.deepcopy(net)
         sites = make_bayesian_(self.net, self.prior, name="net")
         self.site_names = [s.name for s in sites]
+        #: The prior's own latent sites (a hierarchical prior's scales), which the guide learns
+        #: beside the weights and the net never reads; ``[]`` for a prior without.
+        self.prior_sites = prior_latent_sites(self.net, sites, self.prior)
         self.guide = build_guide(guide, self.model, {s.name: s.init for s in sites}, init_scale)
         self.evaluator = NetEvaluator(self.net, sites, plain)
         self._init_values = {s.name: s.init for s in sites}

@@ -5,7 +5,8 @@ own guide samples its Gaussians directly; a Pyro autoguide runs once under a pla
 (what ``Predictive(parallel=True)`` does). ``NetEvaluator`` then evaluates the net on all ``S``
 weight samples: as one batched forward pass of a plain-torch twin of the net when its layers
 accept leading sample dimensions (verified once against ``torch.func.vmap`` on a small slice),
-else under ``vmap``.
+else under ``vmap``. Either way the net runs on the given weights alone: a prior's own latent
+sites (a hierarchical scale) are neither needed nor drawn.
 There is no Python loop over the samples on either path.
 """
 
@@ -21,9 +22,9 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._rows import fill_rows
 from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
-from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, same_results
+from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, distinct_probe, same_results
 from bnn_pyro.nn.chain import LinearChain
-from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite
+from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite, FixedLatents
 
 __all__ = ["draw_posterior", "NetEvaluator"]
 
@@ -111,7 +112,10 @@ class NetEvaluator:
 
     def _vmapped(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         def one(p: dict[str, torch.Tensor]) -> torch.Tensor:
-            return poutine.condition(self.net, data=p)(x)
+            # the weights given; a prior's own latents (a hierarchical scale) are not drawn:
+            # the net does not read them, and vmap refuses a draw the batch does not carry
+            with FixedLatents(p):
+                return self.net(x)
 
         return torch.func.vmap(one, randomness="different")(dict(params))
 
@@ -120,6 +124,13 @@ class NetEvaluator:
         self.batched = same_results(
             lambda: self._batched(probe, x[:3]), lambda: self._vmapped(probe, x[:3])
         )
+        if not self.batched:  # the twin with the samples folded into the batch dim (flatten)
+            self.twin.fold = True
+            distinct = distinct_probe(params)
+            self.batched = same_results(
+                lambda: self._batched(distinct, x[:3]), lambda: self._vmapped(distinct, x[:3])
+            )
+            self.twin.fold = self.batched
         if self._chain is not None and not (
             self.batched
             and same_results(

@@ -83,7 +83,11 @@ class StackedVI(nn.Module):
             rows = []
             for b, mods in zip(self.bnns, modules, strict=True):
                 d = site_prior(
-                    mods[path], prior=b.prior, param_name=site.param_name, shape=site.shape
+                    mods[path],
+                    prior=b.prior,
+                    param_name=site.param_name,
+                    shape=site.shape,
+                    name=site.name,
                 )
                 base = d.base_dist if isinstance(d, Independent) else d
                 if type(base) is not SharedNormal:

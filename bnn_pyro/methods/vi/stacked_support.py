@@ -58,6 +58,12 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
         isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
     ):
         return "local reparameterization of conv layers is not stacked"
+    latent = next((b.prior_sites for b in bnns if b.prior_sites), None)
+    if latent:
+        return (
+            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
+            "each model with its own fit"
+        )
     if any(b.prior.cached is False for b in bnns):
         return "a learned prior is not stacked"
     if any(b.guide_spec != "meanfield" for b in bnns):
