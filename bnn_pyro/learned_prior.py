@@ -32,6 +32,7 @@ import torch.nn as nn
 from pyro.distributions.torch_distribution import TorchDistribution
 
 from bnn_pyro._checks import check_float
+from bnn_pyro.nn.pyro_net import param_statement
 from bnn_pyro.priors.base import Prior
 
 __all__ = ["LearnedNormalPrior"]
@@ -70,6 +71,10 @@ class LearnedNormalPrior(Prior, nn.Module):
         Prior.__init__(self, **selection)
         self.init_scale = check_float("init_scale", init_scale, minimum=0.0, strict=True)
         self.log_scales = nn.ParameterDict()
+        #: Announce each ``log s_l`` as the Pyro param site ``"prior.log_scales.<layer key>"``
+        #: (so a plain ``SVI`` with a ``pyro.optim`` optimizer learns it, as ``fit`` does);
+        #: ``fit`` optimizes the module's parameters directly and switches this off.
+        self.emit_params = True
 
     # ------------------------------------------------------------------ binding
     @staticmethod
@@ -126,7 +131,11 @@ class LearnedNormalPrior(Prior, nn.Module):
     def distribution(
         self, module: nn.Module, param_name: str, device: torch.device, dtype: torch.dtype
     ) -> TorchDistribution:
-        scale = self._log_scale(module).to(device=device, dtype=dtype).exp()
+        log_scale = self._log_scale(module)
+        if self.emit_params:  # a param site: a user's own SVI loop and pyro.optim train it too
+            key = module.__dict__[_LAYER_KEY]
+            log_scale = param_statement(f"prior.log_scales.{key}", log_scale)
+        scale = log_scale.to(device=device, dtype=dtype).exp()
         return dist.Normal(torch.zeros_like(scale), scale, validate_args=False)
 
     def _own_config(self) -> dict[str, Any]:

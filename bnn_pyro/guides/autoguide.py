@@ -1,60 +1,56 @@
-"""``AutoGuideWrapper``: any Pyro autoguide as a guide of this library (its parameters kept in the
-module, not in Pyro's global param store)."""
+"""``AutoGuideWrapper``: any Pyro guide (an autoguide, a ``PyroModule``, an ``AutoGuideList``, a
+function calling ``pyro.param``) as a guide of this library, its parameters kept with the model
+(in the model's own param store, :mod:`bnn_pyro.nn.param_scope`), never in Pyro's global
+one."""
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import pyro
 import torch
 import torch.nn as nn
-from pyro.infer import autoguide
-from pyro.nn import PyroModule
 
+from bnn_pyro.nn.param_scope import ParamScope
 from bnn_pyro.poutine.kl_weight import KLWeight
 
 __all__ = ["AutoGuideWrapper"]
 
 
-_GUIDE_IDS = itertools.count()
+def _enter_scope(module: nn.Module, *_: Any) -> None:
+    module._bnn_param_scope.__enter__()  # a forward pre-hook: a direct call of the guide
 
 
-def _forget_store_entries(guide: nn.Module, *_: Any) -> None:
-    """Remove ``guide``'s entries (``"<its name>.*"``) from Pyro's global param store; its
-    parameters stay in the module. A forward hook of the autoguides that
-    :class:`AutoGuideWrapper` wraps."""
-    prefix = f"{guide._pyro_name}."
-    store = pyro.get_param_store()
-    for key in [k for k in store.keys() if k.startswith(prefix)]:
-        try:
-            del store[key]
-        except KeyError:
-            # one tensor under two names (AutoIAFNormal's ``_prototype_tensor`` is its first
-            # flow's first weight): deleting the first name took the store's one reverse
-            # entry, so the second deletion stops before its constraint, which goes here
-            store._constraints.pop(key, None)
+def _leave_scope(module: nn.Module, *_: Any) -> None:
+    module._bnn_param_scope.__exit__(None, None, None)
 
 
 class AutoGuideWrapper(nn.Module):
-    """Adapts a Pyro autoguide to the model's keyword arguments.
+    """Any guide as a guide of this library: a Pyro autoguide, a ``PyroModule`` with
+    ``PyroParam`` attributes, an ``AutoGuideList`` of several, or a plain function calling
+    ``pyro.param`` (the tutorials' guide). Its parameters live with the model.
 
     The model of :class:`~bnn_pyro.VariationalBNN` takes ``dataset_size`` and ``kl_weight``;
-    this wrapper applies ``kl_weight`` to the autoguide's sites (:class:`KLWeight`) and passes
-    only ``(x, y)`` on. The autoguide itself is ``wrapper.autoguide``.
+    the wrapper applies ``kl_weight`` to the guide's sites (:class:`KLWeight`) and passes only
+    ``(x, y)`` on. The guide itself is ``wrapper.autoguide``.
 
-    Pyro's global param store is left as it was: an autoguide is a ``PyroModule`` whose
-    parameters are module attributes, and Pyro copies them into the global store under
-    ``"<guide name>.<param>"`` whenever the guide runs. The wrapper names an unnamed autoguide
-    uniquely (with ``own_name=True``, every autoguide, named or not) and removes its entries
-    from the store after every call (a forward hook, so a call of ``wrapper.autoguide`` itself
-    is covered too); the next call puts the module's own tensors back, so the module is the one
-    place the parameters live (``state_dict``, the optimizer, checkpoints).
+    Every call runs inside the model's own param store (:class:`ParamScope`, shared with the
+    model; a direct call of ``wrapper.autoguide`` too, through hooks on it), so Pyro's global
+    store is left as it was and two models never share a parameter, whatever names their
+    guides give them. A module guide's parameters are its own attributes (``state_dict``, the
+    optimizer, checkpoints); the parameters a function creates with ``pyro.param`` are held by
+    the wrapper (``wrapper.free_params``) from its first call on.
+
+    Args:
+        guide: the guide, a callable taking the model's ``(x, y)``.
+        scope: the model's param store (default: one of the wrapper's own).
 
     Example:
         >>> import pyro
         >>> import pyro.distributions as dist
+        >>> from pyro.infer import autoguide
         >>> def model(x, y=None):
         ...     pyro.sample("w", dist.Normal(0.0, 1.0))
         >>> keys = len(pyro.get_param_store())
@@ -63,21 +59,77 @@ class AutoGuideWrapper(nn.Module):
         ['w']
         >>> len(pyro.get_param_store()) == keys, sorted(n for n, _ in guide.named_parameters())
         (True, ['autoguide.locs.w_unconstrained', 'autoguide.scales.w_unconstrained'])
+        >>> def my_guide(x, y=None):  # a hand-written guide: its pyro.param lives here too
+        ...     loc = pyro.param("w_loc", torch.tensor(0.5))
+        ...     return pyro.sample("w", dist.Normal(loc, 0.1))
+        >>> wrapped = AutoGuideWrapper(my_guide)
+        >>> _ = wrapped(torch.zeros(1))
+        >>> [n for n, _ in wrapped.named_parameters()], "w_loc" in pyro.get_param_store()
+        (['free_params.w_loc'], False)
     """
 
-    def __init__(self, guide: autoguide.AutoGuide, *, own_name: bool = False) -> None:
+    def __init__(self, guide: Callable[..., Any], scope: ParamScope | None = None) -> None:
         super().__init__()
-        if isinstance(guide, PyroModule):
-            # Pyro copies an autoguide's parameters into its global param store under
-            # "<guide name>.<param>" while it runs; a unique name per instance keeps two models
-            # from ever sharing them
-            if own_name or not guide._pyro_name:
-                guide._pyro_name = f"{type(guide).__name__}_{next(_GUIDE_IDS)}"
-            guide.register_forward_hook(_forget_store_entries, always_call=True)
-        self.autoguide = guide
+        if not callable(guide):
+            raise TypeError(f"a guide must be callable, got {type(guide).__name__}")
+        self.scope = scope or ParamScope()
+        self.free_params = nn.ParameterDict()
+        self._free_names: dict[str, tuple[str, Any]] = {}  # key -> (Pyro name, constraint)
+        self._seen = 0  # entries of the store at the end of the last call
+        self.called = False
+        if isinstance(guide, nn.Module):
+            guide._bnn_param_scope = self.scope
+            guide.register_forward_pre_hook(_enter_scope)
+            guide.register_forward_hook(_leave_scope, always_call=True)
+            self.autoguide = guide
+        else:
+            self.__dict__["autoguide"] = guide  # a function: not a submodule
+
+    def use_scope(self, scope: ParamScope) -> None:
+        """Run in ``scope`` (the model's own store) from now on."""
+        self.scope = scope
+        if isinstance(self.autoguide, nn.Module):
+            self.autoguide._bnn_param_scope = scope
+
+    @property
+    def ready(self) -> bool:
+        """Whether the guide has its parameters: an autoguide once it has traced the model, any
+        other guide once it has run."""
+        return self.called or getattr(self.autoguide, "prototype_trace", None) is not None
 
     def forward(
         self, x: torch.Tensor, y: torch.Tensor | None = None, *, kl_weight: float = 1.0, **_: Any
     ) -> Any:
-        with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
-            return self.autoguide(x, y)
+        with self.scope, KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
+            if self._free_names and not self.scope.params:
+                self._seed_free_params()  # a copy of the model: an empty store to refill
+            out = self.autoguide(x, y)
+            if len(self.scope.params) != self._seen:
+                self._adopt_free_params()
+        self.called = True
+        return out
+
+    def _seed_free_params(self) -> None:
+        store = pyro.get_param_store()
+        for key, (name, constraint) in self._free_names.items():
+            value = self.free_params[key]
+            store._params[name], store._param_to_name[value] = value, name
+            store._constraints[name] = constraint
+
+    def _adopt_free_params(self) -> None:
+        """Hold every tensor ``pyro.param`` created in the store (not a module's attribute) as a
+        parameter of this module, the store keeping the same object under its name."""
+        store = pyro.get_param_store()
+        for name, value in list(store._params.items()):
+            if isinstance(value, nn.Parameter):
+                continue  # a module's own (PyroModule attributes, param statements)
+            param = nn.Parameter(value.detach(), requires_grad=True)
+            key = name.replace(".", "__").replace("$", "_")
+            if key in self.free_params:
+                raise ValueError(f"two pyro.param names of the guide map to one key {key!r}")
+            self.free_params[key] = param
+            self._free_names[key] = (name, store._constraints.get(name))
+            store._params[name] = param
+            store._param_to_name.pop(value, None)
+            store._param_to_name[param] = name
+        self._seen = len(store._params)

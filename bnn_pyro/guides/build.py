@@ -13,6 +13,7 @@ from pyro.infer import autoguide
 
 from bnn_pyro.guides.autoguide import AutoGuideWrapper
 from bnn_pyro.guides.mean_field import MeanFieldNormalGuide
+from bnn_pyro.nn.param_scope import ParamScope
 
 __all__ = ["GUIDE_NAMES", "build_guide"]
 
@@ -26,6 +27,13 @@ GUIDE_NAMES = {
 }
 
 
+_LAPLACE = (
+    "AutoLaplaceApproximation trains a MAP point (its Laplace step is a separate call that "
+    "fit does not make): use bp.make('laplace', net, likelihood) for a Laplace posterior, or "
+    "guide='delta' for the MAP"
+)
+
+
 def _is_autoguide_class(spec: object) -> bool:
     return isinstance(spec, type) and issubclass(spec, autoguide.AutoGuide)
 
@@ -35,6 +43,7 @@ def build_guide(
     model: Callable[..., Any],
     init_loc: Mapping[str, torch.Tensor],
     init_scale: float,
+    scope: ParamScope | None = None,
 ) -> nn.Module:
     """Make the guide for ``model`` from a name, an autoguide class or a factory.
 
@@ -47,6 +56,8 @@ def build_guide(
         init_loc: initial values per site (the net's own init), also given to autoguides
             through ``init_to_value``.
         init_scale: initial standard deviation (guides that take one).
+        scope: the model's own param store, where every guide but the mean-field one runs
+            (:class:`~bnn_pyro.nn.param_scope.ParamScope`; default: one of its own).
 
     Returns:
         An ``nn.Module`` guide accepting the model's ``(x, y, dataset_size=, kl_weight=)``.
@@ -75,6 +86,8 @@ def build_guide(
         # library's initial values unless the partial sets them itself
         spec, options = spec.func, dict(spec.keywords)
     if _is_autoguide_class(spec):
+        if issubclass(spec, autoguide.AutoLaplaceApproximation):
+            raise ValueError(_LAPLACE)
         accepted = inspect.signature(spec.__init__).parameters
         kwargs: dict[str, Any] = {}
         # AutoIAFNormal takes init_loc_fn but ignores it, with a FutureWarning to the user
@@ -82,16 +95,23 @@ def build_guide(
             kwargs["init_loc_fn"] = init_fn
         if "init_scale" in accepted:
             kwargs["init_scale"] = init_scale
-        return AutoGuideWrapper(spec(model, **{**kwargs, **options}), own_name=True)
+        return AutoGuideWrapper(spec(model, **{**kwargs, **options}), scope)
+    if isinstance(spec, nn.Module):
+        raise TypeError(
+            f"guide= takes a class or a factory, not a built {type(spec).__name__}: it would "
+            "be another model's guide. Pass the class (guide=AutoNormal) or a factory "
+            f"(guide=lambda model: {type(spec).__name__}(model, ...))"
+        )
     if callable(spec):
         guide = spec(model)
-        if not isinstance(guide, nn.Module):
+        if isinstance(guide, MeanFieldNormalGuide):
+            return guide
+        if isinstance(guide, autoguide.AutoLaplaceApproximation):
+            raise ValueError(_LAPLACE)
+        if not callable(guide) or isinstance(guide, Mapping):
             raise TypeError(
-                f"the guide factory must return an nn.Module, got {type(guide).__name__}"
+                "the guide factory must return a guide (an autoguide, a PyroModule or a "
+                f"function of (x, y) calling pyro.sample), got {type(guide).__name__}"
             )
-        return (
-            guide
-            if isinstance(guide, MeanFieldNormalGuide)
-            else AutoGuideWrapper(guide, own_name=True)
-        )
+        return AutoGuideWrapper(guide, scope)
     raise TypeError(f"guide must be a name, an AutoGuide class or a factory, got {spec!r}")

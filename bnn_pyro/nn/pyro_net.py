@@ -55,6 +55,7 @@ from bnn_pyro.nn.folding import (
     plate_sample_shape,
 )
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
+from bnn_pyro.nn.param_scope import register_param
 from bnn_pyro.priors.base import takes_name
 
 if TYPE_CHECKING:
@@ -87,7 +88,9 @@ def param_statement(name: str, value: torch.Tensor) -> torch.Tensor:
     """Announce a module-held tensor to Pyro as the param site ``name`` and return it.
 
     Handlers (``poutine.trace``, ``SVI``'s param capture, ``pyro.optim``) see a normal param
-    site; the global param store is never touched.
+    site; the global param store is never touched. Inside the model's own store
+    (:class:`~bnn_pyro.nn.param_scope.ParamScope`) the tensor is also found by ``name`` there,
+    as Pyro's JIT looks it up.
 
     Args:
         name: site name, e.g. ``"guide.loc.net.0.weight"``.
@@ -99,6 +102,7 @@ def param_statement(name: str, value: torch.Tensor) -> torch.Tensor:
     ref = getattr(value, "unconstrained", None)
     if ref is None or ref() is not value:
         value.unconstrained = weakref.ref(value)  # what SVI.step reads to find the leaf
+    register_param(name, value)  # in the model's own store, if one is entered: found by name
     return _param(name, value, constraint=constraints.real, event_dim=None, name=name)
 
 

@@ -57,7 +57,8 @@ def _unsupported(module: nn.Module) -> str | None:
 
 def check_supported_layers(name: str, net: nn.Module, owner: str) -> nn.Module:
     """Return ``net`` if ``owner`` can make every layer of it Bayesian, else raise a
-    ``ValueError`` naming ``name``, the layer's type and path, and what to do instead.
+    ``ValueError`` naming ``name``, the layer's type and path, and what to do instead; a
+    ``TypeError`` naming the sites of a Pyro net that carries its own ``PyroSample`` priors.
 
     Args:
         name: the argument's name (``"net"``).
@@ -72,6 +73,19 @@ def check_supported_layers(name: str, net: nn.Module, owner: str) -> nn.Module:
         ...     print(str(err).split(":")[0])
         VariationalBNN does not support BatchNorm1d at net.1
     """
+    sampled = [
+        f"{name}.{path}.{site}" if path else f"{name}.{site}"
+        for path, module in net.named_modules()
+        for site in getattr(module, "_pyro_samples", {})
+    ]
+    if sampled:
+        where = ", ".join(sampled)
+        raise TypeError(
+            f"{owner} makes the net Bayesian itself, and this one carries its own "
+            f"PyroSample priors ({where}): pass the plain torch net (nn.Linear, not "
+            "PyroModule[nn.Linear]) and say the prior with prior=, e.g. "
+            "IIDPrior(dist.Normal(0., 10.)) for PyroSample(dist.Normal(0., 10.))"
+        )
     for path, module in net.named_modules():
         advice = _unsupported(module)
         if advice is not None:

@@ -233,11 +233,22 @@ class Prior(ABC):
         :func:`prior_from_config`."""
         return {"type": type(self).__name__, **self._selection_config(), **self._own_config()}
 
-    @abstractmethod
-    def _own_config(self) -> dict[str, Any]: ...
+    def _own_config(self) -> dict[str, Any]:
+        """This prior's own constructor settings (beyond the selection), which a checkpoint
+        saves: none for a prior that keeps ``Prior``'s constructor; a subclass with settings of
+        its own returns them (``weights_only``-safe values) so that ``bp.load`` rebuilds it."""
+        if type(self).__init__ is not Prior.__init__:
+            raise NotImplementedError(
+                f"{type(self).__name__} has a constructor of its own: define _own_config() "
+                "returning its settings, so that a saved model rebuilds the same prior"
+            )
+        return {}
 
     def __repr__(self) -> str:
-        own = ", ".join(f"{k}={v!r}" for k, v in self._own_config().items())
+        try:
+            own = ", ".join(f"{k}={v!r}" for k, v in self._own_config().items())
+        except NotImplementedError:
+            own = "..."
         return f"{type(self).__name__}({own})"
 
 

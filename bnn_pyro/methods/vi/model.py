@@ -19,12 +19,19 @@ import torch.nn as nn
 from pyro.infer import autoguide
 
 from bnn_pyro._checks import check_float, check_instance, check_int, check_module
-from bnn_pyro.guides import GUIDE_NAMES, KLWeight, MeanFieldNormalGuide, build_guide
+from bnn_pyro.guides import (
+    GUIDE_NAMES,
+    AutoGuideWrapper,
+    KLWeight,
+    MeanFieldNormalGuide,
+    build_guide,
+)
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
 from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
 from bnn_pyro.methods.vi.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.nn.inputs import InputSpec, input_spec
+from bnn_pyro.nn.param_scope import refuse_bare_jit
 from bnn_pyro.nn.pyro_net import make_bayesian_, prior_latent_sites
 from bnn_pyro.nn.support import check_supported_layers
 from bnn_pyro.poutine import ESTIMATORS, LocalReparameterization
@@ -124,7 +131,8 @@ class VariationalBNN(SVIModel):
         #: The prior's own latent sites (a hierarchical prior's scales), which the guide learns
         #: beside the weights and the net never reads; ``[]`` for a prior without.
         self.prior_sites = prior_latent_sites(self.net, sites, self.prior)
-        self.guide = build_guide(guide, self.model, {s.name: s.init for s in sites}, init_scale)
+        init = {s.name: s.init for s in sites}
+        self.guide = build_guide(guide, self.model, init, init_scale, self.param_scope())
         self.evaluator = NetEvaluator(self.net, sites, plain)
         self._init_values = {s.name: s.init for s in sites}
         self._output_dims: dict[tuple, int] = {}  # the net's output width per input layout
@@ -149,15 +157,16 @@ class VariationalBNN(SVIModel):
         Returns:
             The net output ``(B, O)`` (``(S, B, O)`` under a plate of S samples).
         """
+        refuse_bare_jit(self.param_scope())
         estimator = self.local_reparameterization if self.training else None
-        with KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
+        with self.param_scope(), KLWeight(kl_weight) if kl_weight != 1.0 else nullcontext():
             if estimator:
                 with LocalReparameterization(estimator):
                     f = self.net(x)
             else:
                 f = self.net(x)
             latents = self.likelihood.sample_latents(f)
-        self.likelihood.observe(f, y, latents, dataset_size)
+            self.likelihood.observe(f, y, latents, dataset_size)
         return f
 
     # ------------------------------------------------------------------ SVIModel hooks
@@ -190,14 +199,17 @@ class VariationalBNN(SVIModel):
 
     @contextmanager
     def _training_context(self) -> Iterator[None]:
-        emit = getattr(self.guide, "emit_params", None)
-        if emit is not None:
-            self.guide.emit_params = False  # fit optimizes the module parameters directly
+        # fit optimizes the module parameters directly: the guide's and a learned prior's
+        # param sites are announced only for an ELBO that finds its parameters through them
+        owners = [m for m in (self.guide, self.prior) if hasattr(m, "emit_params")]
+        emits = [m.emit_params for m in owners]
+        for m in owners:
+            m.emit_params = m.emit_params and self.param_sites_needed
         try:
             yield
         finally:
-            if emit is not None:
-                self.guide.emit_params = emit
+            for m, emit in zip(owners, emits, strict=True):
+                m.emit_params = emit
 
     def _draw_posterior(
         self, num_samples: int, generator: torch.Generator | None, x: torch.Tensor
@@ -237,9 +249,16 @@ class VariationalBNN(SVIModel):
         model_trace = poutine.trace(poutine.block(self.model, hide=["obs"])).get_trace(x)
         total = torch.zeros((), device=self.device)
         for name, q in self.guide.distributions().items():
-            total = (
-                total + torch.distributions.kl_divergence(q, model_trace.nodes[name]["fn"]).sum()
-            )
+            p = model_trace.nodes[name]["fn"]
+            try:
+                kl = torch.distributions.kl_divergence(q, p)
+            except NotImplementedError:
+                raise NotImplementedError(
+                    f"no closed-form KL between the guide's {type(q).__name__} and the prior's "
+                    f"{type(p).__name__} at {name!r} (a prior with latent scales has none): "
+                    "the ELBO's Monte Carlo KL (fit's default elbo='trace') covers it"
+                ) from None
+            total = total + kl.sum()
         return total
 
     # ------------------------------------------------------------------ checkpoint hooks
@@ -314,5 +333,6 @@ def _reparameterization(value: Any, guide: Any) -> str | None:
 def _guide_ready(guide: nn.Module) -> bool:
     if isinstance(guide, MeanFieldNormalGuide):
         return guide.is_setup
-    inner = getattr(guide, "autoguide", guide)
-    return getattr(inner, "prototype_trace", None) is not None
+    if isinstance(guide, AutoGuideWrapper):
+        return guide.ready
+    return getattr(guide, "prototype_trace", None) is not None

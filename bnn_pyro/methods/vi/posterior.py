@@ -21,7 +21,7 @@ import torch.nn as nn
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._rows import fill_rows
-from bnn_pyro.guides import AutoGuideWrapper, MeanFieldNormalGuide
+from bnn_pyro.guides import MeanFieldNormalGuide
 from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, distinct_probe, same_results
 from bnn_pyro.nn.chain import LinearChain
 from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite, FixedLatents
@@ -41,7 +41,8 @@ def draw_posterior(
     """``num_samples`` joint posterior samples of every latent site.
 
     Args:
-        guide: a :class:`MeanFieldNormalGuide` or an :class:`AutoGuideWrapper`, already set up.
+        guide: a :class:`MeanFieldNormalGuide` or an
+            :class:`~bnn_pyro.guides.AutoGuideWrapper`, already set up.
         num_samples: ``S``.
         x: ``(n, ...)`` a few inputs (autoguides run the guide with the model's arguments).
         generator: random source for the mean-field guide; autoguides use the global RNG.
@@ -51,7 +52,7 @@ def draw_posterior(
     """
     if isinstance(guide, MeanFieldNormalGuide):
         return guide.sample_posterior(num_samples, generator=generator)
-    inner = guide.autoguide if isinstance(guide, AutoGuideWrapper) else guide
+    inner = guide  # an AutoGuideWrapper runs its guide in the model's own param store
     with pyro.plate(_PLATE, num_samples, dim=-2):
         trace = poutine.trace(inner).get_trace(x[:1], None)
     samples = {}

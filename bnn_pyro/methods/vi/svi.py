@@ -13,7 +13,7 @@ from typing import Any
 
 import pyro
 import torch
-from pyro.infer import ELBO, SVI
+from pyro.infer import ELBO, SVI, TraceTailAdaptive_ELBO
 from pyro.optim import PyroOptim
 
 from bnn_pyro.elbos.alpha import AlphaELBO, alpha_particles
@@ -44,6 +44,7 @@ __all__ = [
     "SVIStep",
     "as_pyro_optim",
     "make_elbo",
+    "needs_param_sites",
     "run_svi",
 ]
 
@@ -115,6 +116,11 @@ def make_elbo(
         >>> make_elbo("alpha", num_particles=1, vectorize=True).num_particles
         10
     """
+    if isinstance(elbo, TraceTailAdaptive_ELBO):
+        raise ValueError(
+            "TraceTailAdaptive_ELBO gives gradients but no loss value, which fit's divergence "
+            "guard and history read: run it in your own SVI loop on bnn.model and bnn.guide"
+        )
     if isinstance(elbo, ELBO):
         return elbo
     if elbo not in ELBO_CLASSES:
@@ -133,13 +139,32 @@ def make_elbo(
     )
 
 
+def needs_param_sites(elbo: ELBO) -> bool:
+    """Whether ``elbo`` finds the parameters it trains through the param sites of its traces:
+    Pyro's JIT ELBOs (the parameters are the compiled function's inputs, looked up by name) and
+    those without ``differentiable_loss`` (``TraceGraph_ELBO``, ``RenyiELBO``, ...), whose
+    ``loss_and_grads`` back-propagates only when it sees a param site. Every other ELBO
+    back-propagates into the module's parameters without them.
+
+    Example:
+        >>> from pyro.infer import JitTrace_ELBO, RenyiELBO, Trace_ELBO
+        >>> [needs_param_sites(e) for e in (Trace_ELBO(), RenyiELBO(), JitTrace_ELBO())]
+        [False, True, True]
+    """
+    return type(elbo).__module__.startswith("pyro.") and (
+        not hasattr(elbo, "differentiable_loss") or type(elbo).__name__.startswith("Jit")
+    )
+
+
 class GuardedSVI(SVI):
     """``pyro.infer.SVI`` over a module's parameters, refusing to apply a non-finite loss.
 
     ``step`` computes the ELBO's ``differentiable_loss`` (the same estimator and gradients as
     ``loss_and_grads``), checks it, back-propagates and steps the optimizer over ``params``: the
     parameters live in modules, not in Pyro's global param store. A NaN or infinite loss raises
-    :class:`TrainingDivergedError` before anything moves.
+    :class:`TrainingDivergedError` before anything moves. An ELBO without
+    ``differentiable_loss`` (``TraceGraph_ELBO``, ``RenyiELBO``) runs its own
+    ``loss_and_grads``, and its gradients are dropped, unapplied, when the loss is not finite.
 
     The first step runs under Pyro's validation as the user set it; later steps run without it
     (``pyro.validation_enabled(False)``, scoped to the step): the checks are structural and the
@@ -178,14 +203,18 @@ class GuardedSVI(SVI):
         validate_every_step: bool = False,
     ) -> None:
         super().__init__(model, guide, optim, loss)
-        if not hasattr(loss, "differentiable_loss"):
-            raise TypeError(f"{type(loss).__name__} has no differentiable_loss")
+        if not hasattr(loss, "differentiable_loss") and not hasattr(loss, "loss_and_grads"):
+            raise TypeError(
+                f"{type(loss).__name__} has neither differentiable_loss nor loss_and_grads"
+            )
         self.elbo = loss
         self.params = [p for p in params if p.requires_grad]
         self.validate_every_step = validate_every_step
         self._validated = False
 
-    def _loss(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def _loss(self, *args: Any, **kwargs: Any) -> torch.Tensor | float:
+        if not hasattr(self.elbo, "differentiable_loss"):  # back-propagates by itself
+            return self.elbo.loss_and_grads(self.model, self.guide, *args, **kwargs)
         return self.elbo.differentiable_loss(self.model, self.guide, *args, **kwargs)
 
     def step(self, *args: Any, **kwargs: Any) -> float:
@@ -195,9 +224,9 @@ class GuardedSVI(SVI):
         else:
             loss = self._loss(*args, **kwargs)
             self._validated = True
-        value = float(loss.detach())
+        value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
         finite = math.isfinite(value)
-        if finite:
+        if finite and isinstance(loss, torch.Tensor):
             loss.backward()
         if not distributed.average_gradients(self.params, finite):  # (no-op in one process)
             for p in self.params:

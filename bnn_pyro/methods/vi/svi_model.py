@@ -21,7 +21,15 @@ from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
-from bnn_pyro.methods.vi.svi import ELBO_CLASSES, GuardedSVI, as_pyro_optim, make_elbo, run_svi
+from bnn_pyro.methods.vi.svi import (
+    ELBO_CLASSES,
+    GuardedSVI,
+    as_pyro_optim,
+    make_elbo,
+    needs_param_sites,
+    run_svi,
+)
+from bnn_pyro.nn.param_scope import ParamScope
 from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks, kl_weight_at
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
 from bnn_pyro.training.in_sample import check_predictive_in_sample
@@ -81,6 +89,36 @@ class SVIModel(SVIPredictive):
         super().__init__()
         self.dataset_size: int | None = None
         self.input_shape: tuple[int, ...] | None = None
+        self._param_scope = ParamScope()
+        #: Whether the guide must announce its parameters as Pyro param sites while ``fit``
+        #: trains (an ELBO that finds them through the trace: the JIT ones, those without
+        #: ``differentiable_loss``); ``fit`` sets it.
+        self.param_sites_needed = False
+
+    def param_scope(self) -> ParamScope:
+        """This model's own Pyro param store, as a context manager.
+
+        Every call of the model and its guide runs inside it, so two models never share a
+        parameter and Pyro's global store is left as it was (see
+        :mod:`bnn_pyro.nn.param_scope`). Enter it yourself around a loop that looks
+        parameters up by name between calls: Pyro's JIT ELBOs, or ``pyro.param(name)`` and
+        ``pyro.get_param_store()`` to read what the guide holds.
+
+        Example:
+            >>> import pyro, bnn_pyro as bp
+            >>> from pyro.infer import SVI, JitTrace_ELBO
+            >>> X = torch.randn(32, 2); y = X.sum(-1)
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1), guide="normal")
+            >>> elbo = JitTrace_ELBO(ignore_jit_warnings=True)
+            >>> svi = SVI(bnn.model, bnn.guide, pyro.optim.Adam({"lr": 0.01}), elbo)
+            >>> outside = set(pyro.get_param_store().keys())
+            >>> with bnn.param_scope():
+            ...     losses = [svi.step(X, y) for _ in range(3)]
+            ...     names = sorted(pyro.get_param_store().keys())
+            >>> names[0], set(pyro.get_param_store().keys()) == outside
+            ('AutoNormal.locs.net.0.bias', True)
+        """
+        return self._param_scope
 
     # ------------------------------------------------------------------ hooks of fit
     def setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
@@ -212,13 +250,17 @@ class SVIModel(SVIPredictive):
             first_x, first_y = X[:2], y[:2]
         validation = validation_nll(self, validation_data) if validation_data is not None else None
         kept = self._kept_on_error("input_shape", "dataset_size")
-        with kept, seeded(seed, self.device), self._training_context():
+        loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=self.fast_loss)
+        self.param_sites_needed = needs_param_sites(loss)
+        with kept, seeded(seed, self.device), self._training_context(), self.param_scope():
             self.input_shape = tuple(first_x.shape[1:])
             self.setup_guide(first_x, first_y, (first_x, first_y) if y is None else (X, y))
             params = list(self.parameters())
-            loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=self.fast_loss)
             optim = as_pyro_optim(optimizer, params, lr)
-            svi = GuardedSVI(self.model, self.guide, optim, loss, params)
+            # one bound method per model: Pyro's JIT keys its compiled loss by id(model), and
+            # a fresh `self.model` each fit would compile it again on every call of fit
+            model = self.__dict__.setdefault("_model_fn", self.model)
+            svi = GuardedSVI(model, self.guide, optim, loss, params)
             self.dataset_size = n
             was_training = self.training
             self.train()
