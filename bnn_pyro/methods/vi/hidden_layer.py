@@ -188,6 +188,18 @@ class HiddenLayerBNN(SVIModel):
     def _output_dim(self, x: torch.Tensor) -> int:
         return self.out_features
 
+    posterior_samples_note = (
+        ": the sites 'layer<i>' of a HiddenLayerBNN are weight matrices (D_i + 1, H_i), the "
+        "bias in the last row, as its sample_posterior draws them (MCMC on its model samples "
+        "activations, not weights)"
+    )
+
+    def _posterior_site_shapes(self, x: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        shapes = super()._posterior_site_shapes(x)  # the layers' sites hold activations there
+        for name, loc in zip(self.site_names, self.locs, strict=True):
+            shapes[name] = tuple(loc.shape)
+        return shapes
+
     def setup_guide(self, x: torch.Tensor, y: torch.Tensor, data: Any = None) -> None:
         if isinstance(self.guide, MeanFieldNormalGuide) and not self.guide.is_setup:
             with torch.no_grad():  # creates the guide's parameters before listing them

@@ -1,9 +1,9 @@
-"""``SVIPredictive``: the posterior predictive of a Pyro-trained BNN, from samples of its guide.
+"""``SVIPredictive``: the posterior predictive of a Pyro-trained BNN, from samples of its guide
+or from samples given (``posterior_samples=``: NUTS, SG-MCMC, any ``{site: (S, *shape)}``).
 
 The base of :class:`~bnn_pyro.methods.vi.svi_model.SVIModel`: input checks, posterior draws and
-``predict``
-(and the Gaussian predictive and test log-likelihood built on them), vectorized over the samples
-and streamed over blocks of rows. A subclass defines how to draw posterior samples
+``predict`` (and the Gaussian predictive and test log-likelihood built on them), vectorized over
+the samples and streamed over blocks of rows. A subclass defines how to draw posterior samples
 (:meth:`SVIPredictive._draw_posterior`) and how to evaluate the net on them
 (:meth:`SVIPredictive._outputs`).
 """
@@ -23,6 +23,7 @@ from bnn_pyro._streaming import block_rows, stream_summary
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
+from bnn_pyro.methods.vi.given_samples import check_posterior_samples, model_site_shapes
 from bnn_pyro.nn.inputs import InputSpec
 
 __all__ = ["SVIPredictive"]
@@ -65,6 +66,20 @@ class SVIPredictive(BaseBayesianMethod):
     def _expected_features(self) -> InputSpec | None:
         """The feature shape the net needs before any fit (``None``: learned by ``fit``)."""
         return None
+
+    #: Appended to the error on a given posterior sample of the wrong shape.
+    posterior_samples_note: str = ""
+
+    def _posterior_site_shapes(self, x: torch.Tensor) -> dict[str, tuple[int, ...]]:
+        """``{site: shape}`` of one posterior draw of every sample site of the model, for inputs
+        like ``x`` (its first row is run through the model, in evaluation mode)."""
+        modes = [(m, m.training) for m in self.modules()]
+        self.train(False)
+        try:
+            return model_site_shapes(self.model, x[:1])
+        finally:
+            for module, mode in modes:
+                module.training = mode
 
     def is_fitted(self) -> bool:
         """Whether ``fit`` has run (or a saved model was loaded): the guide has parameters."""
@@ -140,32 +155,63 @@ class SVIPredictive(BaseBayesianMethod):
         with seeded(seed, self.device), torch.no_grad():
             return self._draw_posterior(num_samples, generator, x)
 
+    def prepare_posterior_samples(
+        self, samples: Mapping[str, Any], X: Any, needed_by: str | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Given posterior samples checked against this model, as :meth:`predict` reads them.
+
+        The model need not be fitted (``X`` gives the input shape). Before any work
+        (:func:`~bnn_pyro.methods.vi.given_samples.check_posterior_samples`): every weight site
+        of ``self.site_names`` given; no site the model lacks (its other sites, such as
+        ``"obs"`` or a prior's scales, are ignored); each site's shape; one ``S``; no NaN or
+        inf. Chains ``(C, S, *shape)`` (``mcmc.get_samples(group_by_chain=True)``) are
+        flattened to ``(C * S, *shape)``, as ``mcmc.get_samples()`` lays them out.
+
+        Args:
+            samples: ``{site: (S, *site_shape)}``, e.g. ``mcmc.get_samples()`` of
+                ``MCMC(NUTS(bnn.model))``; tensors or arrays.
+            X: ``(N, *features)`` inputs (:meth:`prepare_inputs`).
+            needed_by: the call that reads the likelihood's own sites (a learned noise scale
+                ``"likelihood.scale"``, ``(S, O)``), which must then be given; ``None``: they
+                are used when given.
+
+        Returns:
+            ``{site: (S, *site_shape)}`` on the model's device and dtype: the weights and the
+            likelihood's sites that were given.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1))
+            >>> draws = {"net.0.weight": torch.ones(4, 1, 2), "net.0.bias": torch.zeros(4, 1)}
+            >>> sorted(bnn.prepare_posterior_samples(draws, torch.zeros(3, 2)))
+            ['net.0.bias', 'net.0.weight']
+        """
+        X = self.prepare_inputs(X, "x")
+        shapes = self._posterior_site_shapes(X)
+        out = torch.zeros((1, self._output_dim(X[:2])), device=self.device, dtype=self.dtype)
+        latents = list(model_site_shapes(self.likelihood.sample_latents, out))
+        args = (self.site_names, latents, needed_by, self.device, self.dtype)
+        return check_posterior_samples(samples, shapes, *args, self.posterior_samples_note)
+
     def _resolve_samples(
         self,
-        num_samples: int,
+        num_samples: int | None,
         posterior_samples: Mapping[str, torch.Tensor] | None,
         seed: int | None,
+        X: torch.Tensor,
+        needed_by: str | None = None,
     ) -> Mapping[str, torch.Tensor]:
+        """The guide's draws, or the given ones checked (``num_samples``, if set, must be their
+        ``S``)."""
         if posterior_samples is None:
-            return self.sample_posterior(num_samples, seed=seed)
-        missing = [k for k in self.site_names if k not in posterior_samples]
-        if missing:
-            raise ValueError(f"posterior_samples lacks the site(s) {missing}")
-        samples = {k: torch.as_tensor(v, device=self.device) for k, v in posterior_samples.items()}
-        # the shape of every site from one draw of the guide; an unfitted model (samples from
-        # NUTS on its model) has no guide to draw from, and its sites are not checked
-        reference = self.sample_posterior(1, seed=0) if self.is_fitted() else None
-        counts = set()
-        for name in self.site_names:
-            got = tuple(samples[name].shape)
-            want = None if reference is None else tuple(reference[name].shape[1:])
-            if want is not None and got[1:] != want:
-                raise ValueError(
-                    f"posterior_samples[{name!r}] must have shape (S, *{want}), got {got}"
-                )
-            counts.add(got[0] if got else None)
-        if len(counts) > 1:
-            raise ValueError(f"posterior_samples must hold one S for all sites, got {counts}")
+            return self.sample_posterior(self._samples_to_draw(num_samples), seed=seed)
+        samples = self.prepare_posterior_samples(posterior_samples, X, needed_by)
+        given = next(iter(samples.values())).shape[0]
+        if num_samples is not None and num_samples != given:
+            raise ValueError(
+                f"num_samples={num_samples} but posterior_samples holds S = {given} draws: leave "
+                "num_samples out (every given draw is used)"
+            )
         return samples
 
     def predict(
@@ -185,15 +231,25 @@ class SVIPredictive(BaseBayesianMethod):
         The ``S`` weight samples are evaluated in one pass per chunk of rows (no Python loop over
         samples); row blocks are reduced into result buffers allocated once: memory stays bounded.
 
+        From samples of your own: ``posterior_samples={site: (S, *site_shape)}`` replaces the
+        guide's draws (the model need not be fitted), e.g. ``mcmc.get_samples()`` of
+        ``MCMC(NUTS(bnn.model))``, an SG-MCMC run's ``samples()`` or a dict by hand; so does the
+        same keyword of :meth:`predictive_gaussian` (the mixture :mod:`bnn_pyro.metrics` scores)
+        and of :meth:`log_predictive_density`. They are checked first
+        (:meth:`prepare_posterior_samples`); a learned noise is read from its site
+        ``"likelihood.scale"`` ``(S, O)``, which ``include_noise`` then needs.
+
         Args:
             x: ``(N, *features)`` inputs.
             return_samples: also return the per-sample predictive means ``(S, N, O')``.
             num_samples: ``S``, draws from the guide (default: ``self.num_samples``, 100 unless
-                the constructor set it).
+                the constructor set it); with ``posterior_samples``, leave it out (or give
+                their ``S``).
             include_noise: add the aleatoric variance (Gaussian likelihoods: the mean over
                 samples of ``scale**2``) to the epistemic one.
-            posterior_samples: ``{site: (S, ...)}`` to use instead of the guide, e.g.
-                ``mcmc.get_samples()`` from ``MCMC(NUTS(bnn.model))``.
+            posterior_samples: ``{site: (S, *site_shape)}`` (or ``(C, S, *site_shape)``) to
+                use instead of the guide (see above); ``seed`` and ``generator`` then draw
+                nothing.
             chunk_size: rows per pass (default: sized from the layer widths).
             seed: reproducible draws without touching the global RNG.
             generator: the random source of the draws, as the classic methods take it (an
@@ -203,12 +259,30 @@ class SVIPredictive(BaseBayesianMethod):
             ``mean (N, O')`` (class probabilities for ``Categorical``), ``variance (N, O')``:
             epistemic (the variance of the per-sample means) unless ``include_noise``, and, with
             ``return_samples``, ``samples (S, N, O')``.
+
+        Example:
+            NUTS on the model of an unfitted ``f = w x + b``, then its predictive:
+
+            >>> import pyro, bnn_pyro as bp
+            >>> from pyro.infer import MCMC, NUTS
+            >>> X = torch.linspace(-1, 1, 20)[:, None]; y = 2 * X[:, 0]
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(1, [], 1), bp.Gaussian(scale="learned"))
+            >>> pyro.set_rng_seed(0)
+            >>> mcmc = MCMC(NUTS(bnn.model), num_samples=50, warmup_steps=50, disable_progbar=True)
+            >>> mcmc.run(X, y)
+            >>> draws = mcmc.get_samples()  # {site: (50, *shape)}, the noise scale among them
+            >>> mean, var = bnn.predict(X, posterior_samples=draws, include_noise=True)
+            >>> locs, scales = bnn.predictive_gaussian(X, posterior_samples=draws)
+            >>> mean.shape, locs.shape, scales.shape
+            (torch.Size([20, 1]), torch.Size([50, 20, 1]), torch.Size([50, 1, 1]))
         """
-        num_samples = self._samples_to_draw(num_samples)
+        if num_samples is not None:
+            check_int("num_samples", num_samples)
         chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
         X = self.prepare_inputs(x, "x")
         seed = self._predict_seed(seed, generator)
-        samples = self._resolve_samples(num_samples, posterior_samples, seed)
+        needed_by = "predict(include_noise=True)" if include_noise else None
+        samples = self._resolve_samples(num_samples, posterior_samples, seed, X, needed_by)
 
         def block(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor | None]:
             f = self._outputs(X[start:stop], samples, chunk_size)
@@ -223,22 +297,47 @@ class SVIPredictive(BaseBayesianMethod):
         return stream_summary(X.shape[0], rows, block, return_samples)
 
     def predictive_gaussian(
-        self, x: Any, num_samples: int | None = None, seed: int | None = None, **kwargs: Any
+        self,
+        x: Any,
+        num_samples: int | None = None,
+        seed: int | None = None,
+        *,
+        posterior_samples: Mapping[str, torch.Tensor] | None = None,
+        **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gaussian predictive as a mixture over samples: ``locs (S, N, O)``, ``scales`` (the noise
         standard deviation of each sample, broadcastable to ``locs``).
 
+        Args:
+            x: ``(N, *features)`` inputs.
+            num_samples, seed: ``S`` draws from the guide, and their seed.
+            posterior_samples: ``{site: (S, *site_shape)}`` to use instead of the guide, as
+                :meth:`predict` takes them (a learned noise scale must be among them).
+            **kwargs: ``chunk_size``, ``generator`` as :meth:`predict` takes them.
+
         Raises:
             ValueError: the likelihood is not Gaussian.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(1, [], 1), bp.Gaussian(scale="learned"))
+            >>> draws = {"net.0.weight": torch.ones(3, 1, 1), "net.0.bias": torch.zeros(3, 1),
+            ...          "likelihood.scale": torch.full((3, 1), 0.5)}
+            >>> locs, scales = bnn.predictive_gaussian(torch.ones(2, 1), posterior_samples=draws)
+            >>> locs.shape, scales.flatten().tolist()
+            (torch.Size([3, 2, 1]), [0.5, 0.5, 0.5])
         """
         if not isinstance(self.likelihood, GaussianLikelihood):
             raise ValueError(
                 f"predictive_gaussian needs a Gaussian likelihood, not {self.likelihood!r}"
             )
+        if num_samples is not None:
+            check_int("num_samples", num_samples)
         X = self.prepare_inputs(x, "x")
-        num_samples = self._samples_to_draw(num_samples)
         seed = self._predict_seed(seed, kwargs.get("generator"))
-        samples = self._resolve_samples(num_samples, kwargs.get("posterior_samples"), seed)
+        samples = self._resolve_samples(
+            num_samples, posterior_samples, seed, X, "predictive_gaussian"
+        )
         f = self._outputs(X, samples, kwargs.get("chunk_size"))
         return self.likelihood.mean(f), self.likelihood.noise_variance(f, samples).sqrt()
 
@@ -246,7 +345,7 @@ class SVIPredictive(BaseBayesianMethod):
         self,
         x: Any,
         y: Any,
-        num_samples: int = 100,
+        num_samples: int | None = None,
         seed: int | None = None,
         posterior_samples: Mapping[str, torch.Tensor] | None = None,
     ) -> float:
@@ -254,14 +353,28 @@ class SVIPredictive(BaseBayesianMethod):
 
         Args:
             x: ``(N, *features)``; y: ``(N,)``/``(N, O)`` targets.
-            num_samples: ``S`` draws from the guide.
+            num_samples: ``S`` draws from the guide (default 100); with ``posterior_samples``,
+                leave it out (or give their ``S``).
             seed: reproducible draws without touching the global RNG.
-            posterior_samples: ``{site: (S, ...)}`` to use instead of the guide (e.g. NUTS).
+            posterior_samples: ``{site: (S, *site_shape)}`` to use instead of the guide, as
+                :meth:`predict` takes them (a learned noise scale must be among them).
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(1, [], 1), bp.Gaussian(1.0))
+            >>> draws = {"net.0.weight": torch.zeros(2, 1, 1), "net.0.bias": torch.zeros(2, 1)}
+            >>> x, y = torch.zeros(1, 1), torch.zeros(1)
+            >>> round(bnn.log_predictive_density(x, y, posterior_samples=draws), 4)  # N(0; 0, 1)
+            -0.9189
         """
+        if num_samples is not None:
+            check_int("num_samples", num_samples)
         X = self.prepare_inputs(x, "x")
         y = self.prepare_targets(y, X)
+        if posterior_samples is None and num_samples is None:
+            num_samples = 100
         samples = self._resolve_samples(
-            check_int("num_samples", num_samples), posterior_samples, seed
+            num_samples, posterior_samples, seed, X, "log_predictive_density"
         )
         f = self._outputs(X, samples, None)
         log_p = self.likelihood.log_prob(f, y, samples)  # (S, N)

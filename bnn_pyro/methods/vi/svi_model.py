@@ -21,6 +21,7 @@ from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
+from bnn_pyro.methods.vi.state_loading import LazyGuideLoading
 from bnn_pyro.methods.vi.svi import (
     ELBO_CLASSES,
     GuardedSVI,
@@ -69,7 +70,7 @@ def check_fit_in_sample(
     return check_predictive_in_sample(bnn, X, y, what)
 
 
-class SVIModel(SVIPredictive):
+class SVIModel(LazyGuideLoading, SVIPredictive):
     """Base class of the SVI-trained BNNs (see the module docstring). Subclasses set
     ``self.likelihood``, ``self.guide``, ``self.site_names`` and define ``model(x, y=None,
     dataset_size=None, kl_weight=1.0)``, :meth:`setup_guide` and the hooks of
