@@ -4,24 +4,33 @@ device)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyro
 import pyro.distributions as dist
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pyro.infer import SVI, Trace_ELBO
+from pyro.infer import ELBO, SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.nn import PyroModule, PyroSample
 
 
 def plain_pyro_svi(
-    sizes: list[int], n: int, classification: bool, device: torch.device | None = None
+    sizes: list[int],
+    n: int,
+    classification: bool,
+    device: torch.device | None = None,
+    guide: Callable[[Callable], Callable] | None = None,
+    elbo: ELBO | None = None,
 ) -> SVI:
     """``SVI`` over an MLP of ``PyroModule[nn.Linear]`` layers with ``PyroSample`` N(0, 1)
     weights and biases (ReLU between them), ``AutoNormal(init_scale=0.01)``, ``Trace_ELBO`` and
     ``pyro.optim.Adam(lr=1e-3)``; the data plate stands for ``n`` rows. Its step takes ``x (B,
     sizes[0])`` and ``y``: ``(B,)`` labels (``classification``) or ``(B, sizes[-1])`` targets
-    under a unit-scale Normal. The param store is cleared first."""
+    under a unit-scale Normal. The param store is cleared first. ``guide`` (a factory ``model ->
+    guide``; the layers' sites are ``layers.<i>.weight``/``bias``) and ``elbo`` replace the
+    defaults."""
     device = torch.device("cpu") if device is None else device
     zero = torch.tensor(0.0, device=device)
     pyro.clear_param_store()
@@ -50,6 +59,5 @@ def plain_pyro_svi(
                     pyro.sample("obs", dist.Normal(h, 1.0).to_event(1), obs=y)
 
     model = Net().to(device)
-    return SVI(
-        model, AutoNormal(model, init_scale=0.01), pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO()
-    )
+    made = AutoNormal(model, init_scale=0.01) if guide is None else guide(model)
+    return SVI(model, made, pyro.optim.Adam({"lr": 1e-3}), elbo or Trace_ELBO())

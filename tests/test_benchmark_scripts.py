@@ -26,6 +26,12 @@ def _run(script: str, *args: str) -> str:
     return run.stdout
 
 
+def test_pyro_path_quick_prints_both_elbos_and_the_jit_speed_up():
+    text = _run("pyro_path.py", "--quick")
+    for row in ("| Trace_ELBO |", "| JitTrace_ELBO |", "| composed guide |"):
+        assert row in text, text
+
+
 def test_methods_benchmark_vectorized_equals_loop(tmp_path):
     output = tmp_path / "methods.md"
     text = _run("methods.py", "--repeats", "1", "--output", str(output))

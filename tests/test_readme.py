@@ -63,6 +63,7 @@ def test_readme_results_are_the_benchmark_outputs():
     assert [m.group("name") for m in module.BLOCK.finditer(readme)] == ["demo", "gpu"]
     assert set(m.group("name") for m in module.BLOCK.finditer(page)) == {
         "step_time",
+        "pyro_path",
         "gpu",
         "local_reparam",
         "methods",
