@@ -9,8 +9,9 @@ what the scripts printed, and their prose quotes no measured figure of its own: 
 these blocks. ``tests/test_readme.py`` checks both.
 
 The blocks: ``step_time``, ``pyro_path`` (a model only Pyro's machinery covers, through
-``fit`` and in plain Pyro, ``benchmarks/pyro_path.py``), ``gpu`` (the same jobs on a GPU, ``benchmarks/gpu.py --device
-cuda``; in the README too), ``local_reparam``, ``methods`` (the timing benchmarks),
+``fit`` and in plain Pyro, ``benchmarks/pyro_path.py``), ``gpu`` (the same jobs on a GPU,
+``benchmarks/gpu.py --device cuda``; in the README too), ``local_reparam``, ``methods`` (the
+timing benchmarks),
 ``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``),
 ``sgmcmc_peers`` (SG-MCMC beside posteriors and torch-uncertainty on an exact posterior,
 ``benchmarks/sgmcmc_peers.py``), ``memory``
