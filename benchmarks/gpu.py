@@ -46,7 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from _contenders import plain_pyro_svi  # benchmarks/_contenders.py (run from this folder)
-from _report import publish  # benchmarks/_report.py (scripts run from this folder)
+from _report import publish, repo_command  # benchmarks/_report.py (run from this folder)
 
 import bnn_pyro as bp
 
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, pyro {pyro.__version__}, device {name}, 1 CPU thread, "
         f"median of {cfg['repeats']} round-robin runs; "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; "
-        f"command: python benchmarks/gpu.py{''.join(' ' + a for a in argv)}",
+        f"command: python benchmarks/gpu.py {repo_command(argv)}".rstrip(),
         "",
     ]
     failures: list[str] = []

@@ -10,13 +10,13 @@ import argparse
 import datetime
 import json
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks._report import repo_command
 from benchmarks.uci.data import uci_num_splits
 from benchmarks.uci.parallel import BACKENDS, check_backend, run_tasks
 from benchmarks.uci.registry import available_methods, get_method, runnable_methods
@@ -287,8 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(runs)
     methods = sorted({t.method for t in tasks}, key=order.get)
     payload = {
-        "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
-        "arguments": argv,
+        "command": repo_command(list(getattr(sys, "orig_argv", sys.argv))),
+        "arguments": [repo_command([a]) for a in argv],
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "wall_time": f"{wall / 3600:.2f} h ({wall:.0f} s, this invocation)",
         "wall_time_seconds": wall,

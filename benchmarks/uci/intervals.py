@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks._report import repo_command
 from benchmarks.uci.data import load_uci_split, validation_split
 from benchmarks.uci.interval_report import interval_markdown, readme_markdown
 from benchmarks.uci.protocol import prepare, seed_for
@@ -306,7 +307,7 @@ def _header(args: Any, records: list[dict[str, Any]]) -> str:
     failed = len(records) - len(ok)
     minutes = sum(float(r["seconds"]) for r in ok) / 60
     return (
-        f"Command: `python -m benchmarks.uci.intervals {' '.join(args.argv)}`. "
+        f"Command: `python -m benchmarks.uci.intervals {repo_command(args.argv)}`. "
         f"{len(ok)} (data set, split, method) fits"
         + (f", {failed} failed (left out)" if failed else "")
         + f", {args.samples} predictive samples; each refits the configuration the UCI run "

@@ -46,6 +46,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from benchmarks._report import repo_command
 from benchmarks.uci.baselines import laplace_grid, prediction_seed, swag_laplace_model
 from benchmarks.uci.cli import find_datasets
 from benchmarks.uci.data import load_uci_split, uci_num_splits
@@ -378,12 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     payload = {
-        "command": " ".join(["python -m benchmarks.uci.laplace_peer", *(argv or sys.argv[1:])]),
+        "command": "python -m benchmarks.uci.laplace_peer "
+        + repo_command(list(argv or sys.argv[1:])),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_time_seconds": time.perf_counter() - started,
         "versions": versions(),
         "settings": settings.to_dict(),
-        "choices": args.choices,
+        "choices": repo_command([str(args.choices)]),
         "contenders": CONTENDERS,
         "summary": summarize_peer(records),
         "runs": records,

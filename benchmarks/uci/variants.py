@@ -20,13 +20,13 @@ import argparse
 import json
 import math
 import os
-import shlex
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks._report import repo_command
 from benchmarks.uci.cli import main as uci_main
 from benchmarks.uci.variational import ALPHA_KEYS, OVERRIDES_ENV
 
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = json.loads(base_path.read_text())
     base = reference["runs"]
     changes = paired_change(runs, base)
-    command = "python -m benchmarks.uci.variants " + shlex.join(raw)
+    command = "python -m benchmarks.uci.variants " + repo_command(raw)
     label = f"{_shown(base_path)} (run of {reference.get('date', 'unknown date')})"
     table = paired_markdown(args.variant, changes, label, command)
     (Path(args.out) / "paired.md").write_text(table + "\n")
