@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test test-quick lint bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ demo: $(STAMP)
 TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The edit-run loop: the library's doctests and its core, layer and Pyro-idiom tests, without the
+# benchmarks, notebooks, documentation build, distributed runs and peer comparisons.
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) bnn_pyro tests/core tests/nn tests/pyro_idioms
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bnn_pyro tests benchmarks notebooks

@@ -121,3 +121,16 @@ def test_readme_prose_quotes_no_measured_figure(page):
     ]
     found = [m.group(0) for p in patterns for m in re.finditer(p, prose)]
     assert not found, found
+
+
+def test_the_readme_names_every_method():
+    """The method table and the scikit-learn paragraph list every name of ``bp.METHODS``, so a
+    method added to the registry shows up in the README or fails here."""
+    import bnn_pyro as bp
+
+    text = README.read_text()
+    table = text.split("### Every method, one contract")[1].split("\n\n")[1]
+    sklearn = text.split("pass scikit-learn's estimator checks")[1].split("\n\n")[0]
+    for name in bp.METHODS:
+        assert f"`{name}`" in table, f"{name} is missing from the method table"
+        assert f"`{name}`" in sklearn, f"{name} is missing from the scikit-learn paragraph"
