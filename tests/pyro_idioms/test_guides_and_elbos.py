@@ -10,6 +10,8 @@ reflection. Every objective that trains the right parameters must land on those 
 
 from __future__ import annotations
 
+import copy
+
 import pyro
 import pyro.distributions as dist
 import pytest
@@ -97,6 +99,16 @@ def test_fit_takes_every_pyro_elbo_and_lands_on_the_exact_means(elbo) -> None:
     _fit(bnn, elbo)
     _assert_exact_means(bnn, *_data())
     assert "guide.loc.net.0.weight" not in pyro.get_param_store()
+
+
+def test_jit_compiles_once_across_calls_of_fit() -> None:
+    """Pyro's JIT keys its compiled loss by ``id(model)``: ``fit`` hands it one bound model per
+    model, so a second call of ``fit`` (continuing the training) reuses the compiled loss."""
+    bnn, elbo = _bnn(), JitTrace_ELBO(ignore_jit_warnings=True)
+    X, y = _data()
+    for _ in range(2):
+        bnn.fit(X, y, epochs=2, batch_size=None, elbo=elbo, progress=False)
+    assert len(elbo._loss_and_surrogate_loss.compiled) == 1
 
 
 def test_tail_adaptive_is_refused_by_fit_before_any_work() -> None:
@@ -188,6 +200,23 @@ def test_a_hand_written_pyro_param_guide_trains_through_fit_and_is_fitted() -> N
     ]
     _assert_exact_means(bnn, *_data())
     assert "net.0.weight.loc" not in pyro.get_param_store()
+
+
+def test_a_copy_of_a_model_with_a_hand_written_guide_predicts_as_the_original() -> None:
+    """A copy (deepcopy, pickle) starts with an empty param store of its own; the guide's
+    ``pyro.param`` tensors it copied are put back before the guide runs, else its first call
+    would make new ones from their initial values."""
+    bnn = _bnn(lambda model: _tutorial_guide)
+    _fit(bnn, epochs=100)
+    twin = copy.deepcopy(bnn)
+    X = _data()[0][:8]
+    m1, v1 = bnn.predict(X, num_samples=16, seed=0)
+    m2, v2 = twin.predict(X, num_samples=16, seed=0)
+    assert torch.equal(m1, m2) and torch.equal(v1, v2)
+    # and the copy's parameters are its own: training it leaves the original alone
+    kept = {k: v.clone() for k, v in bnn.state_dict().items()}
+    _fit(twin, epochs=5)
+    assert all(torch.equal(v, kept[k]) for k, v in bnn.state_dict().items())
 
 
 def test_two_models_with_one_hand_written_guide_keep_their_own_pyro_params() -> None:
