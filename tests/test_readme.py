@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+
+import bnn_pyro as bp
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 RESULTS_PAGE = README.parent / "docs" / "results.md"
@@ -27,10 +30,18 @@ def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the example writes model.pt
     torch.manual_seed(0)
     spaces = []
-    for block in _python_blocks():
-        namespace: dict = {}
-        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
-        spaces.append(namespace)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for block in _python_blocks():
+            namespace: dict = {}
+            exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+            spaces.append(namespace)
+    ours = [
+        f"{w.category.__name__}: {w.message}"
+        for w in caught
+        if issubclass(w.category, (bp.PosteriorCollapseWarning, bp.TrainingInstabilityWarning))
+    ]
+    assert not ours, ours  # a first run is not told it did something wrong
     assert (tmp_path / "model.pt").exists()
     assert spaces[0]["samples"].shape == (100, 5, 1)
     sklearn_block = next(ns for ns in spaces if "cross_val_score" in ns)
@@ -126,7 +137,6 @@ def test_readme_prose_quotes_no_measured_figure(page):
 def test_the_readme_names_every_method():
     """The method table and the scikit-learn paragraph list every name of ``bp.METHODS``, so a
     method added to the registry shows up in the README or fails here."""
-    import bnn_pyro as bp
 
     text = README.read_text()
     table = text.split("### Every method, one contract")[1].split("\n\n")[1]

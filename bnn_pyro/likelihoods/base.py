@@ -153,6 +153,13 @@ class Likelihood(ABC):
         """Aleatoric variance per sample, broadcastable to :meth:`mean`; None if not Gaussian."""
         return None
 
+    def null_nll(self, y: torch.Tensor) -> float | None:
+        """The negative log-likelihood of targets ``y`` (as :meth:`check_targets` returns them)
+        under the best prediction that ignores the inputs (their mean, their class
+        frequencies), summed over the rows: what a fit that learned nothing from ``X`` scores.
+        ``None`` where it is not defined (the default)."""
+        return None
+
     _subclasses: dict[str, type[Likelihood]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -43,6 +43,16 @@ class Categorical(Likelihood):
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.softmax(f, dim=-1)
 
+    def null_nll(self, y: torch.Tensor) -> float | None:
+        """Labels ``y (N,)`` predicted by their class frequencies.
+
+        Example:
+            >>> round(Categorical().null_nll(torch.tensor([0, 1, 1, 1])), 4)
+            2.2493
+        """
+        counts = torch.bincount(y).double()
+        return float(-(counts * torch.log(counts.clamp_min(1) / len(y))).sum())
+
 
 class Bernoulli(Likelihood):
     """``y ~ Bernoulli(logits=f(x))`` for binary targets in {0, 1} (one or several columns).
@@ -65,3 +75,14 @@ class Bernoulli(Likelihood):
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(f)
+
+    def null_nll(self, y: torch.Tensor) -> float | None:
+        """Binary targets ``y (N, O)`` predicted by each column's frequency of ones.
+
+        Example:
+            >>> round(Bernoulli().null_nll(torch.tensor([[0.0], [1.0]])), 4)  # 2 * log 2
+            1.3863
+        """
+        y = y.double()
+        p = y.mean(0).clamp(1e-12, 1 - 1e-12)
+        return float(-(y * p.log() + (1 - y) * (1 - p).log()).sum())

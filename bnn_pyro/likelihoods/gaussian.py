@@ -58,6 +58,23 @@ class GaussianLikelihood(Likelihood):
     ) -> torch.Tensor | None:
         return self.loc_scale(f, latents)[1] ** 2
 
+    def null_nll(self, y: torch.Tensor) -> float | None:
+        """``y (N, O)`` predicted by its column means, with the noise this likelihood has: its
+        fixed scale, or one fitted to the columns (their std) where it is learned.
+
+        Example:
+            >>> y = torch.tensor([[0.0], [2.0]])
+            >>> round(Gaussian(scale=1.0).null_nll(y), 4)  # 2 * (0.5 * log(2 pi) + 0.5)
+            2.8379
+        """
+        y = y.double()
+        fixed = getattr(self, "scale", None)
+        if isinstance(fixed, float):
+            sd = torch.full(y.shape[-1:], fixed, dtype=y.dtype)
+        else:
+            sd = y.std(0, unbiased=False).clamp_min(1e-12)
+        return float(-torch.distributions.Normal(y.mean(0), sd).log_prob(y).sum())
+
 
 class Gaussian(GaussianLikelihood):
     """``y ~ Normal(f(x), scale)``, independent over rows and output columns.

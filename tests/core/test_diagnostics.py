@@ -149,3 +149,52 @@ def test_layer_entries_survive_a_resume(tmp_path, monkeypatch):
     resumed, _ = _fit(_vbnn(), resume=tmp_path / "run.pt", **opts)
     keys = [k for k in full if "/" in k]
     assert keys and all(resumed[k] == full[k] for k in keys)  # bit-identical, all 6 epochs
+
+
+def _sites(**shapes_and_moved):
+    """Synthetic mean-field sites: ``name=(shape, moved)``; a moved site's stds are 3x the
+    initial 0.01, an unmoved one's 0.01 exactly."""
+    from bnn_pyro.guides import inverse_softplus
+
+    sites = {}
+    for name, (shape, moved) in shapes_and_moved.items():
+        std = torch.full(shape, 0.03 if moved else 0.01)
+        sites[name] = (torch.zeros(shape), inverse_softplus(std))
+    return sites
+
+
+def test_a_small_site_that_stayed_is_not_flagged_while_the_others_moved():
+    """An output bias or a learned noise (one element) can sit at the initial std where it
+    belongs; judged alone, only sites of MIN_ELEMENTS or more are flagged, or all when none
+    moved."""
+    from bnn_pyro.methods.vi.diagnostics import MIN_ELEMENTS
+
+    small = (MIN_ELEMENTS - 1,)
+    diag = LayerDiagnostics(_sites(w=((4, 5), True), b=(small, False)), {}, 0.01)
+    assert diag.problems() == []
+    diag = LayerDiagnostics(_sites(w=((4, 5), True), v=((MIN_ELEMENTS,), False)), {}, 0.01)
+    assert "'v' (0.00%)" in diag.problems()[0] and "'w'" not in diag.problems()[0]
+    diag = LayerDiagnostics(_sites(w=((4, 5), False), b=(small, False)), {}, 0.01)
+    assert "'w' (" in diag.problems()[0] and "'b' (" in diag.problems()[0]
+
+
+def test_a_layer_at_its_prior_is_underfitting_only_where_the_fit_is_no_better_than_none():
+    """The middle layer of a 2-32-32-2 net on two moons sits at its prior (mean-field VI prunes
+    a layer it does not need) while the fit's NLL is about half the class frequencies': no
+    warning. The same layer's figures with an NLL no better than the null one: the warning."""
+    from bnn_pyro.datasets import two_moons
+
+    X2, y2 = two_moons(n=500, noise=0.15, seed=0)
+    torch.manual_seed(0)
+    bnn = bp.VariationalBNN(bp.nn.mlp(2, [32, 32], 2), bp.Categorical())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", bp.PosteriorCollapseWarning)
+        history = bnn.fit(X2, y2, epochs=200, batch_size=64, lr=1e-2, progress=False, seed=0)
+    assert not [str(w.message) for w in caught if w.category is bp.PosteriorCollapseWarning]
+    null = bp.Categorical().null_nll(y2)
+    assert history["nll"][-1] < 0.6 * null  # the fit is good ...
+    diag = LayerDiagnostics.for_model(bnn)
+    assert history["kl/net.2.weight"][-1] / (32 * 32) < 0.1  # ... with its middle layer pruned
+    assert diag.problems(history["nll"][-1], null) == []
+    found = diag.problems(null, null)  # an NLL no better than the null one
+    assert "'net.2.weight' (" in found[0] and "collapsed onto its prior" in found[0]

@@ -321,6 +321,7 @@ def run_svi(
     average: float | None = None,
     resume: Any = None,
     diagnostics: bool = True,
+    null_nll: float | None = None,
 ) -> History:
     """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`
     (:func:`bnn_pyro.training.train` with an :class:`SVIStep`).
@@ -343,6 +344,9 @@ def run_svi(
             (:class:`~bnn_pyro.exceptions.PosteriorCollapseWarning`) at the end when a layer
             learned nothing (mean-field ``VariationalBNN`` and ``HiddenLayerBNN``; see
             :mod:`bnn_pyro.methods.vi.diagnostics`).
+        null_nll: the training data's NLL under a prediction that ignores the inputs
+            (:meth:`bnn_pyro.likelihoods.Likelihood.null_nll`): a layer at its prior is named
+            underfitting only where the last epoch's NLL is no better; ``None``: always.
 
     Example:
         >>> import warnings, bnn_pyro as bp
@@ -372,5 +376,6 @@ def run_svi(
         resume=resume,
     )
     if diag is not None and history.get("epoch"):
-        diag.check()
+        nll = history.get("nll", [None])[-1]
+        diag.check(nll if nll is None or math.isfinite(nll) else None, null_nll)
     return history

@@ -280,6 +280,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                     lr_schedule=lr_schedule,
                     average=average,
                     resume=resume,
+                    null_nll=None if y is None else self.likelihood.null_nll(y),
                 )
             finally:
                 self.train(was_training)
