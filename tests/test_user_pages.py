@@ -83,15 +83,11 @@ RECORDS = sorted(
 )
 
 
-@pytest.mark.parametrize(
-    "page",
-    [p for p in RECORDS if p.suffix != ".ipynb"],
-    ids=lambda p: str(p.relative_to(ROOT)),
-)
+@pytest.mark.parametrize("page", RECORDS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_has_no_machine_path(page):
     """Results record their commands as a reader types them in a clone
-    (``benchmarks/_report.py:repo_command``), not with the folders of the machine that ran them.
-    (The notebooks' outputs are not scanned yet: two still carry a kernel's temporary path.)"""
+    (``benchmarks/_report.py:repo_command``), not with the folders of the machine that ran them;
+    the notebooks' outputs carry none either (a warning's kernel path among them)."""
     text = page.read_text(encoding="utf-8")
     found = [
         f"line {text.count(chr(10), 0, m.start()) + 1}: {text[m.start() : m.start() + 40]!r}"
