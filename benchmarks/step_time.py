@@ -281,10 +281,10 @@ def main() -> None:
         "Targets: bnn_pyro / BBB ≤ 1.3× (13→50→1) and ≤ 1.1× (784→400→400→10); predict no "
         "slower than a plain torch loop over samples (≤ 1.0×) and ≥ 12× faster than "
         'Predictive(parallel=False). "torch BBB" uses torch.optim.Adam\'s default (per-tensor) '
-        "kernel as the issue specifies; bnn_pyro's default optimizer is Adam with the fused "
-        "kernel, so the last column compares like with like. The first plain loop takes weights "
-        "drawn beforehand; the second draws them too and reduces to mean and variance, the "
-        "whole of predict's job.",
+        "kernel, the one a hand-written loop gets; bnn_pyro's default optimizer is Adam with "
+        "the fused kernel, so the last column compares like with like. The first plain loop "
+        "takes weights drawn beforehand; the second draws them too and reduces to mean and "
+        "variance, the whole of predict's job.",
     ]
     text = "\n".join(lines) + "\n"
     publish(text, None if args.quick else args.output)

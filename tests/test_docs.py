@@ -229,3 +229,18 @@ def test_the_method_guide_shows_a_dash_for_what_was_not_measured():
     guide = _method_guide()
     assert guide.uci_columns(None) == {} and guide.coverage_column(None) == {}
     assert guide.ood_columns({"results": {}}, ("held-out classes",)) == {}
+
+
+@needs_mkdocs
+def test_the_built_site_has_no_machine_path_and_no_internal_word(built_site):
+    """Every built page (those outside the navigation too, which the site's search finds) and
+    the search index, scanned with the source pages' patterns (tests/test_user_pages.py)."""
+    from tests.test_user_pages import INTERNAL, MACHINE_PATH
+
+    site, _ = built_site
+    found = []
+    for page in [*site.rglob("*.html"), *site.rglob("*.json")]:
+        text = page.read_text(encoding="utf-8", errors="replace")
+        for pattern in (MACHINE_PATH, INTERNAL):
+            found += [f"{page.relative_to(site)}: {m.group(0)!r}" for m in pattern.finditer(text)]
+    assert not found, found[:20]
