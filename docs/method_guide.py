@@ -143,23 +143,37 @@ def _cell(value: float | None, digits: int) -> str:
 SHIFTS = ("held-out classes", "uniform noise", "moons: far ring")
 
 
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
+
+
 def page_markdown() -> str:
-    """The whole page."""
+    """The whole page: a recommendation computed from the columns, then two tables (what a
+    method costs and how well it fits; how good its uncertainty is), each listing every
+    registered method."""
     uci = uci_columns(_read(RESULTS / "uci" / "uci.json"))
     coverage = coverage_column(_read(RESULTS / "uci" / "intervals.json"))
     ood_payload = _read(RESULTS / "ood.json")
     ood = ood_columns(ood_payload, SHIFTS)
     beyond = no_data_columns(_read(RESULTS / "no_data.json"))
-    rows = []
-    for name, summary, stacked in specs():
+    registered = specs()
+    fit_rows, uq_rows = [], []
+    for name, summary, stacked in registered:
         fit = uci.get(name)
-        rows.append(
+        fit_rows.append(
             [
                 f"`{name}`",
                 summary,
-                "yes" if stacked else "no",
                 "—" if fit is None else f"{fit['rank']:.1f} of {fit['of']}",
                 "—" if fit is None else f"{fit['seconds']:.0f} s",
+                "yes" if stacked else "no",
+            ]
+        )
+        uq_rows.append(
+            [
+                f"`{name}`",
                 _cell(coverage.get(name), 3),
                 *(_cell(v, 3) for v in ood.get(name, [None] * len(SHIFTS))),
                 *(_cell(v, 2) for v in beyond.get(name, [None, None])),
@@ -167,49 +181,61 @@ def page_markdown() -> str:
         )
     for name in ("plain network", "laplace-torch LLLA"):
         if name in ood:
-            dashes = ["—"] * 4
-            rows.append(
-                [name, "for comparison", *dashes, *(_cell(v, 3) for v in ood[name]), "—", "—"]
-            )
+            uq_rows.append([f"{name} (for comparison)", "—", *(_cell(v, 3) for v in ood[name])])
+            uq_rows[-1] += ["—", "—"]
     if "NUTS (reference)" in beyond:
         nuts = beyond["NUTS (reference)"]
-        rows.append(["NUTS", "the 1-D reference", *["—"] * 7, _cell(nuts[0], 2), "—"])
-    head = (
-        "| method | what it is | `fit_stacked` | UCI test log-lik., mean rank | UCI seconds "
-        "per split | raw 90% interval, coverage | OOD AUROC: held-out digits | OOD AUROC: "
-        "noise images | OOD AUROC: far from two moons | 1-D, beyond the data: true f covered "
-        "| 1-D: sd within 2x of NUTS |"
-    )
-    table = [head, "|" + "---|" * 11] + ["| " + " | ".join(r) + " |" for r in rows]
-    picks = []
+        uq_rows.append(["NUTS (the 1-D reference)", *["—"] * 4, _cell(nuts[0], 2), "—"])
+    names = {name for name, _, _ in registered}
+    picks, recommend = [], []
     if uci:
         best = min(uci, key=lambda m: uci[m]["rank"])
         cheap = min(uci, key=lambda m: uci[m]["seconds"])
-        picks.append(f"* best UCI test log-likelihood on average: `{best}`;")
-        picks.append(f"* cheapest UCI protocol per split: `{cheap}`;")
+        picks.append(f"* best UCI test log-likelihood on average: `{best}`.")
+        picks.append(f"* cheapest UCI protocol per split: `{cheap}`.")
+        recommend.append(
+            f"* **Start** with `vi`, the library's core and the model every Pyro idiom works on; "
+            f"for the best held-out log-likelihood on the UCI sets try `{best}`, for the "
+            f"cheapest fit `{cheap}`."
+        )
     if coverage:
         closest = min(coverage, key=lambda m: abs(coverage[m] - NOMINAL))
-        picks.append(f"* raw 90% intervals closest to 90%: `{closest}`;")
-    registered = {name for name, _, _ in specs()}
+        picks.append(f"* raw 90% intervals closest to 90%: `{closest}`.")
+        recommend.append(
+            f"* **Switch** for intervals you can rely on: `{closest}`'s raw intervals come "
+            "closest to their level, and `bnn_pyro.calibration` (conformal, recalibration) "
+            "makes any method's hold it."
+        )
     for i, shift in enumerate(SHIFTS):
-        scored = {m: v[i] for m, v in ood.items() if m in registered and v[i] is not None}
+        scored = {m: v[i] for m, v in ood.items() if m in names and v[i] is not None}
         if scored:
-            picks.append(f"* best at telling {shift} apart: `{max(scored, key=scored.get)}`;")
+            picks.append(f"* best at telling {shift} apart: `{max(scored, key=scored.get)}`.")
+    covered = {m: v[0] for m, v in beyond.items() if m in names and v[0] is not None}
+    if covered:
+        far = max(covered, key=covered.get)
+        recommend.append(
+            f"* **Beyond the data**, `{far}`'s band covers the true function most often on the "
+            "1-D problems; most bands do not (the last columns, and the note under the second "
+            "table): read a band far from the training inputs with care."
+        )
     return "\n".join(
         [
             "<!-- generated by docs/method_guide.py on every build: do not edit -->",
             "",
             "# Which method?",
             "",
+            *recommend,
+            "",
             "Every method answers to the same contract (`bp.make(name, net, likelihood)`, `fit`,",
-            "`predict`, `save`, `load`), so trying another is one word. This page puts the",
-            "benchmarks' measurements side by side to choose where to start. Each column comes",
-            "from a results file the benchmark scripts wrote (see [Results](results.md)); a",
-            "dash means not measured. Read each figure with its benchmark's caveats: the UCI",
-            "columns are four small regression sets, the OOD columns one seeded run on digits",
-            "and two moons, and each benchmark sets a method up its own way (the UCI `laplace`",
-            "row is the GGN Laplace with the GLM predictive, for example; the Results page",
-            "says how).",
+            "`predict`, `save`, `load`), so trying another is one word. The tables put the",
+            "benchmarks' measurements side by side. Each column comes from a results file the",
+            "benchmark scripts wrote (see [Results](results.md)); a dash means not measured.",
+            "Read each figure with its benchmark's caveats: the UCI columns are four small",
+            "regression sets, the OOD columns one seeded run on digits and two moons, and each",
+            "benchmark sets a method up its own way (the UCI `laplace` row is the GGN Laplace",
+            "with the GLM predictive, for example; the Results page says how).",
+            "",
+            "## Cost and fit",
             "",
             "* **UCI test log-lik., mean rank**: each method's place by mean test",
             "  log-likelihood on each of the four UCI sets, averaged (1 is best).",
@@ -217,23 +243,63 @@ def page_markdown() -> str:
             "  the hyper-parameter search and the final fit; a method with a larger grid costs",
             "  more here than one fit would, and where a method trains the splits stacked, this",
             "  is each split's share of the stacked run.",
-            "* **raw 90% interval, coverage**: the share of UCI test targets inside the",
-            "  method's own 90% predictive interval, averaged over the sets. Below 0.9 is",
-            "  over-confident; `bnn_pyro.calibration` fixes either side (recalibration, or",
-            "  conformal intervals with a guarantee).",
+            "* **stacked**: whether `fit_stacked` trains many models (seeds, folds, chains) in",
+            "  one stacked pass.",
+            "",
+            *_table(
+                [
+                    "method",
+                    "what it is",
+                    "UCI test log-lik., mean rank",
+                    "UCI s / split",
+                    "stacked",
+                ],
+                fit_rows,
+            ),
+            "",
+            "## Uncertainty",
+            "",
+            "* **90% coverage**: the share of UCI test targets inside the method's own raw 90%",
+            "  predictive interval, averaged over the sets. Below 0.9 is over-confident;",
+            "  `bnn_pyro.calibration` fixes either side (recalibration, or conformal intervals",
+            "  with a guarantee).",
             "* **OOD AUROC**: how well the best of the method's uncertainty scores separates",
             "  inputs unlike the training data (0.5 is chance, 1 perfect), for a classifier",
-            "  trained on the digits 0–4 or on two moons.",
-            "* **1-D, beyond the data**: on four 1-D problems with a known function, the share",
-            "  of the range beyond the training data where the true function lies inside the",
-            "  method's 95 percent band, averaged; and the share of the whole grid where its",
-            "  standard deviation is within a factor of 2 of a converged NUTS run on the same",
-            "  model. NUTS's own row shows that the first is a property of the model (the net",
-            "  and its prior), not only of the inference.",
-            "* **`fit_stacked`**: whether many models (seeds, folds, chains) train in one",
-            "  stacked pass.",
+            "  trained on the digits 0–4 (held-out digits 5–9; noise images) or on two moons",
+            "  (a ring far around them).",
+            "* **1-D beyond**: on four 1-D problems with a known function, the share of the",
+            "  range beyond the training data where the true function lies inside the",
+            "  method's 95 percent band, averaged; **1-D sd**: the share of the whole grid",
+            "  where its standard deviation is within a factor of 2 of a converged NUTS run on",
+            "  the same model.",
             "",
-            *table,
+            *_table(
+                [
+                    "method",
+                    "90% coverage",
+                    "AUROC: digits 5–9",
+                    "AUROC: noise",
+                    "AUROC: far ring",
+                    "1-D beyond",
+                    "1-D sd",
+                ],
+                uq_rows,
+            ),
+            "",
+            "Why the far ring reads below chance for most rows: a ReLU net's logits grow",
+            "linearly with the distance from the data, so far away it is *more* confident,",
+            "not less, and every score built on its predictions ranks the far points as more",
+            "familiar than the data. The plain network's and laplace-torch's rows read the same:",
+            "it is the net's, not the inference's.",
+            *(
+                [
+                    "NUTS's row in the 1-D columns says the same of the first of them: the",
+                    "exact posterior of the same net and prior misses the truth beyond the",
+                    "data as well.",
+                ]
+                if beyond.get("NUTS (reference)", [1.0])[0] < 0.5
+                else []
+            ),
             "",
             "Computed from the columns:",
             "",

@@ -244,3 +244,16 @@ def test_the_built_site_has_no_machine_path_and_no_internal_word(built_site):
         for pattern in (MACHINE_PATH, INTERNAL):
             found += [f"{page.relative_to(site)}: {m.group(0)!r}" for m in pattern.finditer(text)]
     assert not found, found[:20]
+
+
+def test_the_method_guide_opens_with_a_recommendation_and_lists_every_method_twice():
+    """A newcomer reads where to start before the tables; each of the two narrower tables (cost
+    and fit; uncertainty) has a row for every registered method, and no bullet ends in ';'."""
+    page = _method_guide().page_markdown()
+    intro, rest = page.split("## Cost and fit")
+    fit_part, uq_part = rest.split("## Uncertainty")
+    assert "**Start** with `vi`" in intro and "**Switch**" in intro
+    for name in bp.METHODS:
+        assert f"| `{name}` |" in fit_part, name
+        assert f"| `{name}` |" in uq_part, name
+    assert not [line for line in page.splitlines() if line.startswith("* ") and line.endswith(";")]
