@@ -218,8 +218,10 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
             callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
             validation_data: ``(x_val, y_val)``; adds ``val_loss`` (the training loss on it,
                 in eval mode) to the history.
-            lr_schedule, average: the learning rate over the epochs and Polyak averaging of
-                the last iterates (see :func:`bnn_pyro.training.train`).
+            lr_schedule: the learning rate over the epochs (see
+                :func:`bnn_pyro.training.train`).
+            average: Polyak averaging of the last iterates, the share of the epochs averaged
+                (see :func:`bnn_pyro.training.train`); ``None``: the last iterate.
             resume: a file path: the run writes its state there after each epoch, and a fit
                 with the same path and settings goes on from it to the same numbers as a run
                 never interrupted (see :mod:`bnn_pyro.training.resume`).

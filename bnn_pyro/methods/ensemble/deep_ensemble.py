@@ -285,8 +285,9 @@ class DeepEnsemble(ClassicMethod):
             x: ``(N, D)`` inputs.
             y: ``(N,)`` class indices, or ``(N,)`` / ``(N, O)`` regression targets.
             seed: member i's run is seeded with ``seed + i``; the global RNG is left untouched.
-            callbacks, validation_data: see :meth:`bnn_pyro.BaseBayesianMethod.fit`; callbacks
-                run in each member's training, with that member's history.
+            callbacks: see :meth:`bnn_pyro.BaseBayesianMethod.fit`; they run in each member's
+                training, with that member's history.
+            validation_data: see :meth:`bnn_pyro.BaseBayesianMethod.fit`.
 
         Returns:
             The :class:`~bnn_pyro.training.History`: per epoch, ``loss`` (and ``val_loss``)

@@ -156,7 +156,8 @@ class SGMCMC(SamplePredictive):
             batch_size: rows per step (``None``: the whole data set).
             lr: the step size (default :attr:`fit_defaults` of the sampler): SGHMC's ``ε`` of
                 Springenberg et al. (the move per step is ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``.
-            shuffle, progress: reshuffle each epoch; show a progress bar.
+            shuffle: reshuffle the rows each epoch.
+            progress: show a progress bar.
             seed: makes the run reproducible without touching the global RNG.
             callbacks: ``fn(method, epoch, history)`` after each epoch; ``True`` stops.
             validation_data: ``(X_val, y_val)``; adds ``val_nll`` (of the samples so far).

@@ -310,7 +310,8 @@ class SVIPredictive(BaseBayesianMethod):
 
         Args:
             x: ``(N, *features)`` inputs.
-            num_samples, seed: ``S`` draws from the guide, and their seed.
+            num_samples: ``S``, the draws from the guide.
+            seed: makes the draws reproducible without touching the global RNG.
             posterior_samples: ``{site: (S, *site_shape)}`` to use instead of the guide, as
                 :meth:`predict` takes them (a learned noise scale must be among them).
             **kwargs: ``chunk_size``, ``generator`` as :meth:`predict` takes them.

@@ -200,15 +200,19 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                 :func:`bnn_pyro.training.linear_annealing`); 1 is the ELBO.
             callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
             validation_data: ``(X_val, y_val)``; adds ``val_nll`` to the history.
-            shuffle, progress: reshuffle the rows every epoch; show a progress bar.
+            shuffle: reshuffle the rows every epoch.
+            progress: show a progress bar.
             seed: makes the run reproducible (given the net's initial weights) without touching
                 the global RNG.
-            lr_schedule, average: the learning rate over the epochs (default ``None``: cosine
-                decay to 0, which converges; ``"constant"``, ...) and Polyak averaging of the
-                guide over the last share of them (see :func:`bnn_pyro.methods.vi.svi.run_svi`).
+            lr_schedule: the learning rate over the epochs (default ``None``: cosine decay to
+                0, which converges; ``"constant"``, ...; see
+                :func:`bnn_pyro.methods.vi.svi.run_svi`).
+            average: Polyak averaging of the guide over the last share of the epochs (e.g.
+                ``0.5``); ``None``: the last iterate.
             resume: a file path that makes the run resumable (:mod:`bnn_pyro.training.resume`).
-            init, map_epochs: ``"map"``: the guide starts at a MAP fit of ``map_epochs`` (default
-                ``epochs // 4``) epochs, not on resume (:mod:`bnn_pyro.methods.vi.map_init`).
+            init: ``"map"``: the guide starts at a MAP fit, not on resume
+                (:mod:`bnn_pyro.methods.vi.map_init`); ``None``: at the net's own weights.
+            map_epochs: the MAP fit's epochs with ``init="map"`` (default ``epochs // 4``).
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
