@@ -128,7 +128,9 @@ def test_quick_run_has_a_target_line_per_method_and_per_shift(ood, quick):
 
 
 def test_quick_run_laplace_torch_rows_have_numbers(ood_report, quick):
-    pytest.importorskip("laplace")
+    pytest.importorskip(
+        "laplace", reason="laplace-torch, the peer, is not installed: pip install -e '.[ood]'"
+    )
     sections = _sections(quick[1])
     for shift in ood_report.SHIFTS:
         best, auroc, *_ = _rows(sections[shift])[ood_report.LAPLACE_TORCH]

@@ -20,7 +20,7 @@ import torch
 
 from bnn_pyro.methods.sgmcmc.samplers import sgld_step
 
-pytest.importorskip("posteriors")
+pytest.importorskip("posteriors", reason="the peers are not installed: pip install -e '.[peers]'")
 # torch-uncertainty's optimizers need torch only, though its package imports Lightning and
 # torchvision: the script loads them by path where that fails, so only their presence counts
 pytestmark = pytest.mark.skipif(

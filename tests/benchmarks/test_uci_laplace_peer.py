@@ -102,7 +102,9 @@ def test_laplace_torch_chooses_the_same_prior_and_variance_on_a_linear_gaussian_
     (the script's own calls, σ ours) are the same posterior for the same λ, and both maximise
     the same evidence, ours by bisection and laplace-torch's by 100 Adam steps on log λ: the λ
     agree to 2% and the GLM variances at new rows to 2%, the means exactly."""
-    pytest.importorskip("laplace")
+    pytest.importorskip(
+        "laplace", reason="laplace-torch, the peer, is not installed: pip install -e '.[ood]'"
+    )
     g = torch.Generator().manual_seed(3)
     x = torch.randn(80, 3, generator=g, dtype=torch.float64)
     y = x @ torch.tensor([[1.0], [-0.5], [0.2]], dtype=torch.float64)

@@ -110,7 +110,9 @@ def test_laplace_torch_gives_the_same_variance_and_evidence(task, structure):
     agrees to 1e-15, and KFAC ("kron": Kronecker factors summed over batches as laplace-torch
     sums them) to 6e-14. Ours is exact to 1e-10 on the linear model above, so
     the full structure's gap is on laplace-torch's side of the comparison)."""
-    laplace = pytest.importorskip("laplace")
+    laplace = pytest.importorskip(
+        "laplace", reason="laplace-torch, the peer, is not installed: pip install -e '.[ood]'"
+    )
     net, X, y = _trained(task, seed=0 if task == "regression" else 1)
     noise = {"noise_scale": 0.1} if task == "regression" else {}
     ours = bp.LaplaceApproximation(copy.deepcopy(net), task, prior_precision=2.0,

@@ -64,7 +64,9 @@ def test_laplace_torch_chooses_the_same_lambda_on_a_classifier():
     # laplace-torch 0.3's validate() never resets a torchmetrics metric, so its default
     # RunningNLLMetric scores each grid point by the running mean over all points so far; an
     # offline loss (the mean NLL of the probit probabilities) is scored afresh per point
-    laplace = pytest.importorskip("laplace")
+    laplace = pytest.importorskip(
+        "laplace", reason="laplace-torch, the peer, is not installed: pip install -e '.[ood]'"
+    )
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 3)).double()

@@ -82,7 +82,9 @@ def test_laplace_torch_gives_the_same_layerwise_evidence_and_variance(structure,
 def assert_same_as_laplace_torch(ours: bp.LaplaceApproximation, lam, task: str, rtol: float):
     """laplace-torch's ``Laplace`` of the same structure, net, data and prior precision ``lam``
     (a tensor of it): the same evidence and GLM variance to ``rtol``."""
-    laplace = pytest.importorskip("laplace")
+    laplace = pytest.importorskip(
+        "laplace", reason="laplace-torch, the peer, is not installed: pip install -e '.[ood]'"
+    )
     theirs = laplace.Laplace(copy.deepcopy(ours.model), task, subset_of_weights="all",
                              hessian_structure=ours.hessian_structure,
                              prior_precision=torch.tensor(lam, dtype=torch.float64),
