@@ -70,7 +70,7 @@ class GaussianLikelihood(Likelihood):
         y = y.double()
         fixed = getattr(self, "scale", None)
         if isinstance(fixed, float):
-            sd = torch.full(y.shape[-1:], fixed, dtype=y.dtype)
+            sd = torch.full(y.shape[-1:], fixed, dtype=y.dtype, device=y.device)
         else:
             sd = y.std(0, unbiased=False).clamp_min(1e-12)
         return float(-torch.distributions.Normal(y.mean(0), sd).log_prob(y).sum())
