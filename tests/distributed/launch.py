@@ -27,8 +27,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: What a gloo rank prints when it aborts at interpreter exit with its work done: a race in
+#: torch's teardown of the process group's threads on a busy machine, not a failure of the run
+#: (measured with examples/train_ddp.py under torchrun on a loaded 2-core machine: 2 of 25 runs
+#: of the commit before the Pyro-idioms change, 2 of 25 after, the runs alternated).
+EXIT_RACE = "terminate called without an active exception"
+
+
+def exit_race(returncodes: list[int | None], stderr: list[str]) -> bool:
+    r"""Whether processes failed only by the exit race: each returned 0 or aborted (SIGABRT)
+    with :data:`EXIT_RACE` in its error output, and one did.
+
+    Example:
+        >>> exit_race([0, -6], ["", "terminate called without an active exception\n"])
+        True
+        >>> exit_race([0, 3], ["", "ValueError: ..."]), exit_race([0, 0], ["", ""])
+        (False, False)
+    """
+    raced = [
+        rc in (-6, 134) and EXIT_RACE in err for rc, err in zip(returncodes, stderr, strict=True)
+    ]
+    return any(raced) and all(rc == 0 or r for rc, r in zip(returncodes, raced, strict=True))
+
+
 def launch(script: Path, args: list[str], world: int = 2, timeout: float = 120.0) -> Ranks:
-    """Run ``script args`` as ``world`` ranks; kill them all after ``timeout`` seconds."""
+    """Run ``script args`` as ``world`` ranks; kill them all after ``timeout`` seconds. A run
+    that failed only by torch's exit race (:func:`exit_race`) is run once more: what the tests
+    check is what the ranks computed and wrote, which the race comes after."""
+    ranks = _launch_once(script, args, world, timeout)
+    if exit_race(ranks.returncodes, ranks.stderr):
+        ranks = _launch_once(script, args, world, timeout)
+    return ranks
+
+
+def run_past_exit_race(command: list[str], **options) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, **options)``, once more if it failed only by torch's exit race
+    (a launcher such as torchrun reports its child's abort as its own failure)."""
+    done = subprocess.run(command, **options)
+    if done.returncode != 0 and EXIT_RACE in (done.stderr or ""):
+        done = subprocess.run(command, **options)
+    return done
+
+
+def _launch_once(script: Path, args: list[str], world: int, timeout: float) -> Ranks:
     port = free_port()
     procs = []
     start = time.perf_counter()

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import bnn_pyro as bp
 from tests.core.test_exact_posterior import _data, _exact
-from tests.distributed.launch import launch
+from tests.distributed.launch import launch, run_past_exit_race
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
 
@@ -111,7 +111,6 @@ def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
 def test_an_unchanged_script_runs_under_torchrun(tmp_path):
     """``examples/train_ddp.py`` never mentions torch.distributed; torchrun's environment is
     enough (``fit`` initialises the group)."""
-    import subprocess
     import sys
 
     from tests.distributed.launch import ROOT
@@ -119,7 +118,7 @@ def test_an_unchanged_script_runs_under_torchrun(tmp_path):
     script = ROOT / "examples" / "train_ddp.py"
     out = tmp_path / "result.pt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    done = subprocess.run(
+    done = run_past_exit_race(
         [*command, str(script), "--epochs", "30", "--out", str(out)],
         capture_output=True,
         text=True,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from bnn_pyro.methods.vi.lightning import BNNLightningModule  # noqa: E402
 from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim, make_elbo  # noqa: E402
+from tests.distributed.launch import run_past_exit_race  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_one_process_lightning_fit_trains_the_method():
 
 
 def test_two_process_ddp_run_trains_with_identical_parameters(tmp_path):
-    done = subprocess.run(
+    done = run_past_exit_race(
         [
             sys.executable,
             str(ROOT / "tests" / "distributed" / "lightning_worker.py"),
