@@ -24,6 +24,11 @@ from bnn_pyro._streaming import reduce_samples
 from bnn_pyro.checkpoint import class_named, load_method, register_class, save_method
 from bnn_pyro.threads import uses_threads
 
+#: The calls that run on the thread count of :mod:`bnn_pyro.threads` (one by default) in every
+#: method: training, and each way of reading the posterior predictive, so that a prediction's
+#: figures do not depend on how many threads torch has elsewhere.
+THREADED = ("fit", "predict", "predictive_gaussian", "log_predictive_density", "sample_posterior")
+
 if TYPE_CHECKING:
     from bnn_pyro.training import History
 
@@ -144,7 +149,7 @@ class BaseBayesianMethod(nn.Module, ABC):
         super().__init_subclass__(**kwargs)
         _rename_old_hooks(cls)
         register_class(cls)
-        for name in ("fit", "predict"):  # on the thread count of bnn_pyro.threads
+        for name in THREADED:  # on the thread count of bnn_pyro.threads
             fn = cls.__dict__.get(name)
             if callable(fn) and not getattr(fn, "__bnn_pyro_threads__", False):
                 setattr(cls, name, uses_threads(fn))
@@ -302,6 +307,7 @@ class BaseBayesianMethod(nn.Module, ABC):
         """
         return load_method(path, net=net, map_location=map_location, expected=cls)
 
+    @uses_threads
     def predictive_gaussian(
         self, x: torch.Tensor, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,7 +4,9 @@ The nets a BNN library trains on a CPU are small (a few layers of tens to hundre
 and their matrix products are too small to gain from torch's intra-op threads, while a machine
 whose cores are shared (a notebook beside other work, a CI runner, a laptop) makes every extra
 thread wait: the measurements are in ``benchmarks/threads.py`` and the README. So every
-method's ``fit`` and ``predict``, and :func:`bnn_pyro.fit_stacked`, run on one thread unless
+method's ``fit`` and ``predict`` (and ``predictive_gaussian``, ``log_predictive_density`` and
+``sample_posterior``: every way of reading its predictive, so that a figure does not depend on
+torch's thread count elsewhere), and :func:`bnn_pyro.fit_stacked`, run on one thread unless
 told otherwise, and give torch's own setting back when they return:
 
 * ``bp.set_threads(n)``: ``n`` threads inside ``fit``/``predict`` (a wide net on an idle

@@ -85,3 +85,30 @@ def test_a_bad_count_is_refused_by_name(bad):
     with pytest.raises((TypeError, ValueError), match="threads"):
         bp.set_threads(bad)
     assert bp.get_threads() == 1  # nothing changed
+
+
+@pytest.mark.parametrize("call", ["predictive_gaussian", "log_predictive_density"])
+def test_every_way_of_reading_the_predictive_runs_on_the_setting(two_threads, call):
+    """Not only ``predict``: a figure computed from ``predictive_gaussian`` or
+    ``log_predictive_density`` must not depend on torch's thread count elsewhere (a notebook
+    that dropped its own ``torch.set_num_threads(1)`` saw a Laplace row's figures move)."""
+    net = _Recording()
+    la = bp.LaplaceApproximation(net, "regression", noise_scale=0.5)
+    X, y = torch.randn(16, 2), torch.randn(16)
+    la.fit(X, y, epochs=1, progress=False)
+    net.seen.clear()
+    if call == "predictive_gaussian":
+        la.predictive_gaussian(X[:3], num_samples=2)
+    else:  # VI evaluates its twin of the net, not the net: record where it evaluates
+        bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
+        bnn.fit(X, y, epochs=1, progress=False)
+        outputs = bnn._outputs
+
+        def recording(*args, **kwargs):
+            net.seen.append(torch.get_num_threads())
+            return outputs(*args, **kwargs)
+
+        bnn._outputs = recording
+        bnn.log_predictive_density(X[:3], y[:3], num_samples=2)
+    assert net.seen and set(net.seen) == {1}
+    assert torch.get_num_threads() == 2
