@@ -13,7 +13,7 @@ import pyro
 import torch
 import torch.nn as nn
 
-from bnn_pyro.nn.param_scope import ParamScope
+from bnn_pyro.nn.param_scope import ParamScope, put_param
 from bnn_pyro.poutine.kl_weight import KLWeight
 
 __all__ = ["AutoGuideWrapper"]
@@ -85,12 +85,6 @@ class AutoGuideWrapper(nn.Module):
         else:
             self.__dict__["autoguide"] = guide  # a function: not a submodule
 
-    def use_scope(self, scope: ParamScope) -> None:
-        """Run in ``scope`` (the model's own store) from now on."""
-        self.scope = scope
-        if isinstance(self.autoguide, nn.Module):
-            self.autoguide._bnn_param_scope = scope
-
     @property
     def ready(self) -> bool:
         """Whether the guide has its parameters: an autoguide once it has traced the model, any
@@ -110,11 +104,8 @@ class AutoGuideWrapper(nn.Module):
         return out
 
     def _seed_free_params(self) -> None:
-        store = pyro.get_param_store()
         for key, (name, constraint) in self._free_names.items():
-            value = self.free_params[key]
-            store._params[name], store._param_to_name[value] = value, name
-            store._constraints[name] = constraint
+            put_param(name, self.free_params[key], constraint)
 
     def _adopt_free_params(self) -> None:
         """Hold every tensor ``pyro.param`` created in the store (not a module's attribute) as a
@@ -128,8 +119,7 @@ class AutoGuideWrapper(nn.Module):
             if key in self.free_params:
                 raise ValueError(f"two pyro.param names of the guide map to one key {key!r}")
             self.free_params[key] = param
-            self._free_names[key] = (name, store._constraints.get(name))
-            store._params[name] = param
-            store._param_to_name.pop(value, None)
-            store._param_to_name[param] = name
+            constraint = store._constraints.get(name)
+            self._free_names[key] = (name, constraint)
+            put_param(name, param, constraint)
         self._seen = len(store._params)

@@ -30,7 +30,7 @@ import pyro
 import torch
 from pyro.params.param_store import ParamStoreDict
 
-__all__ = ["ParamScope", "refuse_bare_jit", "register_param"]
+__all__ = ["ParamScope", "put_param", "refuse_bare_jit", "register_param"]
 
 
 class _ScopedTable(dict):
@@ -127,9 +127,28 @@ def register_param(name: str, value: torch.Tensor) -> None:
     params = store._params
     if type(params) is not _ScopedTable or params.get(name) is value:
         return
-    params[name] = value
+    put_param(name, value, torch.distributions.constraints.real)
+
+
+def put_param(name: str, value: torch.Tensor, constraint: Any) -> None:
+    """Write ``value`` (unconstrained) under ``name`` with ``constraint`` into the three tables
+    of the store in use now, replacing whatever tensor the name held (the reverse entry of that
+    one too), as ``pyro.param`` would have created it.
+
+    Example:
+        >>> scope, w = ParamScope(), torch.nn.Parameter(torch.zeros(2))
+        >>> with scope:
+        ...     put_param("w", w, torch.distributions.constraints.real)
+        ...     pyro.get_param_store().param_name(w)
+        'w'
+    """
+    store = pyro.get_param_store()
+    old = store._params.get(name)
+    if old is not None and old is not value:
+        store._param_to_name.pop(old, None)
+    store._params[name] = value
     store._param_to_name[value] = name
-    store._constraints[name] = torch.distributions.constraints.real
+    store._constraints[name] = constraint
 
 
 def refuse_bare_jit(scope: ParamScope) -> None:
