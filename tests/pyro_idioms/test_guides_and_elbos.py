@@ -101,6 +101,18 @@ def test_fit_takes_every_pyro_elbo_and_lands_on_the_exact_means(elbo) -> None:
     assert "guide.loc.net.0.weight" not in pyro.get_param_store()
 
 
+class _MyJit(JitTrace_ELBO):
+    """A user's own subclass of Pyro's JIT ELBO (defined outside Pyro's modules)."""
+
+
+def test_a_users_subclass_of_a_jit_elbo_trains_through_fit() -> None:
+    # judged by its module name, it was taken for a non-JIT ELBO: its compiled loss held the
+    # parameters as constants and the first step failed deep inside torch.jit
+    bnn = _bnn()
+    _fit(bnn, _MyJit(ignore_jit_warnings=True))
+    _assert_exact_means(bnn, *_data())
+
+
 def test_jit_compiles_once_across_calls_of_fit() -> None:
     """Pyro's JIT keys its compiled loss by ``id(model)``: ``fit`` hands it one bound model per
     model, so a second call of ``fit`` (continuing the training) reuses the compiled loss."""

@@ -13,7 +13,15 @@ from typing import Any
 
 import pyro
 import torch
-from pyro.infer import ELBO, SVI, TraceTailAdaptive_ELBO
+from pyro.infer import (
+    ELBO,
+    SVI,
+    JitTrace_ELBO,
+    JitTraceEnum_ELBO,
+    JitTraceGraph_ELBO,
+    JitTraceMeanField_ELBO,
+    TraceTailAdaptive_ELBO,
+)
 from pyro.optim import PyroOptim
 
 from bnn_pyro.elbos.alpha import AlphaELBO, alpha_particles
@@ -139,6 +147,10 @@ def make_elbo(
     )
 
 
+#: Pyro's JIT ELBOs: their compiled loss takes the parameters as inputs, found by name.
+JIT_ELBOS = (JitTrace_ELBO, JitTraceGraph_ELBO, JitTraceMeanField_ELBO, JitTraceEnum_ELBO)
+
+
 def needs_param_sites(elbo: ELBO) -> bool:
     """Whether ``elbo`` finds the parameters it trains through the param sites of its traces:
     Pyro's JIT ELBOs (the parameters are the compiled function's inputs, looked up by name) and
@@ -146,14 +158,14 @@ def needs_param_sites(elbo: ELBO) -> bool:
     ``loss_and_grads`` back-propagates only when it sees a param site. Every other ELBO
     back-propagates into the module's parameters without them.
 
+    Judged by class, so a user's subclass of one of Pyro's ELBOs is judged as its base.
+
     Example:
         >>> from pyro.infer import JitTrace_ELBO, RenyiELBO, Trace_ELBO
         >>> [needs_param_sites(e) for e in (Trace_ELBO(), RenyiELBO(), JitTrace_ELBO())]
         [False, True, True]
     """
-    return type(elbo).__module__.startswith("pyro.") and (
-        not hasattr(elbo, "differentiable_loss") or type(elbo).__name__.startswith("Jit")
-    )
+    return isinstance(elbo, JIT_ELBOS) or not hasattr(elbo, "differentiable_loss")
 
 
 class GuardedSVI(SVI):
