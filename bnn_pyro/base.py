@@ -137,6 +137,20 @@ class BaseBayesianMethod(nn.Module, ABC):
     #: The default number of predictive samples ``S``; ``predict(num_samples=...)`` overrides.
     num_samples: int = 100
 
+    #: The members a new method defines or calls to plug into ``fit``, ``predict`` and the
+    #: checkpoints: the contract between a method and the library, not part of a user's API.
+    #: Each family's base class adds its own; the API pages leave them off a method's page.
+    hooks: tuple[str, ...] = (
+        "hooks",
+        "renamed_hooks",
+        "subclass",
+        "forward",
+        "checkpoint_config",
+        "from_checkpoint_config",
+        "fitted_state",
+        "restore_fitted_state",
+    )
+
     #: Hooks a subclass may still define under an earlier, underscored name (earlier -> now).
     renamed_hooks: dict[str, str] = {
         "_config": "checkpoint_config",

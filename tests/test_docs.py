@@ -128,8 +128,8 @@ def test_roles_become_links_to_the_documented_object():
     nn_doc = pkg["nn"].docstring.value
     assert "[`mlp`][bnn_pyro.nn.mlp.mlp]" in nn_doc  # the function, not the module
     assert (
-        "[`VariationalBNN`][bnn_pyro.methods.vi.model.VariationalBNN]" in nn_doc
-    )  # ~ shortens the text
+        "[`VariationalBNN`][bnn_pyro.methods.VariationalBNN]" in nn_doc
+    )  # ~ shortens the text; the class's page is under the first-level module
     assert ":class:" not in nn_doc
 
 
@@ -151,24 +151,41 @@ def test_an_unresolvable_role_is_a_warning(tmp_path, caplog):
     assert len(warnings) == 1 and ":class:`Nothing`" in warnings[0], warnings
 
 
+METHOD_CLASSES = sorted({spec.split(":")[1] for spec, _ in bp.METHODS.values()})
+
+
 @needs_mkdocs
-@pytest.mark.parametrize(
-    ("page", "cls"),
-    [
-        ("methods/vi/model", "bnn_pyro.methods.vi.model.VariationalBNN"),
-        ("methods/mc_dropout/dropout", "bnn_pyro.methods.mc_dropout.dropout.MCDropout"),
-        ("methods/swag/swag", "bnn_pyro.methods.swag.swag.SWAG"),
-        ("methods/ensemble/deep_ensemble", "bnn_pyro.methods.ensemble.deep_ensemble.DeepEnsemble"),
-    ],
-)
-def test_a_method_page_shows_the_inherited_contract(built_site, page, cls):
-    """``fit``, ``predict``, ``save`` and ``load`` are inherited by most methods; their page
-    renders them anyway (``inherited_members``), so a user reading one method's page sees
-    the whole contract."""
+@pytest.mark.parametrize("cls", METHOD_CLASSES)
+def test_a_method_page_shows_the_public_face_only(built_site, cls):
+    """Each method has a page of its own at ``api/methods/<Class>/``: the inherited contract
+    (``fit``, ``predict``, ``save``, ``load``) is on it, the hooks a method defines for the
+    library (``prepare_inputs``, ``fast_loss``, ``forward``...) are not, nor are the
+    attributes an instance sets for itself."""
     site, _ = built_site
-    html = (site / "api" / page / "index.html").read_text()
-    shown = set(re.findall(rf'id="{re.escape(cls)}\.(\w+)"', html))
-    assert {"fit", "predict", "save", "load"} <= shown, sorted(shown)
+    html = (site / "api" / "methods" / cls / "index.html").read_text()
+    shown = set(re.findall(rf'id="bnn_pyro\.methods\.{cls}\.(\w+)"', html))
+    assert {"fit", "predict", "save", "load", "from_net"} <= shown, sorted(shown)
+    hooks = set(getattr(bp.methods, cls).hooks)
+    assert not shown & hooks, sorted(shown & hooks)
+    assert not shown & {"dataset_size", "input_shape", "extra_repr", "get_extra_state"}
+
+
+def test_every_hook_a_method_declares_is_one_of_its_members():
+    """``hooks`` names members: a renamed hook left in the tuple would show on the API page."""
+    for cls in METHOD_CLASSES:
+        method = getattr(bp.methods, cls)
+        assert {"fit", "predict", "save", "load"}.isdisjoint(method.hooks), cls
+        missing = [name for name in method.hooks if not hasattr(method, name)]
+        assert not missing, (cls, missing)
+
+
+@needs_mkdocs
+def test_the_contract_page_shows_the_hooks(built_site):
+    """``BaseBayesianMethod``'s page is the contract of a new method: its hooks are on it."""
+    site, _ = built_site
+    html = (site / "api" / "base" / "BaseBayesianMethod" / "index.html").read_text()
+    shown = set(re.findall(r'id="bnn_pyro\.base\.BaseBayesianMethod\.(\w+)"', html))
+    assert {"fit", "predict", "checkpoint_config", "fitted_state"} <= shown, sorted(shown)
 
 
 def _flat(nav: list) -> list[str]:
@@ -182,21 +199,35 @@ def _flat(nav: list) -> list[str]:
     return out
 
 
-@needs_mkdocs
-def test_the_api_navigation_is_grouped_and_complete():
-    """The API navigation groups the modules by what a user does, and holds every page once:
-    a new module lands in its group (or in "More") without an edit."""
+def _api_pages():
     sys.path.insert(0, str(ROOT / "docs"))
     try:
-        api_pages = importlib.import_module("api_pages")
+        return importlib.import_module("api_pages")
     finally:
         sys.path.remove(str(ROOT / "docs"))
-    pages = api_pages.layout().pages
-    tree = api_pages.nav(pages)
+
+
+@needs_mkdocs
+def test_the_api_navigation_is_grouped_shallow_and_complete():
+    """The API navigation groups the pages by what a user does: a method is one click into
+    Methods (Methods -> VariationalBNN), every class and first-level module is in it once, a
+    new module lands in its group (or in "More") without an edit, and the deeper modules (the
+    implementation) are left out."""
+    api_pages = _api_pages()
+    layout = api_pages.layout()
+    tree = api_pages.nav(layout.pages, layout.classes)
     titles = [next(iter(item)) for item in tree if isinstance(item, dict)]
     assert titles[:3] == ["bnn_pyro", "Methods", "Building blocks"], titles
+    methods = next(item["Methods"] for item in tree if isinstance(item, dict) and "Methods" in item)
+    direct = [next(iter(entry)) for entry in methods]
+    assert set(METHOD_CLASSES) <= set(direct), direct
+    assert direct[0] == "VariationalBNN", direct
     uris = _flat(tree)
-    assert sorted(uris) == sorted([p.uri for p in pages] + ["api/index.md"])
+    public = [p.uri for p in layout.pages if p.path.count(".") <= 1]
+    expected = public + [c.uri for c in layout.classes] + ["api/index.md"]
+    assert sorted(uris) == sorted(expected)
+    deep = [p.uri for p in layout.pages if p.path.count(".") > 1]
+    assert deep and not set(deep) & set(uris)
 
 
 def _method_guide():

@@ -18,7 +18,7 @@ from bnn_pyro.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 #: What a user cannot follow: an issue number, an origin name, the shared development folder.
 INTERNAL = re.compile(
-    r"seed system|\bmission\b|\bissues? \d+|\(issue|\.\./shared|shared folder"
+    r"seed system|\bmission\b|\bissues? \d+|\(issue|\.\./shared\b|shared folder"
     r"|\bseeds? 00\d",
     re.IGNORECASE,
 )
@@ -69,6 +69,7 @@ def test_the_grep_sees_internal_words():
     text = "see issue 12\n(issue) seed 001 and the mission\n--data ../shared/data"
     assert len(_internal_words(text)) == 5
     assert not _internal_words("a random seed 0, the issue's target, shared weights")
+    assert not _internal_words("[`SharedNormal`](../SharedNormal/)")  # a sibling API page
 
 
 #: A folder of the machine that wrote a page: an absolute path under the usual roots, or the

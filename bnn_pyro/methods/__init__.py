@@ -1,4 +1,5 @@
-"""Classic uncertainty methods behind one ``predict`` interface."""
+"""Every uncertainty method of the library, behind one contract (``fit``, ``predict``, ``save``,
+``load``; see :class:`~bnn_pyro.base.BaseBayesianMethod`)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,21 @@ if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on
     from bnn_pyro.methods.sgmcmc.method import SGMCMC
     from bnn_pyro.methods.swag.swag import SWAG
     from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
+    from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
+    from bnn_pyro.methods.vi.model import VariationalBNN
     from bnn_pyro.nn.gaussian_linear import GaussianLinear
 
-__all__ = [
-    "BaseBayesianMethod",
-    "DeepEnsemble",
-    "GaussianLinear",
-    "LaplaceApproximation",
+__all__ = [  # in the order of bnn_pyro.METHODS, then the contract
+    "VariationalBNN",
+    "HiddenLayerBNN",
     "MCDropout",
-    "SGMCMC",
+    "DeepEnsemble",
     "SWAG",
+    "LaplaceApproximation",
     "VariationalBayesNN",
+    "SGMCMC",
+    "BaseBayesianMethod",
+    "GaussianLinear",
     "summarize_samples",
     "to_probabilities",
 ]
@@ -39,6 +44,8 @@ _NAMES = {
     "SGMCMC": "bnn_pyro.methods.sgmcmc.method",
     "SWAG": "bnn_pyro.methods.swag.swag",
     "VariationalBayesNN": "bnn_pyro.methods.vi.bayes_nn",
+    "VariationalBNN": "bnn_pyro.methods.vi.model",
+    "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
     "GaussianLinear": "bnn_pyro.nn.gaussian_linear",
 }
 __getattr__, __dir__ = lazy_names(__name__, _NAMES)

@@ -66,6 +66,14 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
     :class:`~bnn_pyro.methods.classic.noise.HomoscedasticNoise`).
     """
 
+    hooks = (
+        *BaseBayesianMethod.hooks,
+        "epoch_callbacks",
+        "after_training",
+        "complete_training",
+        "fit_data",
+        "fit_defaults",
+    )
     task: str
     _seen_input: tuple[int, ...] | None = None  # x.shape[1:] of the last fit that succeeded
 

@@ -63,6 +63,7 @@ class DeepEnsemble(ClassicMethod):
         torch.Size([4, 6, 2])
     """
 
+    hooks = (*ClassicMethod.hooks, "train_member")
     _config_keys = ("num_models", "gaussian_nll")
     _resume_extendable = False  # members train one after another: each to its epochs
 

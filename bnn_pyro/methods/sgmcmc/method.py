@@ -73,6 +73,8 @@ class SGMCMC(SamplePredictive):
         (torch.Size([3, 1]), torch.Size([30, 8, 2]))
     """
 
+    hooks = (*SamplePredictive.hooks, "start_run", "keep_run", "fit_defaults")
+
     #: The step size ``lr`` of each sampler when ``fit`` is not given one.
     fit_defaults: dict[str, float] = {"sghmc": 0.05, "sgld": 0.01}
 

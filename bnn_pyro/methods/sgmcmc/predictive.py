@@ -38,6 +38,7 @@ class SamplePredictive(BaseBayesianMethod):
         True
     """
 
+    hooks = (*BaseBayesianMethod.hooks, "check_in_sample")
     bnn: VariationalBNN
     potential: PyroPotential | None
     kept_samples: torch.Tensor

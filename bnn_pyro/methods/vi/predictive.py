@@ -36,6 +36,14 @@ class SVIPredictive(BaseBayesianMethod):
     :meth:`_draw_posterior`, :meth:`_outputs` and :meth:`_output_dim`; ``dataset_size`` and
     ``input_shape`` are set by ``fit`` (``None`` before)."""
 
+    hooks = (
+        *BaseBayesianMethod.hooks,
+        "prepare_inputs",
+        "prepare_targets",
+        "batch_targets",
+        "prepare_posterior_samples",
+        "posterior_samples_note",
+    )
     likelihood: Likelihood
     site_names: list[str]
     dataset_size: int | None

@@ -83,6 +83,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         "_inputs": "prepare_inputs",
         "_targets": "prepare_targets",
     }
+    hooks = (*SVIPredictive.hooks, "setup_guide", "fast_loss", "default_elbo")
     elbos: tuple[str, ...] = tuple(ELBO_CLASSES)  # the objectives fit takes by name
     default_elbo: str = "trace"  # fit's objective when its elbo is None
 
