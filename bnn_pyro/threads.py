@@ -6,7 +6,8 @@ whose cores are shared (a notebook beside other work, a CI runner, a laptop) mak
 thread wait: the measurements are in ``benchmarks/threads.py`` and the README. So every
 method's ``fit`` and ``predict`` (and ``predictive_gaussian``, ``log_predictive_density`` and
 ``sample_posterior``: every way of reading its predictive, so that a figure does not depend on
-torch's thread count elsewhere), and :func:`bnn_pyro.fit_stacked`, run on one thread unless
+torch's thread count elsewhere; Laplace's evidence and prior-precision search too), and
+:func:`bnn_pyro.fit_stacked`, run on one thread unless
 told otherwise, and give torch's own setting back when they return:
 
 * ``bp.set_threads(n)``: ``n`` threads inside ``fit``/``predict`` (a wide net on an idle

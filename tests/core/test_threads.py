@@ -112,3 +112,32 @@ def test_every_way_of_reading_the_predictive_runs_on_the_setting(two_threads, ca
         bnn.log_predictive_density(X[:3], y[:3], num_samples=2)
     assert net.seen and set(net.seen) == {1}
     assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize(
+    "call", ["log_marginal_likelihood", "optimize_prior_precision", "validation_log_likelihood"]
+)
+def test_laplace_evidence_runs_on_the_setting(two_threads, monkeypatch, call):
+    """Laplace's evidence calls are made by a user after ``fit`` (notebook 01 calls
+    ``optimize_prior_precision``): they run on the library's count too, or the prior precision
+    they choose moves with torch's thread count (measured: in its 12th digit). Recorded where
+    each evaluates: the net (``validation_log_likelihood``) or the posterior's structure."""
+    net = _Recording()
+    la = bp.LaplaceApproximation(net, "regression", noise_scale=0.5)
+    X, y = torch.randn(16, 2), torch.randn(16)
+    la.fit(X, y, epochs=1, progress=False)
+    net.seen.clear()
+    structure = type(la.structure)  # a property: patch the class
+    eigenvalues = structure.eigenvalues
+
+    def recording(*args, **kwargs):
+        net.seen.append(torch.get_num_threads())
+        return eigenvalues(*args, **kwargs)
+
+    monkeypatch.setattr(structure, "eigenvalues", recording)
+    if call == "validation_log_likelihood":
+        la.validation_log_likelihood(X, y)
+    else:
+        getattr(la, call)()
+    assert net.seen and set(net.seen) == {1}
+    assert torch.get_num_threads() == 2

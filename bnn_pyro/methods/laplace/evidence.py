@@ -14,6 +14,7 @@ from bnn_pyro._checks import check_choice, check_float
 from bnn_pyro.methods.classic.training import modes
 from bnn_pyro.methods.laplace import gaussian_posterior as gp
 from bnn_pyro.methods.laplace.structures import HessianStructure, map_tensors
+from bnn_pyro.threads import uses_threads
 
 __all__ = ["LaplaceEvidence"]
 
@@ -38,6 +39,7 @@ class LaplaceEvidence:
     _shapes: dict[str, torch.Size]
     _loglik: float
 
+    @uses_threads  # on the library's thread count (bnn_pyro.threads), as fit is
     def log_marginal_likelihood(
         self, prior_precision: float | Sequence[float] | None = None
     ) -> torch.Tensor:
@@ -85,6 +87,7 @@ class LaplaceEvidence:
             + self._loglik
         )
 
+    @uses_threads  # on the library's thread count (bnn_pyro.threads), as fit is
     def optimize_prior_precision(
         self,
         bounds: tuple[float, float] = (1e-8, 1e8),
@@ -232,6 +235,7 @@ class LaplaceEvidence:
             return lam
         return self._per_coordinate(lam, self._require_fit()[0].dtype)
 
+    @uses_threads  # on the library's thread count (bnn_pyro.threads), as fit is
     def validation_log_likelihood(
         self, x: Any, y: Any, prior_precision: float | Sequence[float] | None = None
     ) -> float:
