@@ -63,3 +63,39 @@ def test_bad_input_is_refused_by_name():
         energy_score(torch.zeros(2, 3), temperature=0.0)
     with pytest.raises(ValueError, match="tpr"):
         fpr_at_95_tpr(torch.ones(3), torch.ones(3), tpr=0.0)
+
+
+def test_fpr_at_95_tpr_counts_ood_scores_tied_with_the_threshold():
+    """Worked by hand. In-distribution: ten 0s, nine 1s, one 2 (N = 20). Keeping 95% means
+    keeping ⌈0.95 · 20⌉ = 19 of them, the 19th smallest being 1: the threshold is 1 and the
+    in-distribution inputs at or below it are exactly 19 of 20. The OOD scores 0, 1, 1, 2, 3:
+    three of five (0 and both 1s) lie at or below 1, so the FPR is 3/5; a strict ``<`` would
+    count only the 0 (1/5)."""
+    s_in = torch.tensor([1.0, 0.0, 2.0] + [0.0] * 9 + [1.0] * 8)
+    assert sorted(s_in.tolist()) == [0.0] * 10 + [1.0] * 9 + [2.0]
+    s_out = torch.tensor([3.0, 1.0, 0.0, 2.0, 1.0])
+    assert fpr_at_95_tpr(s_in, s_out) == pytest.approx(3 / 5)
+    # ties across the threshold among the in-distribution scores too: five 0s and fifteen 1s;
+    # the 19th smallest is 1, and keeping every score <= 1 keeps all 20. OOD 1, 1, 2, 2: half.
+    s_in = torch.tensor([0.0] * 5 + [1.0] * 15)
+    assert fpr_at_95_tpr(s_in, torch.tensor([1.0, 2.0, 1.0, 2.0])) == pytest.approx(0.5)
+    # tpr = 0.5 of 1, 2, 3, 4: the 2nd smallest, 2; OOD 2, 2, 3: two of three at or below it
+    s_in = torch.tensor([3.0, 1.0, 4.0, 2.0])
+    assert fpr_at_95_tpr(s_in, torch.tensor([2.0, 3.0, 2.0]), tpr=0.5) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fpr_at_95_tpr_is_scikit_learns_roc_with_ties(seed):
+    """Independently from scikit-learn's ROC curve, with the in-distribution inputs as the
+    positives of the score ``-s`` (kept when ``s`` is at or below the threshold): the FPR at
+    the first (lowest) threshold whose TPR reaches 0.95. Integer scores: many ties, also at
+    the threshold."""
+    g = torch.Generator().manual_seed(seed)
+    s_in = torch.randint(0, 12, (300,), generator=g).double()
+    s_out = torch.randint(6, 20, (150,), generator=g).double()
+    labels = np.r_[np.ones(300), np.zeros(150)]
+    scores = -np.r_[s_in.numpy(), s_out.numpy()]
+    fpr, tpr, _ = sk_metrics.roc_curve(labels, scores, drop_intermediate=False)
+    expected = fpr[np.argmax(tpr >= 0.95 - 1e-12)]
+    assert 0 < expected < 1  # a case where the threshold's ties matter
+    assert fpr_at_95_tpr(s_in, s_out) == pytest.approx(expected, abs=1e-12)

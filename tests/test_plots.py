@@ -137,11 +137,37 @@ def test_predictive_1d_bad_arguments_raise(kwargs, error, match):
 
 
 def test_metric_plots_accept_tensors_that_require_grad():
+    """Tensors in an autograd graph plot the numbers they hold, recomputed here from their
+    detached values with numpy."""
     logits = torch.randn(20, 3, generator=torch.Generator().manual_seed(3), requires_grad=True)
     labels = torch.arange(20) % 3
-    plot_reliability_diagram(torch.softmax(logits, dim=1), labels, n_bins=4)
-    locs = logits[None, :, :1]  # (1, 20, 1)
-    plot_regression_calibration(locs, 1.0, torch.zeros(20, 1))
+    probs = torch.softmax(logits, dim=1)
+    assert probs.requires_grad
+    ax = plot_reliability_diagram(probs, labels, n_bins=4)
+    p = probs.detach().double().numpy()
+    conf, pred = p.max(1), p.argmax(1)
+    bins = np.clip(np.ceil(conf * 4).astype(int) - 1, 0, 3)  # right-closed bins, as documented
+    filled = sorted(set(bins.tolist()))
+    (bars,) = [c for c in ax.containers if c.get_label() == "accuracy"]
+    assert [round(r.get_x() * 4) for r in bars.patches] == filled
+    heights = [r.get_height() for r in bars.patches]
+    np.testing.assert_allclose(
+        heights, [(pred == labels.numpy())[bins == b].mean() for b in filled]
+    )
+    dots = _by_gid(ax, "confidence").get_ydata()
+    np.testing.assert_allclose(dots, [conf[bins == b].mean() for b in filled], rtol=1e-6)
+
+    # one Gaussian per point, N(l, 1) with y = 0: inside the central level-p interval exactly
+    # when |l| <= Phi^-1((1 + p) / 2)
+    locs = logits[None, :, :1]  # (1, 20, 1), requires grad
+    levels = torch.tensor([0.25, 0.5, 0.75, 0.95], dtype=torch.float64)
+    ax = plot_regression_calibration(locs, 1.0, torch.zeros(20, 1), levels=levels)
+    line = _by_gid(ax, "coverage")
+    np.testing.assert_allclose(line.get_xdata(), levels.numpy())
+    radius = torch.special.ndtri((1 + levels) / 2).numpy()
+    l_abs = np.abs(logits.detach().double().numpy()[:, 0])
+    np.testing.assert_allclose(line.get_ydata(), [(l_abs <= r).mean() for r in radius])
+    assert 0 < line.get_ydata()[0] < line.get_ydata()[-1] < 1  # a curve, not a constant
 
 
 def test_metric_plots_validate_through_the_metrics():

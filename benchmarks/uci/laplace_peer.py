@@ -311,7 +311,7 @@ def run_split(
         "n_test": int(data.x_eval.shape[0]),
         "noise_scale": sigma,
         "map_seconds": map_seconds,
-        "harness_test_ll": score(locs, scales, data.y_eval, data.y_std)["test_ll"],
+        "harness_test_ll": score(locs, scales, data.y_eval, data.y_std, coverage=False)["test_ll"],
         "committed_test_ll": committed,
         "contenders": contenders,
         "threads": torch.get_num_threads(),

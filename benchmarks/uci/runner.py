@@ -200,7 +200,7 @@ def search_report(
         epoch: int, predictor: Predictor, overrides: Mapping[str, Any] | None = None
     ) -> None:
         locs, scales = predictor(data.x_eval)
-        scores = score(locs, scales, data.y_eval, data.y_std)
+        scores = score(locs, scales, data.y_eval, data.y_std, coverage=False)  # not recorded
         records.append(
             {
                 "config": {**config, **(overrides or {}), "epochs": epoch},
