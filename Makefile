@@ -1,9 +1,11 @@
 # Two commands: `make demo` (the main job) and `make test`. Both create .venv on first use,
-# installing torch==2.13.0 before the project. Which build of torch that is depends on pip:
-# on Linux, PyPI's torch==2.13.0 is the CUDA build (a download of several GB); where pip is
-# configured with PyTorch's CPU index it is the CPU build. TORCH_INDEX picks the index for torch
-# alone, e.g. the CPU-only build on any machine:
+# installing torch (the version pinned in constraints.txt) before the project. Which build of
+# torch that is depends on pip: on Linux, PyPI's torch is the CUDA build (a download of several
+# GB); where pip is configured with PyTorch's CPU index it is the CPU build. TORCH_INDEX picks
+# the index for torch alone, e.g. the CPU-only build on any machine:
 #   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# The project comes with its dev extra and the peers the parity tests run beside (ood: laplace-
+# torch; peers: posteriors, torch-uncertainty), resolved against the same torch.
 PYTHON ?= python3
 TORCH_INDEX ?=
 VENV := .venv
@@ -12,11 +14,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-quick lint bench docs clean
 
-$(STAMP): pyproject.toml
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0 \
-		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP) torch $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) -e '.[dev,ood,peers]'
+	# torch-uncertainty depends on torchvision, whose PyPI build is made for PyPI's CUDA torch:
+	# beside a CPU torch its operators fail to load and importing it raises. Then it goes; what
+	# the parity tests use of torch-uncertainty (its SGHMC and SGLD files) needs torch alone.
+	$(PY) -c "import torchvision" 2>/dev/null || $(PY) -m pip uninstall --quiet -y torchvision
 	touch $(STAMP)
 
 demo: $(STAMP)
