@@ -96,6 +96,8 @@ def _classic(
         g = torch.Generator().manual_seed(seed)
         if name == "ensemble":
             return lambda x: _locs(method.predictive_gaussian(x))
+        if name == "laplace":  # draws of f from the GLM (its predictive_gaussian: one Gaussian)
+            return lambda x: _locs(method.predict(x, return_samples=True, generator=g)[2:])
         return lambda x: _locs(method.predictive_gaussian(x, generator=g))
 
     return build

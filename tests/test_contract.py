@@ -91,8 +91,8 @@ def test_predict_answers_the_contract(saved, name, task):
         torch.testing.assert_close(samples.sum(-1), torch.ones(samples.shape[:2]))
     if name != "ensemble":  # an ensemble's samples are its members
         assert method.predict(X, return_samples=True, num_samples=7)[2].shape[0] == 7
-        other = method.predict(X, seed=4)[0]
-        assert not torch.equal(other, mean)  # the seed matters: the samples are random
+        other = method.predict(X, return_samples=True, seed=4)[2]
+        assert not torch.equal(other, samples)  # the seed matters: the samples are random
 
 
 @pytest.mark.parametrize("name", list(bp.METHODS))

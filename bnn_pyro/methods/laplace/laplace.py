@@ -26,7 +26,7 @@ from bnn_pyro.methods.classic.training import (
 )
 from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
 from bnn_pyro.methods.laplace.evidence import LaplaceEvidence
-from bnn_pyro.methods.laplace.predictive import LaplacePredictive
+from bnn_pyro.methods.laplace.predictive import LINK_APPROXIMATIONS, LaplacePredictive
 from bnn_pyro.methods.laplace.structures import (
     STRUCTURES,
     HessianStructure,
@@ -71,18 +71,28 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
             a tuple), as :meth:`optimize_prior_precision` with ``layerwise=True`` sets it, or
             one per Bayesian coordinate (diagonal, those tensors flattened in that order; not
             for ``"kron"``), as ``diagonal=True`` sets it.
-        num_samples: S, weight samples per :meth:`predict`.
+        num_samples: S, weight samples per :meth:`predict` where it samples (the ``"nn"``
+            predictive, ``link_approx="mc"``, ``return_samples=True``).
         hessian: ``"ggn"`` (the default) or ``"fisher"``.
         hessian_structure: ``"diag"``, ``"full"`` or ``"kron"`` (KFAC: two Kronecker factors per
             ``nn.Linear`` layer, with the GGN; laplace-torch's ``"kron"``).
         subset: ``"all"`` parameters or the ``"last_layer"``.
-        predictive: ``"glm"`` (the default) runs the net's linearisation
-            ``f(x, θ*) + J(x) (θ - θ*)`` (a Jacobian-vector product per sample); ``"nn"`` runs
-            the net itself on each weight sample. The GLM predictive is the one the Laplace
-            posterior is consistent with (Immer et al. 2021): the sampled ``"nn"`` predictive of
-            a diagonal posterior over every weight is over-dispersed, enough to lose most of a
-            classifier's accuracy (the OOD benchmark's ``laplace`` rows measure it).
+        predictive: ``"glm"`` (the default) predicts with the net's linearisation
+            ``f(x, θ*) + J(x) (θ - θ*)``, whose outputs are Gaussian: :meth:`predict` returns
+            their mean and variance in closed form (through a classifier's softmax, as
+            ``link_approx`` says), and its samples are Jacobian-vector products on weight
+            draws; ``"nn"`` runs the net itself on each weight sample. The GLM predictive is
+            the one the Laplace posterior is consistent with (Immer et al. 2021): the sampled
+            ``"nn"`` predictive of a diagonal posterior over every weight is over-dispersed,
+            enough to lose most of a classifier's accuracy (the OOD benchmark's ``laplace``
+            rows measure it).
         noise_scale: Gaussian noise std (regression).
+        link_approx: how :meth:`predict` takes the GLM predictive through a classifier's
+            softmax: ``"probit"`` (the default; the probit approximation,
+            :func:`~bnn_pyro.methods.laplace.probit.probit_moments`, deterministic) or
+            ``"mc"`` (the mean and variance of ``num_samples`` sampled probability vectors).
+            laplace-torch's ``link_approx``, by the same names. Regression needs none: its
+            GLM predictive is exact.
 
     Example:
         >>> net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 3))
@@ -100,6 +110,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
         "hessian_structure",
         "subset",
         "predictive",
+        "link_approx",
     )
 
     def __init__(
@@ -114,6 +125,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
         subset: str = "all",
         predictive: str = "glm",
         noise_scale: float | torch.Tensor | None = None,
+        link_approx: str = "probit",
     ) -> None:
         super().__init__()
         self.model = check_module("model", model)
@@ -126,6 +138,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
         )
         self.subset = check_choice("subset", subset, ("all", "last_layer"))
         self.predictive = check_choice("predictive", predictive, ("nn", "glm"))
+        self.link_approx = check_choice("link_approx", link_approx, LINK_APPROXIMATIONS)
         params = dict(model.named_parameters())
         if subset == "last_layer":
             params = last_layer_parameters(model)
@@ -309,6 +322,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
                 "subset": self.subset,
                 "num_samples": self.num_samples,
                 "predictive": self.predictive,
+                "link_approx": self.link_approx,
             }
         )
         return state
@@ -328,6 +342,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
         self.hessian = state["hessian"]
         self.num_samples = int(state["num_samples"])
         self.predictive = str(state["predictive"])
+        self.link_approx = str(state.get("link_approx", self.link_approx))  # a file from before
 
     def _apply(self, fn, *args, **kwargs):  # noqa: ANN001, ANN202 - torch's private signature
         """Move/cast the posterior with the module (``.to()``, ``.double()``, ...)."""

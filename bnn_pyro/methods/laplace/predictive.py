@@ -1,16 +1,19 @@
 """The predictive of the Laplace approximation: posterior draws of the parameters, the net or
-its linearisation on them, and the closed-form variance of the linearisation (the GLM)."""
+its linearisation on them, and the closed-form moments of the linearisation (the GLM): exact
+through an identity link (regression, or logits), the probit approximation through a softmax."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from bnn_pyro._checks import check_int
+from bnn_pyro._checks import check_choice, check_int, check_seed
 from bnn_pyro._rng import seeded
+from bnn_pyro._streaming import stream_summary
+from bnn_pyro.base import PredictOutput
 from bnn_pyro.methods.classic.params import batched_call, linearized_call, unflatten
 from bnn_pyro.methods.classic.training import modes, module_device
 from bnn_pyro.methods.laplace.curvature import (
@@ -19,9 +22,20 @@ from bnn_pyro.methods.laplace.curvature import (
     output_jacobians,
 )
 from bnn_pyro.methods.laplace.kron import LayerJacobians
+from bnn_pyro.methods.laplace.probit import probit_moments
 from bnn_pyro.methods.laplace.structures import HessianStructure
+from bnn_pyro.threads import uses_threads
 
-__all__ = ["LaplacePredictive"]
+__all__ = ["LINK_APPROXIMATIONS", "LaplacePredictive"]
+
+#: How ``predict`` takes the GLM predictive through a softmax (``link_approx=``): ``"probit"``,
+#: the probit approximation (:func:`~bnn_pyro.methods.laplace.probit.probit_moments`,
+#: deterministic), or ``"mc"``, the moments of ``S`` sampled probability vectors.
+LINK_APPROXIMATIONS = ("probit", "mc")
+
+#: Rows per block of the closed-form ``predict`` (one Jacobian pass each; the block's Jacobians
+#: are cut down further to :data:`~bnn_pyro.methods.laplace.curvature.JACOBIAN_BLOCK_BYTES`).
+_GLM_ROWS = 256
 
 
 class LaplacePredictive:
@@ -40,7 +54,175 @@ class LaplacePredictive:
     structure: HessianStructure
     prior_precision: float | tuple[float, ...]
     predictive: str
+    link_approx: str
     _shapes: dict[str, torch.Size]
+
+    @uses_threads
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool = False,
+        normalize_output: bool | None = None,
+        *,
+        num_samples: int | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        link_approx: str | None = None,
+        **options: Any,
+    ) -> PredictOutput:
+        """The posterior predictive at ``x``: in closed form for the GLM predictive, sampled
+        for the net's (``predictive="nn"``).
+
+        ``predictive="glm"``: the linearised net's outputs are Gaussian,
+        ``N(f(x, θ*), J(x) Σ J(x)ᵀ)``, so where they are returned as they are (regression, or
+        ``normalize_output=False``: logits) the mean is the net's output at θ* and the
+        variance :meth:`glm_variance`, both exact, no sampling (laplace-torch's
+        ``pred_type="glm"``). Through the softmax of a classifier, ``link_approx`` chooses:
+        ``"probit"`` (the default) the probit approximation of
+        :func:`~bnn_pyro.methods.laplace.probit.probit_moments` (deterministic: laplace-torch's
+        default ``link_approx``; the variance is that of each class's probability under that
+        approximation, at most ``p (1 - p)``); ``"mc"`` the mean and variance of ``S`` sampled
+        probability vectors, as for any sampled method.
+
+        ``predictive="nn"``: the net on ``S`` posterior draws, their mean and variance.
+
+        The variance is the epistemic part (add ``noise_scale²`` for the predictive of a
+        regression's ``y``: :meth:`predictive_gaussian`).
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return ``S`` samples of the predictive: the linearised net
+                (or the net) on ``S`` posterior draws, softmaxed where the outputs are. The
+                mean and variance returned with them are the ones returned without them (the
+                closed form, where there is one: not the samples' own mean and variance, which
+                scatter around it).
+            normalize_output: softmax multi-column outputs (see
+                :func:`~bnn_pyro.base.to_probabilities`); ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``), for the samples.
+            seed: makes the draws reproducible without touching the global RNG.
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
+            link_approx: ``"probit"`` or ``"mc"``, this call's (default: the constructor's);
+                read only by the GLM predictive through a softmax.
+            **options: none for the Laplace approximation (an unknown one is refused).
+
+        Returns:
+            ``mean (N, O)``, ``variance (N, O)`` (epistemic) and, if asked,
+            ``samples (S, N, O)``.
+
+        Raises:
+            ValueError, TypeError: a bad option (``link_approx``, ``num_samples``, ``seed``,
+                ``generator``, ``normalize_output``) or ``x``, before any work.
+            NotFittedError: before
+                :meth:`~bnn_pyro.methods.laplace.laplace.LaplaceApproximation.fit`.
+
+        Example:
+            >>> from bnn_pyro import LaplaceApproximation
+            >>> _ = torch.manual_seed(0)
+            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", noise_scale=0.5)
+            >>> _ = la.fit(torch.randn(40, 2), torch.randn(40), epochs=0, progress=False)
+            >>> x = torch.randn(5, 2)
+            >>> mean, var = la.predict(x)  # no draws: the GLM's exact moments
+            >>> torch.allclose(mean, la.model(x)), torch.allclose(var, la.glm_variance(x))
+            (True, True)
+            >>> mean, var, samples = la.predict(x, return_samples=True, num_samples=8, seed=0)
+            >>> samples.shape
+            torch.Size([8, 5, 1])
+        """
+        link = self.link_approx if link_approx is None else link_approx
+        link = check_choice("link_approx", link, LINK_APPROXIMATIONS)
+        draws = {"num_samples": num_samples, "seed": seed, "generator": generator}
+        x = self._check_x(x)
+        normalize = self._normalize(normalize_output)
+        self._require_fit()
+        if self.predictive == "glm":
+            if options:
+                raise TypeError(
+                    f"LaplaceApproximation.predict got unknown options {sorted(options)}"
+                )
+            self._samples_to_draw(num_samples)  # the sampled path's checks, for the closed form
+            check_seed("seed", seed)
+            if seed is not None and generator is not None:
+                raise ValueError("pass seed or generator, not both")
+            softmaxed = normalize and self._width(x) > 1  # as to_probabilities decides
+            if not (softmaxed and link == "mc"):
+                return self._glm_predict(x, return_samples, normalize_output, draws, softmaxed)
+        return super().predict(x, return_samples, normalize_output, **draws, **options)
+
+    def _width(self, x: torch.Tensor) -> int:
+        """The number of the net's outputs (one row of ``x`` through it, in eval mode)."""
+        with modes(self.model, lambda m: False), torch.no_grad():
+            return self.model(x[:1]).shape[-1]
+
+    def _glm_predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool,
+        normalize_output: bool | None,
+        draws: dict[str, Any],
+        softmaxed: bool,
+    ) -> PredictOutput:
+        """:meth:`predict`'s closed form (its arguments checked): the GLM's moments, through
+        the probit approximation where the outputs are ``softmaxed``; the samples drawn as the
+        sampled predictive draws them."""
+        variance = self.structure.variance_fn(self._require_fit()[1], self._lam())  # once
+
+        def block(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+            mean, var = self._glm_moments(x[start:stop], variance=variance)
+            if softmaxed:
+                mean, var = probit_moments(mean, var)
+            return mean.unsqueeze(0), var  # one "sample", its variance added: exactly (mean, var)
+
+        mean, var = stream_summary(len(x), _GLM_ROWS, block)  # sharded under torch.distributed
+        if not return_samples:
+            return mean, var
+        samples = super().predict(x, True, normalize_output, **draws)[2]
+        return mean, var, samples
+
+    @uses_threads
+    def predictive_gaussian(
+        self, x: torch.Tensor, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian predictive of ``y`` for regression: with ``predictive="glm"``, the
+        exact GLM predictive ``N(f(x, θ*), J(x) Σ J(x)ᵀ + σ²)`` as a mixture of one component,
+        no sampling; with ``"nn"``, the mixture over ``S`` draws of the net (see
+        :meth:`BaseBayesianMethod.predictive_gaussian
+        <bnn_pyro.base.BaseBayesianMethod.predictive_gaussian>`).
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            **kwargs: passed to :meth:`predict` (``num_samples``, ``seed``, ...; checked, and
+                read only by the sampled predictive).
+
+        Returns:
+            ``locs (S, N, O)`` and ``scales`` broadcastable to them: ``S = 1`` and
+            ``scales (1, N, O)`` for the GLM.
+
+        Raises:
+            NotImplementedError: no ``noise_scale`` (not a Gaussian-likelihood regression).
+            ValueError: a ``noise_scale`` that is not positive.
+
+        Example:
+            >>> from bnn_pyro import LaplaceApproximation
+            >>> _ = torch.manual_seed(0)
+            >>> la = LaplaceApproximation(nn.Linear(2, 1), "regression", noise_scale=0.5)
+            >>> _ = la.fit(torch.randn(40, 2), torch.randn(40), epochs=0, progress=False)
+            >>> x = torch.randn(3, 2)
+            >>> locs, scales = la.predictive_gaussian(x)
+            >>> locs.shape, torch.allclose(scales[0] ** 2, la.glm_variance(x) + 0.25)
+            (torch.Size([1, 3, 1]), True)
+        """
+        if self.predictive != "glm":
+            return super().predictive_gaussian(x, **kwargs)
+        noise = getattr(self, "noise_scale", None)
+        if noise is None:  # the base's error and wording
+            return super().predictive_gaussian(x, **kwargs)
+        noise = torch.as_tensor(noise, device=self.device)
+        if bool((noise <= 0).any()):
+            raise ValueError(f"noise_scale must be positive, got {self.noise_scale}")
+        mean, var = self.predict(x, normalize_output=False, **kwargs)
+        locs = mean.unsqueeze(0)
+        return locs, (var.unsqueeze(0) + noise.to(locs) ** 2).sqrt()
 
     def sample_parameters(self, num_samples: int) -> dict[str, torch.Tensor]:
         """``{name: (S, *shape)}`` draws of the Bayesian parameters from the posterior."""
@@ -79,12 +261,25 @@ class LaplacePredictive:
             >>> la.glm_variance(torch.zeros(3, 1)).shape
             torch.Size([3, 1])
         """
-        h, lam = self._require_fit()[1], self._lam()
-        parts = [
-            torch.cat([self.structure.functional_variance(h, lam, jac) for jac in blocks], dim=1)
-            for blocks in self._jacobian_blocks(x, chunk_size, by_output=True)
-        ]
-        return torch.cat(parts)
+        return self._glm_moments(x, chunk_size)[1]
+
+    def _glm_moments(
+        self,
+        x: Any,
+        chunk_size: int = _GLM_ROWS,
+        variance: Callable[[Any], torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The GLM predictive of the outputs at ``x``'s rows, ``N(f(x, θ*), diag(J Σ Jᵀ))``:
+        ``mean (N, O)`` and ``variance (N, O)``, from one pass of Jacobians (``variance``: the
+        structure's :meth:`~bnn_pyro.methods.laplace.structure_base.HessianStructure.
+        variance_fn`, when the caller has it for many calls)."""
+        if variance is None:
+            variance = self.structure.variance_fn(self._require_fit()[1], self._lam())
+        means, variances = [], []
+        for blocks, out in self._jacobian_blocks(x, chunk_size, by_output=True):
+            means.append(out)
+            variances.append(torch.cat([variance(j) for j in blocks], dim=1))
+        return torch.cat(means), torch.cat(variances)
 
     def glm_covariance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
         """The joint covariance of the linearised net's outputs at all of ``x``'s rows under the
@@ -117,7 +312,7 @@ class LaplacePredictive:
             (torch.Size([3, 3]), True)
         """
         h = self._require_fit()[1]
-        blocks = [b[0] for b in self._jacobian_blocks(x, chunk_size)]
+        blocks = [b[0][0] for b in self._jacobian_blocks(x, chunk_size)]
         if self.structure.layerwise:  # (deltas, inputs) per block: joined per layer
             jac = tuple({k: torch.cat([b[i][k] for b in blocks]) for k in blocks[0][i]}
                         for i in range(2))  # fmt: skip
@@ -127,14 +322,14 @@ class LaplacePredictive:
 
     def _jacobian_blocks(
         self, x: Any, chunk_size: int, by_output: bool = False
-    ) -> Iterator[list[torch.Tensor | LayerJacobians]]:
+    ) -> Iterator[tuple[list[torch.Tensor | LayerJacobians], torch.Tensor]]:
         """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then per
         block of at most ``chunk_size`` rows, the Jacobians ``(B, O, P)`` of the net's outputs in
         the Bayesian parameters at θ* (a layerwise structure, KFAC: each layer's ``(deltas,
         inputs)`` instead), as a list of one; ``by_output``: as a list of ``(B, O', P)`` blocks
         over the outputs, each under :data:`~bnn_pyro.methods.laplace.curvature.
-        JACOBIAN_BLOCK_BYTES` (the rows cut down to fit first). The net is in eval mode, no
-        graph kept."""
+        JACOBIAN_BLOCK_BYTES` (the rows cut down to fit first); with the block's outputs
+        ``f(x, θ*)`` ``(B, O)``. The net is in eval mode, no graph kept."""
         mean, _ = self._require_fit()
         check_int("chunk_size", chunk_size)
         x = self._check_x(x).to(module_device(self.model))
@@ -142,19 +337,22 @@ class LaplacePredictive:
         with modes(self.model, lambda m: False), torch.no_grad():
             if self.structure.layerwise:
                 for rows in x.split(chunk_size):
-                    yield [layer_jacobians(self.model, params, rows)[:2]]
+                    deltas, inputs, out = layer_jacobians(self.model, params, rows)
+                    yield [(deltas, inputs)], out
                 return
             if not by_output:
                 for rows in x.split(chunk_size):
-                    yield [output_jacobians(self.model, params, rows)[0]]
+                    jac, out = output_jacobians(self.model, params, rows)
+                    yield [jac], out
                 return
             outputs = self.model(x[:1]).shape[-1]
             n_rows, n_outs = jacobian_blocks(chunk_size, outputs, mean.numel(), mean.element_size())
             for rows in x.split(min(chunk_size, n_rows)):
-                yield [
-                    output_jacobians(self.model, params, rows, slice(o, o + n_outs))[0]
+                pairs = [
+                    output_jacobians(self.model, params, rows, slice(o, o + n_outs))
                     for o in range(0, outputs, n_outs)
                 ]
+                yield [jac for jac, _ in pairs], torch.cat([out for _, out in pairs], dim=1)
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         """``predictive="nn"``: the net on each posterior sample; ``"glm"``: the linearised net."""

@@ -93,6 +93,19 @@ class HessianStructure(ABC):
         ``(B, O)`` for Jacobians ``jac (B, O, P)`` (a :attr:`layerwise` structure: its layers'
         ``(deltas, inputs)`` instead) and ``Σ = (H + λ I)⁻¹``."""
 
+    def variance_fn(self, h: Any, lam: float | torch.Tensor) -> Callable[[Any], torch.Tensor]:
+        """:meth:`functional_variance` as a function of ``jac`` alone, with what it needs of
+        ``Σ`` (a factorisation of ``H + λ I``) worked out once, for many blocks of rows.
+
+        Example:
+            >>> from bnn_pyro.methods.laplace.structures import FullHessian
+            >>> s, jac = FullHessian(), torch.ones(2, 1, 2)  # two rows, one output, P = 2
+            >>> variance = s.variance_fn(torch.eye(2), 1.0)  # Σ = I / 2
+            >>> torch.allclose(variance(jac), torch.ones(2, 1))  # J Σ Jᵀ = 2 / 2 per row
+            True
+        """
+        return lambda jac: self.functional_variance(h, lam, jac)
+
     @abstractmethod
     def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         """``J Σ Jᵀ``: the joint covariance of every output of the linearised net at every row,

@@ -13,6 +13,8 @@ is one more subclass in :data:`STRUCTURES`; nothing else branches on it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from bnn_pyro.methods.classic.params import flatten
@@ -131,7 +133,20 @@ class FullHessian(HessianStructure):
         return 2 * torch.linalg.cholesky(self.precision(h, lam)).diagonal().log().sum()
 
     def functional_variance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
-        return self._half(h, lam, jac).pow(2).sum(0).reshape(jac.shape[:2])
+        return self.variance_fn(h, lam)(jac)
+
+    def variance_fn(
+        self, h: torch.Tensor, lam: float | torch.Tensor
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``H + λI = L Lᵀ`` factorised once (``O(P³)``, the cost that dominates a block of
+        rows): ``diag(J Σ Jᵀ)`` is then the squared columns of ``L⁻¹ Jᵀ`` summed."""
+        chol = torch.linalg.cholesky(self.precision(h, lam))
+
+        def variance(jac: torch.Tensor) -> torch.Tensor:
+            half = torch.linalg.solve_triangular(chol, jac.flatten(0, 1).T, upper=False)
+            return half.pow(2).sum(0).reshape(jac.shape[:2])
+
+        return variance
 
     def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         half = self._half(h, lam, jac)
