@@ -220,3 +220,18 @@ def test_concurrent_fits_quick_times_each_process_count(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert no_baseline.returncode != 0 and "must start with 1" in no_baseline.stderr
+
+
+def test_suite_time_reads_the_makefile_and_pytest_summary():
+    """benchmarks/suite_time.py times ``make test`` and ``make test-quick`` on the paths the
+    Makefile gives pytest, read from the Makefile itself (its doctests: the quick paths, and
+    pytest's closing line as numbers); the full run is the suite itself, not run here."""
+    run = subprocess.run(
+        [sys.executable, "-m", "doctest", "-v", "suite_time.py"],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 passed and 0 failed" in run.stdout, run.stdout[-2000:]
