@@ -2,23 +2,26 @@
 
 ``mean, variance = method.predict(x)`` and
 ``mean, variance, samples = method.predict(x, return_samples=True)`` with ``samples`` of shape
-``(S, N, ...)``. The variance is the *epistemic* part: the spread of the S predictive samples.
+``(S, N, ...)``. The variance is the *epistemic* part: the spread of the S predictive samples,
+or its closed form where a method has one (the Laplace GLM's).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
 
 from bnn_pyro._checks import check_int, check_seed
+from bnn_pyro._kept import kept_on_error
 from bnn_pyro._rng import seed_from
 from bnn_pyro._streaming import reduce_samples
 from bnn_pyro.checkpoint import class_named, load_method, register_class, save_method
@@ -109,13 +112,23 @@ class BaseBayesianMethod(nn.Module, ABC):
 
     ``num_samples`` is a constructor default that a ``predict`` call overrides. ``samples`` are
     the per-sample predictive means (class probabilities for a classifier). The variance is the
-    disagreement between the S samples (see :func:`summarize_samples`).
+    disagreement between the S samples (see :func:`summarize_samples`), or its closed form
+    where the method has one (Laplace's GLM predictive: no sampling).
 
     Devices: ``m.to("cuda")`` moves everything the method holds; ``fit`` and ``predict`` move the
     data they are given to the method's device, and ``predict`` returns its results there.
     ``seed=`` makes a call reproducible on one device, bit for bit; on another device the same
     seed gives the same distribution, not the same draws (the CPU's and a GPU's random streams
     differ). The minibatch order is drawn on the CPU, the same on every device.
+
+    A ``fit`` that raises an ``Exception`` (``TrainingDivergedError`` on a NaN loss, a bad later
+    batch, a callback that raises) leaves the method as it was before the call: its parameters
+    and buffers bit for bit, its guide's parameters and Pyro param store, its fitted flags, its
+    samples or snapshots, every attribute. A first fit that fails leaves the method unfitted
+    (``predict`` raises :class:`~bnn_pyro.exceptions.NotFittedError` where it needs a fit); a
+    refit that fails keeps the earlier fit. Every subclass's ``fit`` gets this from the base
+    class (see :mod:`bnn_pyro._kept`); :func:`bnn_pyro.fit_stacked` gives it to each of its
+    models. A ``KeyboardInterrupt`` is the exception: it keeps the progress made.
 
     Subclasses are registered by class name when they are defined, so a checkpoint names its
     class and :func:`bnn_pyro.load` finds it (a user's own subclass too, once its module is
@@ -163,6 +176,9 @@ class BaseBayesianMethod(nn.Module, ABC):
         super().__init_subclass__(**kwargs)
         _rename_old_hooks(cls)
         register_class(cls)
+        fit = cls.__dict__.get("fit")
+        if callable(fit) and not getattr(fit, "__bnn_pyro_kept__", False):
+            cls.fit = _kept_fit(fit)  # a fit that raises leaves the method as it was
         for name in THREADED:  # on the thread count of bnn_pyro.threads
             fn = cls.__dict__.get(name)
             if callable(fn) and not getattr(fn, "__bnn_pyro_threads__", False):
@@ -193,6 +209,10 @@ class BaseBayesianMethod(nn.Module, ABC):
         """Train on ``X (N, ...)`` and ``y (N,)``/``(N, O)``; return the
         :class:`~bnn_pyro.training.History`.
 
+        A fit that raises an ``Exception`` leaves the method as it was before the call (see
+        the class docstring): unfitted after a failed first fit, the earlier fit after a
+        failed refit.
+
         The arguments every method's ``fit`` takes (through the one loop,
         :func:`bnn_pyro.training.train`):
 
@@ -207,6 +227,16 @@ class BaseBayesianMethod(nn.Module, ABC):
                 ``validation_data`` (``(X_val, y_val)``, scored after each epoch as ``val_nll``
                 by the SVI methods, as ``val_loss``, the training loss, by the others); and the
                 method's own options.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = bp.make("vi", bp.nn.mlp(2, [8], 1), bp.Gaussian(0.5))
+            >>> X = torch.randn(32, 2); y = X.sum(-1)
+            >>> m.fit(X, y, epochs=2, callbacks=[lambda m, e, h: 1 / 0], progress=False)
+            Traceback (most recent call last):
+            ZeroDivisionError: division by zero
+            >>> m.is_fitted()  # a failed first fit leaves the method unfitted
+            False
         """
 
     @abstractmethod
@@ -240,17 +270,10 @@ class BaseBayesianMethod(nn.Module, ABC):
                 return tensor.dtype
         return torch.get_default_dtype()
 
-    @contextmanager
-    def _kept_on_error(self, *names: str) -> Iterator[None]:
-        """Attributes ``names`` put back as they were if the block raises an ``Exception`` (a
-        failed ``fit`` does not leave a new ``input_shape`` behind)."""
-        saved = {name: getattr(self, name) for name in names}
-        try:
-            yield
-        except Exception:
-            for name, value in saved.items():
-                setattr(self, name, value)
-            raise
+    def _kept_on_error(self) -> AbstractContextManager[None]:
+        """The whole method put back as it was if the block raises an ``Exception``: every
+        subclass's ``fit`` runs in it (see :mod:`bnn_pyro._kept` for what it keeps)."""
+        return kept_on_error(self)
 
     def _samples_to_draw(self, num_samples: int | None) -> int:
         """``num_samples`` of a ``predict`` call, or the method's default; checked either way
@@ -350,6 +373,18 @@ class BaseBayesianMethod(nn.Module, ABC):
         if bool((scales <= 0).any()):
             raise ValueError(f"noise_scale must be positive, got {noise_scale}")
         return locs, scales
+
+
+def _kept_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
+    """``fit`` run inside the method's :meth:`~BaseBayesianMethod._kept_on_error`."""
+
+    @functools.wraps(fit)
+    def kept_fit(self: BaseBayesianMethod, *args: Any, **kwargs: Any) -> Any:
+        with self._kept_on_error():
+            return fit(self, *args, **kwargs)
+
+    kept_fit.__bnn_pyro_kept__ = True  # type: ignore[attr-defined]
+    return kept_fit
 
 
 def _rename_old_hooks(cls: type) -> None:

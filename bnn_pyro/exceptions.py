@@ -54,9 +54,10 @@ class NotFittedError(RuntimeError, ValueError):
 class TrainingDivergedError(FloatingPointError):
     """Raised when the loss becomes NaN or infinite during ``fit``.
 
-    Training stops at that step and the model keeps the last parameters that were finite. The
-    message says at which epoch and step, and what usually helps (a lower learning rate, a
-    smaller ``init_scale``, standardised inputs and targets).
+    Training stops at that step and the method is left as it was before the ``fit`` call (see
+    :class:`~bnn_pyro.BaseBayesianMethod`): unfitted after a first fit, the earlier fit after a
+    refit. The message says at which epoch and step, and what usually helps (a lower learning
+    rate, a smaller ``init_scale``, standardised inputs and targets).
 
     Example:
         >>> issubclass(TrainingDivergedError, FloatingPointError)

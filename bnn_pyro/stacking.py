@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from bnn_pyro._checks import as_tensor
+from bnn_pyro._kept import kept_on_error
 from bnn_pyro.registry import method_specs
 from bnn_pyro.spec import load_object
 from bnn_pyro.threads import uses_threads
@@ -72,6 +73,10 @@ def fit_stacked(
     Raises:
         ValueError: no models, a method that does not train stacked, or an option that its
             stacked fit does not take (named).
+        TrainingDivergedError: a member's loss is not finite (the members named). Like any
+            ``Exception`` raised inside, it leaves every model as it was before the call
+            (unfitted after a failed first fit, its earlier fit after a failed refit), as
+            each model's own ``fit`` does.
 
     Example:
         >>> import bnn_pyro as bp
@@ -102,7 +107,8 @@ def fit_stacked(
             f"{' and '.join(unused)} {verb} not apply to {type(bnns[0]).__name__} models; "
             f"their stacked fit takes {', '.join(takes)}"
         )
-    return stacked_fit(bnns, X, y, seeds=seeds, **options)
+    with kept_on_error(*bnns):  # a stacked fit that raises leaves every model as it was
+        return stacked_fit(bnns, X, y, seeds=seeds, **options)
 
 
 def trains_stacked(cls: type) -> bool:

@@ -57,7 +57,9 @@ def residual_scale(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     spread = t.std(dim=0) if m > 1 else torch.ones(t.shape[1], dtype=t.dtype, device=t.device)
     if m > d + 1:
         design = torch.cat([x, torch.ones(m, 1, dtype=x.dtype, device=x.device)], dim=1)
-        coef = torch.linalg.lstsq(design.cpu(), t.cpu()).solution.to(t.device)
+        # gelsd (SVD): the CPU default, gelsy, pivots from a workspace torch leaves
+        # uninitialised, so its last bits depended on what the heap held before the call
+        coef = torch.linalg.lstsq(design.cpu(), t.cpu(), driver="gelsd").solution.to(t.device)
         scale = ((t - design @ coef) ** 2).sum(0).div(m - d - 1).sqrt()
     else:
         scale = spread

@@ -170,7 +170,8 @@ def train(
       the parameters are non-finite, or a distribution refusing a NaN/inf value) stops training
       with a ``TrainingDivergedError`` naming the epoch and step; if the parameters became
       non-finite, the last finite snapshot (at most a second old, taken at an epoch boundary)
-      is restored, so the model stays usable;
+      is restored, so the module stays usable (a method's ``fit`` then puts the whole method
+      back as it was before the call: see :class:`~bnn_pyro.BaseBayesianMethod`);
     - any other exception (a bad minibatch, a callback that raises, ...) restores the state
       ``module`` had when ``train`` was called, then propagates unchanged;
     - ``KeyboardInterrupt`` keeps the progress made (restoring the last finite snapshot only if
@@ -251,9 +252,10 @@ def train(
                     if not _params_finite(module):
                         module.load_state_dict(snapshot)
                     raise TrainingDivergedError(
-                        f"{_what(err)} at epoch {epoch}, step {i}: training stopped and the model "
-                        "keeps its last finite parameters. A lower learning rate (a smaller lr), "
-                        "a smaller init_scale or standardised inputs and targets usually help."
+                        f"{_what(err)} at epoch {epoch}, step {i}: training stopped (a method's "
+                        "fit leaves the model as it was before the call). A lower learning rate "
+                        "(a smaller lr), a smaller init_scale or standardised inputs and targets "
+                        "usually help."
                     ) from None
                 sizes.append(len(xb))
                 if averager is not None:

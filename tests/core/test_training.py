@@ -17,7 +17,7 @@ def _bnn() -> bp.VariationalBNN:
     return bp.VariationalBNN(bp.nn.mlp(3, [6], 1), bp.Gaussian(scale=0.2))
 
 
-def test_divergence_stops_with_a_clear_error_and_keeps_finite_parameters(regression_data):
+def test_divergence_stops_with_a_clear_error_and_leaves_the_model_as_before(regression_data):
     X, y = regression_data
     bnn = _bnn()
 
@@ -29,7 +29,15 @@ def test_divergence_stops_with_a_clear_error_and_keeps_finite_parameters(regress
     with pytest.raises(bp.TrainingDivergedError, match="epoch 3, step 0") as info:
         bnn.fit(X, y, epochs=10, batch_size=32, progress=False, callbacks=[poison])
     assert "lower learning rate" in str(info.value)
-    assert all(bool(torch.isfinite(p).all()) for p in bnn.parameters())
+    with pytest.raises(bp.NotFittedError):  # a failed first fit: unfitted, as before it
+        bnn.predict(X, num_samples=3)
+    bnn.fit(X, y, epochs=2, batch_size=32, progress=False, seed=0)
+    before = {k: v.clone() for k, v in bnn.state_dict().items()}
+    with pytest.raises(bp.TrainingDivergedError, match="epoch 3, step 0"):
+        bnn.fit(X, y, epochs=10, batch_size=32, progress=False, callbacks=[poison], seed=0)
+    after = bnn.state_dict()  # a failed refit: the earlier fit, bit for bit
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
     mean, _ = bnn.predict(X, num_samples=3)  # still usable
     assert bool(torch.isfinite(mean).all())
 

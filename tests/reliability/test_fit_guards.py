@@ -1,8 +1,9 @@
 """Faults during ``fit``: any error mid-step, bad later batches, bad callbacks (issue 13).
 
-The rule (``bnn_pyro.training.loop.train``): a divergence keeps the last finite parameters and
-raises ``TrainingDivergedError``; any other error restores the state before ``fit``; what can
-be checked before the first step is checked there.
+The rule: a ``fit`` that raises (``TrainingDivergedError`` on a divergence, or any other
+error) leaves the model as it was before the call (``BaseBayesianMethod``; every method and
+``fit_stacked`` are tested in ``test_failed_fit_state.py``); what can be checked before the
+first step is checked there; a ``KeyboardInterrupt`` keeps the progress made.
 """
 
 from __future__ import annotations
@@ -39,12 +40,18 @@ def test_learned_noise_divergence_keeps_finite_parameters():
     # scale is then not the first, so the loss check alone did not catch it)
     # (scale_init="prior": the noise starts at 1, as before issue 12's data-derived start,
     # which begins near the residual scale, 1e18 here, and no longer overflows)
+    # (a failed fit leaves the model as before it: unfitted here, and it fits afterwards)
     x, y = _data(64)
     lik = bp.Gaussian(scale="learned", scale_init="prior")
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), likelihood=lik)
+    before = fingerprint(bnn)
     with pytest.raises(bp.TrainingDivergedError, match="epoch"):
         bnn.fit(x, y * 1e18, epochs=5, progress=False, seed=0)
     assert _all_finite(bnn)
+    assert_same(before, fingerprint(bnn))
+    with pytest.raises(bp.NotFittedError):
+        bnn.predict(x[:4])
+    bnn.fit(x, y, epochs=2, progress=False, seed=0)
     mean, std = bnn.predict(x[:4], include_noise=True, num_samples=8, seed=0)
     assert torch.isfinite(mean).all() and torch.isfinite(std).all()
 

@@ -238,6 +238,20 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
 
         Returns:
             The :class:`~bnn_pyro.training.History` (``loss`` per epoch, ``val_loss``).
+
+        Raises:
+            TrainingDivergedError: a NaN or infinite loss. Like any ``Exception`` inside
+                ``fit``, it leaves the method as it was before the call (unfitted, or as fitted).
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = bp.make("swag", bp.nn.mlp(2, [8], 1), bp.Gaussian(0.5))
+            >>> X = torch.randn(32, 2); y = X.sum(-1)
+            >>> m.fit(X, y, epochs=2, callbacks=[lambda m, e, h: e and 1 / 0], progress=False)
+            Traceback (most recent call last):
+            ZeroDivisionError: division by zero
+            >>> m.n_models  # the failed first fit left no snapshot behind
+            0
         """
         if isinstance(x, DataLoader):
             net = self._net()

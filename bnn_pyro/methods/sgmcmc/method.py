@@ -171,6 +171,25 @@ class SGMCMC(SamplePredictive):
         Warns:
             TrainingInstabilityWarning: a regression chain whose kept samples predict the
                 training targets worse than their mean does (:meth:`check_in_sample`).
+
+        Raises:
+            TrainingDivergedError: a potential or gradient that is not finite. Like any
+                ``Exception`` raised inside ``fit``, it leaves the chain as it was before the
+                call: no samples after a failed first run, the earlier run's samples and
+                position after a failed later one.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> X = torch.randn(32, 2); y = X.sum(-1)
+            >>> m = bp.make("sgld", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.1))
+            >>> def fail(method, epoch, history):
+            ...     raise RuntimeError("stopped by the callback")
+            >>> m.fit(X, y, epochs=4, callbacks=[fail], progress=False, seed=0)
+            Traceback (most recent call last):
+              ...
+            RuntimeError: stopped by the callback
+            >>> m.potential is None, m.position.numel()  # no run kept
+            (True, 0)
         """
         epochs = check_int("epochs", epochs)
         lr = check_float(

@@ -223,6 +223,28 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                 (``HeteroscedasticGaussian``) that predicts its own training targets worse
                 than their mean does (:func:`check_fit_in_sample`); and a fit that blew up
                 (the loop's guard, which then keeps its best epoch).
+
+        Raises:
+            TrainingDivergedError: a NaN or infinite loss (the epoch and step named). Like any
+                ``Exception`` raised inside ``fit``, it leaves the model as it was before the
+                call (the guide's parameters and param store too): unfitted after a failed
+                first fit, the earlier fit after a failed refit.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> X = torch.randn(32, 2); y = X.sum(-1)
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1))
+            >>> def fail(model, epoch, history):
+            ...     raise RuntimeError("stopped by the callback")
+            >>> bnn.fit(X, y, epochs=2, callbacks=[fail], progress=False)
+            Traceback (most recent call last):
+              ...
+            RuntimeError: stopped by the callback
+            >>> bnn.is_fitted()  # the guide made in the failed first fit is gone again
+            False
+            >>> history = bnn.fit(X, y, epochs=2, progress=False, seed=0)
+            >>> bnn.is_fitted()
+            True
         """
         epochs = check_int("epochs", epochs, minimum=0)
         lr = check_float("lr", lr, minimum=0.0, strict=True)
@@ -255,10 +277,9 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
         validation = validation_nll(self, validation_data) if validation_data is not None else None
-        kept = self._kept_on_error("input_shape", "dataset_size")
         loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=self.fast_loss)
         self.param_sites_needed = needs_param_sites(loss)
-        with kept, seeded(seed, self.device), self._training_context(), self.param_scope():
+        with seeded(seed, self.device), self._training_context(), self.param_scope():
             self.input_shape = tuple(first_x.shape[1:])
             self.setup_guide(first_x, first_y, (first_x, first_y) if y is None else (X, y))
             params = list(self.parameters())
