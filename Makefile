@@ -12,7 +12,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick lint bench docs clean
+.PHONY: demo test test-quick mutate lint bench docs clean
 
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
@@ -38,6 +38,13 @@ test: $(STAMP)
 # benchmarks, notebooks, documentation build, distributed runs and peer comparisons.
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) bnn_pyro tests/core tests/nn tests/pyro_idioms
+
+# Mutation testing of one module (benchmarks/mutation.py; needs pip install mutmut): the share of
+# small bugs its tests catch, and every survivor, into benchmarks/results/mutation.md, e.g.
+#   make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/test_metrics_ood.py
+mutate: $(STAMP)
+	$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install --quiet mutmut
+	$(PY) benchmarks/mutation.py --module $(MODULE) --tests $(TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bnn_pyro tests benchmarks notebooks

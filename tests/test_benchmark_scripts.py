@@ -235,3 +235,19 @@ def test_suite_time_reads_the_makefile_and_pytest_summary():
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "3 passed and 0 failed" in run.stdout, run.stdout[-2000:]
+
+
+def test_mutation_report_pieces():
+    """benchmarks/mutation.py (``make mutate``): its setup.cfg, its reading of mutmut's
+    results, the equivalent-mutant list and the report's merge (its doctests); a real run
+    mutates a module for minutes and is not run here."""
+    run = subprocess.run(
+        [sys.executable, "-m", "doctest", "-v", "mutation.py"],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"\b(\d+) passed and 0 failed", run.stdout), run.stdout[-2000:]
+    assert int(re.search(r"\b(\d+) passed and 0 failed", run.stdout)[1]) >= 8

@@ -1,0 +1,233 @@
+"""Mutation testing of one module at a time: how many small, plausible bugs its tests catch.
+
+``mutmut`` (on the package index) rewrites the module into hundreds of mutants, one small change
+each (``<`` for ``<=``, ``+ 1``, a dropped argument, a changed constant), and runs the given
+tests against each. A mutant the tests fail on is *killed*; one they pass is a *survivor*: a
+bug of that shape would ship. A survivor is either a missing test (write it) or an
+*equivalent* mutant, one that does not change what the code computes (say why in
+``benchmarks/results/mutation_equivalent.md``, one line per mutant: ``name: reason``).
+
+The run happens in a temporary copy of the repository (the checkout is left alone): the
+package, the tests, ``conftest.py`` and ``pyproject.toml``, with a ``setup.cfg`` telling
+``mutmut`` what to mutate and which tests to run (the given test files plus the module's own
+doctests). A mutant that makes the tests run past ``mutmut``'s time limit counts as killed
+(``timeout``): the bug would not pass unnoticed, though on a busy machine a slow test can
+time out too, so the report gives timeouts their own column.
+
+The report (``--output``, default ``benchmarks/results/mutation.md``) holds one section per
+module, replaced when the module is run again: the counts, the kill rate
+``(killed + timeout) / (mutants - equivalent)`` and every survivor not listed as equivalent,
+with its diff. ``make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/test_metrics_ood.py``
+runs it.
+
+Run: ``python benchmarks/mutation.py --module PATH --tests PATH [PATH ...] [--output PATH]``
+(needs ``pip install mutmut``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+REPORT = os.path.join(HERE, "results", "mutation.md")
+EQUIVALENT = os.path.join(HERE, "results", "mutation_equivalent.md")
+#: What a run copies: the package, the tests and what pytest reads to collect them (the
+#: benchmarks too: some tests import the harness).
+COPIED = ("bnn_pyro", "tests", "benchmarks", "conftest.py", "pyproject.toml")
+_RESULT = re.compile(r"^\s*(\S+): (\w[\w ]*)$")
+_SECTION = re.compile(r"^## `(?P<module>[^`]+)`$", flags=re.M)
+
+
+def setup_cfg(module: str, tests: list[str]) -> str:
+    """The ``[mutmut]`` section for one module and its tests (and the module's doctests).
+
+    Example:
+        >>> print(setup_cfg("bnn_pyro/metrics/ood.py", ["tests/test_metrics_ood.py"]))
+        [mutmut]
+        source_paths=bnn_pyro
+        only_mutate=bnn_pyro/metrics/ood.py
+        pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q
+        pytest_add_cli_args_test_selection=tests/test_metrics_ood.py
+            bnn_pyro/metrics/ood.py
+        <BLANKLINE>
+    """
+    selection = "\n    ".join([*tests, module])
+    return (
+        "[mutmut]\n"
+        "source_paths=bnn_pyro\n"
+        f"only_mutate={module}\n"
+        "pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q\n"
+        f"pytest_add_cli_args_test_selection={selection}\n"
+    )
+
+
+def parse_results(text: str) -> dict[str, str]:
+    """``mutmut results --all true`` as ``{mutant: status}``.
+
+    Example:
+        >>> parse_results("    m.x_f__mutmut_1: killed\\n    m.x_f__mutmut_2: survived\\n")
+        {'m.x_f__mutmut_1': 'killed', 'm.x_f__mutmut_2': 'survived'}
+    """
+    found = {}
+    for line in text.splitlines():
+        match = _RESULT.match(line)
+        if match:
+            found[match[1]] = match[2]
+    return found
+
+
+def equivalent_mutants(path: str = EQUIVALENT) -> dict[str, str]:
+    """The mutants recorded as equivalent, ``{name: reason}`` (lines ``- `name`: reason``).
+
+    Example:
+        >>> import tempfile, os
+        >>> with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as f:
+        ...     _ = f.write("# Equivalent\\n- `m.x_f__mutmut_3`: the interval is symmetric\\n")
+        >>> equivalent_mutants(f.name)
+        {'m.x_f__mutmut_3': 'the interval is symmetric'}
+        >>> os.remove(f.name)
+    """
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    found = {}
+    for line in lines:
+        match = re.match(r"^- `([^`]+)`: (.+)$", line)
+        if match:
+            found[match[1]] = match[2]
+    return found
+
+
+def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
+            diffs: dict[str, str], tests: list[str]) -> str:  # fmt: skip
+    """One module's part of the report.
+
+    Example:
+        >>> s = section("bnn_pyro/m.py", {"a": "killed", "b": "timeout", "c": "survived",
+        ...             "d": "survived"}, {"d": "same result"}, {"c": "-x\\n+y"}, ["t.py"])
+        >>> "| 4 | 1 | 1 | 1 | 1 | 66.7% |" in s, "2 of 3 caught, **66.7%**" in s
+        (True, True)
+        >>> "`c`" in s, "`d`" not in s.split("Survivors")[1]
+        (True, True)
+    """
+    kinds = {k: sum(1 for s in statuses.values() if s == k) for k in ("killed", "timeout")}
+    survivors = sorted(n for n, s in statuses.items() if s == "survived" and n not in equivalent)
+    judged = len(statuses) - sum(1 for n in statuses if n in equivalent)
+    caught = kinds["killed"] + kinds["timeout"]
+    rate = 100.0 * caught / judged if judged else float("nan")
+    lines = [
+        f"## `{module}`",
+        "",
+        f"Run {datetime.now(timezone.utc):%Y-%m-%d} with `python benchmarks/mutation.py "
+        f"--module {module} --tests {' '.join(tests)}` (and the module's doctests): "
+        f"{caught} of {judged} caught, **{rate:.1f}%**.",
+        "",
+        "| mutants | killed | timeout | survived | equivalent | caught |",
+        "|---|---|---|---|---|---|",
+        f"| {len(statuses)} | {kinds['killed']} | {kinds['timeout']} | {len(survivors)} | "
+        f"{len(statuses) - judged} | {rate:.1f}% |",
+        "",
+    ]
+    other = sorted({s for s in statuses.values()} - {"killed", "timeout", "survived"})
+    if other:
+        counts = ", ".join(f"{k}: {sum(1 for s in statuses.values() if s == k)}" for k in other)
+        lines += [f"Not run or not judged ({counts}).", ""]
+    lines += ["Survivors (a missing test each, or an equivalent mutant to record):", ""]
+    if not survivors:
+        lines.append("none")
+    for name in survivors:
+        lines += [f"* `{name}`", "", "```diff", diffs.get(name, "").strip(), "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def merge(report: str, new: str) -> str:
+    """The report with ``new``'s module section replacing its earlier one (or appended).
+
+    Example:
+        >>> old = "# Mutation testing\\n\\n## `a.py`\\n\\nold a\\n\\n## `b.py`\\n\\nb\\n"
+        >>> print(merge(old, "## `a.py`\\n\\nnew a\\n"))
+        # Mutation testing
+        <BLANKLINE>
+        ## `a.py`
+        <BLANKLINE>
+        new a
+        <BLANKLINE>
+        ## `b.py`
+        <BLANKLINE>
+        b
+        <BLANKLINE>
+    """
+    module = _SECTION.search(new)["module"]
+    parts = _SECTION.split(report)
+    head, sections = parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
+    sections[module] = new[new.index("\n") :]
+    body = "".join(f"## `{name}`{text.rstrip()}\n\n" for name, text in sections.items())
+    return head.rstrip() + "\n\n" + body.rstrip() + "\n"
+
+
+def run(module: str, tests: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Mutate ``module`` in a temporary copy, run ``tests`` on every mutant: statuses, and
+    the diff of every survivor."""
+    mutmut = shutil.which("mutmut", path=os.path.dirname(sys.executable)) or shutil.which("mutmut")
+    if mutmut is None:
+        raise SystemExit("mutmut is not installed: pip install mutmut")
+    for path in [module, *tests]:
+        if not os.path.exists(os.path.join(ROOT, path)):
+            raise SystemExit(f"no such file in the repository: {path}")
+    with tempfile.TemporaryDirectory(prefix="mutation-") as work:
+        for name in COPIED:
+            source = os.path.join(ROOT, name)
+            if os.path.isdir(source):
+                ignore = shutil.ignore_patterns("__pycache__", "results", "mutants")
+                shutil.copytree(source, os.path.join(work, name), ignore=ignore)
+            elif os.path.exists(source):
+                shutil.copy(source, work)
+        with open(os.path.join(work, "setup.cfg"), "w", encoding="utf-8") as handle:
+            handle.write(setup_cfg(module, tests))
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        subprocess.run([mutmut, "run"], cwd=work, env=env, stdout=subprocess.DEVNULL, check=False)
+        listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, env=env,
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        statuses = parse_results(listed.stdout)
+        diffs = {}
+        for name, status in statuses.items():
+            if status == "survived":
+                shown = subprocess.run([mutmut, "show", name], cwd=work, env=env,
+                                       capture_output=True, text=True, check=False)  # fmt: skip
+                diffs[name] = "\n".join(
+                    line
+                    for line in shown.stdout.splitlines()
+                    if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))
+                )
+    return statuses, diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--module", required=True, help="the module to mutate, e.g. bnn_pyro/x.py")
+    parser.add_argument("--tests", nargs="+", required=True, help="the test files to run")
+    parser.add_argument("--output", default=REPORT, help="the report to update")
+    args = parser.parse_args(argv)
+    statuses, diffs = run(args.module, args.tests)
+    if not statuses:
+        raise SystemExit("mutmut reported no mutants: see its output above")
+    new = section(args.module, statuses, equivalent_mutants(), diffs, args.tests)
+    print(new)
+    title = "# Mutation testing\n\nOne section per module, from `benchmarks/mutation.py`.\n"
+    old = open(args.output, encoding="utf-8").read() if os.path.exists(args.output) else title
+    with open(args.output, "w", encoding="utf-8") as handle:
+        handle.write(merge(old, new))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
