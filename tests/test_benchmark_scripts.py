@@ -251,3 +251,10 @@ def test_mutation_report_pieces():
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"\b(\d+) passed and 0 failed", run.stdout), run.stdout[-2000:]
     assert int(re.search(r"\b(\d+) passed and 0 failed", run.stdout)[1]) >= 8
+
+
+def test_laplace_glm_predict_quick_prints_both_paths():
+    """benchmarks/laplace_glm_predict.py --quick: the per-layer and the full-Jacobian paths of
+    the diagonal Laplace side by side, with the gap between their results."""
+    text = _run("laplace_glm_predict.py", "--quick")
+    assert "per layer" in text and "full Jacobians" in text, text

@@ -47,6 +47,9 @@ def test_no_jacobian_block_is_larger_than_the_bound(monkeypatch):
     per_output = sum(p.numel() for p in la.model.parameters()) * 8  # float64, one row
     bound = 2 * per_output  # room for two of the three outputs of one row
     monkeypatch.setattr(curvature, "JACOBIAN_BLOCK_BYTES", bound)
+    # the full Jacobians' blocks: a diagonal of linear layers goes per layer where it may (its
+    # own bound: test_laplace_glm_speed_paths.py)
+    monkeypatch.setattr(curvature, "PER_LAYER", False)
     monkeypatch.setattr(curvature, "output_jacobians", spy)
     import bnn_pyro.methods.laplace.predictive as predictive
 

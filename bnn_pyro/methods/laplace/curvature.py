@@ -15,6 +15,7 @@ A :class:`~bnn_pyro.methods.laplace.structures.HessianStructure` keeps the sum: 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 
 import torch
@@ -105,12 +106,7 @@ def layer_jacobians(
         >>> {k: tuple(v.shape) for k, v in deltas.items()}, tuple(ins["2"].shape), tuple(out.shape)
         ({'0': (5, 2, 4), '2': (5, 2, 2)}, (5, 4), (5, 2))
     """
-    modules = dict(model.named_modules())
-    layers = {}
-    for name in params:
-        owner = name.rpartition(".")[0]
-        if isinstance(modules.get(owner), nn.Linear):
-            layers[owner] = modules[owner]
+    layers = linear_layers(model, params)
     ref = next(iter(params.values()))
     shifts = {k: ref.new_zeros(m.out_features) for k, m in layers.items()}
 
@@ -139,6 +135,96 @@ def layer_jacobians(
 
     deltas, (out, inputs) = vmap(jacrev(f, has_aux=True), in_dims=(None, 0))(shifts, x)
     return deltas, inputs, out
+
+
+#: Whether a structure that :attr:`~bnn_pyro.methods.laplace.structure_base.HessianStructure.
+#: takes_layers` (the diagonal) is given the per-layer Jacobians where :func:`layer_rows` finds
+#: them exact; ``False``: the full Jacobians everywhere, the reference path (for the tests and
+#: ``benchmarks/laplace_glm_predict.py``; KFAC takes the layers' always).
+PER_LAYER = True
+
+
+def linear_layers(model: nn.Module, params: dict[str, torch.Tensor]) -> dict[str, nn.Linear]:
+    """``{module name: layer}`` of the ``nn.Linear`` layers holding a parameter of ``params``.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+        >>> list(linear_layers(net, {"2.weight": net[2].weight}))
+        ['2']
+    """
+    modules = dict(model.named_modules())
+    layers = {}
+    for name in params:
+        owner = name.rpartition(".")[0]
+        if isinstance(modules.get(owner), nn.Linear):
+            layers[owner] = modules[owner]
+    return layers
+
+
+def layer_rows(
+    structure: HessianStructure,
+    model: nn.Module,
+    params: dict[str, torch.Tensor],
+    x: torch.Tensor,
+) -> int | None:
+    """How many rows go through one :func:`layer_jacobians` pass for ``structure``, or ``None``:
+    the full Jacobians (:func:`output_jacobians`) instead. The net is in the mode it runs in.
+
+    A :attr:`~bnn_pyro.methods.laplace.structure_base.HessianStructure.layerwise` structure
+    (KFAC) always goes per layer. One that ``takes_layers`` (the diagonal) does, where
+    :data:`PER_LAYER`, when the layers' ``δ ⊗ a`` are the full Jacobians: every parameter of
+    ``params`` the weight or bias of an ``nn.Linear`` of its own (none tied to another) that runs
+    ``nn.Linear.forward`` with no forward hook, each of those layers called once on ``(1, in)``
+    inputs in a forward of ``x``'s first row (a conv, a layer on a sequence or run twice: the
+    full Jacobians). It assumes, as KFAC does, that the net reads such a weight only through its
+    layer. The rows keep the ``rows x O x Σ out`` numbers of ``δ`` under
+    :data:`JACOBIAN_BLOCK_BYTES` (one at least).
+
+    Args:
+        structure: the curvature's structure; ``model``, ``params`` as in :func:`curvature`.
+        x: ``(N, ...)`` inputs (its first row is run).
+
+    Returns:
+        Rows per pass, or ``None``.
+
+    Example:
+        >>> from bnn_pyro.methods.laplace.structures import DiagonalHessian, FullHessian
+        >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+        >>> params = dict(net.named_parameters())
+        >>> layer_rows(DiagonalHessian(), net, params, torch.ones(5, 3))  # 2**28 / (2 · 6 · 4)
+        5592405
+        >>> layer_rows(FullHessian(), net, params, torch.ones(5, 3)) is None
+        True
+    """
+    if not (structure.layerwise or (structure.takes_layers and PER_LAYER)):
+        return None
+    layers = linear_layers(model, params)
+    modules = dict(model.named_modules())
+    owners = [name.rpartition(".") for name in params]
+    if not structure.layerwise and not all(
+        isinstance(modules.get(owner), nn.Linear) and leaf in ("weight", "bias")
+        for owner, _, leaf in owners
+    ):
+        return None
+    seen: dict[str, list[int]] = {k: [] for k in layers}
+    handles = [
+        m.register_forward_hook(lambda _, args, out, k=k: seen[k].append(args[0].dim()))
+        for k, m in layers.items()
+    ]
+    try:
+        with torch.no_grad():
+            out = functional_call(model, params, (x[:1],))
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not structure.layerwise:
+        tied = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+        for k, m in layers.items():  # (our hook is gone: any left is the net's own)
+            plain = type(m).forward is nn.Linear.forward and not m._forward_hooks
+            if not plain or seen[k] != [2] or any(tied[id(p)] > 1 for p in m.parameters(False)):
+                return None
+    width = out.shape[-1] * sum(m.out_features for m in layers.values())
+    return max(1, JACOBIAN_BLOCK_BYTES // max(1, width * out.element_size()))
 
 
 def curvature(
@@ -177,8 +263,9 @@ def curvature(
         return _nll(out, yi, likelihood, sigma)
 
     ref = next(iter(params.values()))
-    h = structure.start({n: t.shape for n, t in params.items()}, ref)
-    loglik, count = 0.0, 0
+    shapes = {n: t.shape for n, t in params.items()}
+    h = structure.start(shapes, ref)
+    loglik, count, rows, decided = 0.0, 0, None, False
     for xb, yb in batches:
         xb, yb = xb.to(device), yb.to(device)
         count += len(xb)
@@ -187,26 +274,41 @@ def curvature(
             loglik -= float(nll.detach().sum())
             h = structure.add_fisher(h, grads)
             continue
-        if structure.layerwise:  # KFAC: per-layer output Jacobians and inputs
-            deltas, inputs, out = layer_jacobians(model, params, xb)
-        else:
+        if not decided:  # per layer or through the full Jacobians: on the first batch
+            rows, decided = layer_rows(structure, model, params, xb), True
+        if rows is None:
             with torch.no_grad():
                 out = functional_call(model, params, (xb,))  # (B, O)
-        nll = _nll(out, _prepare_y(yb, likelihood, out.shape[-1]), likelihood, sigma)
-        loglik -= float(nll.detach())
-        if likelihood == "regression":
-            w = (1.0 / sigma**2).to(out).expand(out.shape)  # (B, O)
-        else:
-            w = torch.softmax(out, dim=-1)  # (B, C): H = J^T (diag(p) - p p^T) J
-        if structure.layerwise:
-            h = structure.add_layer_ggn(h, deltas, inputs, w, likelihood == "classification")
-        else:
-            h = _add_ggn_blocks(h, structure, model, params, xb, w.detach(), likelihood)
+            nll, w = _output_weights(out, yb, likelihood, sigma)
+            loglik -= nll
+            h = _add_ggn_blocks(h, structure, model, params, xb, w, likelihood)
+            continue
+        # per layer (KFAC; a diagonal of linear layers), in blocks of rows
+        for xr, yr in zip(xb.split(rows), yb.split(rows), strict=True):
+            deltas, inputs, out = layer_jacobians(model, params, xr)
+            nll, w = _output_weights(out, yr, likelihood, sigma)
+            loglik -= nll
+            categorical = likelihood == "classification"
+            h = structure.add_layer_ggn(h, deltas, inputs, w, categorical, shapes)
     if reduce and distributed.active():
         sums = distributed.all_sum(torch.tensor([loglik, float(count)], dtype=torch.float64))
         h = map_tensors(h, lambda t: distributed.all_sum(t.detach()))
         return h, float(sums[0]), int(sums[1])
     return map_tensors(h, torch.Tensor.detach), loglik, count
+
+
+def _output_weights(
+    out: torch.Tensor, y: torch.Tensor, likelihood: str, sigma: torch.Tensor | None
+) -> tuple[float, torch.Tensor]:
+    """The negative log-likelihood of the outputs ``out (B, O)`` at ``y``, and ``(B, O)``
+    weights of its Hessian in them: ``1/σ²`` (a Gaussian), or the class probabilities ``p``
+    (``Λ = diag(p) - p pᵀ``)."""
+    nll = _nll(out, _prepare_y(y, likelihood, out.shape[-1]), likelihood, sigma)
+    if likelihood == "regression":
+        w = (1.0 / sigma**2).to(out).expand(out.shape)
+    else:
+        w = torch.softmax(out, dim=-1)
+    return float(nll.detach()), w.detach()
 
 
 #: The most bytes one Jacobian block may take: the GGN and the GLM predictive go through the

@@ -78,6 +78,7 @@ class KroneckerHessian(HessianStructure):
         inputs: dict[str, torch.Tensor],
         weight: torch.Tensor,
         categorical: bool,
+        shapes: dict[str, torch.Size] | None = None,
     ) -> dict[str, torch.Tensor]:
         """``h`` plus a batch of ``B`` rows, from each linear layer's output Jacobians and inputs.
 
@@ -89,6 +90,7 @@ class KroneckerHessian(HessianStructure):
             inputs: ``{layer: (B, in)}``, the layer's inputs.
             weight: ``(B, O)``: ``1/σ²`` (a Gaussian), or the class probabilities ``p``.
             categorical: ``Λ = diag(p) - p pᵀ`` (else ``diag(weight)``).
+            shapes: not read (the factors are named by their parameters already).
 
         Returns:
             The factors with ``G += Σ_b δ_bᵀ Λ_b δ_b`` and ``A += Σ_b a_b a_bᵀ``, ``N += B``.

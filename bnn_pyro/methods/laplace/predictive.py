@@ -19,6 +19,7 @@ from bnn_pyro.methods.classic.training import modes, module_device
 from bnn_pyro.methods.laplace.curvature import (
     jacobian_blocks,
     layer_jacobians,
+    layer_rows,
     output_jacobians,
 )
 from bnn_pyro.methods.laplace.kron import LayerJacobians
@@ -165,10 +166,10 @@ class LaplacePredictive:
         """:meth:`predict`'s closed form (its arguments checked): the GLM's moments, through
         the probit approximation where the outputs are ``softmaxed``; the samples drawn as the
         sampled predictive draws them."""
-        variance = self.structure.variance_fn(self._require_fit()[1], self._lam())  # once
+        plan = self._glm_plan(x)  # once, Σ's factorisation with it
 
         def block(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-            mean, var = self._glm_moments(x[start:stop], variance=variance)
+            mean, var = self._glm_moments(x[start:stop], plan=plan)
             if softmaxed:
                 mean, var = probit_moments(mean, var)
             return mean.unsqueeze(0), var  # one "sample", its variance added: exactly (mean, var)
@@ -231,12 +232,15 @@ class LaplacePredictive:
         flat = self.structure.sample(mean, h, self._lam(), num_samples)
         return unflatten(flat, self._shapes)
 
+    @uses_threads
     def glm_variance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
         """The closed-form variance of the linearised net's outputs under the posterior,
         ``diag(J(x) Σ J(x)ᵀ)`` with ``Σ = (H + λ I)⁻¹`` and ``J(x)`` the Jacobian of the outputs
         in the Bayesian parameters at θ*: no sampling (laplace-torch's ``pred_type="glm"``
         ``f_var``, per output). For regression it is the epistemic variance of the mean (add
-        ``noise_scale²`` for the predictive of ``y``); for classification, of the logits.
+        ``noise_scale²`` for the predictive of ``y``); for classification, of the logits. A
+        diagonal posterior over ``nn.Linear`` layers (KFAC's too) takes it from each layer's
+        output Jacobians and inputs (``J = δ ⊗ a``), never the ``N x O x P`` Jacobians.
 
         Args:
             x: ``(N, ...)`` inputs.
@@ -263,24 +267,41 @@ class LaplacePredictive:
         """
         return self._glm_moments(x, chunk_size)[1]
 
+    def _glm_plan(self, x: Any) -> tuple[int | None, Callable[[Any], torch.Tensor]]:
+        """How the GLM variance at ``x`` goes: the rows per pass of per-layer Jacobians, or
+        ``None`` for the full ones (:func:`~bnn_pyro.methods.laplace.curvature.layer_rows`,
+        from ``x``'s first row), and the structure's variance function of them, with what it
+        needs of ``Σ`` worked out once."""
+        h, lam, rows = self._require_fit()[1], self._lam(), self._layer_rows(x)
+        if rows is None:
+            return None, self.structure.variance_fn(h, lam)
+        return rows, self.structure.layer_variance_fn(h, lam, self._shapes)
+
+    def _layer_rows(self, x: Any) -> int | None:
+        """:func:`~bnn_pyro.methods.laplace.curvature.layer_rows` at θ* for ``x`` (checked),
+        the net in eval mode."""
+        x = self._check_x(x).to(module_device(self.model))
+        params = unflatten(self._require_fit()[0], self._shapes)
+        with modes(self.model, lambda m: False):
+            return layer_rows(self.structure, self.model, params, x)
+
     def _glm_moments(
         self,
         x: Any,
         chunk_size: int = _GLM_ROWS,
-        variance: Callable[[Any], torch.Tensor] | None = None,
+        plan: tuple[int | None, Callable[[Any], torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The GLM predictive of the outputs at ``x``'s rows, ``N(f(x, θ*), diag(J Σ Jᵀ))``:
-        ``mean (N, O)`` and ``variance (N, O)``, from one pass of Jacobians (``variance``: the
-        structure's :meth:`~bnn_pyro.methods.laplace.structure_base.HessianStructure.
-        variance_fn`, when the caller has it for many calls)."""
-        if variance is None:
-            variance = self.structure.variance_fn(self._require_fit()[1], self._lam())
+        ``mean (N, O)`` and ``variance (N, O)``, from one pass of Jacobians (``plan``:
+        :meth:`_glm_plan`'s, when the caller has it for many calls)."""
+        rows, variance = self._glm_plan(x) if plan is None else plan
         means, variances = [], []
-        for blocks, out in self._jacobian_blocks(x, chunk_size, by_output=True):
+        for blocks, out in self._jacobian_blocks(x, chunk_size, rows, by_output=True):
             means.append(out)
             variances.append(torch.cat([variance(j) for j in blocks], dim=1))
         return torch.cat(means), torch.cat(variances)
 
+    @uses_threads
     def glm_covariance(self, x: Any, chunk_size: int = 256) -> torch.Tensor:
         """The joint covariance of the linearised net's outputs at all of ``x``'s rows under the
         posterior, ``J(x) Σ J(x)ᵀ`` (laplace-torch's ``pred_type="glm", joint=True``): the
@@ -312,7 +333,8 @@ class LaplacePredictive:
             (torch.Size([3, 3]), True)
         """
         h = self._require_fit()[1]
-        blocks = [b[0][0] for b in self._jacobian_blocks(x, chunk_size)]
+        rows = self._layer_rows(x) if self.structure.layerwise else None  # diag: full Jacobians
+        blocks = [b[0][0] for b in self._jacobian_blocks(x, chunk_size, rows)]
         if self.structure.layerwise:  # (deltas, inputs) per block: joined per layer
             jac = tuple({k: torch.cat([b[i][k] for b in blocks]) for k in blocks[0][i]}
                         for i in range(2))  # fmt: skip
@@ -321,35 +343,35 @@ class LaplacePredictive:
         return self.structure.functional_covariance(h, self._lam(), jac)
 
     def _jacobian_blocks(
-        self, x: Any, chunk_size: int, by_output: bool = False
+        self, x: Any, chunk_size: int, rows: int | None, by_output: bool = False
     ) -> Iterator[tuple[list[torch.Tensor | LayerJacobians], torch.Tensor]]:
         """``x`` checked as ``predict`` checks it (type, dtype and shape, by name), then per
         block of at most ``chunk_size`` rows, the Jacobians ``(B, O, P)`` of the net's outputs in
-        the Bayesian parameters at θ* (a layerwise structure, KFAC: each layer's ``(deltas,
-        inputs)`` instead), as a list of one; ``by_output``: as a list of ``(B, O', P)`` blocks
-        over the outputs, each under :data:`~bnn_pyro.methods.laplace.curvature.
-        JACOBIAN_BLOCK_BYTES` (the rows cut down to fit first); with the block's outputs
-        ``f(x, θ*)`` ``(B, O)``. The net is in eval mode, no graph kept."""
+        the Bayesian parameters at θ* (``rows`` not ``None``: each linear layer's ``(deltas,
+        inputs)`` instead, at most ``rows`` at a time), as a list of one; ``by_output``: as a
+        list of ``(B, O', P)`` blocks over the outputs, each under :data:`~bnn_pyro.methods.
+        laplace.curvature.JACOBIAN_BLOCK_BYTES` (the rows cut down to fit first); with the
+        block's outputs ``f(x, θ*)`` ``(B, O)``. The net is in eval mode, no graph kept."""
         mean, _ = self._require_fit()
         check_int("chunk_size", chunk_size)
         x = self._check_x(x).to(module_device(self.model))
         params = unflatten(mean, self._shapes)
         with modes(self.model, lambda m: False), torch.no_grad():
-            if self.structure.layerwise:
-                for rows in x.split(chunk_size):
-                    deltas, inputs, out = layer_jacobians(self.model, params, rows)
+            if rows is not None:
+                for part in x.split(min(chunk_size, rows)):
+                    deltas, inputs, out = layer_jacobians(self.model, params, part)
                     yield [(deltas, inputs)], out
                 return
             if not by_output:
-                for rows in x.split(chunk_size):
-                    jac, out = output_jacobians(self.model, params, rows)
+                for part in x.split(chunk_size):
+                    jac, out = output_jacobians(self.model, params, part)
                     yield [jac], out
                 return
             outputs = self.model(x[:1]).shape[-1]
             n_rows, n_outs = jacobian_blocks(chunk_size, outputs, mean.numel(), mean.element_size())
-            for rows in x.split(min(chunk_size, n_rows)):
+            for part in x.split(min(chunk_size, n_rows)):
                 pairs = [
-                    output_jacobians(self.model, params, rows, slice(o, o + n_outs))
+                    output_jacobians(self.model, params, part, slice(o, o + n_outs))
                     for o in range(0, outputs, n_outs)
                 ]
                 yield [jac for jac, _ in pairs], torch.cat([out for _, out in pairs], dim=1)

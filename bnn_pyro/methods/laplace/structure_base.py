@@ -37,6 +37,10 @@ class HessianStructure(ABC):
     #: categorical)``: each linear layer's output Jacobians and inputs) instead of through
     #: :meth:`add_ggn`'s full Jacobians.
     layerwise: ClassVar[bool] = False
+    #: Whether, beside the full Jacobians, it takes the per-layer ones (:meth:`add_layer_ggn`,
+    #: :meth:`layer_variance_fn`) where every Bayesian parameter is a plain ``nn.Linear``'s
+    #: weight or bias (:func:`~bnn_pyro.methods.laplace.curvature.layer_rows` decides).
+    takes_layers: ClassVar[bool] = False
 
     @abstractmethod
     def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
@@ -105,6 +109,48 @@ class HessianStructure(ABC):
             True
         """
         return lambda jac: self.functional_variance(h, lam, jac)
+
+    def add_layer_ggn(
+        self,
+        h: Any,
+        deltas: dict[str, torch.Tensor],
+        inputs: dict[str, torch.Tensor],
+        weight: torch.Tensor,
+        categorical: bool,
+        shapes: dict[str, torch.Size] | None = None,
+    ) -> Any:
+        """``h`` plus the GGN of ``B`` rows from each linear layer's output Jacobians ``deltas
+        {layer: (B, O, out)}`` and inputs ``{layer: (B, in)}`` (:func:`~bnn_pyro.methods.
+        laplace.curvature.layer_jacobians`), output weights ``weight (B, O)`` (``Λ = diag(p) -
+        p pᵀ`` where ``categorical``), for the parameters of ``shapes`` ``{name: shape}`` (the
+        flat θ's order); a :attr:`layerwise` or :attr:`takes_layers` structure only.
+
+        Example:
+            >>> from bnn_pyro.methods.laplace.structures import FullHessian
+            >>> FullHessian().add_layer_ggn(torch.zeros(1, 1), {}, {}, torch.ones(1, 1), False)
+            Traceback (most recent call last):
+              ...
+            TypeError: FullHessian sums full Jacobians: call add_ggn
+        """
+        raise TypeError(f"{type(self).__name__} sums full Jacobians: call add_ggn")
+
+    def layer_variance_fn(
+        self, h: Any, lam: float | torch.Tensor, shapes: dict[str, torch.Size]
+    ) -> Callable[[Any], torch.Tensor]:
+        """:meth:`variance_fn` for the layers' ``(deltas, inputs)`` instead of full Jacobians
+        (the parameters of ``shapes``, as :meth:`add_layer_ggn`); a :attr:`layerwise` structure
+        takes them in :meth:`variance_fn` already.
+
+        Example:
+            >>> from bnn_pyro.methods.laplace.structures import FullHessian
+            >>> FullHessian().layer_variance_fn(torch.eye(1), 1.0, {"w": torch.Size([1])})
+            Traceback (most recent call last):
+              ...
+            TypeError: FullHessian takes full Jacobians: call variance_fn
+        """
+        if not self.layerwise:
+            raise TypeError(f"{type(self).__name__} takes full Jacobians: call variance_fn")
+        return self.variance_fn(h, lam)
 
     @abstractmethod
     def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:

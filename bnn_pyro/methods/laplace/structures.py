@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from bnn_pyro.methods.classic.params import flatten
-from bnn_pyro.methods.laplace.kron import KroneckerHessian
+from bnn_pyro.methods.classic.params import flatten, unflatten
+from bnn_pyro.methods.laplace.kron import KroneckerHessian, LayerJacobians
 from bnn_pyro.methods.laplace.structure_base import HessianStructure, map_tensors
 
 __all__ = [
@@ -43,6 +43,7 @@ class DiagonalHessian(HessianStructure):
     """
 
     name = "diag"
+    takes_layers = True
 
     def zeros(self, size: int, like: torch.Tensor) -> torch.Tensor:
         return like.new_zeros(size)
@@ -84,6 +85,70 @@ class DiagonalHessian(HessianStructure):
     def functional_covariance(self, h: torch.Tensor, lam: float, jac: torch.Tensor) -> torch.Tensor:
         flat = jac.flatten(0, 1)
         return (flat / (h + lam)) @ flat.T
+
+    # Per linear layer: a weight's Jacobian row for output o is δ_o ⊗ a (δ_o (out,) the output's
+    # Jacobian in the layer's pre-activations, a (in,) its inputs), a bias's is δ_o; so the
+    # squares that diag(H) and diag(J Σ Jᵀ) sum factor, δ_o² ⊗ a², and neither needs the
+    # (B, O, P) Jacobians: B · O · out numbers per layer instead of B · O · out · in.
+
+    def add_layer_ggn(
+        self,
+        h: torch.Tensor,
+        deltas: dict[str, torch.Tensor],
+        inputs: dict[str, torch.Tensor],
+        weight: torch.Tensor,
+        categorical: bool,
+        shapes: dict[str, torch.Size] | None = None,
+    ) -> torch.Tensor:
+        """``h + diag(Σ_b J_bᵀ Λ_b J_b)``: per weight ``Σ_b c_bk a_bl²``, per bias ``Σ_b c_bk``,
+        with ``c_bk = Σ_o w_bo δ_bok²`` (minus ``(Σ_o p_bo δ_bok)²`` for a categorical: the
+        diagonal of ``- j jᵀ``, ``j = Σ_o p_o J_o = (Σ_o p_o δ_o) ⊗ a``).
+
+        Example:
+            >>> s = DiagonalHessian()  # one row, one output, δ = 1, a = (1, 2), weight 1
+            >>> s.add_layer_ggn(s.zeros(3, torch.zeros(1)), {"0": torch.ones(1, 1, 1)},
+            ...                 {"0": torch.tensor([[1.0, 2.0]])}, torch.ones(1, 1), False,
+            ...                 {"0.weight": torch.Size([1, 2]), "0.bias": torch.Size([1])})
+            tensor([1., 4., 1.])
+        """
+        if shapes is None:
+            raise TypeError("DiagonalHessian.add_layer_ggn needs the parameters' shapes")
+        parts = []
+        for name, shape in shapes.items():
+            layer = name.rpartition(".")[0]
+            delta = deltas[layer]
+            c = torch.einsum("bok,bo->bk", delta.pow(2), weight)  # (B, out)
+            if categorical:
+                c = c - torch.einsum("bo,bok->bk", weight, delta).pow(2)
+            part = c.T @ inputs[layer].pow(2) if len(shape) == 2 else c.sum(0)
+            parts.append(part.reshape(-1))
+        return h + torch.cat(parts)
+
+    def layer_variance_fn(
+        self, h: torch.Tensor, lam: float | torch.Tensor, shapes: dict[str, torch.Size]
+    ) -> Callable[[LayerJacobians], torch.Tensor]:
+        """``diag(J Σ Jᵀ)`` ``(B, O)`` from the layers' ``(deltas, inputs)``: with ``Σ``'s
+        diagonal per weight ``S (out, in)`` and bias ``s (out,)``, ``Σ_k δ_bok² (S a_b² + s)_k``.
+
+        Example:
+            >>> s, shapes = DiagonalHessian(), {"0.weight": torch.Size([1, 2])}
+            >>> variance = s.layer_variance_fn(torch.tensor([1.0, 3.0]), 1.0, shapes)
+            >>> variance(({"0": torch.ones(1, 1, 1)}, {"0": torch.tensor([[1.0, 2.0]])}))
+            tensor([[1.5000]])
+        """
+        var = unflatten(1.0 / (h + lam), shapes)
+
+        def variance(jac: LayerJacobians) -> torch.Tensor:
+            deltas, inputs = jac
+            per_layer: dict[str, torch.Tensor] = {}  # S a² + s, (B, out) or (out,)
+            for name, v in var.items():
+                layer = name.rpartition(".")[0]
+                t = inputs[layer].pow(2) @ v.T if v.dim() == 2 else v
+                per_layer[layer] = t if layer not in per_layer else per_layer[layer] + t
+            parts = [(deltas[k].pow(2) * t.unsqueeze(-2)).sum(-1) for k, t in per_layer.items()]
+            return torch.stack(parts).sum(0)
+
+        return variance
 
 
 class FullHessian(HessianStructure):
