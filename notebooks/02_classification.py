@@ -33,26 +33,23 @@
 import math
 import os
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto, no ipywidgets
-import bnn_pyro as bp  # noqa: E402
-from bnn_pyro.datasets import load_digits_split, two_moons  # noqa: E402
-from bnn_pyro.metrics import (  # noqa: E402
+import bnn_pyro as bp
+from bnn_pyro.datasets import load_digits_split, two_moons
+from bnn_pyro.metrics import (
     accuracy,
     brier_score,
     entropy_decomposition,
     expected_calibration_error,
     nll,
 )
-from bnn_pyro.plots import plot_reliability_diagram  # noqa: E402
+from bnn_pyro.plots import plot_reliability_diagram
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
-torch.set_num_threads(1)
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 MOONS_EPOCHS = 20 if FAST else 200

@@ -48,22 +48,18 @@
 import math
 import os
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
+from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto, no ipywidgets
-from pyro.infer.autoguide import AutoDelta, AutoLowRankMultivariateNormal  # noqa: E402
-
-import bnn_pyro as bp  # noqa: E402
-from bnn_pyro.datasets import load_digits_split  # noqa: E402
-from bnn_pyro.metrics import accuracy, brier_score, expected_calibration_error, nll  # noqa: E402
-from bnn_pyro.plots import plot_reliability_diagram  # noqa: E402
+import bnn_pyro as bp
+from bnn_pyro.datasets import load_digits_split
+from bnn_pyro.metrics import accuracy, brier_score, expected_calibration_error, nll
+from bnn_pyro.plots import plot_reliability_diagram
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
-torch.set_num_threads(1)
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 EPOCHS = 10 if FAST else 200

@@ -34,15 +34,14 @@
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto, no ipywidgets
 sys.path.insert(0, str(Path.cwd().parent))  # the harness lives in the repository's benchmarks/
 from benchmarks.uci import markdown_report, plot_uci_results  # noqa: E402
+from benchmarks.uci.targets import evaluate_targets  # noqa: E402
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"  # nothing to shrink here
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
@@ -100,8 +99,6 @@ for metric, title in (("test_ll", "test log-likelihood"), ("rmse", "test RMSE"))
 # The same table closes `uci.md` above; here we count what was met.
 
 # %%
-from benchmarks.uci.targets import evaluate_targets  # noqa: E402
-
 rows = evaluate_targets(payload["summary"])
 met = sum(r["met"] for r in rows)
 print(f"{met} of {len(rows)} targets met")

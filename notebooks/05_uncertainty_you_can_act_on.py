@@ -35,23 +35,21 @@
 # %%
 import os
 import tempfile
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto, no ipywidgets
-import bnn_pyro as bp  # noqa: E402
-from bnn_pyro.calibration import (  # noqa: E402
+import bnn_pyro as bp
+from bnn_pyro.calibration import (
     IsotonicRecalibration,
     QuantileConformal,
     ScaleRecalibration,
     SplitConformal,
     predictive_moments,
 )
-from bnn_pyro.datasets import load_digits_split  # noqa: E402
-from bnn_pyro.metrics import (  # noqa: E402
+from bnn_pyro.datasets import load_digits_split
+from bnn_pyro.metrics import (
     fpr_at_95_tpr,
     interval_score,
     max_probability_score,
@@ -62,10 +60,9 @@ from bnn_pyro.metrics import (  # noqa: E402
     picp,
     predictive_entropy,
 )
-from bnn_pyro.plots import plot_regression_calibration  # noqa: E402
+from bnn_pyro.plots import plot_regression_calibration
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
-torch.set_num_threads(1)
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 EPOCHS = 30 if FAST else 1000  # regression

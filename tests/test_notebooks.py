@@ -132,6 +132,9 @@ def test_committed_copy_matches_its_source_and_is_executed_at_full_size(name: st
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), f"{path.name} is not executed"
     assert not _outputs(nb, "error")
+    # no warning at full size: a newcomer reading the committed outputs sees none
+    warned = [o.text[:200] for o in _outputs(nb, "stream") if o.get("name") == "stderr"]
+    assert not warned, f"{path.name} printed to stderr (a warning?): {warned}"
     assert "mode: full" in code[0].outputs[0].text, f"{path.name} was executed in fast mode"
     plots = [o for kind in ("display_data", "execute_result") for o in _outputs(nb, kind)]
     assert any("image/png" in o.get("data", {}) for o in plots), f"{path.name} has no plot"
