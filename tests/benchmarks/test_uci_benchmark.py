@@ -41,6 +41,11 @@ from benchmarks.uci.protocol import FINAL_FLAG_RATIO
 from benchmarks.uci.results import markdown_report
 from benchmarks.uci.variational import vi_train
 
+#: These tests check the harness's plumbing (records, backends, bundles, factors) on runs kept
+#: a few epochs long on purpose: their fits are not meant to converge, and the library rightly
+#: warns that they predict their training targets poorly. Here that warning is expected.
+pytestmark = pytest.mark.filterwarnings("ignore::bnn_pyro.exceptions.TrainingInstabilityWarning")
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared/data/uci")
 POISON = 1.0e4  # feature value of split 0's test rows in the poisoned folder

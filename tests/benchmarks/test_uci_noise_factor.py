@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from benchmarks.uci.method import DatasetInfo
 from benchmarks.uci.variational import NOISE_FACTORS, vi_grid, vi_train
+
+#: These tests check the harness's plumbing (records, backends, bundles, factors) on runs kept
+#: a few epochs long on purpose: their fits are not meant to converge, and the library rightly
+#: warns that they predict their training targets poorly. Here that warning is expected.
+pytestmark = pytest.mark.filterwarnings("ignore::bnn_pyro.exceptions.TrainingInstabilityWarning")
 
 
 def _run(config, x, y):
