@@ -121,7 +121,10 @@ def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
     """
     kinds = {k: sum(1 for s in statuses.values() if s == k) for k in ("killed", "timeout")}
     survivors = sorted(n for n, s in statuses.items() if s == "survived" and n not in equivalent)
-    judged = len(statuses) - sum(1 for n in statuses if n in equivalent)
+    # an equivalent mutant leaves the count only where it survived (a slow one can time out)
+    judged = len(statuses) - sum(
+        1 for n, s in statuses.items() if s == "survived" and n in equivalent
+    )
     caught = kinds["killed"] + kinds["timeout"]
     rate = 100.0 * caught / judged if judged else float("nan")
     lines = [
