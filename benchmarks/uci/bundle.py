@@ -29,6 +29,7 @@ from benchmarks.uci.runner import (
     BenchmarkSettings,
     Task,
     _check_types,
+    _final_fit,
     config_key,
     dataset_info,
     final_check,
@@ -38,7 +39,7 @@ from benchmarks.uci.runner import (
     search_report,
 )
 
-__all__ = ["bundled", "final_groups", "run_bundle"]
+__all__ = ["bundled", "final_groups", "refit_final_group", "run_bundle"]
 
 
 def bundled(tasks: list[Task]) -> list[list[Task]]:
@@ -280,3 +281,60 @@ def run_bundle(tasks: list[Task], settings: BenchmarkSettings) -> list[dict[str,
             }
         )
     return out
+
+
+def refit_final_group(
+    folder: str, records: list[Mapping[str, Any]], split: int, settings: BenchmarkSettings
+) -> dict[int, dict[str, float]]:
+    """The test scores of a committed run's final fit of ``split``, re-run without the search.
+
+    ``records`` are the run's records of one (data set, method), every split: their chosen
+    configurations say which splits :func:`run_bundle` trained together in the final fit that
+    holds ``split`` (:func:`final_groups`), and that group is trained again, every member with
+    its own seed and rows, so its scores are the run's up to float rounding. A record trained
+    alone (a method that does not stack: no ``"stacked"`` key) is refitted alone, as
+    :func:`~benchmarks.uci.runner.run_task`'s final fit.
+
+    Returns:
+        ``{split: {"test_ll", "rmse", "coverage_95", "train_rmse"}}`` for every split of the
+        group.
+
+    Raises:
+        ValueError: ``split`` has no record, or its record failed or fell back to another
+            configuration, or a stacked run's records are not all from its bundle (the re-run
+            would not be the same fit).
+        RuntimeError: the group failed to train together.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from benchmarks.uci.writer import write_uci_folder
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     folder = str(write_uci_folder(Path(tmp) / "toy", torch.randn(40, 3),
+        ...                                   torch.randn(40)))
+        ...     settings = BenchmarkSettings(quick=True)
+        ...     records = run_bundle([Task("toy", folder, s, "swag") for s in (0, 1)], settings)
+        ...     again = refit_final_group(folder, records, 1, settings)
+        >>> [abs(again[r["split"]]["test_ll"] - r["test_ll"]) < 1e-6 for r in records]
+        [True, True]
+    """
+    ordered = sorted(records, key=lambda r: int(r["split"]))
+    record = next((r for r in ordered if int(r["split"]) == split), None)
+    if record is None or "error" in record or record.get("fallbacks"):
+        raise ValueError(f"split {split} has no clean record to refit: {record!r}")
+    spec = get_method(str(record["method"]))
+    if "stacked" not in record:
+        return {split: _final_fit(spec, load_uci_split(folder, split), record["config"], settings)}
+    if any("stacked" not in r or "error" in r for r in ordered):
+        raise ValueError("every record of a stacked run must come from its bundle")
+    splits = [load_uci_split(folder, int(r["split"])) for r in ordered]
+    grid = spec.grid(dataset_info(folder, splits[0]), settings.quick)
+    configs = [dict(r["config"]) for r in ordered]
+    members = next(m for _, m in final_groups(spec, grid, configs) if split in
+                   [int(ordered[k]["split"]) for k in m])  # fmt: skip
+    scores = _final(spec, [splits[k] for k in members], [configs[k] for k in members], grid,
+                    settings)  # fmt: skip
+    picked = [int(ordered[k]["split"]) for k in members]
+    if any(s is None for s in scores):
+        raise RuntimeError(f"the final group of splits {picked} failed to train together")
+    return dict(zip(picked, scores, strict=True))  # type: ignore[arg-type]
