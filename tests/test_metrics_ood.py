@@ -99,3 +99,30 @@ def test_fpr_at_95_tpr_is_scikit_learns_roc_with_ties(seed):
     expected = fpr[np.argmax(tpr >= 0.95 - 1e-12)]
     assert 0 < expected < 1  # a case where the threshold's ties matter
     assert fpr_at_95_tpr(s_in, s_out) == pytest.approx(expected, abs=1e-12)
+
+
+def test_scores_take_samples_or_their_mean_and_compute_the_formula():
+    """Hand values: (N, C) input is used as it is, (S, N, C) is averaged over S first; the
+    energy's temperature divides the logits inside and multiplies outside. N != C, so a
+    reduction over the wrong axis changes the shape or the value."""
+    probs = torch.tensor([[0.7, 0.2, 0.1], [0.4, 0.4, 0.2]])  # (N=2, C=3)
+    assert torch.allclose(max_probability_score(probs), torch.tensor([0.3, 0.6]))
+    draws = torch.stack([probs, torch.tensor([[0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])])  # (S=2, N, C)
+    # means: [0.4, 0.5, 0.1] and [0.3, 0.3, 0.4] -> 1 - max = 0.5 and 0.6
+    assert torch.allclose(max_probability_score(draws), torch.tensor([0.5, 0.6]))
+    logits = torch.tensor([[2.0, 0.0, -1.0], [1.0, 1.0, 1.0]])
+    t = 2.0
+    expected = -t * torch.log(torch.exp(logits / t).sum(-1))
+    assert torch.allclose(energy_score(logits, temperature=t), expected)
+    stacked = torch.stack([logits, logits + 2.0])  # mean over S: logits + 1
+    assert torch.allclose(energy_score(stacked), energy_score(logits + 1.0))
+
+
+def test_one_dimensional_input_is_refused_naming_the_argument():
+    name = r"(?<![A-Za-z_]){}(?![A-Za-z_])"
+    with pytest.raises(ValueError, match=name.format("probs_samples")):
+        max_probability_score(torch.tensor([0.5, 0.5]))
+    with pytest.raises(ValueError, match=name.format("logits")):
+        energy_score(torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match=name.format("temperature")):
+        energy_score(torch.zeros(2, 3), temperature=-1.0)
