@@ -342,8 +342,8 @@ def swag_laplace_train(
         ...     swag_laplace_train(config, x, y, y_std=1.0, hidden=8, seed=0, checkpoints=[2],
         ...                        report=lambda e, p: out.append(p(x)), num_samples=5,
         ...                        method=method)
-        >>> out[0][0].shape, out[1][0].shape
-        (torch.Size([5, 40, 1]), torch.Size([5, 40, 1]))
+        >>> out[0][0].shape, out[1][0].shape  # Laplace's GLM: one Gaussian in closed form
+        (torch.Size([5, 40, 1]), torch.Size([1, 40, 1]))
     """
     model, fit_options = swag_laplace_model(method, x.shape, hidden, seed, num_samples)
     model = model.to(x.device)
