@@ -40,7 +40,6 @@
 import copy
 import os
 import time
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,14 +47,12 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto, no ipywidgets
-import bnn_pyro as bp  # noqa: E402
-from bnn_pyro.datasets import toy_function, toy_regression_1d  # noqa: E402
-from bnn_pyro.metrics import gaussian_log_likelihood, rmse  # noqa: E402
-from bnn_pyro.plots import plot_predictive_1d  # noqa: E402
+import bnn_pyro as bp
+from bnn_pyro.datasets import toy_function, toy_regression_1d
+from bnn_pyro.metrics import gaussian_log_likelihood, rmse
+from bnn_pyro.plots import plot_predictive_1d
 
 FAST = os.environ.get("BNN_PYRO_NOTEBOOK_FAST", "") == "1"
-torch.set_num_threads(1)  # small nets are faster on one thread
 plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100})
 
 VI_EPOCHS = 300 if FAST else 3000  # full-batch SVI steps
@@ -269,12 +266,20 @@ def nuts_predictive(x):
 # Every method answers `predictive_gaussian(x)`: `locs` `(S, N, 1)`, one predictive mean per
 # weight sample (or member, or dropout mask), and the noise `scales`. The bands are the epistemic
 # `mean ± 1σ, 2σ` of the `locs`; the dashed red lines on every panel are NUTS's `mean ± 2σ`; the
-# last panel overlays the epistemic std of all methods.
+# last panel overlays the epistemic std of all methods. Laplace's GLM predictive is one Gaussian
+# in closed form (`predictive_gaussian` returns it as `S = 1`); to put it through the same
+# sample-based table as the others, its rows use `S` draws of the linearised net
+# (`predict(x, return_samples=True)`) with the noise.
 
 
 # %%
 def rng():
     return torch.Generator().manual_seed(0)
+
+
+def glm_draws(method):
+    """Laplace's GLM as `S` draws of the linearised net and the noise, like the others."""
+    return lambda x: (method.predict(x, return_samples=True, generator=rng())[2], noise)
 
 
 predictive = {
@@ -284,8 +289,8 @@ predictive = {
     "MC dropout": raw(lambda x: dropout.predictive_gaussian(x, generator=rng())),
     "deep ensemble": raw(lambda x: ensemble.predictive_gaussian(x)),
     "SWAG": raw(lambda x: swag.predictive_gaussian(x, generator=rng())),
-    "Laplace": raw(lambda x: laplace.predictive_gaussian(x, generator=rng())),
-    "Laplace, KFAC": raw(lambda x: kfac.predictive_gaussian(x, generator=rng())),
+    "Laplace": raw(glm_draws(laplace)),
+    "Laplace, KFAC": raw(glm_draws(kfac)),
     "SGHMC": raw(lambda x: sghmc.predictive_gaussian(x, num_samples=S, seed=0)),
 }
 nuts_mean, nuts_sd = REFERENCE["mean"], REFERENCE["sd"]
