@@ -222,35 +222,34 @@ def test_concurrent_fits_quick_times_each_process_count(tmp_path):
     assert no_baseline.returncode != 0 and "must start with 1" in no_baseline.stderr
 
 
-def test_suite_time_reads_the_makefile_and_pytest_summary():
-    """benchmarks/suite_time.py times ``make test`` and ``make test-quick`` on the paths the
-    Makefile gives pytest, read from the Makefile itself (its doctests: the quick paths, and
-    pytest's closing line as numbers); the full run is the suite itself, not run here."""
+def _doctests_passed(script: str) -> int:
+    """Run a script's doctests from its folder (it imports its siblings from there): how many
+    examples passed; any failure fails the test."""
     run = subprocess.run(
-        [sys.executable, "-m", "doctest", "-v", "suite_time.py"],
+        [sys.executable, "-m", "doctest", "-v", script],
         cwd=BENCHMARKS,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "3 passed and 0 failed" in run.stdout, run.stdout[-2000:]
+    found = re.search(r"\b(\d+) passed and 0 failed", run.stdout)
+    assert found, run.stdout[-2000:]
+    return int(found[1])
+
+
+def test_suite_time_reads_the_makefile_and_pytest_summary():
+    """benchmarks/suite_time.py times ``make test`` and ``make test-quick`` on the paths the
+    Makefile gives pytest, read from the Makefile itself (its doctests: the quick paths, and
+    pytest's closing line as numbers); the full run is the suite itself, not run here."""
+    assert _doctests_passed("suite_time.py") == 3
 
 
 def test_mutation_report_pieces():
     """benchmarks/mutation.py (``make mutate``): its setup.cfg, its reading of mutmut's
     results, the equivalent-mutant list and the report's merge (its doctests); a real run
     mutates a module for minutes and is not run here."""
-    run = subprocess.run(
-        [sys.executable, "-m", "doctest", "-v", "mutation.py"],
-        cwd=BENCHMARKS,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert re.search(r"\b(\d+) passed and 0 failed", run.stdout), run.stdout[-2000:]
-    assert int(re.search(r"\b(\d+) passed and 0 failed", run.stdout)[1]) >= 8
+    assert _doctests_passed("mutation.py") >= 8
 
 
 def test_laplace_glm_predict_quick_prints_both_paths():
