@@ -27,7 +27,9 @@ band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``),
 gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
 row's posteriors on the UCI splits beside laplace-torch, ``python -m
 benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the
-UCI harness, ``python -m benchmarks.uci``) and ``demo`` (the table ``make demo`` prints, written
+UCI harness, ``python -m benchmarks.uci``), ``suite_time`` (how long ``make test`` and ``make
+test-quick`` take, ``benchmarks/suite_time.py``; in the README) and ``demo`` (the table ``make
+demo`` prints, written
 by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
 
 Run: ``python benchmarks/update_readme.py [--check]`` after a benchmark run.
