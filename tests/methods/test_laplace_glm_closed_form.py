@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import bnn_pyro as bp
 from bnn_pyro.methods.laplace import curvature
 from bnn_pyro.methods.laplace.probit import probit_moments
+from tests.methods.test_laplace_glm_variance import _trained
 
 SIGMA, LAM = 0.3, 2.0
 
@@ -261,21 +262,7 @@ def test_laplace_torch_gives_the_same_predictive(task, structure):
     laplace = pytest.importorskip(
         "laplace", reason="laplace-torch, the peer, is not installed: pip install -e '.[ood]'"
     )
-    torch.manual_seed(0)
-    X = torch.randn(150, 2, dtype=torch.float64)
-    out = 1 if task == "regression" else 3
-    net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, out)).double()
-    if task == "regression":
-        y = X[:, :1].sin() + 0.1 * torch.randn(150, 1, dtype=torch.float64)
-        loss = lambda: ((net(X) - y) ** 2).mean()  # noqa: E731
-    else:
-        y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
-        loss = lambda: nn.functional.cross_entropy(net(X), y)  # noqa: E731
-    opt = torch.optim.Adam(net.parameters(), lr=0.01)
-    for _ in range(1000):
-        opt.zero_grad()
-        loss().backward()
-        opt.step()
+    net, X, y = _trained(task, seed=0)  # the parity tests' MAP net (same seed, same steps)
     noise = {"noise_scale": 0.1} if task == "regression" else {}
     ours = bp.LaplaceApproximation(copy.deepcopy(net), task, prior_precision=2.0,
                                    hessian_structure=structure, **noise)  # fmt: skip
