@@ -9,7 +9,6 @@ checked is that each cell the report promises is there and is a number of the ri
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import math
 import re
 import subprocess
@@ -23,23 +22,6 @@ import bnn_pyro as bp
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "ood.py"
-
-
-@pytest.fixture(scope="module")
-def ood():
-    """benchmarks/ood.py as a module (it imports ``_report``, ``ood_data`` and ``ood_report``
-    from its own folder; its dataclasses need it in ``sys.modules`` while it loads)."""
-    spec = importlib.util.spec_from_file_location("ood_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCHMARKS))
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    yield module
-    for name in (spec.name, "ood_data", "ood_report"):
-        sys.modules.pop(name, None)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ full run; the full list of what CI re-derives is in ``test_results_rederived.py`
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import warnings
 from pathlib import Path
@@ -36,22 +35,6 @@ PAGE = BENCHMARKS / "results" / "ood.md"
 NOISE = 1e-4
 SEED = 0  # the committed run's --seed
 METHODS = ("vi", "dropout", "ensemble", "laplace")
-
-
-@pytest.fixture(scope="module")
-def ood():
-    """benchmarks/ood.py as a module (it imports its siblings from its own folder)."""
-    spec = importlib.util.spec_from_file_location("ood_rederived", BENCHMARKS / "ood.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCHMARKS))
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    yield module
-    for name in (spec.name, "ood_data", "ood_report"):
-        sys.modules.pop(name, None)
 
 
 def _committed(shift: str, label: str) -> list[str]:
