@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from bnn_pyro.methods.sgmcmc.samplers import sgld_step
+from tests.benchmarks.test_results_rederived import load_script
 
 pytest.importorskip("posteriors", reason="the peers are not installed: pip install -e '.[peers]'")
 # torch-uncertainty's optimizers need torch only, though its package imports Lightning and
@@ -32,19 +32,10 @@ RESULTS = BENCHMARKS / "results" / "sgmcmc_peers.md"
 NUMBER = r"([0-9.e+-]+|nan|inf)"
 
 
-def _load(name: str, monkeypatch: pytest.MonkeyPatch) -> object:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_quick_run_prints_every_row_and_writes_nothing(monkeypatch, capsys, tmp_path):
     before = RESULTS.stat().st_mtime_ns if RESULTS.exists() else None
     monkeypatch.chdir(tmp_path)
-    module = _load("sgmcmc_peers", monkeypatch)
+    module = load_script("sgmcmc_peers", monkeypatch)
     assert module.main(["--quick"]) == 0
     text = capsys.readouterr().out
     rows = re.findall(
@@ -77,7 +68,7 @@ def test_the_peers_sgld_noise_is_ours_on_the_scale_the_script_uses(monkeypatch):
     (0.01 here), torch-uncertainty's only at ``noise_factor=1`` (its default 1e-2 makes it 1e-4:
     temperature 1e-4). Tolerance: 200,000 draws estimate an sd to 0.16% (1 / sqrt(2 · 200,000)),
     so 1% is 6 of those whatever the seed, and a factor 1/sqrt(2) or sqrt(N) is far outside."""
-    runs = _load("sgmcmc_peer_runs", monkeypatch)
+    runs = load_script("sgmcmc_peer_runs", monkeypatch)
     import posteriors
 
     n, lr, size = 200, 0.01, 200_000
