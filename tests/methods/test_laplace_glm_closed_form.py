@@ -280,3 +280,13 @@ def test_laplace_torch_gives_the_same_predictive(task, structure):
     else:
         probs = theirs(x_new, pred_type="glm", link_approx="probit")
         torch.testing.assert_close(mean, probs, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("logits", "variance"),
+    [((2, 3), (2, 2)), ((2, 1), (2, 1)), ((), ())],
+    ids=["shapes differ", "one class", "scalar"],
+)
+def test_probit_moments_refuses_bad_shapes_by_name(logits, variance):
+    with pytest.raises(ValueError, match=r"logits and variance .* C >= 2"):
+        probit_moments(torch.zeros(logits), torch.ones(variance))

@@ -49,6 +49,10 @@ def probit_moments(
     Returns:
         ``probs (..., C)``, summing to 1 over ``C``, and ``variance (..., C)``.
 
+    Raises:
+        ValueError: ``logits`` and ``variance`` of different shapes, or fewer than 2 classes
+            (checked on shapes only: no host sync).
+
     Example:
         >>> probs, var = probit_moments(torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 0.0]]))
         >>> torch.allclose(probs, torch.softmax(torch.tensor([[2.0, 0.0]]), -1)), var.tolist()
@@ -57,6 +61,11 @@ def probit_moments(
         >>> probs.tolist(), [round(v, 4) for v in var[0].tolist()]  # the bound p (1 - p)
         ([[0.5, 0.5]], [0.25, 0.25])
     """
+    if logits.shape != variance.shape or logits.dim() < 1 or logits.shape[-1] < 2:
+        raise ValueError(
+            "logits and variance must have one shape (..., C) with C >= 2 classes, got "
+            f"{tuple(logits.shape)} and {tuple(variance.shape)}"
+        )
     scaled = _PROBIT_SCALE * variance
     probs = torch.softmax(logits * torch.rsqrt(1 + scaled), dim=-1)
     rho = torch.reciprocal(1 + torch.reciprocal(scaled))  # a²v / (1 + a²v): 0 at 0, 1 at inf
