@@ -3,6 +3,10 @@ whole session comes from the root conftest.py)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -21,3 +25,24 @@ def classification_data() -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.randn(60, 2, generator=g)
     y = (X[:, 0] > 0).long() + (X[:, 1] > 1).long()
     return X, y
+
+
+#: benchmarks/, for the fixtures that load its scripts
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def ood():
+    """benchmarks/ood.py as a module (it imports ``_report``, ``ood_data`` and ``ood_report``
+    from its own folder; its dataclasses need it in ``sys.modules`` while it loads)."""
+    spec = importlib.util.spec_from_file_location("ood_benchmark", BENCHMARKS / "ood.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARKS))
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    yield module
+    for name in (spec.name, "ood_data", "ood_report"):
+        sys.modules.pop(name, None)
