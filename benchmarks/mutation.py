@@ -49,6 +49,9 @@ _SECTION = re.compile(r"^## `(?P<module>[^`]+)`$", flags=re.M)
 def setup_cfg(module: str, tests: list[str]) -> str:
     """The ``[mutmut]`` section for one module and its tests (and the module's doctests).
 
+    ``mutmut`` copies the module's top-level folder (``bnn_pyro``, or ``benchmarks`` for the
+    UCI harness's scoring) and mutates only the module in it.
+
     Example:
         >>> print(setup_cfg("bnn_pyro/metrics/ood.py", ["tests/test_metrics_ood.py"]))
         [mutmut]
@@ -58,11 +61,13 @@ def setup_cfg(module: str, tests: list[str]) -> str:
         pytest_add_cli_args_test_selection=tests/test_metrics_ood.py
             bnn_pyro/metrics/ood.py
         <BLANKLINE>
+        >>> setup_cfg("benchmarks/uci/protocol.py", ["t.py"]).splitlines()[1]
+        'source_paths=benchmarks'
     """
     selection = "\n    ".join([*tests, module])
     return (
         "[mutmut]\n"
-        "source_paths=bnn_pyro\n"
+        f"source_paths={module.split('/')[0]}\n"
         f"only_mutate={module}\n"
         "pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q\n"
         f"pytest_add_cli_args_test_selection={selection}\n"
