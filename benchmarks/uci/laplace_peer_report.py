@@ -300,8 +300,8 @@ def peer_markdown(payload: Mapping[str, Any]) -> str:
         closed = row["closed_minus_sampled_glm"]
         lines += [
             "",
-            "Ours closed-form GLM − the harness's score of the same posterior (the linearised net "
-            f"on {payload['settings']['test_samples']} weight draws, a mixture): "
+            "Ours closed-form GLM − the harness's score of the same posterior (the harness scores "
+            "the method's `predictive_gaussian`, the same closed form: a consistency check): "
             f"{closed['test_ll']:+.4f} ± {_se(closed['test_ll_se'])} (largest split "
             f"{closed['max']:+.3f}).",
         ]

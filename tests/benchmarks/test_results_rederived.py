@@ -92,13 +92,7 @@ What CI cannot re-derive, and why:
   OOD rows (bb_alpha, hidden_layer, swag, laplace (Fisher, sampled), vbnn, sghmc, csghmc, sgld:
   about 230 s together), the other 12 ``sgmcmc_peers`` rows (5-17 s each), ``local_reparam``'s
   digits table (12 fits of 1,200 steps).
-* stale figures, which today's code no longer gives: the harness's Laplace predictive, since
-  a69956d (``predictive_gaussian`` the exact GLM predictive, where the committed runs scored a
-  mixture of 1,000 sampled linearised nets): uci.json's Laplace row (bostonHousing split 12:
-  RMSE 2.4784 today against 2.4695 committed), the Laplace records of intervals.json and the
-  harness scores of laplace_peer.json (its "closed-form GLM − the harness's score" lines). Their
-  re-derivations are in ``test_uci_refit_rederived.py`` as ``xfail(strict=True)``: they pass
-  once those rows are re-run, and the mark must then go. And ``local_reparam`` (committed
+* stale figures, which today's code no longer gives: ``local_reparam`` (committed
   2026-11-23): its gradient variance at batch 32 comes out 3.319 (weight space), 1.859
   (local), 2.045 (flipout) against the committed 27.38, 15.45, 18.8 (30 commits have changed
   bnn_pyro/methods/vi since); it needs a re-run before its figures can be pinned here. Only

@@ -14,12 +14,7 @@ energy's SWAG group (1.4e-3).
 Beside them: one split of the Laplace comparison with laplace-torch (``laplace_peer.json``)
 and a record of the interval benchmark (``intervals.json``) re-run.
 
-Stale: every figure of the harness's Laplace predictive (uci.json's Laplace row, the Laplace
-records of intervals.json, laplace_peer.json's harness scores) predates a69956d, which made
-``predictive_gaussian`` the exact GLM predictive where the committed runs scored a mixture of
-1,000 sampled linearised nets. Their tests are marked ``xfail(strict=True)``
-(:data:`STALE_LAPLACE`): they fail today, as they should, and pass once those rows are re-run,
-when the mark must go. The full list of what CI re-derives and what it cannot is in
+The full list of what CI re-derives and what it cannot is in
 ``test_results_rederived.py``'s docstring.
 """
 
@@ -52,23 +47,10 @@ def _settings(payload: dict) -> BenchmarkSettings:
     return BenchmarkSettings(**{k: payload["settings"][k] for k in keep})
 
 
-#: The committed Laplace figures that today's code no longer gives: since a69956d ("Laplace's
-#: GLM predict in closed form"), ``predictive_gaussian`` returns the exact GLM predictive, which
-#: the UCI harness scores, where the committed runs scored a mixture of 1,000 sampled
-#: linearised nets (bostonHousing split 12: RMSE 2.4784 today against the committed 2.4695, test
-#: log-likelihood -2.4204 against -2.4232). strict: once the Laplace rows of uci.json,
-#: intervals.json and laplace_peer.json are re-run, these pass and the mark must go.
-STALE_LAPLACE = pytest.mark.xfail(
-    strict=True,
-    reason="uci.json's, intervals.json's and laplace_peer.json's Laplace figures predate the "
-    "closed-form GLM predict (a69956d): re-run those rows",
-)
-
-
 @pytest.mark.parametrize(
     ("dataset", "method", "split"),
     [
-        pytest.param("bostonHousing", "laplace", 12, marks=STALE_LAPLACE),  # splits 12, 14, 16
+        ("bostonHousing", "laplace", 12),
         ("bostonHousing", "swag", 3),  # the final group of splits 3 and 17: ~2 s
         ("bostonHousing", "ensemble", 1),  # not stacked, lr 1e-3: < 1 s
         ("concrete", "dropout", 9),  # a group of one, 400 epochs: ~5 s
@@ -127,7 +109,6 @@ def test_a_laplace_peer_split_gives_the_committed_figures(peer_split):
         assert ours["coverage_95"] == theirs["coverage_95"], name
 
 
-@STALE_LAPLACE
 def test_a_laplace_peer_split_gives_the_committed_harness_score(peer_split):
     """The harness's score of the same net (the page's line "Ours closed-form GLM − the
     harness's score"), within 5e-4."""
@@ -145,7 +126,7 @@ def _numbers(record: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("method", ["swag", pytest.param("laplace", marks=STALE_LAPLACE)])
+@pytest.mark.parametrize("method", ["swag", "laplace"])
 def test_a_committed_interval_record_is_refitted_to_its_figures(method):
     """intervals.json's bostonHousing split 12 record of ``method`` re-fitted (~2 s): every
     interval's coverage, width and Winkler score, the scale factor, MACE and NLL. The pages
