@@ -22,7 +22,10 @@ with its diff. ``make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/test_met
 runs it.
 
 Run: ``python benchmarks/mutation.py --module PATH --tests PATH [PATH ...] [--output PATH]``
-(needs ``pip install mutmut``).
+(needs ``pip install mutmut``). After writing the tests that kill a run's survivors, add
+``--survivors`` (and the new test files to ``--tests``): only the report's survivors of that
+module run again, against the tests of the last run and the new ones, and its section is
+updated. A full run of a module can take most of an hour on two cores; the survivors, minutes.
 """
 
 from __future__ import annotations
@@ -185,9 +188,41 @@ def merge(report: str, new: str) -> str:
     return head.rstrip() + "\n\n" + body.rstrip() + "\n"
 
 
-def run(module: str, tests: list[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Mutate ``module`` in a temporary copy, run ``tests`` on every mutant: statuses, and
-    the diff of every survivor."""
+def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict, list[str]]:
+    """A module's section of ``report`` read back: ``(statuses, tests)``, where the statuses
+    keep the survivors' and the equivalent mutants' names and stand in for the caught ones
+    (whose names the report does not keep) by their counts.
+
+    Example:
+        >>> statuses = {"a": "killed", "b": "timeout", "c": "survived", "bnn_pyro.m.d": "survived"}
+        >>> s = section("bnn_pyro/m.py", statuses, {"bnn_pyro.m.d": "same"}, {}, ["t.py"])
+        >>> statuses, tests = earlier("# head\\n\\n" + s, "bnn_pyro/m.py", {"bnn_pyro.m.d": "same"})
+        >>> sorted(statuses.values()), tests
+        (['killed', 'survived', 'survived', 'timeout'], ['t.py'])
+        >>> [n for n, v in statuses.items() if v == "survived"]
+        ['c', 'bnn_pyro.m.d']
+    """
+    parts = _SECTION.split(report)
+    sections = dict(zip(parts[1::2], parts[2::2], strict=True))
+    if module not in sections:
+        raise SystemExit(f"no section for {module} in the report: run it in full first")
+    text = sections[module]
+    tests = re.search(r"--tests (.+?)` \(and", text)[1].split()
+    row = re.search(r"^\| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", text, flags=re.M)
+    killed, timeout = int(row[2]), int(row[3])
+    statuses = {f"caught before {i}": "killed" for i in range(killed)}
+    statuses |= {f"caught before {killed + i}": "timeout" for i in range(timeout)}
+    statuses |= {name: "survived" for name in re.findall(r"^\* `([^`]+)`$", text, flags=re.M)}
+    dotted = module.removesuffix(".py").replace("/", ".") + "."
+    statuses |= {name: "survived" for name in equivalent if name.startswith(dotted)}
+    return statuses, tests
+
+
+def run(
+    module: str, tests: list[str], names: list[str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Mutate ``module`` in a temporary copy, run ``tests`` on every mutant (or only on the
+    mutants ``names``): statuses, and the diff of every survivor."""
     mutmut = shutil.which("mutmut", path=os.path.dirname(sys.executable)) or shutil.which("mutmut")
     if mutmut is None:
         raise SystemExit("mutmut is not installed: pip install mutmut")
@@ -205,10 +240,13 @@ def run(module: str, tests: list[str]) -> tuple[dict[str, str], dict[str, str]]:
         with open(os.path.join(work, "setup.cfg"), "w", encoding="utf-8") as handle:
             handle.write(setup_cfg(module, tests))
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        subprocess.run([mutmut, "run"], cwd=work, env=env, stdout=subprocess.DEVNULL, check=False)
+        subprocess.run([mutmut, "run", *(names or [])], cwd=work, env=env,
+                       stdout=subprocess.DEVNULL, check=False)  # fmt: skip
         listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, env=env,
                                 capture_output=True, text=True, check=True)  # fmt: skip
         statuses = parse_results(listed.stdout)
+        if names:
+            statuses = {n: statuses.get(n, "not found") for n in names}
         diffs = {}
         for name, status in statuses.items():
             if status == "survived":
@@ -227,14 +265,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", required=True, help="the module to mutate, e.g. bnn_pyro/x.py")
     parser.add_argument("--tests", nargs="+", required=True, help="the test files to run")
     parser.add_argument("--output", default=REPORT, help="the report to update")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the survivors of the report's last run of the module (after writing "
+        "their tests; the module itself unchanged) and update its section",
+    )
     args = parser.parse_args(argv)
-    statuses, diffs = run(args.module, args.tests)
-    if not statuses:
-        raise SystemExit("mutmut reported no mutants: see its output above")
-    new = section(args.module, statuses, equivalent_mutants(), diffs, args.tests)
-    print(new)
     title = "# Mutation testing\n\nOne section per module, from `benchmarks/mutation.py`.\n"
     old = open(args.output, encoding="utf-8").read() if os.path.exists(args.output) else title
+    equivalent = equivalent_mutants()
+    tests = list(args.tests)
+    if args.survivors:
+        statuses, before = earlier(old, args.module, equivalent)
+        tests = [*before, *(t for t in tests if t not in before)]
+        names = [n for n, v in statuses.items() if v == "survived" and n not in equivalent]
+        fresh, diffs = run(args.module, tests, names) if names else ({}, {})
+        statuses |= fresh
+    else:
+        statuses, diffs = run(args.module, tests)
+    if not statuses:
+        raise SystemExit("mutmut reported no mutants: see its output above")
+    new = section(args.module, statuses, equivalent, diffs, tests)
+    print(new)
     with open(args.output, "w", encoding="utf-8") as handle:
         handle.write(merge(old, new))
     return 0
