@@ -154,7 +154,8 @@ def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
     other = sorted({s for s in statuses.values()} - {"killed", "timeout", "survived"})
     if other:
         counts = ", ".join(f"{k}: {sum(1 for s in statuses.values() if s == k)}" for k in other)
-        lines += [f"Not run or not judged ({counts}).", ""]
+        lines += [f"Not run or not judged ({counts}):", ""]
+        lines += [f"- `{n}`: {v}" for n, v in sorted(statuses.items()) if v in other] + [""]
     lines += ["Survivors (a missing test each, or an equivalent mutant to record):", ""]
     if not survivors:
         lines.append("none")
@@ -194,11 +195,12 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     (whose names the report does not keep) by their counts.
 
     Example:
-        >>> statuses = {"a": "killed", "b": "timeout", "c": "survived", "bnn_pyro.m.d": "survived"}
+        >>> statuses = {"a": "killed", "b": "timeout", "c": "survived", "bnn_pyro.m.d": "survived",
+        ...             "e": "no tests"}
         >>> s = section("bnn_pyro/m.py", statuses, {"bnn_pyro.m.d": "same"}, {}, ["t.py"])
         >>> statuses, tests = earlier("# head\\n\\n" + s, "bnn_pyro/m.py", {"bnn_pyro.m.d": "same"})
         >>> sorted(statuses.values()), tests
-        (['killed', 'survived', 'survived', 'timeout'], ['t.py'])
+        (['killed', 'no tests', 'survived', 'survived', 'timeout'], ['t.py'])
         >>> [n for n, v in statuses.items() if v == "survived"]
         ['c', 'bnn_pyro.m.d']
     """
@@ -213,6 +215,7 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     statuses = {f"caught before {i}": "killed" for i in range(killed)}
     statuses |= {f"caught before {killed + i}": "timeout" for i in range(timeout)}
     statuses |= {name: "survived" for name in re.findall(r"^\* `([^`]+)`$", text, flags=re.M)}
+    statuses |= dict(re.findall(r"^- `([^`]+)`: (.+)$", text, flags=re.M))  # not run, not judged
     dotted = module.removesuffix(".py").replace("/", ".") + "."
     statuses |= {name: "survived" for name in equivalent if name.startswith(dotted)}
     return statuses, tests
@@ -279,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.survivors:
         statuses, before = earlier(old, args.module, equivalent)
         tests = [*before, *(t for t in tests if t not in before)]
-        names = [n for n, v in statuses.items() if v == "survived" and n not in equivalent]
+        names = [
+            n
+            for n, v in statuses.items()
+            if v not in ("killed", "timeout") and not (v == "survived" and n in equivalent)
+        ]
         fresh, diffs = run(args.module, tests, names) if names else ({}, {})
         statuses |= fresh
     else:
