@@ -276,11 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     title = "# Mutation testing\n\nOne section per module, from `benchmarks/mutation.py`.\n"
-    old = open(args.output, encoding="utf-8").read() if os.path.exists(args.output) else title
+
+    def report() -> str:
+        return open(args.output, encoding="utf-8").read() if os.path.exists(args.output) else title
+
     equivalent = equivalent_mutants()
     tests = list(args.tests)
     if args.survivors:
-        statuses, before = earlier(old, args.module, equivalent)
+        statuses, before = earlier(report(), args.module, equivalent)
         tests = [*before, *(t for t in tests if t not in before)]
         names = [
             n
@@ -293,10 +296,13 @@ def main(argv: list[str] | None = None) -> int:
         statuses, diffs = run(args.module, tests)
     if not statuses:
         raise SystemExit("mutmut reported no mutants: see its output above")
-    new = section(args.module, statuses, equivalent, diffs, tests)
+    # read again: other modules' runs may have written the report (or the equivalent list)
+    # while this one ran
+    new = section(args.module, statuses, equivalent_mutants(), diffs, tests)
     print(new)
+    updated = merge(report(), new)
     with open(args.output, "w", encoding="utf-8") as handle:
-        handle.write(merge(old, new))
+        handle.write(updated)
     return 0
 
 
