@@ -100,3 +100,24 @@ def test_autoguide_options_through_partial(regression_data):
     fresh.fit(X, y, epochs=0, progress=False)
     median = fresh.guide.autoguide.median()
     assert torch.allclose(median["net.0.weight"], net[0].weight.detach(), atol=1e-6)
+
+
+def test_the_mean_field_distributions_are_the_guides_means_and_scales(regression_data):
+    """``guide.distributions()``, one per site, at the guide's own means and (softplus) scales;
+    a learned noise scale gets a LogNormal; before a fit, a clear refusal."""
+    X, y = regression_data
+    torch.manual_seed(5)
+    bnn = bp.VariationalBNN(bp.nn.mlp(3, [6], 1), bp.Gaussian(scale="learned"), init_scale=0.03)
+    with pytest.raises(RuntimeError, match="fit"):
+        bnn.guide.distributions()
+    bnn.fit(X, y, epochs=0, progress=False)
+    found = bnn.guide.distributions()
+    means = bnn.guide.means()
+    assert sorted(found) == sorted(means) and "likelihood.scale" in found
+    for name, d in found.items():
+        base = d.base_dist if hasattr(d, "base_dist") else d
+        assert torch.equal(base.loc, bnn.guide.locs[bnn.guide.param_key(name)].detach()), name
+        assert torch.allclose(base.scale, torch.nn.functional.softplus(
+            bnn.guide.rhos[bnn.guide.param_key(name)].detach())), name  # fmt: skip
+    assert isinstance(found["likelihood.scale"].base_dist, pyro.distributions.LogNormal)
+    assert torch.allclose(found["net.0.weight"].base_dist.scale, torch.full((6, 3), 0.03))
