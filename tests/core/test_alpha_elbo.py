@@ -205,3 +205,24 @@ def test_the_helpers_refuse_what_they_cannot_use():
     for bad in [0, 2.5, True]:
         with pytest.raises((TypeError, ValueError), match="num_particles"):
             alpha_particles(bad)
+
+
+def test_loss_and_grads_is_the_differentiable_loss_with_its_gradient_accumulated():
+    """What Pyro's ``SVI.step`` calls: the same draws give the same float, and ``.grad`` holds
+    that loss's gradient (added to what was there, as ``backward`` does)."""
+    x, y, _, v = _problem()
+    m = torch.zeros(3, requires_grad=True)
+    elbo = AlphaELBO(0.5, num_particles=16)
+    torch.manual_seed(3)
+    want = elbo.differentiable_loss(_model, _guide(m, v), x, y)
+    (grad,) = torch.autograd.grad(want, m)
+    m.grad = torch.ones(3)
+    torch.manual_seed(3)
+    got = elbo.loss_and_grads(_model, _guide(m, v), x, y)
+    assert isinstance(got, float) and got == float(want.detach())
+    assert torch.allclose(m.grad, 1.0 + grad)
+    # a guide with nothing to learn: the loss alone, nothing accumulated
+    frozen = torch.zeros(3)
+    torch.manual_seed(3)
+    assert elbo.loss_and_grads(_model, _guide(frozen, v), x, y) == float(want.detach())
+    assert frozen.grad is None
