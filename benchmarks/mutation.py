@@ -165,6 +165,12 @@ def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _sections(report: str) -> tuple[str, dict[str, str]]:
+    """The report's head and its ``{module: text after the section's title}``."""
+    parts = _SECTION.split(report)
+    return parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
 def merge(report: str, new: str) -> str:
     """The report with ``new``'s module section replacing its earlier one (or appended).
 
@@ -183,8 +189,7 @@ def merge(report: str, new: str) -> str:
         <BLANKLINE>
     """
     module = _SECTION.search(new)["module"]
-    parts = _SECTION.split(report)
-    head, sections = parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
+    head, sections = _sections(report)
     sections[module] = new[new.index("\n") :]
     body = "".join(f"## `{name}`{text.rstrip()}\n\n" for name, text in sections.items())
     return head.rstrip() + "\n\n" + body.rstrip() + "\n"
@@ -205,8 +210,7 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
         >>> [n for n, v in statuses.items() if v == "survived"]
         ['c', 'bnn_pyro.m.d']
     """
-    parts = _SECTION.split(report)
-    sections = dict(zip(parts[1::2], parts[2::2], strict=True))
+    sections = _sections(report)[1]
     if module not in sections:
         raise SystemExit(f"no section for {module} in the report: run it in full first")
     text = sections[module]
