@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from bnn_pyro.likelihoods.base import Likelihood, float_targets
 from bnn_pyro.likelihoods.noise_init import residual_scale
+from bnn_pyro.priors._latent import check_scale_prior
 from bnn_pyro.weight_distributions import rebuild_on
 
 __all__ = ["NOISE_SITE", "Gaussian", "GaussianLikelihood", "HeteroscedasticGaussian"]
@@ -83,7 +84,8 @@ class Gaussian(GaussianLikelihood):
         scale: the noise standard deviation: a positive float (fixed, known noise) or
             ``"learned"`` (a latent site ``"likelihood.scale"`` of shape ``(O,)``, one noise
             level per output, with prior ``scale_prior``).
-        scale_prior: prior of the learned scale; default ``LogNormal(0, 1)`` (median 1, 95% of
+        scale_prior: prior of the learned scale, on the positive reals (``HalfCauchy``,
+            ``HalfNormal``, ``Gamma``, ...); default ``LogNormal(0, 1)`` (median 1, 95% of
             its mass in [0.14, 7.1]), suited to standardised targets.
         scale_init: where the learned scale starts (the guide's median): ``"data"`` (default:
             the residual std of a least-squares linear fit to the training data, per output;
@@ -114,11 +116,7 @@ class Gaussian(GaussianLikelihood):
             raise ValueError("scale_prior is only used with scale='learned'")
         if scale_prior is None:
             scale_prior = dist.LogNormal(0.0, 1.0)
-        if scale_prior.support is not dist.constraints.positive or scale_prior.batch_shape != ():
-            raise ValueError(
-                "scale_prior must be a scalar distribution on the positive reals, got "
-                f"{scale_prior!r}"
-            )
+        scale_prior = check_scale_prior("scale_prior", scale_prior)
         if isinstance(scale_init, str):
             if scale_init not in ("data", "prior"):
                 raise ValueError(
