@@ -1,5 +1,18 @@
 """``ChainStep``: one SG-MCMC step as a :class:`~bnn_pyro.training.TrainingStep` of the one
-training loop, and ``RunPlan``: the step sizes, adaptation and collection of a whole run."""
+training loop, and ``RunPlan``: the step sizes, adaptation and collection of a whole run.
+
+A run without a given ``lr`` scales its step to the posterior it samples: at the points
+:meth:`RunPlan.calibrating` names (most of them in the burn-in, where the preconditioner adapts
+too), the chain measures the largest curvature of its preconditioned potential by power
+iteration on finite-difference Hessian-vector products of the minibatch at hand
+(:func:`~bnn_pyro.methods.sgmcmc.samplers.largest_curvature`) and, with minibatches, the
+variance of the minibatch gradient (the gradient of the previous minibatch at the same position,
+on the steps that collect nothing), and takes
+:func:`~bnn_pyro.methods.sgmcmc.samplers.sghmc_step_size` or
+:func:`~bnn_pyro.methods.sgmcmc.samplers.sgld_step_size`. The burn-in's last calibration comes
+after its last adapting step, and later ones may only shrink the step: on a posterior whose
+curvature is the same everywhere (a Gaussian) the collected chain runs one fixed update rule.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +28,16 @@ from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.samplers import (
+    SGLD_TRAVEL,
     Generators,
     SGHMCState,
     adapt_sghmc,
     cyclical_lr,
+    largest_curvature,
     sghmc_step,
+    sghmc_step_size,
     sgld_step,
+    sgld_step_size,
 )
 from bnn_pyro.training import TrainingStep
 
@@ -66,10 +83,46 @@ class RunPlan:
         return True
 
     def adapting(self, k: int) -> bool:
-        """Whether step ``k`` adapts the SGHMC preconditioner (burn-in; a cycle's exploration)."""
+        """Whether step ``k`` adapts the SGHMC preconditioner (burn-in; a cycle's exploration,
+        where it averages every update: :func:`adapt_sghmc` with ``forget=False``)."""
         if self.schedule == "cyclical":
             return not self.sampling(k)
         return k < self.burn_in
+
+    def calibrating(self, k: int) -> bool:
+        """Whether a step size scaled to the posterior is measured before step ``k``.
+
+        Constant: at the start; at 1/32, 1/16, ..., 1/2 of the burn-in (the chain and the
+        preconditioner move most early on); at its end; then every sixteenth of the run, where
+        the step may only shrink (:class:`ChainStep`). Cyclical: at the start of each cycle and
+        of each sampling stage, and at 1/32, ..., 1/2 of the first exploration stage.
+
+        Example:
+            >>> plan = RunPlan(total=160, lr=1.0, burn_in=64)
+            >>> [k for k in range(160) if plan.calibrating(k)]
+            [0, 2, 4, 8, 16, 32, 64, 74, 84, 94, 104, 114, 124, 134, 144, 154]
+        """
+        if k == 0:
+            return True
+        if self.schedule == "cyclical":
+            length = math.ceil(self.total / self.cycles)
+            explored = next((j for j in range(length) if self.sampling(j)), length)
+            early = k < explored and any(k == explored >> j for j in range(1, 6))
+            return early or k % length == 0 or (self.sampling(k) and not self.sampling(k - 1))
+        if k >= self.burn_in:
+            return (k - self.burn_in) % math.ceil(self.total / 16) == 0
+        return any(k == self.burn_in >> j for j in range(1, 6))
+
+    def travelling(self, k: int) -> bool:
+        """Whether step ``k`` collects nothing (the burn-in, a cycle's exploration): a step size
+        measured there only has to bring the chain to the posterior, not to sample it.
+
+        Example:
+            >>> plan = RunPlan(total=8, lr=1.0, schedule="cyclical", cycles=2, explore=0.5)
+            >>> [plan.travelling(k) for k in range(4)], RunPlan(8, 1.0, burn_in=2).travelling(2)
+            ([True, True, False, False], False)
+        """
+        return k < self.burn_in or not self.sampling(k)
 
     def sampling_steps(self, start: int = 0, stop: int | None = None) -> int:
         """How many of the steps ``start, ..., stop - 1`` (default: to the end) sample."""
@@ -159,6 +212,10 @@ class ChainStep(TrainingStep):
         temperature: ``T``.
         mdecay: SGHMC's momentum decay.
         generator: the source of the injected noise (one per chain for ``theta (K, P)``).
+        target: ``None``: the step sizes are ``plan``'s. A float: ``plan.lr`` is a factor of a
+            step measured on the posterior (module docstring): ``lr² λ_max`` (SGHMC) or
+            ``lr λ_max`` (SGLD) equals ``target`` at ``plan.lr = 1``, or less where the
+            minibatch noise asks (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`).
 
     Example:
         >>> import pyro, pyro.distributions as dist
@@ -189,6 +246,7 @@ class ChainStep(TrainingStep):
         temperature: float,
         mdecay: float,
         generator: Generators,
+        target: float | None = None,
     ) -> None:
         self.potential, self.theta, self.sampler, self.plan = potential, theta, sampler, plan
         self.collectors = [collector] if isinstance(collector, SampleCollector) else list(collector)
@@ -199,6 +257,15 @@ class ChainStep(TrainingStep):
         self.dataset_size, self.temperature, self.mdecay = dataset_size, temperature, mdecay
         self.generator = generator
         self.state = SGHMCState.start(theta) if sampler == "sghmc" else None
+        if self.state is not None and plan.schedule == "cyclical":
+            self.state.tau.zero_()  # the preconditioner is the mean over every exploration step
+        self.target = target
+        # the measured step (per chain, (K, 1); (1,) alone) that plan.step_size(k) multiplies
+        self.scale: float | torch.Tensor = 1.0
+        self._calibration: dict[str, Any] = {}  # M⁻¹ at the last calibration, its direction
+        self._noise: list[Any] = []  # Σ Δg², Σ (xᵀΔg)² / xᵀMx, count, since the calibration
+        self._previous: tuple[torch.Tensor, torch.Tensor] | None = None  # the last minibatch
+        self._moved = False
         self.k = 0  # the step about to be taken
         self.sampled = 0  # sampling-stage steps so far (what thinning counts)
         self._epoch: list[torch.Tensor] = []  # each step's U, per chain
@@ -219,9 +286,12 @@ class ChainStep(TrainingStep):
                 f"SG-MCMC: the potential or its gradient is not finite{_which(finite)}: "
                 f"{values.tolist()}"
             )
+        if self.target is not None:
+            self._measure(xb, yb, grad, plan.travelling(k), plan.calibrating(k))
         if adapting:
-            adapt_sghmc(self.state, grad)  # type: ignore[arg-type]
-        lr, sampling = plan.step_size(k), plan.sampling(k)
+            adapt_sghmc(self.state, grad, forget=plan.schedule != "cyclical")  # type: ignore[arg-type]
+            self._moved = True  # M⁻¹ left its value at the last calibration
+        lr, sampling = plan.step_size(k) * self._step_scale(), plan.sampling(k)
         with torch.no_grad():
             if self.state is not None:
                 sghmc_step(
@@ -257,6 +327,135 @@ class ChainStep(TrainingStep):
         self.k += 1
         self._epoch.append(values)
         return float(values.mean())
+
+    # ------------------------------------------------------------------ the measured step
+    def _minibatch(self, xb: torch.Tensor) -> bool:
+        return xb.shape[0 if self.theta.dim() == 1 else 1] < self.dataset_size
+
+    def _measure(
+        self,
+        xb: torch.Tensor,
+        yb: torch.Tensor,
+        grad: torch.Tensor,
+        travelling: bool,
+        calibrating: bool,
+    ) -> None:
+        """The noise of this minibatch's gradient while travelling, then the step if due."""
+        if not self._minibatch(xb):
+            self._previous = None
+        else:
+            if travelling and self._previous is not None and "direction" in self._calibration:
+                self._add_noise(grad)
+            self._previous = (xb, yb)
+        if calibrating:
+            self._calibrate(xb, yb, grad)
+
+    def _add_noise(self, grad: torch.Tensor) -> None:
+        """One sample of the minibatch gradient's noise: the gradients of this minibatch and of
+        the last at the same position differ by two minibatches' errors."""
+        xp, yp = self._previous  # type: ignore[misc]
+        _, other = self.potential.gradient(self.theta, xp, yp, self.dataset_size)
+        d = (grad - other).detach()
+        x, minv = self._calibration["direction"], self._calibration["minv"]
+        along = (x * d).sum(-1).square() / (x.square() / minv).sum(-1)
+        if not self._noise:
+            self._noise = [torch.zeros_like(d), torch.zeros_like(along), 0]
+        self._noise[0] += d.square()
+        self._noise[1] += along
+        self._noise[2] += 1
+
+    def _calibrate(self, xb: torch.Tensor, yb: torch.Tensor, grad: torch.Tensor) -> None:
+        """Measure ``λ_max`` at ``theta`` on this minibatch and set the step.
+
+        The step is :func:`sghmc_step_size` or :func:`sgld_step_size`, with the minibatch
+        noise gathered since the last calibration (the last estimate where none was). A step
+        that collects nothing (:meth:`RunPlan.travelling`), but for the second half of a
+        constant schedule's burn-in, travels: on the curvature alone (the noise only heats a
+        chain that is not collected yet), SGLD at
+        :data:`~bnn_pyro.methods.sgmcmc.samplers.SGLD_TRAVEL`; the others step as the chain
+        samples (``self.target`` and the noise's share
+        :data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`), so the chain cools and settles
+        at that step before it is collected. The step is rounded down to a power
+        of ``2^(1/8)``; after the burn-in of a constant schedule it only shrinks, when a
+        curvature that grew on the way rounds it lower by ``2^(1/4)`` or more (one power is
+        within what the measure itself varies by).
+        """
+        k, plan, theta, n = self.k, self.plan, self.theta.detach(), self.dataset_size
+        minv = self.state.minv.clone() if self.state is not None else torch.ones_like(theta)
+        size = theta.square().mean(-1, keepdim=True).sqrt() + 1e-2
+
+        def hvp(x: torch.Tensor) -> torch.Tensor:
+            delta = 1e-3 * size / x.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
+            _, moved = self.potential.gradient(theta + delta * x, xb, yb, n)
+            return (moved - grad) / delta
+
+        start = minv * grad
+        start = start / start.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
+        lam, direction = largest_curvature(hvp, start + self._spread(theta), minv)
+        if not bool(torch.isfinite(lam).all()):
+            raise TrainingDivergedError(
+                f"SG-MCMC: the potential's curvature is not finite{_which(torch.isfinite(lam))}"
+            )
+        # the second half of a burn-in already steps as the chain will sample: it settles there
+        travel = plan.travelling(k) and not (plan.schedule == "constant" and 2 * k >= plan.burn_in)
+        noise = self._calibration.get("noise")
+        if self._noise and self._noise[2] > 0:
+            count = self._noise[2]
+            noise = torch.maximum(
+                (minv * self._noise[0]).amax(-1) / (2 * count), self._noise[1] / (2 * count)
+            )
+        target, noise_then = self.target, None if travel else noise
+        if self.state is not None:
+            scale = sghmc_step_size(lam, noise_then, target=target, mdecay=self.mdecay,
+                                    temperature=self.temperature, dataset_size=n)  # fmt: skip
+        else:
+            target = max(target, SGLD_TRAVEL) if travel else target  # type: ignore[type-var]
+            scale = sgld_step_size(lam, noise_then, target=target, temperature=self.temperature,
+                                   dataset_size=n)  # fmt: skip
+        # rounded down to a power of 2^(1/8): a run does not follow its arithmetic's last bits
+        # (K chains run stacked sum the same terms in another order and end as their own fits)
+        scale = torch.exp2(torch.floor(8 * torch.log2(scale)) / 8).reshape(*theta.shape[:-1], 1)
+        if (
+            plan.schedule == "constant"
+            and k > plan.burn_in
+            and isinstance(self.scale, torch.Tensor)
+        ):
+            scale = torch.where(scale < self.scale / 1.1, scale, self.scale)
+        self.scale = scale
+        self._calibration = {"minv": minv, "direction": direction, "curvature": lam, "noise": noise}
+        self._noise, self._moved = [], False
+
+    def _spread(self, theta: torch.Tensor) -> torch.Tensor:
+        """A fixed vector with every coordinate nonzero and no two alike (the same for every
+        chain and run), so that the power iteration's start is never orthogonal to the top
+        eigenvector."""
+        k = torch.arange(theta.shape[-1], device=theta.device, dtype=theta.dtype)
+        return torch.cos(2.399963 * k + 1.0).expand_as(theta)
+
+    def _step_scale(self) -> float | torch.Tensor:
+        """The measured step, shrunk while the SGHMC preconditioner grows past its value at the
+        last calibration (``lr² M⁻¹`` then stays at most what was measured)."""
+        if self.target is None or self.state is None or not self._moved:
+            return self.scale
+        ratio = (self._calibration["minv"] / self.state.minv).amin(-1, keepdim=True)
+        return self.scale * ratio.clamp(max=1.0).sqrt()
+
+    def step_size(self) -> torch.Tensor | None:
+        """The measured step of each chain (``(K,)``; ``(1,)`` alone) at the last
+        calibration, ``None`` for a run with given step sizes.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> X = torch.randn(16, 2); y = X.sum(-1, keepdim=True)
+            >>> m = bp.make("sgld", bp.nn.mlp(2, [], 1), bp.Gaussian(scale=0.1))
+            >>> step = m.start_run(X, y, steps=8, lr=None)
+            >>> _ = step(X, y)  # the first step measures it
+            >>> step.step_size().shape, m.start_run(X, y, steps=8, lr=0.01).step_size()
+            (torch.Size([1]), None)
+        """
+        if self.target is None or not isinstance(self.scale, torch.Tensor):
+            return None
+        return self.scale.reshape(-1)
 
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
         """The mean ``U`` per point, each minibatch weighted by its rows; with K chains, the

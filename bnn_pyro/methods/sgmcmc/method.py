@@ -39,14 +39,50 @@ class SGMCMC(SamplePredictive):
     burn-in and a new collection); :meth:`predict` evaluates the net on ``S`` of the collected
     samples at once.
 
+    Right by default. With nothing but ``epochs`` chosen, ``fit`` steps with full-batch
+    gradients and a step size it measures on the posterior while the chain burns in (the
+    largest curvature of the preconditioned potential, :attr:`fit_defaults`), so that on a
+    Gaussian posterior (Bayesian linear regression) the chain's stationary law is the exact
+    posterior (``sghmc``: the BAOAB integrator is exact there at every stable step) or within a
+    few percent of it along its stiffest direction (``sgld``: ``1 / (1 - 0.1 / 2)`` of the
+    variance), whatever the data's scale, noise or conditioning. What the run's length buys is
+    the effective sample size: ``sghmc`` decorrelates in a few steps times the square root of
+    the posterior's condition number, ``sgld`` in a few steps times the condition number itself
+    (judge a run with :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
+    (``batch_size``) add their gradient noise to the injected noise; the measured step then
+    shrinks until that share is small
+    (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`), which keeps the chain right but
+    makes its moves far smaller than a full batch's, whatever the batch size (the noise's share
+    against the curvature's :attr:`fit_defaults`): such a chain needs far more epochs for the
+    same effective sample size (a given ``lr`` trades the exactness for speed).
+
+    The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
+    cycle's exploration stage moves without noise (momentum descent), which pulls the chain to
+    the mode, and the sampling stage that follows steps with the cosine's last, smallest step
+    sizes (below a tenth of the largest at the default ``explore``), too small for the chain to
+    spread out again before the cycle ends. Its samples are too narrow (their variance a small
+    fraction of the posterior's) and correlated within a cycle (a few effective draws per
+    cycle). The two ways out are not the cyclical method any more, or not safe: noise in the
+    exploration makes it sghmc with a varying step; restarting each sampling stage at a step
+    measured for sampling lets a Gaussian posterior's chain spread out again, but on a network
+    it throws the weights the noise-free exploration left idle (whose preconditioner, built from
+    their near-zero gradients, is large) far enough to diverge. It is meant for visiting several
+    modes, not for calibrated uncertainty within one; its defaults are the cyclical method's (4
+    cycles, ``explore=0.8``, no burn-in) with the step measured at the start of each cycle and
+    of its sampling stage, which keeps it stable on any posterior's scale, and a
+    preconditioner averaged over every exploration step.
+
     Args:
         net: any ``torch.nn.Module`` ``(N, *features) -> (N, O)`` whose parameters the prior
             all covers (it runs in eval mode: dropout is off in the potential and in predict).
         likelihood: the observation model, e.g. ``Gaussian(scale="learned")``, ``Categorical()``.
         prior: default ``IIDPrior(Normal(0, 1))`` on every linear/conv parameter.
-        sampler: ``"sghmc"`` (scale-adapted SGHMC, Springenberg et al. 2016) or ``"sgld"``.
+        sampler: ``"sghmc"`` (SGHMC with the preconditioner of Springenberg et al. 2016,
+            integrated by BAOAB) or ``"sgld"``.
         temperature: ``T > 0``: the chain samples ``p(θ|D)^(1/T)`` (1: the posterior).
-        mdecay: SGHMC's momentum decay (friction) per step, in (0, 1).
+        mdecay: SGHMC's momentum decay (friction) per step, in (0, 1). The default damps a
+            posterior's slow directions at about the critical rate for condition numbers of a
+            few tens at the default step, and its stiff ones within a few steps.
         schedule: ``"constant"`` step size, or ``"cyclical"`` (Zhang et al. 2020: a cosine from
             ``lr`` down to 0, restarted ``cycles`` times; the first ``explore`` share of each
             cycle moves without noise and collects nothing, the rest samples).
@@ -75,8 +111,10 @@ class SGMCMC(SamplePredictive):
 
     hooks = (*SamplePredictive.hooks, "start_run", "keep_run", "fit_defaults")
 
-    #: The step size ``lr`` of each sampler when ``fit`` is not given one.
-    fit_defaults: dict[str, float] = {"sghmc": 0.05, "sgld": 0.01}
+    #: The step of each sampler when ``fit`` is not given an ``lr``, relative to the largest
+    #: curvature ``λ_max`` of the (preconditioned, per-datum) potential the chain measures while
+    #: it burns in: SGHMC's ``lr² λ_max`` and SGLD's ``lr λ_max`` (see :meth:`fit`).
+    fit_defaults: dict[str, float] = {"sghmc": 2.0, "sgld": 0.1}
 
     def __init__(
         self,
@@ -86,7 +124,7 @@ class SGMCMC(SamplePredictive):
         *,
         sampler: str = "sghmc",
         temperature: float = 1.0,
-        mdecay: float = 0.2,
+        mdecay: float = 0.25,
         schedule: str = "constant",
         cycles: int = 4,
         explore: float = 0.8,
@@ -123,6 +161,8 @@ class SGMCMC(SamplePredictive):
         self.dataset_size: int | None = None
         self.input_shape: tuple[int, ...] | None = None
         self.last_run: dict[str, Any] = {}
+        #: The step the last run measured and sampled with (``None``: a given ``lr``).
+        self.step_size: float | None = None
 
     @property
     def likelihood(self) -> Likelihood:
@@ -141,7 +181,7 @@ class SGMCMC(SamplePredictive):
         y: Any = None,
         *,
         epochs: int = 100,
-        batch_size: int | None = 128,
+        batch_size: int | None = None,
         lr: float | None = None,
         shuffle: bool = True,
         progress: bool = True,
@@ -155,9 +195,20 @@ class SGMCMC(SamplePredictive):
             X: ``(N, *features)`` inputs, or a ``DataLoader`` of ``(x, y)`` batches (gathered).
             y: ``(N,)`` or ``(N, O)`` targets (class indices for ``Categorical``).
             epochs: passes over the data; each minibatch is one step of the chain.
-            batch_size: rows per step (``None``: the whole data set).
-            lr: the step size (default :attr:`fit_defaults` of the sampler): SGHMC's ``ε`` of
-                Springenberg et al. (the move per step is ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``.
+            batch_size: rows per step; ``None`` (the default): the whole data set. A
+                minibatch's gradient noise adds to the noise the sampler injects, and keeping
+                its share small takes a step (``lr²`` for SGHMC, ``lr`` for SGLD) that shrinks
+                as ``B / N``, far below the full batch's, so a minibatch chain mixes far more
+                slowly per epoch; choose minibatches for data that do not fit in one step.
+            lr: the step size. ``None`` (the default): measured on the posterior at points of
+                the burn-in (:meth:`~bnn_pyro.methods.sgmcmc.chain.RunPlan.calibrating`): the
+                largest curvature ``λ_max`` of the preconditioned per-datum potential ``M⁻¹
+                ∇²U / N``, by power iteration, sets ``lr² λ_max`` (SGHMC) or ``lr λ_max``
+                (SGLD) to the sampler's :attr:`fit_defaults`, or smaller where the minibatch
+                noise asks; after the burn-in it only shrinks (a curvature measured every
+                sixteenth of the run that grew). A float: that step throughout, SGHMC's ``ε``
+                of Springenberg et al. (the kick per step is ``lr² M⁻¹ ∇U / N``), SGLD's
+                ``ε N``. :attr:`step_size` holds the step the run sampled with.
             shuffle: reshuffle the rows each epoch.
             progress: show a progress bar.
             seed: makes the run reproducible without touching the global RNG.
@@ -192,9 +243,8 @@ class SGMCMC(SamplePredictive):
             (True, 0)
         """
         epochs = check_int("epochs", epochs)
-        lr = check_float(
-            "lr", self.fit_defaults[self.sampler] if lr is None else lr, minimum=0.0, strict=True
-        )
+        if lr is not None:
+            lr = check_float("lr", lr, minimum=0.0, strict=True)
         check_seed("seed", seed)
         callbacks = check_callbacks(callbacks, validation_data is not None)
         if isinstance(X, DataLoader):
@@ -237,13 +287,16 @@ class SGMCMC(SamplePredictive):
         self.check_in_sample(X, y)
         return history
 
-    def start_run(self, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float) -> ChainStep:
+    def start_run(
+        self, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float | None
+    ) -> ChainStep:
         """The first step of a run of ``steps`` steps on ``X (N, ...)``, ``y`` (both prepared
         as :meth:`fit` prepares them): the potential, the start (where the last run stopped,
         else the net's initial weights and the likelihood's initial latents), the plan, the
         collector and the noise generator, each drawn from the global RNG in the order ``fit``
         draws them (``fit`` runs this inside its seeded block; so does
-        :func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`, once per chain).
+        :func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`, once per chain). ``lr``:
+        ``fit``'s (``None``: the step is measured on the posterior, at :attr:`fit_defaults`).
 
         Example:
             >>> import bnn_pyro as bp
@@ -255,7 +308,7 @@ class SGMCMC(SamplePredictive):
         """
         plan, thinning = plan_run(
             steps,
-            lr,
+            1.0 if lr is None else lr,
             self.schedule,
             self.cycles,
             self.explore,
@@ -286,6 +339,7 @@ class SGMCMC(SamplePredictive):
             self.temperature,
             self.mdecay,
             noise,
+            target=self.fit_defaults[self.sampler] if lr is None else None,
         )
 
     def keep_run(self, step: ChainStep, X: torch.Tensor) -> None:
@@ -297,6 +351,8 @@ class SGMCMC(SamplePredictive):
         self.dataset_size = X.shape[0]
         self.input_shape = tuple(X.shape[1:])
         self.bnn.input_shape = self.input_shape
+        measured = step.step_size()
+        self.step_size = None if measured is None else float(measured[0])
         self.last_run = {
             "steps": plan.total,
             "burn_in": plan.burn_in,

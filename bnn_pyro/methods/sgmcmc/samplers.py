@@ -1,4 +1,5 @@
-"""The SG-MCMC update rules as pure functions of flat tensors, and the cyclical step size.
+"""The SG-MCMC update rules as pure functions of flat tensors, the step sizes they default to,
+and the cyclical step size.
 
 Every rule takes the *per-datum* gradient ``g = ∇U(θ) / N`` of a minibatch estimate of the
 potential ``U(θ) = -log p(θ) - (N/B) Σ_batch log p(y|x, θ)`` over ``N`` training points, so that
@@ -6,19 +7,24 @@ one step size ``lr`` means the same on data sets of any size (the scaling of Spr
 al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so is every state.
 
 * :func:`sgld_step`: stochastic gradient Langevin dynamics (Welling & Teh 2011), with
-  ``ε = lr / N``: ``θ ← θ - ε ∇U + sqrt(2 ε T) ξ``.
-* :func:`sghmc_step`: the scale-adapted SGHMC of Springenberg et al. 2016 (as in pysgmcmc):
-  ``v ← v - lr² M⁻¹ g - mdecay v + ξ``, ``θ ← θ + v``, with a diagonal preconditioner
-  ``M⁻¹ = 1 / sqrt(E[g²])`` estimated while the chain burns in (:func:`adapt_sghmc`) and
-  ``ξ ~ N(0, 2 mdecay T (lr²/N) M⁻¹)``: with ``h = lr / sqrt(N)`` and the friction
-  ``C = mdecay M / h``, this is Chen et al. 2014's SGHMC at step ``h``, whose noise ``2 C h``
-  (times ``T``) makes ``p(θ|D)^(1/T)`` its stationary law as ``h → 0``. Like Springenberg et
-  al. (and pysgmcmc) it takes the minibatch gradient's own noise (their ``B̂``) as 0: an
-  estimate of it subtracted from ``ξ`` made the samples *too narrow* here (measured: 10-14%
-  too small variances on the Bayesian linear regression of the tests), since the minibatches
-  of one reshuffled epoch add up to the full gradient and their noise largely cancels along
-  the chain. What remains of it widens the samples by a few percent (4% there at the default
-  ``lr``), growing with ``lr²``.
+  ``ε = lr / N``: ``θ ← θ - ε ∇U + sqrt(2 ε T) ξ``. On a Gaussian posterior of precision ``A``
+  its stationary covariance is ``T A⁻¹ (I - εA/2)⁻¹``: the step's bias grows with ``ε λ_max``.
+* :func:`sghmc_step`: SGHMC with the diagonal preconditioner ``M⁻¹ = 1 / sqrt(E[g²])`` of
+  Springenberg et al. 2016 (estimated while the chain burns in, :func:`adapt_sghmc`), integrated
+  by the BAOAB splitting of Leimkuhler & Matthews (2013): with ``h = lr / sqrt(N)`` and the
+  velocity ``v = h M⁻¹ p``, a kick ``v ← v - lr² M⁻¹ g``, half a drift ``θ ← θ + v/2``, the
+  friction and noise ``v ← (1 - mdecay) v + ξ``, ``ξ ~ N(0, mdecay (2 - mdecay) T (lr²/N)
+  M⁻¹)``, and the other half drift. Its stationary law on a Gaussian posterior is the exact
+  ``N(μ, T A⁻¹)`` at every stable step (``lr² λ_max(M⁻¹A/N) < 4``) and every friction, where the
+  Euler-type update ``θ ← θ + v`` after the kick and the noise widens it by
+  ``1 / (1 - s / (2 (2 - mdecay)))`` along a curvature direction with ``s = lr² λ``.
+* The minibatch gradient's own noise adds to the injected one. None of the rules subtracts an
+  estimate of it (along a direction it need not be white: the minibatches of one reshuffled
+  epoch add up to the full gradient, so its effect depends on how fast the chain moves within an
+  epoch); the default step sizes keep its share small instead (:func:`sghmc_step_size`,
+  :func:`sgld_step_size`).
+* :func:`largest_curvature`: ``λ_max`` of the preconditioned per-datum Hessian ``M⁻¹ ∇²U / N``
+  by power iteration on Hessian-vector products, which the default step sizes are scaled by.
 * :func:`cyclical_lr` and :func:`cycle_position`: the cosine step size of cyclical SG-MCMC
   (Zhang et al. 2020), restarted ``cycles`` times over the run.
 """
@@ -26,21 +32,42 @@ al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 __all__ = [
+    "NOISE_SHARE",
+    "SGLD_TRAVEL",
     "Generators",
     "SGHMCState",
+    "StepSize",
     "adapt_sghmc",
     "cycle_position",
     "cyclical_lr",
+    "largest_curvature",
     "sghmc_step",
+    "sghmc_step_size",
     "sgld_step",
+    "sgld_step_size",
     "standard_normal",
 ]
+
+#: A step size: one float, or a tensor that broadcasts against ``θ`` (``(K, 1)``: one per chain
+#: of a ``(K, P)`` stack).
+StepSize = float | torch.Tensor
+
+#: The largest share of the injected noise's variance that the minibatch gradient's noise may
+#: add along any direction at a default step size (:func:`sghmc_step_size`,
+#: :func:`sgld_step_size`): it widens the samples by about that share where it is white noise,
+#: by up to a few times more where it resonates with the chain's oscillation.
+NOISE_SHARE = 0.01
+
+#: SGLD's ``lr λ_max`` while it burns in (or explores): its bias does not matter before the chain
+#: is collected, its stability does (``lr λ_max < 2``), and it travels as far per step as that
+#: allows with a margin for a curvature that grows on the way.
+SGLD_TRAVEL = 1.0
 
 #: The source of a step's noise: one generator for one chain, or one per row of a ``(K, P)``
 #: stack of K chains (each row's draws then come from its own chain's generator).
@@ -52,12 +79,13 @@ class SGHMCState:
     """The state of a scale-adapted SGHMC chain over ``P`` coordinates (each field ``(P,)``).
 
     Attributes:
-        momentum: ``v``, the last move (``lr M⁻¹ r`` for the momentum ``r``).
+        momentum: ``v``, the velocity (``h M⁻¹ r`` for the momentum ``r``, ``h = lr / sqrt(N)``).
         tau: the length of the burn-in's averaging window, per coordinate (Springenberg et al.).
         grad_mean: running mean of ``g``.
         grad_sq: running mean of ``g²`` (what ``M⁻¹`` is built from).
         minv: the preconditioner ``M⁻¹ = 1 / sqrt(grad_sq)``.
-        lr: the step size of the last step (a new one rescales ``momentum``).
+        lr: the step size of the last step (a new one rescales ``momentum``): a float, or a
+            ``(K, 1)`` tensor for K chains.
 
     Example:
         >>> state = SGHMCState.start(torch.zeros(3))
@@ -70,7 +98,7 @@ class SGHMCState:
     grad_mean: torch.Tensor
     grad_sq: torch.Tensor
     minv: torch.Tensor
-    lr: float = 0.0
+    lr: StepSize = 0.0
 
     @classmethod
     def start(cls, theta: torch.Tensor) -> SGHMCState:
@@ -104,13 +132,19 @@ def standard_normal(like: torch.Tensor, generator: Generators = None) -> torch.T
     )
 
 
-def adapt_sghmc(state: SGHMCState, grad: torch.Tensor) -> None:
+def adapt_sghmc(state: SGHMCState, grad: torch.Tensor, forget: bool = True) -> None:
     """One burn-in update of the preconditioner (in place): Springenberg et al.'s running
     averages of ``g`` and ``g²`` over a window ``tau`` that grows while the gradient is noisy.
+
+    With ``forget=False`` the averages are over every update so far (``tau`` counts them; start
+    it at 0): what a noise-free stage (a cyclical run's exploration) needs, where a full-batch
+    gradient goes to zero as the chain settles, so the window, which shrinks while the gradient
+    is not noisy, would follow it down and the preconditioner would grow without bound.
 
     Args:
         state: the chain's state.
         grad: ``(P,)`` the per-datum gradient of this step.
+        forget: Springenberg et al.'s window (``True``) or the plain mean of every update.
 
     Example:
         >>> state = SGHMCState.start(torch.zeros(2))
@@ -118,11 +152,20 @@ def adapt_sghmc(state: SGHMCState, grad: torch.Tensor) -> None:
         ...     adapt_sghmc(state, torch.tensor([2.0, -0.5]))
         >>> [round(v, 3) for v in state.minv.tolist()]
         [0.5, 2.0]
+        >>> state = SGHMCState.start(torch.zeros(1)); state.tau.zero_()
+        tensor([0.])
+        >>> for g in (4.0, 0.0, 0.0, 0.0):
+        ...     adapt_sghmc(state, torch.tensor([g]), forget=False)
+        >>> [round(v, 6) for v in state.minv.tolist()]  # 1 / sqrt(mean g²) = 1 / sqrt(16 / 4)
+        [0.5]
     """
     r = 1.0 / (state.tau + 1.0)
     state.grad_mean.mul_(1.0 - r).add_(r * grad)
     state.grad_sq.mul_(1.0 - r).add_(r * grad * grad)
-    state.tau = 1.0 + state.tau * (1.0 - state.grad_mean.square() / state.grad_sq)
+    if forget:
+        state.tau = 1.0 + state.tau * (1.0 - state.grad_mean.square() / state.grad_sq)
+    else:
+        state.tau = state.tau + 1.0
     state.minv = state.grad_sq.sqrt().add(1e-16).reciprocal()
 
 
@@ -131,21 +174,23 @@ def sghmc_step(
     state: SGHMCState,
     grad: torch.Tensor,
     *,
-    lr: float,
+    lr: StepSize,
     mdecay: float,
     temperature: float,
     dataset_size: int,
     generator: Generators = None,
     noise: bool = True,
 ) -> None:
-    """One scale-adapted SGHMC step, in place on ``theta (P,)`` and ``state``.
+    """One BAOAB step of preconditioned SGHMC, in place on ``theta (P,)`` and ``state``: the
+    kick ``v ← v - lr² M⁻¹ g``, ``θ ← θ + v/2``, ``v ← (1 - mdecay) v + ξ`` with
+    ``ξ ~ N(0, mdecay (2 - mdecay) T (lr²/N) M⁻¹)``, ``θ ← θ + v/2`` (module docstring).
 
     Args:
         theta: the position (unconstrained coordinates), or ``(K, P)`` K chains (every state
             field then ``(K, P)`` too).
         state: the chain's state; its ``momentum`` is rescaled first if ``lr`` changed.
         grad: ``(P,)`` the per-datum minibatch gradient ``∇U / N`` at ``theta``.
-        lr: the step size (> 0).
+        lr: the step size (> 0): a float, or a ``(K, 1)`` tensor (one per chain).
         mdecay: the momentum decay (friction) per step, in (0, 1).
         temperature: ``T``; the chain samples ``p(θ|D)^(1/T)``.
         dataset_size: ``N``.
@@ -157,24 +202,38 @@ def sghmc_step(
         >>> theta, state = torch.zeros(2), SGHMCState.start(torch.zeros(2))
         >>> sghmc_step(theta, state, torch.ones(2), lr=0.1, mdecay=0.1, temperature=1.0,
         ...            dataset_size=100, noise=False)
-        >>> theta.tolist()  # v = -lr² M⁻¹ g, θ += v
-        [-0.009999999776482582, -0.009999999776482582]
+        >>> [round(v, 6) for v in theta.tolist()]  # v = -lr² M⁻¹ g; θ += v/2 + (1 - mdecay) v/2
+        [-0.0095, -0.0095]
     """
-    if state.lr > 0 and lr != state.lr:
-        state.momentum.mul_(lr / state.lr)  # v = lr M⁻¹ r: the momentum r is kept
+    if _changed(state.lr, lr):
+        state.momentum.mul_(lr / state.lr)  # v = h M⁻¹ r: the momentum r is kept
     state.lr = lr
-    state.momentum.mul_(1.0 - mdecay).sub_(lr * lr * state.minv * grad)
+    velocity = state.momentum
+    velocity.sub_(lr * lr * state.minv * grad)
+    theta.add_(0.5 * velocity)
+    velocity.mul_(1.0 - mdecay)
     if noise:
-        variance = 2.0 * mdecay * temperature * lr * lr / dataset_size * state.minv
-        state.momentum.add_(variance.sqrt() * standard_normal(theta, generator))
-    theta.add_(state.momentum)
+        variance = mdecay * (2.0 - mdecay) * temperature * lr * lr / dataset_size * state.minv
+        velocity.add_(variance.sqrt() * standard_normal(theta, generator))
+    theta.add_(0.5 * velocity)
+
+
+def _changed(previous: StepSize, lr: StepSize) -> bool:
+    """Whether a chain that last stepped with ``previous`` (0: never) now steps with ``lr``."""
+    if isinstance(previous, torch.Tensor) or isinstance(lr, torch.Tensor):
+        return not (isinstance(previous, float) and previous == 0.0) and (
+            not isinstance(previous, torch.Tensor)
+            or not isinstance(lr, torch.Tensor)
+            or not torch.equal(previous, lr)
+        )
+    return previous > 0 and lr != previous
 
 
 def sgld_step(
     theta: torch.Tensor,
     grad: torch.Tensor,
     *,
-    lr: float,
+    lr: StepSize,
     temperature: float,
     dataset_size: int,
     generator: Generators = None,
@@ -185,7 +244,7 @@ def sgld_step(
     Args:
         theta: ``(P,)`` the position, or ``(K, P)`` K chains.
         grad: like ``theta``: the per-datum minibatch gradient ``∇U / N`` (so ``ε ∇U = lr g``).
-        lr: the step size per datum (> 0).
+        lr: the step size per datum (> 0): a float, or a ``(K, 1)`` tensor (one per chain).
         temperature: ``T``; the chain samples ``p(θ|D)^(1/T)`` (up to the step's bias).
         dataset_size: ``N``.
         generator: the source of the injected noise (one per chain for ``(K, P)``).
@@ -199,8 +258,128 @@ def sgld_step(
     """
     theta.sub_(lr * grad)
     if noise:
-        scale = math.sqrt(2.0 * lr * temperature / dataset_size)
+        variance = 2.0 * lr * temperature / dataset_size
+        scale = variance.sqrt() if isinstance(variance, torch.Tensor) else math.sqrt(variance)
         theta.add_(scale * standard_normal(theta, generator))
+
+
+def largest_curvature(
+    hvp: Callable[[torch.Tensor], torch.Tensor],
+    start: torch.Tensor,
+    minv: torch.Tensor | None = None,
+    iterations: int = 12,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``λ_max`` of the preconditioned Hessian ``M⁻¹ H`` by power iteration.
+
+    ``M⁻¹ H`` is similar to the symmetric ``M^{-1/2} H M^{-1/2}``, so the iteration converges to
+    the eigenvalue of largest magnitude; its estimate is the growth of the ``M``-norm
+    ``sqrt(xᵀ M x)`` of the last iterate (from below as the iterate converges).
+
+    Args:
+        hvp: ``x ↦ H x`` for ``x`` shaped like ``start``, row by row for a ``(K, P)`` stack.
+        start: ``(P,)`` or ``(K, P)``: the first iterate (any vector not orthogonal to the
+            top eigenvector).
+        minv: the diagonal ``M⁻¹``, shaped like ``start``; ``None``: the identity.
+        iterations: the Hessian-vector products spent.
+
+    Returns:
+        ``(λ, x)``: ``λ`` ``()`` or ``(K,)``, and the last iterate ``x`` shaped like ``start``.
+
+    Example:
+        >>> H = torch.tensor([[3.0, 1.0], [1.0, 2.0]])
+        >>> lam, _ = largest_curvature(lambda x: x @ H, torch.ones(2), iterations=30)
+        >>> round(float(lam), 4), round(float(torch.linalg.eigvalsh(H).max()), 4)
+        (3.618, 3.618)
+    """
+    minv = torch.ones_like(start) if minv is None else minv
+
+    def m_norm(x: torch.Tensor) -> torch.Tensor:
+        return (x.square() / minv).sum(-1, keepdim=True).sqrt().clamp_min(1e-30)
+
+    x = start / m_norm(start)
+    value = torch.zeros_like(x[..., :1])
+    for _ in range(iterations):
+        y = minv * hvp(x)
+        value = m_norm(y)
+        x = y / value
+    return value.squeeze(-1), x
+
+
+def sghmc_step_size(
+    curvature: torch.Tensor,
+    noise: torch.Tensor | None,
+    *,
+    target: float,
+    mdecay: float,
+    temperature: float,
+    dataset_size: int,
+    share: float = NOISE_SHARE,
+) -> torch.Tensor:
+    """The SGHMC step ``lr`` with ``lr² λ_max = target`` for ``λ_max`` the largest curvature of
+    ``M⁻¹ ∇²U / N`` (:func:`largest_curvature`), or smaller where the minibatch noise asks.
+
+    The kick's noise ``lr² M⁻¹ ζ`` (``ζ`` the minibatch gradient's error, per datum, of
+    covariance ``V``) against the injected ``mdecay (2 - mdecay) T (lr²/N) M⁻¹`` is the share
+    ``lr² N w / (mdecay (2 - mdecay) T)`` along the direction where ``w``, the largest variance
+    of ``M^{-1/2} ζ``, is reached; the step keeps it ``<= share``.
+
+    Args:
+        curvature: ``λ_max``, ``()`` or ``(K,)`` (one per chain).
+        noise: ``w`` like ``curvature``, or ``None`` for full-batch gradients (no noise).
+        target: ``lr² λ_max`` (BAOAB is stable below 4 on a Gaussian).
+        mdecay, temperature, dataset_size: the chain's.
+        share: the noise's largest share.
+
+    Returns:
+        ``lr`` like ``curvature``.
+
+    Example:
+        >>> float(sghmc_step_size(torch.tensor(4.0), None, target=1.0, mdecay=0.2,
+        ...                       temperature=1.0, dataset_size=100))
+        0.5
+    """
+    lr2 = target / curvature.clamp_min(1e-30)
+    if noise is not None:
+        bound = share * mdecay * (2.0 - mdecay) * temperature / (dataset_size * noise)
+        lr2 = torch.minimum(lr2, bound.clamp_min(1e-30))
+    return lr2.sqrt()
+
+
+def sgld_step_size(
+    curvature: torch.Tensor,
+    noise: torch.Tensor | None,
+    *,
+    target: float,
+    temperature: float,
+    dataset_size: int,
+    share: float = NOISE_SHARE,
+) -> torch.Tensor:
+    """The SGLD step ``lr`` (``ε = lr / N``) with ``ε λ_max(∇²U) = lr λ_max(∇²U / N) = target``,
+    or smaller where the minibatch noise asks.
+
+    The step's own bias on a Gaussian posterior widens the variance along the stiffest direction
+    by ``1 / (1 - target / 2)`` (module docstring) and less along the others. The minibatch
+    noise ``lr ζ`` against the injected ``2 lr T / N`` is the share ``lr N w / (2 T)`` for ``w``
+    the largest variance of ``ζ``; the step keeps it ``<= share``.
+
+    Args:
+        curvature: ``λ_max`` of ``∇²U / N``, ``()`` or ``(K,)``.
+        noise: ``w`` like ``curvature``, or ``None`` for full-batch gradients.
+        target: ``lr λ_max``.
+        temperature, dataset_size: the chain's.
+        share: the noise's largest share.
+
+    Example:
+        >>> float(sgld_step_size(torch.tensor(4.0), None, target=0.5, temperature=1.0,
+        ...                      dataset_size=100))
+        0.125
+    """
+    lr = target / curvature.clamp_min(1e-30)
+    if noise is not None:
+        lr = torch.minimum(
+            lr, (2.0 * share * temperature / (dataset_size * noise)).clamp_min(1e-30)
+        )
+    return lr
 
 
 def cycle_position(step: int, total: int, cycles: int) -> float:

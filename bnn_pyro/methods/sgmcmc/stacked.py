@@ -200,7 +200,7 @@ def fit_stacked_sgmcmc(
     *,
     seeds: Sequence[int],
     epochs: int = 100,
-    batch_size: int | None = 128,
+    batch_size: int | None = None,
     lr: float | None = None,
     callbacks: Iterable[Callback] = (),
     progress: bool = True,
@@ -253,9 +253,8 @@ def fit_stacked_sgmcmc(
             raise ValueError(f"the chains must share {name}; got {sorted(settings, key=str)}")
     epochs = check_int("epochs", epochs)
     first = models[0]
-    lr = check_float(
-        "lr", first.fit_defaults[first.sampler] if lr is None else lr, minimum=0.0, strict=True
-    )
+    if lr is not None:
+        lr = check_float("lr", lr, minimum=0.0, strict=True)
     per_member = X.dim() == 3
     xs = [m.bnn.prepare_inputs(X[i] if per_member else X) for i, m in enumerate(models)]
     ys = [m.bnn.prepare_targets(y[i] if per_member else y, xs[i]) for i, m in enumerate(models)]
@@ -289,6 +288,7 @@ def fit_stacked_sgmcmc(
             first.temperature,
             first.mdecay,
             [s.generator for s in steps],
+            target=steps[0].target,
         )
         seen = [lambda _, epoch, h, cb=cb: cb(models, epoch, h) for cb in callbacks]
         chains = torch.nn.Module()  # what the loop snapshots (and restores on a divergence)
@@ -306,6 +306,8 @@ def fit_stacked_sgmcmc(
         for m, mode in zip(models, modes, strict=True):
             m.bnn.train(mode)
     for i, (m, own) in enumerate(zip(models, steps, strict=True)):
+        if isinstance(step.scale, torch.Tensor):  # the step chain i measured
+            own.scale = step.scale[i]
         m.position = theta[i].clone()
         m.keep_run(own, xs[i])
         m.check_in_sample(xs[i], ys[i], what=f"chain {i} of the stacked fit")
