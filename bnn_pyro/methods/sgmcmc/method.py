@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from bnn_pyro._checks import check_choice, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
-from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
+from bnn_pyro.methods.sgmcmc.chain import ChainStep, even_batch, plan_run
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
@@ -49,12 +49,16 @@ class SGMCMC(SamplePredictive):
     the effective sample size: ``sghmc`` decorrelates in a few steps times the square root of
     the posterior's condition number, ``sgld`` in a few steps times the condition number itself
     (judge a run with :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
-    (``batch_size``) add their gradient noise to the injected noise; the measured step then
-    shrinks until that share is small
-    (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`), which keeps the chain right but
-    makes its moves far smaller than a full batch's, whatever the batch size (the noise's share
-    against the curvature's :attr:`fit_defaults`): such a chain needs far more epochs for the
-    same effective sample size (a given ``lr`` trades the exactness for speed).
+    (``batch_size``) add their gradient noise to the injected noise. The run then splits each
+    epoch into minibatches of equal size, steps with the minibatch gradient and a control
+    variate (SVRG: the gradient on the whole data set at the epoch's start, which shrinks the
+    noise to what the chain's move within the epoch leaves), and shrinks the measured step until
+    that noise's share is small (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`). It
+    stays right on the Bayesian linear regressions, at steps near the full batch's; an epoch
+    costs about three passes over the data (the control variate's gradients and the noise's
+    measure), and on a network's posterior, whose minibatch noise is far larger against its
+    curvature, the step is several times smaller than the full batch's (a given ``lr`` runs the
+    plain minibatch gradient: it trades exactness for speed).
 
     The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
     cycle's exploration stage moves without noise (momentum descent), which pulls the chain to
@@ -195,18 +199,19 @@ class SGMCMC(SamplePredictive):
             X: ``(N, *features)`` inputs, or a ``DataLoader`` of ``(x, y)`` batches (gathered).
             y: ``(N,)`` or ``(N, O)`` targets (class indices for ``Categorical``).
             epochs: passes over the data; each minibatch is one step of the chain.
-            batch_size: rows per step; ``None`` (the default): the whole data set. A
-                minibatch's gradient noise adds to the noise the sampler injects, and keeping
-                its share small takes a step (``lr²`` for SGHMC, ``lr`` for SGLD) that shrinks
-                as ``B / N``, far below the full batch's, so a minibatch chain mixes far more
-                slowly per epoch; choose minibatches for data that do not fit in one step.
+            batch_size: rows per step; ``None`` (the default): the whole data set. With ``lr``
+                ``None``, the epoch is split into as many minibatches of equal size
+                (:func:`~bnn_pyro.methods.sgmcmc.chain.even_batch`) and each step takes the
+                control variate of the class docstring: right, at about three passes over the
+                data an epoch; choose minibatches for data too large for one step.
             lr: the step size. ``None`` (the default): measured on the posterior at points of
                 the burn-in (:meth:`~bnn_pyro.methods.sgmcmc.chain.RunPlan.calibrating`): the
                 largest curvature ``λ_max`` of the preconditioned per-datum potential ``M⁻¹
                 ∇²U / N``, by power iteration, sets ``lr² λ_max`` (SGHMC) or ``lr λ_max``
                 (SGLD) to the sampler's :attr:`fit_defaults`, or smaller where the minibatch
                 noise asks; after the burn-in it only shrinks (a curvature measured every
-                sixteenth of the run that grew). A float: that step throughout, SGHMC's ``ε``
+                sixteenth of the run that grew), or on minibatches moves with the noise measured
+                through the run. A float: that step throughout, SGHMC's ``ε``
                 of Springenberg et al. (the kick per step is ``lr² M⁻¹ ∇U / N``), SGLD's
                 ``ε N``. :attr:`step_size` holds the step the run sampled with.
             shuffle: reshuffle the rows each epoch.
@@ -255,6 +260,7 @@ class SGMCMC(SamplePredictive):
         y = self.bnn.prepare_targets(y, X)
         n = X.shape[0]
         batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
+        batch = batch if lr is not None else even_batch(n, batch)
         validation = None
         if validation_data is not None:
             xv, yv = validation_pair(
@@ -340,6 +346,7 @@ class SGMCMC(SamplePredictive):
             self.mdecay,
             noise,
             target=self.fit_defaults[self.sampler] if lr is None else None,
+            data=(X, y),
         )
 
     def keep_run(self, step: ChainStep, X: torch.Tensor) -> None:

@@ -22,7 +22,8 @@ al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so 
   estimate of it (along a direction it need not be white: the minibatches of one reshuffled
   epoch add up to the full gradient, so its effect depends on how fast the chain moves within an
   epoch); the default step sizes keep its share small instead (:func:`sghmc_step_size`,
-  :func:`sgld_step_size`).
+  :func:`sgld_step_size`), and a default run on minibatches shrinks the noise itself first with
+  a control variate (:class:`~bnn_pyro.methods.sgmcmc.chain.ChainStep`).
 * :func:`largest_curvature`: ``λ_max`` of the preconditioned per-datum Hessian ``M⁻¹ ∇²U / N``
   by power iteration on Hessian-vector products, which the default step sizes are scaled by.
 * :func:`cyclical_lr` and :func:`cycle_position`: the cosine step size of cyclical SG-MCMC
@@ -60,9 +61,10 @@ StepSize = float | torch.Tensor
 
 #: The largest share of the injected noise's variance that the minibatch gradient's noise may
 #: add along any direction at a default step size (:func:`sghmc_step_size`,
-#: :func:`sgld_step_size`): it widens the samples by about that share where it is white noise,
-#: by up to a few times more where it resonates with the chain's oscillation.
-NOISE_SHARE = 0.01
+#: :func:`sgld_step_size`): where it is white noise it widens the samples' variance along that
+#: direction by about that share, less along the others; a tenth is about the sampling error of
+#: a variance at the few hundred effective draws a default run reaches (``sqrt(2 / ESS)``).
+NOISE_SHARE = 0.1
 
 #: SGLD's ``lr λ_max`` while it burns in (or explores): its bias does not matter before the chain
 #: is collected, its stability does (``lr λ_max < 2``), and it travels as far per step as that

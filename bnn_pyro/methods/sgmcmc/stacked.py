@@ -25,7 +25,7 @@ import torch
 
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import order_generators, seeded
-from bnn_pyro.methods.sgmcmc.chain import ChainStep
+from bnn_pyro.methods.sgmcmc.chain import ChainStep, even_batch
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.training.callbacks import History
@@ -262,6 +262,7 @@ def fit_stacked_sgmcmc(
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every chain needs the same number of rows")
     batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
+    batch = batch if lr is not None else even_batch(n, batch)
     steps = []
     for m, x, t, seed in zip(models, xs, ys, seeds, strict=True):
         with seeded(int(seed), m.device):  # what each chain's own fit draws before its run
@@ -289,6 +290,7 @@ def fit_stacked_sgmcmc(
             first.mdecay,
             [s.generator for s in steps],
             target=steps[0].target,
+            data=(x_all, y_all),
         )
         seen = [lambda _, epoch, h, cb=cb: cb(models, epoch, h) for cb in callbacks]
         chains = torch.nn.Module()  # what the loop snapshots (and restores on a divergence)
