@@ -80,6 +80,10 @@ class MethodSpec:
         stacked_fit: ``"module:function"`` that trains K models of this class as one
             (``fn(models, X, y, *, seeds, **options)``), or ``None``: :func:`bnn_pyro.fit_stacked`
             refuses the method with a clear error.
+        measured_step: whether ``fit(lr=None)`` measures the step on the posterior (SG-MCMC),
+            so that the estimators and the command line pass ``lr=None`` and the whole data
+            set per step unless told otherwise (an optimiser's learning rate and minibatch
+            size are no default for it).
 
     Example:
         >>> MethodSpec("toy", "bnn_pyro.methods.swag.swag:SWAG", "SWAG again").rank
@@ -97,6 +101,7 @@ class MethodSpec:
     own_samples: bool = False
     dropout_net: bool = False
     stacked_fit: str | None = None
+    measured_step: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():

@@ -112,6 +112,28 @@ def test_every_method_round_trips(files, tmp_path, method):
     assert TabularBNN.load(out / "model.pt").params["method"] == method
 
 
+@pytest.mark.parametrize("method", ["sghmc", "sgld", "csghmc"])
+def test_sgmcmc_takes_its_measured_step_on_the_whole_data_set(files, tmp_path, method):
+    """Without ``--lr`` and ``--batch-size`` an SG-MCMC method gets its own defaults (the step
+    measured on the posterior, one step on every training row), not an optimiser's 0.01 and
+    128; the others keep those."""
+    out = tmp_path / method
+    args = ["fit", "--data", files.reg, "--target", "y", "--method", method, "--out", str(out)]
+    assert main([*args, "--epochs", "40", "--hidden", "8", "--num-samples", "8", "--quiet"]) == 0
+    params = json.loads((out / "metrics.json").read_text())["hyperparameters"]
+    assert (params["lr"], params["batch_size"]) == (None, None), params
+    vi = tmp_path / "vi"
+    vi_args = ["fit", "--data", files.reg, "--target", "y", "--out", str(vi)]
+    assert main([*vi_args, "--epochs", "2", "--hidden", "8", "--num-samples", "8", "--quiet"]) == 0
+    params = json.loads((vi / "metrics.json").read_text())["hyperparameters"]
+    assert (params["lr"], params["batch_size"]) == (0.01, 128), params
+
+
+def test_lr_none_is_refused_for_a_method_with_no_measured_step():
+    with pytest.raises(ValueError, match="lr=None .* is for sghmc, csghmc, sgld; method='vi'"):
+        TabularBNN("regression", "vi", lr=None)
+
+
 def test_method_choices_are_registry_names(files, tmp_path, capsys):
     import bnn_pyro
     from bnn_pyro.cli.fit import method_choices

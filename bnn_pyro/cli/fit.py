@@ -196,6 +196,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from bnn_pyro.estimators import TabularBNN
 
     _check_options(args)
+    lr, batch_size = method_defaults(args.method, args.lr, args.batch_size)
     with naming("--data"):
         table = read_csv(args.data)
     task, y, classes = read_target(table, args.target, args.task)
@@ -211,8 +212,8 @@ def run_fit(args: argparse.Namespace) -> int:
         args.method,
         hidden_sizes=args.hidden,
         epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
+        batch_size=batch_size,
+        lr=lr,
         num_samples=args.num_samples,
         prior_scale=args.prior_scale,
         device=args.device,
@@ -236,13 +237,14 @@ def run_fit(args: argparse.Namespace) -> int:
             )
         except FloatingPointError as err:  # TrainingDivergedError
             first = one_line(err).split(": training stopped")[0]
+            given = 0.01 if lr is None else lr  # a measured step: a small given one instead
             raise CLIError(
-                f"--lr {args.lr:g}: training diverged ({first}); try a smaller --lr "
-                f"(e.g. {args.lr / 10:g})"
+                f"--lr {lr if lr is None else format(lr, 'g')}: training diverged ({first}); "
+                f"try a smaller --lr (e.g. {given / 10:g})"
             ) from err
         seconds = time.perf_counter() - start
         train_metrics = evaluate(model, X[train], y[train])
-        check_fitted(train_metrics, y[train], task, args.lr)
+        check_fitted(train_metrics, y[train], task, lr)
         report: dict[str, Any] = {
             "task": task,
             "method": args.method,
@@ -271,13 +273,53 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``--lr`` and ``--batch-size`` when not given, for a method trained by an optimiser.
+LR, BATCH_SIZE = 1e-2, 128
+
+
+def method_defaults(
+    method: str, lr: float | None, batch_size: int | None
+) -> tuple[float | None, int | None]:
+    """``--lr`` and ``--batch-size`` as given, or where not given (``None``) the method's:
+    :data:`LR` and :data:`BATCH_SIZE` for a method trained by an optimiser; for one that
+    measures its step on the posterior (SG-MCMC, :attr:`~bnn_pyro.spec.MethodSpec.measured_step`)
+    ``None`` and ``None``: the measured step, on the whole data set per step (right by default
+    and, on the data a CSV file holds, the fastest way there; a given ``--batch-size`` runs the
+    minibatch chain with its control variate).
+
+    Args:
+        method: a registry name.
+        lr: ``--lr`` (``None``: not given).
+        batch_size: ``--batch-size`` (``None``: not given).
+
+    Returns:
+        ``(lr, batch_size)`` for :class:`~bnn_pyro.estimators.TabularBNN`.
+
+    Example:
+        >>> method_defaults("vi", None, None), method_defaults("sghmc", None, None)
+        ((0.01, 128), (None, None))
+        >>> method_defaults("sghmc", 0.05, 64)
+        (0.05, 64)
+    """
+    from bnn_pyro.registry import method_spec
+
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a registry name, got {type(method).__name__}")
+    measured = method_spec(method).measured_step
+    lr = lr if lr is not None else (None if measured else LR)
+    batch_size = batch_size if batch_size is not None else (None if measured else BATCH_SIZE)
+    return lr, batch_size
+
+
 def _check_options(args: argparse.Namespace) -> None:
     """The numeric options, checked before any file is read (the message names the option)."""
     from bnn_pyro._checks import check_float, check_int
 
     for option in ("epochs", "batch_size", "num_samples"):
-        check_int("--" + option.replace("_", "-"), getattr(args, option))
-    check_float("--lr", args.lr, minimum=0.0, strict=True)
+        if getattr(args, option) is not None:
+            check_int("--" + option.replace("_", "-"), getattr(args, option))
+    if args.lr is not None:
+        check_float("--lr", args.lr, minimum=0.0, strict=True)
     check_float("--prior-scale", args.prior_scale, minimum=0.0, strict=True)
     if not 0.0 <= args.val_fraction < 1.0:
         raise CLIError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
@@ -325,8 +367,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         type=lambda s: [c.strip() for c in s.split(",")],
         help="comma-separated input columns (default: all but the target)",
     )
-    fit.add_argument("--batch-size", type=int, default=128, help="minibatch size (128)")
-    fit.add_argument("--lr", type=float, default=1e-2, help="learning rate (0.01)")
+    fit.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="minibatch size (128; sghmc, sgld, csghmc: the whole data set)",
+    )
+    fit.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="learning rate (0.01; sghmc, sgld, csghmc: their step, measured on the posterior)",
+    )
     fit.add_argument(
         "--num-samples", type=int, default=100, help="Monte Carlo samples per prediction (100)"
     )

@@ -125,14 +125,15 @@ def read_target(table: Table, target: str, task: str | None) -> tuple[str, np.nd
     return task, np.array([classes.index(label) for label in labels]), classes
 
 
-def check_fitted(metrics: dict[str, float], y: np.ndarray, task: str, lr: float) -> None:
+def check_fitted(metrics: dict[str, float], y: np.ndarray, task: str, lr: float | None) -> None:
     """Refuse a fit whose train ``metrics`` are non-finite or absurd: it diverged.
 
     Args:
         metrics: the train metrics of :func:`~bnn_pyro.cli.fit.evaluate`.
         y: ``(N,)`` the train targets.
         task: ``"regression"`` or ``"classification"``.
-        lr: the learning rate (``--lr``), named in the message as the likely cause.
+        lr: the learning rate (``--lr``), named in the message as the likely cause
+            (``None``: a step measured on the posterior; a small given one is advised).
 
     Raises:
         CLIError: a metric is NaN/inf, or (regression) the RMSE or mean predictive std exceeds
@@ -147,16 +148,17 @@ def check_fitted(metrics: dict[str, float], y: np.ndarray, task: str, lr: float)
           ...
         bnn_pyro.exceptions.CLIError: --lr 1e+30: training diverged (train rmse 1e+60, ...
     """
-    advice = f"try a smaller --lr (e.g. {lr / 10:g})"
+    advice = f"try a smaller --lr (e.g. {(0.01 if lr is None else lr) / 10:g})"
+    shown = "None (measured)" if lr is None else format(lr, "g")
     bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
     if bad:
         name, value = next(iter(bad.items()))
-        raise CLIError(f"--lr {lr:g}: training diverged (train {name} is {value}); {advice}")
+        raise CLIError(f"--lr {shown}: training diverged (train {name} is {value}); {advice}")
     if task == "regression":
         scale = max(float(np.std(y)), 1e-12)
         for name in ("rmse", "mean_std"):
             if metrics.get(name, 0.0) > ABSURD * scale:
                 raise CLIError(
-                    f"--lr {lr:g}: training diverged (train {name} {metrics[name]:.3g}, more "
+                    f"--lr {shown}: training diverged (train {name} {metrics[name]:.3g}, more "
                     f"than {ABSURD:g} x the target's std {scale:.3g}); {advice}"
                 )

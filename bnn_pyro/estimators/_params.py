@@ -70,7 +70,15 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
     p["epochs"] = check_int("epochs", p["epochs"])
     if p["batch_size"] is not None:
         p["batch_size"] = check_int("batch_size", p["batch_size"])
-    p["lr"] = check_float("lr", p["lr"], minimum=0.0, strict=True)
+    if p["lr"] is None:
+        if not registry.method_spec(p["method"]).measured_step:
+            measured = [n for n in registry.METHODS if registry.method_spec(n).measured_step]
+            raise ValueError(
+                f"lr=None (a step measured on the posterior) is for {', '.join(measured)}; "
+                f"method={p['method']!r} needs an lr > 0"
+            )
+    else:
+        p["lr"] = check_float("lr", p["lr"], minimum=0.0, strict=True)
     p["num_samples"] = check_int("num_samples", p["num_samples"])
     p["prior_scale"] = check_float("prior_scale", p["prior_scale"], minimum=0.0, strict=True)
     if p["noise"] != "learned":

@@ -60,7 +60,9 @@ class TabularBNN(Persistence):
         activation: a name from :data:`bnn_pyro.nn.mlp.ACTIVATIONS`.
         epochs: passes over the data.
         batch_size: minibatch size; ``None`` = full batch.
-        lr: Adam's learning rate (SGD's for SWAG).
+        lr: Adam's learning rate (SGD's for SWAG); for ``"sghmc"``, ``"sgld"`` and
+            ``"csghmc"`` their step, where ``None`` (their own default) measures it on the
+            posterior (:meth:`~bnn_pyro.methods.sgmcmc.method.SGMCMC.fit`).
         num_samples: Monte Carlo samples per prediction (ensemble: the members instead).
         prior_scale: std of the Gaussian prior ``N(0, prior_scale²)`` on every weight (the
             variational methods, Laplace), or the matching L2 penalty ``1 / (prior_scale² N)``
@@ -98,7 +100,7 @@ class TabularBNN(Persistence):
         activation: str = "relu",
         epochs: int = 200,
         batch_size: int | None = 128,
-        lr: float = 1e-2,
+        lr: float | None = 1e-2,
         num_samples: int = 100,
         prior_scale: float = 1.0,
         noise: str | float = "learned",
