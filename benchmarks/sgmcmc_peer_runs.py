@@ -129,17 +129,20 @@ def run_chain(step: Callable[[torch.Tensor, torch.Tensor], None], read: Callable
     return torch.stack(kept)
 
 
-def ours(sampler: str) -> Sampler:
-    """bnn_pyro's ``sampler`` at its defaults: only ``epochs`` chosen.
+def ours(sampler: str, batch_size: int | None = None) -> Sampler:
+    """bnn_pyro's ``sampler`` at its defaults: only ``epochs`` chosen (the whole data set per
+    step), and ``batch_size`` if given (the minibatch chain, with its control variate).
 
     Example:
-        >>> ours("sghmc")(*data(), 10).shape  # 20 steps: 15 after the burn-in
+        >>> ours("sghmc")(*data(), 10).shape  # 10 steps: 8 after the burn-in of 2
+        torch.Size([8, 4])
+        >>> ours("sghmc", BATCH)(*data(), 10).shape  # 2 minibatches of 100 an epoch
         torch.Size([15, 4])
     """
 
     def run(X: torch.Tensor, y: torch.Tensor, epochs: int) -> torch.Tensor:
         method = bp.make(sampler, start_net(), bp.Gaussian(scale=NOISE))
-        method.fit(X, y, epochs=epochs, progress=False, seed=0)
+        method.fit(X, y, epochs=epochs, batch_size=batch_size, progress=False, seed=0)
         s = method.samples()
         return torch.cat([s["net.0.weight"].flatten(1), s["net.0.bias"]], 1).double()
 

@@ -40,7 +40,10 @@ needs_torch_uncertainty = pytest.mark.skipif(
 @pytest.mark.parametrize(
     ("contender", "how"),
     [
-        ("bnn_pyro sghmc", "defaults: lr 0.05, mdecay 0.2"),  # ~20 s
+        (
+            "bnn_pyro sghmc",
+            "defaults: the whole data set per step (5,000 steps), step measured on the posterior",
+        ),  # ~15 s
         pytest.param(  # ~5 s
             "torch-uncertainty SGLD",
             "summed loss −log p(θ, D), weight_decay 1; lr 1e-3; noise_factor 1e-2 (default)",

@@ -44,9 +44,10 @@ def test_quick_run_prints_every_row_and_writes_nothing(monkeypatch, capsys, tmp_
         text,
         flags=re.M,
     )
-    # 2 of ours, 3 of posteriors (2 at defaults, 1 at alpha 1), 9 of torch-uncertainty
-    # (2 optimizers × 2 losses × 2 noise factors, and SGHMC adapted over the burn-in)
-    assert [r[0] for r in rows] == ["bnn_pyro"] * 2 + ["posteriors"] * 3 + [
+    # 4 of ours (2 samplers at their defaults and on minibatches), 3 of posteriors (2 at
+    # defaults, 1 at alpha 1), 9 of torch-uncertainty (2 optimizers × 2 losses × 2 noise
+    # factors, and SGHMC adapted over the burn-in)
+    assert [r[0] for r in rows] == ["bnn_pyro"] * 4 + ["posteriors"] * 3 + [
         "torch-uncertainty"
     ] * 9, text
     assert all(math.isfinite(float(v)) for row in rows for v in row[1:4]), rows
