@@ -53,12 +53,13 @@ class SGMCMC(SamplePredictive):
     epoch into minibatches of equal size, steps with the minibatch gradient and a control
     variate (SVRG: the gradient on the whole data set at the epoch's start, which shrinks the
     noise to what the chain's move within the epoch leaves), and shrinks the measured step until
-    that noise's share is small (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`). It
-    stays right on the Bayesian linear regressions, at steps near the full batch's; an epoch
-    costs about three passes over the data (the control variate's gradients and the noise's
-    measure), and on a network's posterior, whose minibatch noise is far larger against its
-    curvature, the step is several times smaller than the full batch's (a given ``lr`` runs the
-    plain minibatch gradient: it trades exactness for speed).
+    that noise's share is small (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`). On
+    the Bayesian linear regressions it stays right and decorrelates per epoch at least as fast
+    as the full batch; an epoch costs about three passes over the data (the control variate's
+    gradients and the noise's measure). On a small network's posterior, whose minibatch noise is
+    far larger against its curvature, the step is several times shorter than the full batch's
+    and the chain mixes more slowly per epoch (a given ``lr`` runs the plain minibatch
+    gradient: it trades exactness for speed).
 
     The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
     cycle's exploration stage moves without noise (momentum descent), which pulls the chain to
