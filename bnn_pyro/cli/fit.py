@@ -281,7 +281,7 @@ def method_defaults(
     method: str, lr: float | None, batch_size: int | None
 ) -> tuple[float | None, int | None]:
     """``--lr`` and ``--batch-size`` as given, or where not given (``None``) the method's:
-    :data:`LR` and :data:`BATCH_SIZE` for a method trained by an optimiser; for one that
+    ``LR`` and ``BATCH_SIZE`` for a method trained by an optimiser; for one that
     measures its step on the posterior (SG-MCMC, :attr:`~bnn_pyro.spec.MethodSpec.measured_step`)
     ``None`` and ``None``: the measured step, on the whole data set per step (right by default
     and, on the data a CSV file holds, the fastest way there; a given ``--batch-size`` runs the

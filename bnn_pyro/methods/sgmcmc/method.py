@@ -13,13 +13,15 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_choice, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
-from bnn_pyro.methods.sgmcmc.chain import ChainStep, even_batch, plan_run
+from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
+from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
+from bnn_pyro.methods.sgmcmc.measured import even_batch
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
 from bnn_pyro.methods.vi.model import VariationalBNN
-from bnn_pyro.priors import Prior, prior_from_config
+from bnn_pyro.priors import Prior
 from bnn_pyro.training import Callback, History, check_callbacks, train
 from bnn_pyro.training.batches import gather_loader, shuffled_batches, validation_pair
 
@@ -29,7 +31,7 @@ SAMPLERS = ("sghmc", "sgld")
 SCHEDULES = ("constant", "cyclical")
 
 
-class SGMCMC(SamplePredictive):
+class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     """Stochastic-gradient MCMC over the weights (and a learned noise scale) of a BNN.
 
     The potential is that of :class:`~bnn_pyro.VariationalBNN`'s Pyro model, with the same net,
@@ -49,33 +51,23 @@ class SGMCMC(SamplePredictive):
     the effective sample size: ``sghmc`` decorrelates in a few steps times the square root of
     the posterior's condition number, ``sgld`` in a few steps times the condition number itself
     (judge a run with :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
-    (``batch_size``) add their gradient noise to the injected noise. The run then splits each
-    epoch into minibatches of equal size, steps with the minibatch gradient and a control
-    variate (SVRG: the gradient on the whole data set at the epoch's start, which shrinks the
-    noise to what the chain's move within the epoch leaves), and shrinks the measured step until
-    that noise's share is small (:data:`~bnn_pyro.methods.sgmcmc.samplers.NOISE_SHARE`). On
-    the Bayesian linear regressions it stays right and decorrelates per epoch at least as fast
-    as the full batch; an epoch costs about three passes over the data (the control variate's
-    gradients and the noise's measure). On a small network's posterior, whose minibatch noise is
-    far larger against its curvature, the step is several times shorter than the full batch's
-    and the chain mixes more slowly per epoch (a given ``lr`` runs the plain minibatch
-    gradient: it trades exactness for speed).
+    (``batch_size``) add their gradient noise: the run then steps with a control variate and a
+    step bounded by the noise it measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`). It stays
+    right on the linear regressions, at about three passes over the data an epoch; on a small
+    network's posterior its steps are several times shorter than the full batch's (a given
+    ``lr`` runs the plain minibatch gradient: it trades exactness for speed).
 
     The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
-    cycle's exploration stage moves without noise (momentum descent), which pulls the chain to
-    the mode, and the sampling stage that follows steps with the cosine's last, smallest step
-    sizes (below a tenth of the largest at the default ``explore``), too small for the chain to
-    spread out again before the cycle ends. Its samples are too narrow (their variance a small
-    fraction of the posterior's) and correlated within a cycle (a few effective draws per
-    cycle). The two ways out are not the cyclical method any more, or not safe: noise in the
-    exploration makes it sghmc with a varying step; restarting each sampling stage at a step
-    measured for sampling lets a Gaussian posterior's chain spread out again, but on a network
-    it throws the weights the noise-free exploration left idle (whose preconditioner, built from
-    their near-zero gradients, is large) far enough to diverge. It is meant for visiting several
-    modes, not for calibrated uncertainty within one; its defaults are the cyclical method's (4
-    cycles, ``explore=0.8``, no burn-in) with the step measured at the start of each cycle and
-    of its sampling stage, which keeps it stable on any posterior's scale, and a
-    preconditioner averaged over every exploration step.
+    cycle's noise-free exploration pulls the chain to the mode, and the sampling stage that
+    follows steps with the cosine's smallest step sizes (below a tenth of the largest at the
+    default ``explore``), too small to spread out again before the cycle ends: its samples are
+    too narrow and worth a few draws per cycle. The ways out are not the cyclical method any
+    more (noise in the exploration: sghmc with a varying step), or not safe (a sampling stage
+    restarted at a measured step throws a network's weights that the exploration left idle,
+    whose preconditioner is large, far enough to diverge). It is meant for visiting several
+    modes; its defaults are the cyclical method's (4 cycles, ``explore=0.8``, no burn-in), with
+    the step measured at the start of each cycle and of its sampling stage (stable on any
+    posterior's scale) and a preconditioner averaged over every exploration step.
 
     Args:
         net: any ``torch.nn.Module`` ``(N, *features) -> (N, O)`` whose parameters the prior
@@ -201,20 +193,14 @@ class SGMCMC(SamplePredictive):
             y: ``(N,)`` or ``(N, O)`` targets (class indices for ``Categorical``).
             epochs: passes over the data; each minibatch is one step of the chain.
             batch_size: rows per step; ``None`` (the default): the whole data set. With ``lr``
-                ``None``, the epoch is split into as many minibatches of equal size
-                (:func:`~bnn_pyro.methods.sgmcmc.chain.even_batch`) and each step takes the
-                control variate of the class docstring: right, at about three passes over the
-                data an epoch; choose minibatches for data too large for one step.
-            lr: the step size. ``None`` (the default): measured on the posterior at points of
-                the burn-in (:meth:`~bnn_pyro.methods.sgmcmc.chain.RunPlan.calibrating`): the
-                largest curvature ``λ_max`` of the preconditioned per-datum potential ``M⁻¹
-                ∇²U / N``, by power iteration, sets ``lr² λ_max`` (SGHMC) or ``lr λ_max``
-                (SGLD) to the sampler's :attr:`fit_defaults`, or smaller where the minibatch
-                noise asks; after the burn-in it only shrinks (a curvature measured every
-                sixteenth of the run that grew), or on minibatches moves with the noise measured
-                through the run. A float: that step throughout, SGHMC's ``ε``
-                of Springenberg et al. (the kick per step is ``lr² M⁻¹ ∇U / N``), SGLD's
-                ``ε N``. :attr:`step_size` holds the step the run sampled with.
+                ``None``: equal minibatches (:func:`~bnn_pyro.methods.sgmcmc.measured.even_batch`)
+                and the control variate of the class docstring.
+            lr: the step size. ``None`` (the default): measured on the posterior
+                (:mod:`~bnn_pyro.methods.sgmcmc.measured`): ``lr² λ_max`` (SGHMC) or ``lr
+                λ_max`` (SGLD) is the sampler's :attr:`fit_defaults`, for ``λ_max`` the largest
+                curvature of ``M⁻¹ ∇²U / N``, or less where the minibatch noise asks. A float:
+                that step throughout, SGHMC's ``ε`` of Springenberg et al. (the kick per step is
+                ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``. :attr:`step_size`: the step sampled with.
             shuffle: reshuffle the rows each epoch.
             progress: show a progress bar.
             seed: makes the run reproducible without touching the global RNG.
@@ -380,57 +366,6 @@ class SGMCMC(SamplePredictive):
             return {"val_nll": -lpd}
 
         return score
-
-    # ------------------------------------------------------------------ checkpoints
-    def checkpoint_config(self) -> dict[str, Any]:
-        return {
-            "likelihood": self.likelihood.config(),
-            "prior": self.prior.config(),
-            "sampler": self.sampler,
-            "temperature": self.temperature,
-            "mdecay": self.mdecay,
-            "schedule": self.schedule,
-            "cycles": self.cycles,
-            "explore": self.explore,
-            "burn_in": self.burn_in,
-            "thinning": self.thinning,
-            "max_samples": self.max_samples,
-            "num_samples": self.num_samples,
-            "dtype": str(self.dtype).removeprefix("torch."),
-        }
-
-    @classmethod
-    def from_checkpoint_config(cls, net: nn.Module | None, config: dict[str, Any]) -> SGMCMC:
-        if net is None:
-            raise ValueError(
-                f"loading a {cls.__name__} needs net=: a fresh instance of the saved architecture"
-            )
-        options = {k: v for k, v in config.items() if k not in ("likelihood", "prior", "dtype")}
-        return cls(
-            net.to(getattr(torch, config["dtype"])),
-            likelihood_from_config(config["likelihood"]),
-            prior=prior_from_config(config["prior"]),
-            **options,
-        )
-
-    def fitted_state(self) -> dict[str, Any]:
-        if self.potential is None:
-            raise ValueError("fit the model before saving it: it has no samples yet")
-        return {
-            "dataset_size": self.dataset_size,
-            "input_shape": list(self.input_shape or ()),
-            "kept": list(self.kept_samples.shape),
-            "size": self.potential.size,
-        }
-
-    def restore_fitted_state(self, fitted: dict[str, Any]) -> None:
-        self.dataset_size = fitted["dataset_size"]
-        self.input_shape = tuple(fitted["input_shape"])
-        self.bnn.input_shape = self.input_shape
-        x = torch.zeros((1, *self.input_shape), dtype=self.dtype, device=self.device)
-        self.potential = PyroPotential(self.bnn.model, x, None, self.likelihood.name)
-        self.position = self.position.new_zeros(fitted["size"])
-        self.kept_samples = self.kept_samples.new_zeros(fitted["kept"])
 
     def extra_repr(self) -> str:
         fitted = f"{len(self.kept_samples)} samples" if self.potential else "not fitted"

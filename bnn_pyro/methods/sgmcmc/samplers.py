@@ -1,5 +1,5 @@
-"""The SG-MCMC update rules as pure functions of flat tensors, the step sizes they default to,
-and the cyclical step size.
+"""The SG-MCMC update rules as pure functions of flat tensors, and the cyclical step size (the
+step sizes they default to: :mod:`~bnn_pyro.methods.sgmcmc.step_sizes`).
 
 Every rule takes the *per-datum* gradient ``g = ∇U(θ) / N`` of a minibatch estimate of the
 potential ``U(θ) = -log p(θ) - (N/B) Σ_batch log p(y|x, θ)`` over ``N`` training points, so that
@@ -21,11 +21,9 @@ al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so 
 * The minibatch gradient's own noise adds to the injected one. None of the rules subtracts an
   estimate of it (along a direction it need not be white: the minibatches of one reshuffled
   epoch add up to the full gradient, so its effect depends on how fast the chain moves within an
-  epoch); the default step sizes keep its share small instead (:func:`sghmc_step_size`,
-  :func:`sgld_step_size`), and a default run on minibatches shrinks the noise itself first with
-  a control variate (:class:`~bnn_pyro.methods.sgmcmc.chain.ChainStep`).
-* :func:`largest_curvature`: ``λ_max`` of the preconditioned per-datum Hessian ``M⁻¹ ∇²U / N``
-  by power iteration on Hessian-vector products, which the default step sizes are scaled by.
+  epoch); the default step sizes keep its share small instead
+  (:mod:`~bnn_pyro.methods.sgmcmc.step_sizes`), and a default run on minibatches first shrinks
+  the noise itself with a control variate (:mod:`~bnn_pyro.methods.sgmcmc.measured`).
 * :func:`cyclical_lr` and :func:`cycle_position`: the cosine step size of cyclical SG-MCMC
   (Zhang et al. 2020), restarted ``cycles`` times over the run.
 """
@@ -33,43 +31,26 @@ al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 __all__ = [
-    "NOISE_SHARE",
-    "SGLD_TRAVEL",
     "Generators",
     "SGHMCState",
     "StepSize",
     "adapt_sghmc",
     "cycle_position",
     "cyclical_lr",
-    "largest_curvature",
     "sghmc_step",
-    "sghmc_step_size",
     "sgld_step",
-    "sgld_step_size",
     "standard_normal",
 ]
 
 #: A step size: one float, or a tensor that broadcasts against ``θ`` (``(K, 1)``: one per chain
 #: of a ``(K, P)`` stack).
 StepSize = float | torch.Tensor
-
-#: The largest share of the injected noise's variance that the minibatch gradient's noise may
-#: add along any direction at a default step size (:func:`sghmc_step_size`,
-#: :func:`sgld_step_size`): where it is white noise it widens the samples' variance along that
-#: direction by about that share, less along the others; a tenth is about the sampling error of
-#: a variance at the few hundred effective draws a default run reaches (``sqrt(2 / ESS)``).
-NOISE_SHARE = 0.1
-
-#: SGLD's ``lr λ_max`` while it burns in (or explores): its bias does not matter before the chain
-#: is collected, its stability does (``lr λ_max < 2``), and it travels as far per step as that
-#: allows with a margin for a curvature that grows on the way.
-SGLD_TRAVEL = 1.0
 
 #: The source of a step's noise: one generator for one chain, or one per row of a ``(K, P)``
 #: stack of K chains (each row's draws then come from its own chain's generator).
@@ -263,125 +244,6 @@ def sgld_step(
         variance = 2.0 * lr * temperature / dataset_size
         scale = variance.sqrt() if isinstance(variance, torch.Tensor) else math.sqrt(variance)
         theta.add_(scale * standard_normal(theta, generator))
-
-
-def largest_curvature(
-    hvp: Callable[[torch.Tensor], torch.Tensor],
-    start: torch.Tensor,
-    minv: torch.Tensor | None = None,
-    iterations: int = 12,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``λ_max`` of the preconditioned Hessian ``M⁻¹ H`` by power iteration.
-
-    ``M⁻¹ H`` is similar to the symmetric ``M^{-1/2} H M^{-1/2}``, so the iteration converges to
-    the eigenvalue of largest magnitude; its estimate is the growth of the ``M``-norm
-    ``sqrt(xᵀ M x)`` of the last iterate (from below as the iterate converges).
-
-    Args:
-        hvp: ``x ↦ H x`` for ``x`` shaped like ``start``, row by row for a ``(K, P)`` stack.
-        start: ``(P,)`` or ``(K, P)``: the first iterate (any vector not orthogonal to the
-            top eigenvector).
-        minv: the diagonal ``M⁻¹``, shaped like ``start``; ``None``: the identity.
-        iterations: the Hessian-vector products spent.
-
-    Returns:
-        ``(λ, x)``: ``λ`` ``()`` or ``(K,)``, and the last iterate ``x`` shaped like ``start``.
-
-    Example:
-        >>> H = torch.tensor([[3.0, 1.0], [1.0, 2.0]])
-        >>> lam, _ = largest_curvature(lambda x: x @ H, torch.ones(2), iterations=30)
-        >>> round(float(lam), 4), round(float(torch.linalg.eigvalsh(H).max()), 4)
-        (3.618, 3.618)
-    """
-    minv = torch.ones_like(start) if minv is None else minv
-
-    def m_norm(x: torch.Tensor) -> torch.Tensor:
-        return (x.square() / minv).sum(-1, keepdim=True).sqrt().clamp_min(1e-30)
-
-    x = start / m_norm(start)
-    value = torch.zeros_like(x[..., :1])
-    for _ in range(iterations):
-        y = minv * hvp(x)
-        value = m_norm(y)
-        x = y / value
-    return value.squeeze(-1), x
-
-
-def sghmc_step_size(
-    curvature: torch.Tensor,
-    noise: torch.Tensor | None,
-    *,
-    target: float,
-    mdecay: float,
-    temperature: float,
-    dataset_size: int,
-    share: float = NOISE_SHARE,
-) -> torch.Tensor:
-    """The SGHMC step ``lr`` with ``lr² λ_max = target`` for ``λ_max`` the largest curvature of
-    ``M⁻¹ ∇²U / N`` (:func:`largest_curvature`), or smaller where the minibatch noise asks.
-
-    The kick's noise ``lr² M⁻¹ ζ`` (``ζ`` the minibatch gradient's error, per datum, of
-    covariance ``V``) against the injected ``mdecay (2 - mdecay) T (lr²/N) M⁻¹`` is the share
-    ``lr² N w / (mdecay (2 - mdecay) T)`` along the direction where ``w``, the largest variance
-    of ``M^{-1/2} ζ``, is reached; the step keeps it ``<= share``.
-
-    Args:
-        curvature: ``λ_max``, ``()`` or ``(K,)`` (one per chain).
-        noise: ``w`` like ``curvature``, or ``None`` for full-batch gradients (no noise).
-        target: ``lr² λ_max`` (BAOAB is stable below 4 on a Gaussian).
-        mdecay, temperature, dataset_size: the chain's.
-        share: the noise's largest share.
-
-    Returns:
-        ``lr`` like ``curvature``.
-
-    Example:
-        >>> float(sghmc_step_size(torch.tensor(4.0), None, target=1.0, mdecay=0.2,
-        ...                       temperature=1.0, dataset_size=100))
-        0.5
-    """
-    lr2 = target / curvature.clamp_min(1e-30)
-    if noise is not None:
-        bound = share * mdecay * (2.0 - mdecay) * temperature / (dataset_size * noise)
-        lr2 = torch.minimum(lr2, bound.clamp_min(1e-30))
-    return lr2.sqrt()
-
-
-def sgld_step_size(
-    curvature: torch.Tensor,
-    noise: torch.Tensor | None,
-    *,
-    target: float,
-    temperature: float,
-    dataset_size: int,
-    share: float = NOISE_SHARE,
-) -> torch.Tensor:
-    """The SGLD step ``lr`` (``ε = lr / N``) with ``ε λ_max(∇²U) = lr λ_max(∇²U / N) = target``,
-    or smaller where the minibatch noise asks.
-
-    The step's own bias on a Gaussian posterior widens the variance along the stiffest direction
-    by ``1 / (1 - target / 2)`` (module docstring) and less along the others. The minibatch
-    noise ``lr ζ`` against the injected ``2 lr T / N`` is the share ``lr N w / (2 T)`` for ``w``
-    the largest variance of ``ζ``; the step keeps it ``<= share``.
-
-    Args:
-        curvature: ``λ_max`` of ``∇²U / N``, ``()`` or ``(K,)``.
-        noise: ``w`` like ``curvature``, or ``None`` for full-batch gradients.
-        target: ``lr λ_max``.
-        temperature, dataset_size: the chain's.
-        share: the noise's largest share.
-
-    Example:
-        >>> float(sgld_step_size(torch.tensor(4.0), None, target=0.5, temperature=1.0,
-        ...                      dataset_size=100))
-        0.125
-    """
-    lr = target / curvature.clamp_min(1e-30)
-    if noise is not None:
-        lr = torch.minimum(
-            lr, (2.0 * share * temperature / (dataset_size * noise)).clamp_min(1e-30)
-        )
-    return lr
 
 
 def cycle_position(step: int, total: int, cycles: int) -> float:
