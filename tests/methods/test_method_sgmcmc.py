@@ -171,6 +171,31 @@ def test_the_cyclical_schedule_collects_at_the_end_of_each_cycle():
     assert method.last_run["seen"] == 4 * 5 and len(method.kept_samples) == 20
 
 
+@pytest.mark.parametrize("rows", [64, 8])
+def test_a_cyclical_preconditioner_averages_every_step_only_on_the_whole_data_set(rows):
+    """On the whole data set a cyclical run's exploration averages ``g²`` over every step (its
+    noise-free gradient goes to zero as the chain settles, and Springenberg et al.'s window
+    would shrink with it); on minibatches it keeps their window, whose length ``tau`` grows by
+    less than one a step while the gradient is noisy (``tau ← 1 + tau (1 - E[g]² / E[g²])``)."""
+    torch.manual_seed(0)
+    X = torch.randn(64, 2)
+    y = X.sum(-1, keepdim=True) + 0.1 * torch.randn(64, 1)
+    m = bp.make("csghmc", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.1))
+    step = m.start_run(X, y, steps=40, lr=0.01)  # 4 cycles of 10: the first 8 steps explore
+    grads = []
+    for i in range(5):
+        xb, yb = X[i * rows % 64 :][:rows], y[i * rows % 64 :][:rows]
+        grads.append(step.potential.gradient(step.theta, xb, yb, 64)[1])
+        step(xb, yb)
+    assert step.average_all == (rows == 64)
+    if rows == 64:  # the plain mean of the five steps' g², and tau counts them
+        mean_sq = torch.stack(grads).square().mean(0)
+        torch.testing.assert_close(step.state.minv, mean_sq.sqrt().add(1e-16).reciprocal())
+        assert torch.equal(step.state.tau, torch.full_like(step.state.tau, 5.0))
+    else:
+        assert bool((step.state.tau < 5.0).all())
+
+
 def test_the_prediction_ess_is_the_closed_form_of_an_ar1_chain():
     """Sixteen AR(1) chains ``z_t = ρ z_{t-1} + sqrt(1 - ρ²) ε_t`` (stationary, unit variance)
     have integrated autocorrelation time ``(1 + ρ) / (1 - ρ)``, so ``C S (1 - ρ) / (1 + ρ)``

@@ -67,7 +67,8 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     whose preconditioner is large, far enough to diverge). It is meant for visiting several
     modes; its defaults are the cyclical method's (4 cycles, ``explore=0.8``, no burn-in), with
     the step measured at the start of each cycle and of its sampling stage (stable on any
-    posterior's scale) and a preconditioner averaged over every exploration step.
+    posterior's scale) and a preconditioner averaged over every exploration step (on
+    minibatches, over Springenberg et al.'s window).
 
     Args:
         net: any ``torch.nn.Module`` ``(N, *features) -> (N, O)`` whose parameters the prior
