@@ -8,7 +8,8 @@ of ``f`` at 201 grid points). Each row fits ``bp.make("sghmc", ...)`` with only 
 ``batch_size`` chosen and reads, through ``predictive_gaussian`` with 200 samples, the predicted
 function's mean error (mean over the grid of ``|mean - NUTS mean| / NUTS sd``) and its spread
 (mean over the grid of ``sd / NUTS sd``: 1 is NUTS's width), with the step the chain measured and
-the fit's time. A BNN posterior is multimodal and one chain sees part of it, so neither figure is
+the fit's time (``lr``: the default, a fixed step on minibatches, or ``"measured"``). A BNN
+posterior is multimodal and one chain sees part of it, so neither figure is
 expected at 0 and 1; the rows compare the batch sizes at the same model and seeds.
 
 Run: ``python benchmarks/sgmcmc_minibatch_net.py [--quick] [--seeds 2]``. No time is asserted.
@@ -28,13 +29,14 @@ from bnn_pyro.datasets import toy_regression_1d
 
 REFERENCE = Path(__file__).resolve().parent / "results" / "no_data" / "demo.pt"
 NOISE, GAP = 0.1, (-1.0, 1.0)
-#: (batch_size, epochs): the notebook's full-batch run, and minibatches of 32 (4 steps an epoch)
-#: at a third of its epochs, about the same number of steps.
-RUNS = [(None, 6000), (32, 2000)]
+#: (batch_size, epochs, lr): the notebook's full-batch run, and minibatches of 32 (4 steps an
+#: epoch) at a third of its epochs, about the same number of steps, at the default fixed step and
+#: with the measured one.
+RUNS = [(None, 6000, None), (32, 2000, None), (32, 2000, "measured")]
 SAMPLES = 200
 
 
-def run(batch_size: int | None, epochs: int, seed: int) -> dict[str, float]:
+def run(batch_size: int | None, epochs: int, seed: int, lr: str | None = None) -> dict[str, float]:
     """One chain: its mean error and spread against NUTS, its measured step and fit seconds.
 
     Example:
@@ -52,7 +54,7 @@ def run(batch_size: int | None, epochs: int, seed: int) -> dict[str, float]:
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short --quick chain warns that it has not settled
-        m.fit((X - xm) / xs, (y - ym) / ys, epochs=epochs, batch_size=batch_size,
+        m.fit((X - xm) / xs, (y - ym) / ys, epochs=epochs, batch_size=batch_size, lr=lr,
               progress=False, seed=seed)  # fmt: skip
     seconds = time.perf_counter() - start
     locs, _ = m.predictive_gaussian((ref["grid"] - xm) / xs, num_samples=SAMPLES, seed=0)
@@ -73,14 +75,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
-    print("| batch_size | epochs | seed | mean error (NUTS sd) | spread (x NUTS sd) | step | s |")
-    print("|---|---|---|---|---|---|---|")
-    for batch_size, epochs in RUNS:
+    print("| batch_size | lr | epochs | seed | mean error (NUTS sd) | spread (x NUTS sd) | "
+          "measured step | s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for batch_size, epochs, lr in RUNS:
         epochs = max(8, epochs // 200) if args.quick else epochs
         for seed in range(args.seeds):
-            r = run(batch_size, epochs, seed)
+            r = run(batch_size, epochs, seed, lr)
+            shown = lr or ("measured" if batch_size is None else "default")
             print(
-                f"| {batch_size or 'all'} | {epochs} | {seed} | {r['error']:.2f} | "
+                f"| {batch_size or 'all'} | {shown} | {epochs} | {seed} | {r['error']:.2f} | "
                 f"{r['spread']:.2f} | {r['step']:.4f} | {r['seconds']:.0f} |",
                 flush=True,
             )

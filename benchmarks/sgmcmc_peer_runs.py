@@ -131,7 +131,8 @@ def run_chain(step: Callable[[torch.Tensor, torch.Tensor], None], read: Callable
 
 def ours(sampler: str, batch_size: int | None = None) -> Sampler:
     """bnn_pyro's ``sampler`` at its defaults: only ``epochs`` chosen (the whole data set per
-    step), and ``batch_size`` if given (the minibatch chain, with its control variate).
+    step), or with ``batch_size`` and ``lr="measured"`` (the minibatch chain with its control
+    variate and measured step).
 
     Example:
         >>> ours("sghmc")(*data(), 10).shape  # 10 steps: 8 after the burn-in of 2
@@ -142,7 +143,8 @@ def ours(sampler: str, batch_size: int | None = None) -> Sampler:
 
     def run(X: torch.Tensor, y: torch.Tensor, epochs: int) -> torch.Tensor:
         method = bp.make(sampler, start_net(), bp.Gaussian(scale=NOISE))
-        method.fit(X, y, epochs=epochs, batch_size=batch_size, progress=False, seed=0)
+        lr = None if batch_size is None else "measured"
+        method.fit(X, y, epochs=epochs, batch_size=batch_size, lr=lr, progress=False, seed=0)
         s = method.samples()
         return torch.cat([s["net.0.weight"].flatten(1), s["net.0.bias"]], 1).double()
 

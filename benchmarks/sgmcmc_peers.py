@@ -6,7 +6,7 @@ posterior is Gaussian in closed form. Every contender starts from the same ``mlp
 takes minibatches of 128 rows reshuffled each epoch, 5000 epochs (10,000 steps), and keeps
 1,000 samples evenly over the last 75%: bnn_pyro's ``sghmc`` and ``sgld`` at their defaults
 (only ``epochs`` chosen: the whole data set per step, 5,000 steps) and with ``batch_size=128``
-(split evenly: two minibatches of 100 an epoch, with the control variate);
+and ``lr="measured"`` (split evenly: two minibatches of 100 an epoch, with the control variate);
 posteriors' ``sgmcmc.sghmc`` and ``sgld`` at theirs (the step size, which has none, from their
 examples); torch-uncertainty's ``SGHMC`` and ``SGLD`` optimizers at theirs (``noise_factor``
 1e-2) and at ``noise_factor=1``, on the mean loss of their routines and on the summed one. Per
@@ -55,9 +55,9 @@ RESULTS = os.path.join(HERE, "results", "sgmcmc_peers.md")
 EPOCHS, QUICK_EPOCHS = 5000, 100
 MEAN_TARGET, COV_TARGET = 0.1, 0.10
 #: How bnn_pyro's rows are called: at their defaults (one step an epoch), and on the peers'
-#: minibatches (two of 100 rows an epoch: the defaults split an epoch evenly)
+#: minibatches with the measured step (two of 100 rows an epoch: it splits an epoch evenly)
 DEFAULTS = "defaults: the whole data set per step (5,000 steps), step measured on the posterior"
-MINIBATCHES = f"**batch_size {BATCH}** (2 of 100 rows), control variate, step measured"
+MINIBATCHES = f'**batch_size {BATCH}, lr="measured"** (2 of 100 rows), control variate'
 
 
 def drift_check(X: torch.Tensor, y: torch.Tensor, lr: float = 0.01) -> dict[str, float]:

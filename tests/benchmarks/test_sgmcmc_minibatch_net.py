@@ -17,10 +17,15 @@ def test_the_quick_run_prints_a_row_per_batch_size_and_seed():
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout  # fmt: skip
     rows = [line.split("|")[1:-1] for line in out.splitlines()[2:]]
-    assert [r[0].strip() for r in rows] == ["all", "32"]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        ("all", "measured"),
+        ("32", "default"),
+        ("32", "measured"),
+    ]
     for r in rows:
-        error, spread, step = (float(v) for v in r[3:6])
-        assert all(math.isfinite(v) and v > 0 for v in (error, spread, step))
+        error, spread = float(r[4]), float(r[5])
+        assert all(math.isfinite(v) and v > 0 for v in (error, spread))
+    assert [math.isnan(float(r[6])) for r in rows] == [False, True, False]  # a fixed step: nan
 
 
 def test_bad_seeds_are_refused():

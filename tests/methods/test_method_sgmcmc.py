@@ -9,6 +9,7 @@ import torch
 import bnn_pyro as bp
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods.sgmcmc import SampleCollector
+from bnn_pyro.methods.sgmcmc.measured import run_step
 from tests.core.test_exact_posterior import NOISE, _data
 
 
@@ -270,3 +271,23 @@ def test_diagnostics_refuse_what_they_cannot_judge():
     with pytest.raises(TypeError, match=r"chains\[1\] must be a fitted SGMCMC"):
         chain_diagnostics([bp.make("sghmc", bp.nn.mlp(1, [], 1), bp.Gaussian(0.5)), object()],
                           torch.zeros(2, 1))  # fmt: skip
+
+
+def test_minibatches_take_the_fixed_step_unless_measured_is_asked():
+    """``lr=None`` measures the step on the whole data set; on minibatches it takes the fixed
+    step and friction that were tuned together (the plain minibatch gradient), and
+    ``lr="measured"`` measures there too; any other string is refused before any work."""
+    X, y = _small()
+    seen = {}
+    for batch, lr in [(None, None), (20, None), (20, "measured")]:
+        torch.manual_seed(0)
+        m = bp.make("sghmc", bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+        m.fit(X, y, epochs=4, batch_size=batch, lr=lr, progress=False, seed=0)
+        seen[(batch, lr)] = m.step_size
+    assert seen[(None, None)] is not None and seen[(20, "measured")] is not None
+    assert seen[(20, None)] is None  # a fixed step: nothing measured
+    assert run_step("sghmc", None, 20, len(X)) == (0.05, 20, 0.2)
+    m = bp.make("sghmc", bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+    with pytest.raises((TypeError, ValueError), match="lr"):
+        m.fit(X, y, epochs=4, lr="fast", progress=False)
+    assert m.potential is None

@@ -51,15 +51,19 @@ STIFF = Problem(300, 3, 20, 0.1, 0)
 
 
 def _fit(
-    problem: Problem, sampler: str, epochs: int, batch_size: int | None = None
+    problem: Problem,
+    sampler: str,
+    epochs: int,
+    batch_size: int | None = None,
+    lr: float | str | None = None,
 ) -> tuple[Verdict, torch.Tensor, torch.Tensor]:
-    """Fit ``sampler`` at its defaults with ``epochs`` (and ``batch_size`` if given); the
-    verdict at the 99% level, the kept samples ``(K, d + 1)`` and the exact covariance."""
+    """Fit ``sampler`` at its defaults with ``epochs`` (and ``batch_size``, ``lr`` if given);
+    the verdict at the 99% level, the kept samples ``(K, d + 1)`` and the exact covariance."""
     X, y, X_test = data(problem)
     mean, cov = exact_posterior(X, y, problem.noise)
     torch.manual_seed(0)
     method = bp.make(sampler, bp.nn.mlp(problem.d, [], 1), bp.Gaussian(scale=problem.noise))
-    method.fit(X, y, epochs=epochs, batch_size=batch_size, progress=False, seed=0)
+    method.fit(X, y, epochs=epochs, batch_size=batch_size, lr=lr, progress=False, seed=0)
     samples = flat_samples(method)
     pred_mean, pred_var = method.predict(X_test, num_samples=len(samples), seed=0)
     verdict = judge(
@@ -111,14 +115,14 @@ def test_defaults_sample_the_exact_posterior(sampler, problem, epochs, least_ess
         ("sgld", WELL, 32, 1500, 20),
     ],
 )
-def test_defaults_on_minibatches_sample_the_exact_posterior(
+def test_a_measured_step_on_minibatches_samples_the_exact_posterior(
     sampler, problem, batch_size, epochs, least_ess
 ):
-    """A given ``batch_size``: the minibatch gradient's noise, far larger than the injected
-    noise at the full batch's step, is shrunk by the control variate and bounded by the step;
-    the chain stays within the exact draws' bands (the judge and tolerance of the module
-    docstring) and mixes (the ESS floors, below what was measured)."""
-    verdict, _, _ = _fit(problem, sampler, epochs, batch_size)
+    """``lr="measured"`` with a ``batch_size``: the minibatch gradient's noise, far larger than
+    the injected noise at the full batch's step, is shrunk by the control variate and bounded
+    by the step; the chain stays within the exact draws' bands (the judge and tolerance of the
+    module docstring) and mixes (the ESS floors, below what was measured)."""
+    verdict, _, _ = _fit(problem, sampler, epochs, batch_size, lr="measured")
     assert verdict.within, (verdict.errors.tolist(), verdict.bands.tolist(), verdict.ess)
     assert verdict.ess >= least_ess, verdict.ess
 

@@ -33,7 +33,7 @@ class SGMCMCCheckpoint:
     prior: Any
     sampler: str
     temperature: float
-    mdecay: float
+    mdecay: float | None
     schedule: str
     cycles: int
     explore: float

@@ -17,7 +17,7 @@ from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
 from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
-from bnn_pyro.methods.sgmcmc.measured import even_batch
+from bnn_pyro.methods.sgmcmc.measured import MDECAY, MEASURED, run_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
 from bnn_pyro.methods.vi.model import VariationalBNN
@@ -51,13 +51,13 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     the effective sample size: ``sghmc`` decorrelates in a few steps times the square root of
     the posterior's condition number, ``sgld`` in a few steps times the condition number itself
     (judge a run with :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
-    (``batch_size``) add their gradient noise: the run then steps with a control variate and a
-    step bounded by the noise it measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`). It stays
-    right on the linear regressions, at about three passes over the data an epoch; on a small
-    network's posterior it is not: measured against NUTS, its samples sit further from the
-    posterior's mean and spread wider than the full batch's, so keep ``batch_size=None`` where
-    the data set fits one step (a given ``lr`` runs the plain minibatch gradient: it trades
-    exactness for speed).
+    (``batch_size``) add their gradient noise: a run on them takes a fixed step on the plain
+    minibatch gradient (:data:`~bnn_pyro.methods.sgmcmc.measured.MINIBATCH_LR`), which trades
+    exactness for speed. ``lr="measured"`` steps with a control variate and a step bounded by
+    the noise it measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right on the linear
+    regressions, at about three passes over the data an epoch, but on a small network's
+    posterior further from NUTS and wider than the full batch's. Keep ``batch_size=None``
+    where the data set fits one step.
 
     The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
     cycle's noise-free exploration pulls the chain to the mode, and the sampling stage that
@@ -80,9 +80,12 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         sampler: ``"sghmc"`` (SGHMC with the preconditioner of Springenberg et al. 2016,
             integrated by BAOAB) or ``"sgld"``.
         temperature: ``T > 0``: the chain samples ``p(θ|D)^(1/T)`` (1: the posterior).
-        mdecay: SGHMC's momentum decay (friction) per step, in (0, 1). The default damps a
-            posterior's slow directions at about the critical rate for condition numbers of a
-            few tens at the default step, and its stiff ones within a few steps.
+        mdecay: SGHMC's momentum decay (friction) per step, in (0, 1). ``None`` (the default):
+            :data:`~bnn_pyro.methods.sgmcmc.measured.MDECAY`, which damps a posterior's slow
+            directions at about the critical rate for condition numbers of a few tens at the
+            measured step, and its stiff ones within a few steps; at the fixed step on
+            minibatches the friction that step was tuned with
+            (:data:`~bnn_pyro.methods.sgmcmc.measured.MINIBATCH_MDECAY`).
         schedule: ``"constant"`` step size, or ``"cyclical"`` (Zhang et al. 2020: a cosine from
             ``lr`` down to 0, restarted ``cycles`` times; the first ``explore`` share of each
             cycle moves without noise and collects nothing, the rest samples).
@@ -124,7 +127,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         *,
         sampler: str = "sghmc",
         temperature: float = 1.0,
-        mdecay: float = 0.25,
+        mdecay: float | None = None,
         schedule: str = "constant",
         cycles: int = 4,
         explore: float = 0.8,
@@ -136,7 +139,9 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         super().__init__()
         self.sampler = check_choice("sampler", sampler, SAMPLERS)
         self.temperature = check_float("temperature", temperature, minimum=0.0, strict=True)
-        self.mdecay = check_float("mdecay", mdecay, minimum=0.0, strict=True, maximum=1.0)
+        if mdecay is not None:
+            mdecay = check_float("mdecay", mdecay, minimum=0.0, strict=True, maximum=1.0)
+        self.mdecay = mdecay
         self.schedule = check_choice("schedule", schedule, SCHEDULES)
         self.cycles = check_int("cycles", cycles)
         self.explore = check_float("explore", explore, minimum=0.0, maximum=1.0)
@@ -182,7 +187,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         *,
         epochs: int = 100,
         batch_size: int | None = None,
-        lr: float | None = None,
+        lr: float | str | None = None,
         shuffle: bool = True,
         progress: bool = True,
         seed: int | None = None,
@@ -195,15 +200,18 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             X: ``(N, *features)`` inputs, or a ``DataLoader`` of ``(x, y)`` batches (gathered).
             y: ``(N,)`` or ``(N, O)`` targets (class indices for ``Categorical``).
             epochs: passes over the data; each minibatch is one step of the chain.
-            batch_size: rows per step; ``None`` (the default): the whole data set. With ``lr``
-                ``None``: equal minibatches (:func:`~bnn_pyro.methods.sgmcmc.measured.even_batch`)
-                and the control variate of the class docstring.
-            lr: the step size. ``None`` (the default): measured on the posterior
-                (:mod:`~bnn_pyro.methods.sgmcmc.measured`): ``lr² λ_max`` (SGHMC) or ``lr
-                λ_max`` (SGLD) is the sampler's :attr:`fit_defaults`, for ``λ_max`` the largest
-                curvature of ``M⁻¹ ∇²U / N``, or less where the minibatch noise asks. A float:
-                that step throughout, SGHMC's ``ε`` of Springenberg et al. (the kick per step is
-                ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``. :attr:`step_size`: the step sampled with.
+            batch_size: rows per step; ``None`` (the default): the whole data set. With
+                ``lr="measured"``: equal minibatches
+                (:func:`~bnn_pyro.methods.sgmcmc.measured.even_batch`) and the control variate
+                of the class docstring.
+            lr: the step size. ``None`` (the default): on the whole data set, measured on the
+                posterior (:mod:`~bnn_pyro.methods.sgmcmc.measured`): ``lr² λ_max`` (SGHMC) or
+                ``lr λ_max`` (SGLD) is the sampler's :attr:`fit_defaults`, for ``λ_max`` the
+                largest curvature of ``M⁻¹ ∇²U / N``; on minibatches, the fixed step of
+                :data:`~bnn_pyro.methods.sgmcmc.measured.MINIBATCH_LR`. ``"measured"``: measured
+                on minibatches too, or less where their noise asks. A float: that step
+                throughout, SGHMC's ``ε`` of Springenberg et al. (the kick per step is
+                ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``. :attr:`step_size`: the measured step.
             shuffle: reshuffle the rows each epoch.
             progress: show a progress bar.
             seed: makes the run reproducible without touching the global RNG.
@@ -238,7 +246,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             (True, 0)
         """
         epochs = check_int("epochs", epochs)
-        if lr is not None:
+        if lr is not None and lr != MEASURED:
             lr = check_float("lr", lr, minimum=0.0, strict=True)
         check_seed("seed", seed)
         callbacks = check_callbacks(callbacks, validation_data is not None)
@@ -249,8 +257,8 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         X = self.bnn.prepare_inputs(X)
         y = self.bnn.prepare_targets(y, X)
         n = X.shape[0]
-        batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
-        batch = batch if lr is not None else even_batch(n, batch)
+        batch_size = None if batch_size is None else check_int("batch_size", batch_size)
+        lr, batch, mdecay = run_step(self.sampler, lr, batch_size, n, self.mdecay)
         validation = None
         if validation_data is not None:
             xv, yv = validation_pair(
@@ -260,7 +268,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             )
             validation = self._validation(xv, yv)
         with seeded(seed, self.device):
-            step = self.start_run(X, y, steps=epochs * math.ceil(n / batch), lr=lr)
+            step = self.start_run(X, y, steps=epochs * math.ceil(n / batch), lr=lr, mdecay=mdecay)
             self._step = step
             batches = shuffled_batches(X, y, batch, shuffle, seed)
             was_training = self.bnn.training
@@ -284,7 +292,13 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         return history
 
     def start_run(
-        self, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float | None
+        self,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        steps: int,
+        lr: float | None,
+        mdecay: float | None = None,
     ) -> ChainStep:
         """The first step of a run of ``steps`` steps on ``X (N, ...)``, ``y`` (both prepared
         as :meth:`fit` prepares them): the potential, the start (where the last run stopped,
@@ -292,7 +306,9 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         collector and the noise generator, each drawn from the global RNG in the order ``fit``
         draws them (``fit`` runs this inside its seeded block; so does
         :func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`, once per chain). ``lr``:
-        ``fit``'s (``None``: the step is measured on the posterior, at :attr:`fit_defaults`).
+        ``fit``'s (``None``: the step is measured on the posterior, at :attr:`fit_defaults`);
+        ``mdecay``: the run's friction (``None``: the method's, else
+        :data:`~bnn_pyro.methods.sgmcmc.measured.MDECAY`).
 
         Example:
             >>> import bnn_pyro as bp
@@ -333,7 +349,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             collector,
             X.shape[0],
             self.temperature,
-            self.mdecay,
+            mdecay if mdecay is not None else self.mdecay if self.mdecay is not None else MDECAY,
             noise,
             target=self.fit_defaults[self.sampler] if lr is None else None,
             data=(X, y),

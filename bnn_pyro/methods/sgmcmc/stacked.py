@@ -26,7 +26,7 @@ import torch
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import order_generators, seeded
 from bnn_pyro.methods.sgmcmc.chain import ChainStep
-from bnn_pyro.methods.sgmcmc.measured import even_batch
+from bnn_pyro.methods.sgmcmc.measured import MEASURED, run_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.training.callbacks import History
@@ -202,7 +202,7 @@ def fit_stacked_sgmcmc(
     seeds: Sequence[int],
     epochs: int = 100,
     batch_size: int | None = None,
-    lr: float | None = None,
+    lr: float | str | None = None,
     callbacks: Iterable[Callback] = (),
     progress: bool = True,
 ) -> History:
@@ -254,7 +254,7 @@ def fit_stacked_sgmcmc(
             raise ValueError(f"the chains must share {name}; got {sorted(settings, key=str)}")
     epochs = check_int("epochs", epochs)
     first = models[0]
-    if lr is not None:
+    if lr is not None and lr != MEASURED:
         lr = check_float("lr", lr, minimum=0.0, strict=True)
     per_member = X.dim() == 3
     xs = [m.bnn.prepare_inputs(X[i] if per_member else X) for i, m in enumerate(models)]
@@ -262,12 +262,13 @@ def fit_stacked_sgmcmc(
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every chain needs the same number of rows")
-    batch = n if batch_size is None else min(check_int("batch_size", batch_size), n)
-    batch = batch if lr is not None else even_batch(n, batch)
+    batch_size = None if batch_size is None else check_int("batch_size", batch_size)
+    lr, batch, mdecay = run_step(first.sampler, lr, batch_size, n, first.mdecay)
     steps = []
     for m, x, t, seed in zip(models, xs, ys, seeds, strict=True):
         with seeded(int(seed), m.device):  # what each chain's own fit draws before its run
-            steps.append(m.start_run(x, t, steps=epochs * math.ceil(n / batch), lr=lr))
+            total = epochs * math.ceil(n / batch)
+            steps.append(m.start_run(x, t, steps=total, lr=lr, mdecay=mdecay))
     potential = StackedPotential(models, [s.potential for s in steps])
     x_all, y_all = torch.stack(xs), torch.stack(ys)
     theta = torch.stack([s.theta for s in steps])
@@ -288,7 +289,7 @@ def fit_stacked_sgmcmc(
             [s.collector for s in steps],
             n,
             first.temperature,
-            first.mdecay,
+            mdecay,
             [s.generator for s in steps],
             target=steps[0].target,
             data=(x_all, y_all),
