@@ -215,10 +215,12 @@ with clock("Laplace, KFAC"):
 # not a tempered one. At its defaults, only `epochs` chosen, each step takes the gradient of the
 # whole data set and a step size the chain measures on the posterior's curvature while it burns
 # in. On 100 rows minibatches would not save time: their gradient noise, at the step that
-# curvature allows, is far larger than the noise the sampler injects. A chain on them
-# (`batch_size=32` here runs one, with a control variate) takes shorter steps, costs about three
-# passes over the data an epoch, and lands further from NUTS, its band wider than the full
-# batch's. It keeps up to 1000 samples of the chain after a burn-in of a quarter of the steps.
+# curvature allows, is far larger than the noise the sampler injects. On minibatches
+# (`batch_size=32`) a chain takes a fixed step on the plain minibatch gradient and its band comes
+# out wider; `lr="measured"` measures the step there too, with a control variate, at about three
+# passes over the data an epoch, and lands further from NUTS
+# (`benchmarks/sgmcmc_minibatch_net.py` runs the three side by side). It keeps up to 1000
+# samples of the chain after a burn-in of a quarter of the steps.
 
 # %%
 with clock("SGHMC"):

@@ -1,6 +1,7 @@
-"""The step a run without a given ``lr`` measures on the posterior it samples, and the control
-variate of its minibatches: :class:`MeasuredStep`, the part of
-:class:`~bnn_pyro.methods.sgmcmc.chain.ChainStep` that sets its step size.
+"""The step a run measures on the posterior it samples (``fit`` on the whole data set without a
+given ``lr``, or with ``lr="measured"``), and the control variate of its minibatches:
+:class:`MeasuredStep`, the part of :class:`~bnn_pyro.methods.sgmcmc.chain.ChainStep` that sets
+its step size; and :func:`run_step`, which step ``fit``'s arguments ask for.
 
 At the points :meth:`~bnn_pyro.methods.sgmcmc.chain.RunPlan.calibrating` names (most of them in
 the burn-in, where the preconditioner adapts too), the chain measures the largest curvature of
@@ -13,9 +14,10 @@ comes after its last adapting step, and later ones may only shrink the step: on 
 whose curvature is the same everywhere (a Gaussian) the full-batch chain runs one fixed update
 rule.
 
-Such a run on minibatches (:func:`even_batch` of them an epoch, of equal size) steps with the
-minibatch gradient and its control variate (SVRG: ``g_B(θ) - g_B(θ̃) + g(θ̃)``, ``θ̃`` the
-position at the epoch's start and ``g(θ̃)`` its gradient on the whole data set), and measures
+Such a run on minibatches (``lr="measured"``; :func:`even_batch` of them an epoch, of equal
+size) steps with the minibatch gradient and its control variate (SVRG: ``g_B(θ) - g_B(θ̃) +
+g(θ̃)``, ``θ̃`` the position at the epoch's start and ``g(θ̃)`` its gradient on the whole data
+set), and measures
 the curvature on the whole data set. The plain minibatch gradient's noise is often far larger
 than the noise the sampler injects at the step the curvature allows (on a small network's
 posterior a hundred times), so a chain that keeps its share small barely moves; the control
