@@ -9,7 +9,7 @@ import torch
 import bnn_pyro as bp
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods.sgmcmc import SampleCollector
-from bnn_pyro.methods.sgmcmc.measured import run_step
+from bnn_pyro.methods.sgmcmc.step_sizes import run_step
 from tests.core.test_exact_posterior import NOISE, _data
 
 

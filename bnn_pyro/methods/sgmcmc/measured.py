@@ -1,7 +1,8 @@
 """The step a run measures on the posterior it samples (``fit`` on the whole data set without a
 given ``lr``, or with ``lr="measured"``), and the control variate of its minibatches:
 :class:`MeasuredStep`, the part of :class:`~bnn_pyro.methods.sgmcmc.chain.ChainStep` that sets
-its step size; and :func:`run_step`, which step ``fit``'s arguments ask for.
+its step size (which step ``fit``'s arguments ask for:
+:func:`~bnn_pyro.methods.sgmcmc.step_sizes.run_step`).
 
 At the points :meth:`~bnn_pyro.methods.sgmcmc.chain.RunPlan.calibrating` names (most of them in
 the burn-in, where the preconditioner adapts too), the chain measures the largest curvature of
@@ -14,8 +15,9 @@ comes after its last adapting step, and later ones may only shrink the step: on 
 whose curvature is the same everywhere (a Gaussian) the full-batch chain runs one fixed update
 rule.
 
-Such a run on minibatches (``lr="measured"``; :func:`even_batch` of them an epoch, of equal
-size) steps with the minibatch gradient and its control variate (SVRG: ``g_B(θ) - g_B(θ̃) +
+Such a run on minibatches (``lr="measured"``;
+:func:`~bnn_pyro.methods.sgmcmc.step_sizes.even_batch` of them an epoch, of equal size) steps
+with the minibatch gradient and its control variate (SVRG: ``g_B(θ) - g_B(θ̃) +
 g(θ̃)``, ``θ̃`` the position at the epoch's start and ``g(θ̃)`` its gradient on the whole data
 set), and measures
 the curvature on the whole data set. The plain minibatch gradient's noise is often far larger
@@ -28,7 +30,6 @@ sampling stage too, and the step may grow back after the burn-in (:meth:`Measure
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -44,93 +45,9 @@ from bnn_pyro.methods.sgmcmc.step_sizes import (
 
 __all__ = [
     "CHUNK",
-    "MDECAY",
-    "MEASURED",
-    "MINIBATCH_LR",
-    "MINIBATCH_MDECAY",
     "MeasuredStep",
-    "even_batch",
-    "run_step",
     "which_chains",
 ]
-
-
-def even_batch(n: int, batch: int) -> int:
-    """The rows per minibatch of a measured run asked for ``batch`` of ``n`` rows: as many
-    minibatches an epoch as ``batch`` gives, of (nearly) equal size, so that no small last one
-    (``n mod batch`` rows, whose gradient noise is many times the others') sets the step.
-
-    Args:
-        n: the rows of the data set (>= 1).
-        batch: the rows asked for per minibatch, in ``[1, n]``.
-
-    Returns:
-        ``ceil(n / k)`` for ``k = ceil(n / batch)`` minibatches, at most ``batch``: the same
-        ``k`` minibatches an epoch, the last at most ``k - 1`` rows short of the others.
-
-    Example:
-        >>> even_batch(100, 32), even_batch(200, 128), even_batch(100, 100), even_batch(7, 3)
-        (25, 100, 100, 3)
-    """
-    if n < 1 or not 1 <= batch <= n:
-        raise ValueError(f"even_batch needs 1 <= batch <= n, got batch={batch}, n={n}")
-    return math.ceil(n / math.ceil(n / batch))
-
-
-#: The step a run on minibatches takes when ``fit`` is given no ``lr``: a fixed step on the plain
-#: minibatch gradient (SGHMC's ``ε`` of Springenberg et al., SGLD's ``ε N``). A measured step on
-#: minibatches (``lr="measured"``: the control variate, the step bounded by the noise) is right
-#: on a Gaussian posterior, but on a small network's it was measured further from the posterior
-#: than this fixed step (fewer classes told apart, lower out-of-distribution scores).
-MINIBATCH_LR = {"sghmc": 0.05, "sgld": 0.01}
-
-#: SGHMC's friction per step (``mdecay``) when none is given: :data:`MDECAY`, or, at the fixed
-#: step on minibatches, the friction that step was tuned with (:data:`MINIBATCH_MDECAY`).
-#: :data:`MDECAY` damps a posterior's slow directions at about the critical rate for condition
-#: numbers of a few tens at the measured step, and its stiff ones within a few steps.
-MDECAY = 0.25
-MINIBATCH_MDECAY = 0.2
-
-#: What ``fit(lr=...)`` takes besides a positive float and ``None``.
-MEASURED = "measured"
-
-
-def run_step(
-    sampler: str, lr: float | str | None, batch: int | None, n: int, mdecay: float | None = None
-) -> tuple[float | None, int, float]:
-    """The step size a run of ``sampler`` takes, its rows per step and its friction, from
-    ``fit``'s ``lr`` and ``batch_size`` on ``n`` rows and the method's ``mdecay``: ``(lr, rows,
-    mdecay)``, ``lr`` ``None`` for a step measured on the posterior (this module), ``mdecay``
-    the given one or else :data:`MDECAY` (:data:`MINIBATCH_MDECAY` at the fixed minibatch
-    step).
-
-    * ``lr`` a positive float: that step, on minibatches of ``batch`` (``None``: all ``n``).
-    * ``lr=None`` on the whole data set (``batch`` ``None`` or ``>= n``): measured.
-    * ``lr=None`` on minibatches: :data:`MINIBATCH_LR`'s fixed step.
-    * ``lr="measured"``: measured, on :func:`even_batch` minibatches with the control variate.
-
-    Args:
-        sampler: ``"sghmc"`` or ``"sgld"``.
-        lr: ``fit``'s ``lr``.
-        batch: ``fit``'s ``batch_size`` (checked: a positive int or ``None``).
-        n: the rows of the data set.
-        mdecay: the method's (``None``: the default).
-
-    Example:
-        >>> run_step("sghmc", None, None, 100), run_step("sghmc", None, 32, 100)
-        ((None, 100, 0.25), (0.05, 32, 0.2))
-        >>> run_step("sgld", "measured", 32, 100), run_step("sghmc", 0.2, 500, 100, 0.1)
-        ((None, 25, 0.25), (0.2, 100, 0.1))
-    """
-    rows = n if batch is None else min(batch, n)
-    if lr == MEASURED:
-        lr, rows = None, even_batch(n, rows)
-    elif isinstance(lr, str):
-        raise ValueError(f"lr must be a positive float, None or {MEASURED!r}, got {lr!r}")
-    elif lr is None and rows < n:
-        lr = MINIBATCH_LR[sampler]
-        mdecay = MINIBATCH_MDECAY if mdecay is None else mdecay
-    return lr, rows, MDECAY if mdecay is None else mdecay
 
 
 #: The rows of one pass of the whole data set's gradient (the control variate's anchor, the
@@ -369,8 +286,9 @@ class MeasuredStep:
     def _power(self, scale: float | torch.Tensor) -> torch.Tensor:
         """What the noise's share grows with at the measured step ``scale``: ``lr²`` (SGHMC) or
         ``lr`` (SGLD), per chain ``(K,)`` (``(1,)`` alone)."""
-        lr = torch.as_tensor(scale * self.plan.step_size(self.k), dtype=self.theta.dtype)
-        lr = lr.to(self.theta.device).reshape(-1)
+        lr = torch.as_tensor(
+            scale * self.plan.step_size(self.k), dtype=self.theta.dtype, device=self.theta.device
+        ).reshape(-1)
         return lr.square() if self.state is not None else lr
 
     def _scaled_noise(self, noise: torch.Tensor, power: torch.Tensor) -> torch.Tensor:

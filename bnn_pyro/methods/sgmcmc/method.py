@@ -17,9 +17,9 @@ from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
 from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
-from bnn_pyro.methods.sgmcmc.measured import MDECAY, MEASURED, run_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
+from bnn_pyro.methods.sgmcmc.step_sizes import MDECAY, MEASURED, run_step
 from bnn_pyro.methods.vi.model import VariationalBNN
 from bnn_pyro.priors import Prior
 from bnn_pyro.training import Callback, History, check_callbacks, train
@@ -52,7 +52,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     the posterior's condition number, ``sgld`` in a few steps times the condition number itself
     (judge a run with :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
     (``batch_size``) add their gradient noise: a run on them takes a fixed step on the plain
-    minibatch gradient (:data:`~bnn_pyro.methods.sgmcmc.measured.MINIBATCH_LR`), which trades
+    minibatch gradient (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`), which trades
     exactness for speed. ``lr="measured"`` steps with a control variate and a step bounded by
     the noise it measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right on the linear
     regressions, at about three passes over the data an epoch, but on a small network's
@@ -81,11 +81,11 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             integrated by BAOAB) or ``"sgld"``.
         temperature: ``T > 0``: the chain samples ``p(θ|D)^(1/T)`` (1: the posterior).
         mdecay: SGHMC's momentum decay (friction) per step, in (0, 1). ``None`` (the default):
-            :data:`~bnn_pyro.methods.sgmcmc.measured.MDECAY`, which damps a posterior's slow
+            :data:`~bnn_pyro.methods.sgmcmc.step_sizes.MDECAY`, which damps a posterior's slow
             directions at about the critical rate for condition numbers of a few tens at the
             measured step, and its stiff ones within a few steps; at the fixed step on
             minibatches the friction that step was tuned with
-            (:data:`~bnn_pyro.methods.sgmcmc.measured.MINIBATCH_MDECAY`).
+            (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_MDECAY`).
         schedule: ``"constant"`` step size, or ``"cyclical"`` (Zhang et al. 2020: a cosine from
             ``lr`` down to 0, restarted ``cycles`` times; the first ``explore`` share of each
             cycle moves without noise and collects nothing, the rest samples).
@@ -202,13 +202,13 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             epochs: passes over the data; each minibatch is one step of the chain.
             batch_size: rows per step; ``None`` (the default): the whole data set. With
                 ``lr="measured"``: equal minibatches
-                (:func:`~bnn_pyro.methods.sgmcmc.measured.even_batch`) and the control variate
+                (:func:`~bnn_pyro.methods.sgmcmc.step_sizes.even_batch`) and the control variate
                 of the class docstring.
             lr: the step size. ``None`` (the default): on the whole data set, measured on the
                 posterior (:mod:`~bnn_pyro.methods.sgmcmc.measured`): ``lr² λ_max`` (SGHMC) or
                 ``lr λ_max`` (SGLD) is the sampler's :attr:`fit_defaults`, for ``λ_max`` the
                 largest curvature of ``M⁻¹ ∇²U / N``; on minibatches, the fixed step of
-                :data:`~bnn_pyro.methods.sgmcmc.measured.MINIBATCH_LR`. ``"measured"``: measured
+                :data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`. ``"measured"``: measured
                 on minibatches too, or less where their noise asks. A float: that step
                 throughout, SGHMC's ``ε`` of Springenberg et al. (the kick per step is
                 ``lr² M⁻¹ ∇U / N``), SGLD's ``ε N``. :attr:`step_size`: the measured step.
@@ -308,7 +308,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         :func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`, once per chain). ``lr``:
         ``fit``'s (``None``: the step is measured on the posterior, at :attr:`fit_defaults`);
         ``mdecay``: the run's friction (``None``: the method's, else
-        :data:`~bnn_pyro.methods.sgmcmc.measured.MDECAY`).
+        :data:`~bnn_pyro.methods.sgmcmc.step_sizes.MDECAY`).
 
         Example:
             >>> import bnn_pyro as bp

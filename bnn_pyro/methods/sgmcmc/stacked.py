@@ -26,8 +26,8 @@ import torch
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import order_generators, seeded
 from bnn_pyro.methods.sgmcmc.chain import ChainStep
-from bnn_pyro.methods.sgmcmc.measured import MEASURED, run_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
+from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
 from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Callback, train
