@@ -284,8 +284,9 @@ def method_defaults(
     ``LR`` and ``BATCH_SIZE`` for a method trained by an optimiser; for one that
     measures its step on the posterior (SG-MCMC, :attr:`~bnn_pyro.spec.MethodSpec.measured_step`)
     ``None`` and ``None``: the measured step, on the whole data set per step (right by default
-    and, on the data a CSV file holds, the fastest way there; a given ``--batch-size`` runs the
-    minibatch chain with its control variate).
+    and, on the data a CSV file holds, the fastest way there; a given ``--batch-size`` without
+    ``--lr`` runs the chain's fixed minibatch step,
+    :data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`).
 
     Args:
         method: a registry name.
@@ -377,7 +378,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--lr",
         type=float,
         default=None,
-        help="learning rate (0.01; sghmc, sgld, csghmc: their step, measured on the posterior)",
+        help="learning rate (0.01; sghmc, sgld, csghmc: measured on the posterior, or with "
+        "--batch-size their fixed minibatch step)",
     )
     fit.add_argument(
         "--num-samples", type=int, default=100, help="Monte Carlo samples per prediction (100)"
