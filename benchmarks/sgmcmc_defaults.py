@@ -35,6 +35,7 @@ import argparse
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -282,6 +283,31 @@ class Row:
     failure: str = ""
 
 
+def judge_fit(
+    method: bp.BaseBayesianMethod,
+    X_test: torch.Tensor,
+    mean: torch.Tensor,
+    cov: torch.Tensor,
+    **options: Any,
+) -> tuple[Verdict, torch.Tensor]:
+    """:func:`judge` on a fitted sampler: its kept samples ``(K, d + 1)`` and, through
+    ``predict`` with every one of them, its predictive at ``X_test (T, d)``, against the exact
+    ``mean (d + 1,)`` and ``cov``; ``options`` go to :func:`judge`. Returns the verdict and the
+    samples."""
+    samples = flat_samples(method)
+    pred_mean, pred_var = method.predict(X_test, num_samples=len(samples), seed=0)
+    verdict = judge(
+        samples,
+        pred_mean.squeeze(-1).double(),
+        pred_var.squeeze(-1).double(),
+        mean,
+        cov,
+        design(X_test),
+        **options,
+    )
+    return verdict, samples
+
+
 def run(
     problem: Problem,
     sampler: str,
@@ -305,18 +331,7 @@ def run(
         seconds = time.perf_counter() - start
         return Row(problem, sampler, cond, None, 0, None, seconds, f"{type(e).__name__}")
     seconds = time.perf_counter() - start
-    samples = flat_samples(method)
-    pred_mean, pred_var = method.predict(X_test, num_samples=len(samples), seed=0)
-    verdict = judge(
-        samples,
-        pred_mean.squeeze(-1).double(),
-        pred_var.squeeze(-1).double(),
-        mean,
-        cov,
-        design(X_test),
-        repeats=repeats,
-        seed=problem.seed,
-    )
+    verdict, samples = judge_fit(method, X_test, mean, cov, repeats=repeats, seed=problem.seed)
     step = getattr(method, "step_size", None)
     return Row(problem, sampler, cond, step, len(samples), verdict, seconds)
 

@@ -40,10 +40,8 @@ from benchmarks.sgmcmc_defaults import (
     Problem,
     Verdict,
     data,
-    design,
     exact_posterior,
-    flat_samples,
-    judge,
+    judge_fit,
 )
 
 WELL = Problem(100, 2, 1, 1.0, 0)
@@ -64,17 +62,7 @@ def _fit(
     torch.manual_seed(0)
     method = bp.make(sampler, bp.nn.mlp(problem.d, [], 1), bp.Gaussian(scale=problem.noise))
     method.fit(X, y, epochs=epochs, batch_size=batch_size, lr=lr, progress=False, seed=0)
-    samples = flat_samples(method)
-    pred_mean, pred_var = method.predict(X_test, num_samples=len(samples), seed=0)
-    verdict = judge(
-        samples,
-        pred_mean.squeeze(-1).double(),
-        pred_var.squeeze(-1).double(),
-        mean,
-        cov,
-        design(X_test),
-        level=0.99,
-    )
+    verdict, samples = judge_fit(method, X_test, mean, cov, level=0.99)
     return verdict, samples, cov
 
 
