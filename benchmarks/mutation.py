@@ -10,13 +10,17 @@ bug of that shape would ship. A survivor is either a missing test (write it) or 
 The run happens in a temporary copy of the repository (the checkout is left alone): the
 package, the tests, ``conftest.py`` and ``pyproject.toml``, with a ``setup.cfg`` telling
 ``mutmut`` what to mutate and which tests to run (the given test files plus the module's own
-doctests). A mutant that makes the tests run past ``mutmut``'s time limit counts as killed
-(``timeout``): the bug would not pass unnoticed, though on a busy machine a slow test can
-time out too, so the report gives timeouts their own column. The limit is ``mutmut``'s
-default, ``(tests' time + 1 s) x 15`` of wall-clock time: at 5 a forked test run of a
-sub-second test file overran it (101 of the first 120 mutants of
-``calibration/recalibration.py`` on an idle machine), so timeouts stop meaning a looping
-mutant.
+doctests). A mutant that makes the tests run past ``mutmut``'s time limit (its default,
+``(tests' time + 1 s) x 15`` of wall-clock time) counts as killed (``timeout``): a looping
+mutant would not pass unnoticed, though on a busy machine a slow test can time out too, so
+the report gives timeouts their own column.
+
+``mutmut`` runs each mutant's tests in a child forked from one process that has already run
+torch, and a child forked from a process whose OpenMP thread pool is up hangs in its first
+parallel torch operation. Such a hang reads as a timeout whatever the mutant does
+(``self.factor = None`` in ``calibration/recalibration.py`` "timed out" after 38 s with 6 s of
+CPU; on one thread it fails in 5 s), so the run keeps torch to one thread
+(:func:`environment`), and a timeout means a slow or looping mutant again.
 
 The report (``--output``, default ``benchmarks/results/mutation.md``) holds one section per
 module, replaced when the module is run again: the counts, the kill rate
@@ -79,6 +83,20 @@ def setup_cfg(module: str, tests: list[str]) -> str:
         "pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q\n"
         f"pytest_add_cli_args_test_selection={selection}\n"
     )
+
+
+def environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment ``mutmut`` runs in: ``base`` (default ``os.environ``) with torch and its
+    maths libraries kept to one thread, so that no forked test run inherits a thread pool it
+    would hang in, and no bytecode written into the temporary copy.
+
+    Example:
+        >>> env = environment({"PATH": "/bin", "OMP_NUM_THREADS": "8"})
+        >>> env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["PATH"]
+        ('1', '1', '/bin')
+    """
+    one = {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    return {**(os.environ if base is None else base), **one, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def parse_results(text: str) -> dict[str, str]:
@@ -247,7 +265,7 @@ def run(
                 shutil.copy(source, work)
         with open(os.path.join(work, "setup.cfg"), "w", encoding="utf-8") as handle:
             handle.write(setup_cfg(module, tests))
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        env = environment()
         subprocess.run([mutmut, "run", *(names or [])], cwd=work, env=env,
                        stdout=subprocess.DEVNULL, check=False)  # fmt: skip
         listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, env=env,
