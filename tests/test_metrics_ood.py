@@ -126,3 +126,48 @@ def test_one_dimensional_input_is_refused_naming_the_argument():
         energy_score(torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match=name.format("temperature")):
         energy_score(torch.zeros(2, 3), temperature=-1.0)
+
+
+def test_each_score_argument_is_named_when_refused():
+    with pytest.raises(TypeError, match=r"^scores_in must be numeric"):
+        ood_auroc(np.array(["a", "b"]), torch.ones(2))
+    with pytest.raises(TypeError, match=r"^scores_out must be numeric"):
+        ood_aupr(torch.ones(2), np.array(["a", "b"]))
+    with pytest.raises(
+        ValueError, match=r"^scores_in and scores_out must each hold at least one score$"
+    ):
+        fpr_at_95_tpr(torch.ones(2), torch.tensor([]))
+
+
+def test_tpr_is_a_share_in_0_to_1_and_1_keeps_every_in_distribution_score():
+    """tpr = 1 keeps all ten in-distribution scores: the threshold is the largest, 9, so the
+    OOD scores 5 and 9 pass and 10 does not (2 of 3). Above 1 is refused, naming tpr."""
+    s_in, s_out = torch.arange(10.0), torch.tensor([5.0, 9.0, 10.0])
+    assert fpr_at_95_tpr(s_in, s_out, tpr=1.0) == pytest.approx(2 / 3)
+    for bad in (1.5, 1.0 + 1e-9):
+        with pytest.raises(ValueError, match=r"^tpr must be a finite float in \(0.0, "):
+            fpr_at_95_tpr(s_in, s_out, tpr=bad)
+
+
+def test_the_kept_count_is_the_ceiling_of_tpr_n_to_nine_decimals():
+    """Ten in-distribution scores 0..9 and OOD scores 0..9:
+
+    * tpr = 0.94 keeps ⌈9.4⌉ = 10 (not round(9.4) = 9): threshold 9, all 10 OOD pass;
+    * tpr = 0.05 keeps ⌈0.5⌉ = 1: threshold 0, one OOD score passes;
+    * tpr = 0.9 + 2e-11 is 0.9 to float noise: it keeps 9 (threshold 8, 9 pass), not 10.
+    """
+    s = torch.arange(10.0)
+    assert fpr_at_95_tpr(s, s, tpr=0.94) == 1.0
+    assert fpr_at_95_tpr(s, s, tpr=0.05) == pytest.approx(0.1)
+    assert fpr_at_95_tpr(s, s, tpr=0.9 + 2e-11) == pytest.approx(0.9)
+
+
+def test_half_precision_scores_are_ranked_in_double():
+    """bfloat16 holds integers exactly only up to 256: ranks (and their sums) over 2,000
+    scores would round in it. The metrics read any dtype in float64: the same figures as the
+    float64 copy of the same scores."""
+    g = torch.Generator().manual_seed(0)
+    s_in = torch.randn(1000, generator=g).bfloat16()
+    s_out = (torch.randn(1000, generator=g) + 1).bfloat16()
+    for metric in (ood_auroc, ood_aupr, fpr_at_95_tpr):
+        assert metric(s_in, s_out) == metric(s_in.double(), s_out.double())

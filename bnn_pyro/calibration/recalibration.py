@@ -177,6 +177,8 @@ class IsotonicRecalibration(Recalibration):
     def fit_rows(self, mean: torch.Tensor, sd: torch.Tensor, y: torch.Tensor) -> None:
         """The isotonic fit of the empirical CDF of ``z = (y - μ) / σ`` (outputs pooled)."""
         z = ((y - mean) / sd).reshape(-1).double().cpu()
+        if len(z) < 2:
+            raise ValueError(f"the isotonic map needs at least 2 calibration rows, got {len(z)}")
         # the share at or below each z: its rank among the sorted z, ties counted (O(n log n))
         empirical = torch.searchsorted(z.sort().values, z, right=True).double() / len(z)
         self.z, self.observed = _isotonic(z, empirical)
@@ -190,19 +192,31 @@ class IsotonicRecalibration(Recalibration):
         self.z, self.observed = state.get("z"), state.get("observed")
 
     def standardized_quantile(self, p: torch.Tensor | list[float]) -> torch.Tensor:
-        """``G⁻¹(p)``: the recalibrated level-``p`` quantile in units of ``σ`` from ``μ``."""
+        """``G⁻¹(p)``: the recalibrated level-``p`` quantile in units of ``σ`` from ``μ``.
+
+        Args:
+            p: ``(L,)`` levels in ``[0, 1]``.
+
+        Returns:
+            ``(L,)`` float64 quantiles, linear between the calibration points and held at the
+            lowest ``z`` below the lowest level.
+        """
         if self.z is None or self.observed is None:
             raise NotFittedError("IsotonicRecalibration is not fitted: call fit() first")
-        p = torch.as_tensor(p, dtype=torch.float64, device=self.z.device)
-        i = torch.searchsorted(self.observed, p).clamp(1, len(self.z) - 1)
+        p = torch.as_tensor(p, dtype=torch.float64)  # the map is kept on the CPU (fit_rows)
+        if p.ndim != 1 or not bool(((p >= 0) & (p <= 1)).all()):
+            raise ValueError(f"p must be a list of levels in [0, 1], got {p.tolist()}")
+        # the top level is the share of rows at or below the largest z, 1, so p <= 1 finds an
+        # i <= n - 1 and lies in (y0, y1]: only t < 0 (p below the lowest level) needs a bound
+        i = torch.searchsorted(self.observed, p).clamp(min=1)
         x0, x1 = self.z[i - 1], self.z[i]
         y0, y1 = self.observed[i - 1], self.observed[i]
         t = torch.where(y1 > y0, (p - y0) / (y1 - y0), torch.ones_like(p))
-        return x0 + t.clamp(0, 1) * (x1 - x0)
+        return x0 + t.clamp(min=0) * (x1 - x0)
 
     def predict_interval(self, X: Any, alpha: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
         """The recalibrated central interval of level ``1 - alpha``, ``(N, O)`` each."""
         alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
         mean, sd = predictive_moments(self.method, X, **self.predict_options)
-        lo, hi = self.standardized_quantile([alpha / 2, 1 - alpha / 2]).to(mean)
+        lo, hi = self.standardized_quantile([alpha / 2, 1 - alpha / 2]).tolist()
         return mean + lo * sd, mean + hi * sd

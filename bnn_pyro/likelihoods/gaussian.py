@@ -71,7 +71,7 @@ class GaussianLikelihood(Likelihood):
         y = y.double()
         fixed = getattr(self, "scale", None)
         if isinstance(fixed, float):
-            sd = torch.full(y.shape[-1:], fixed, dtype=y.dtype, device=y.device)
+            sd = y.new_tensor(fixed)  # one scale for every column, broadcast
         else:
             sd = y.std(0, unbiased=False).clamp_min(1e-12)
         return float(-torch.distributions.Normal(y.mean(0), sd).log_prob(y).sum())
@@ -179,7 +179,7 @@ class Gaussian(GaussianLikelihood):
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.learned:
-            return f, torch.as_tensor(self.scale, dtype=f.dtype, device=f.device)
+            return f, f.new_tensor(self.scale)
         scale = latents[NOISE_SITE]  # (O,), or (*S, 1, O) under sample plates
         if scale.dim() == 2:  # (S, O) posterior samples: align with f's (S, N, O)
             scale = scale.unsqueeze(-2)

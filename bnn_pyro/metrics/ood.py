@@ -92,7 +92,7 @@ def ood_auroc(scores_in: torch.Tensor, scores_out: torch.Tensor) -> float:
     both = torch.cat([s_in, s_out])
     order = both.argsort()
     ranks = torch.empty_like(both)
-    ranks[order] = torch.arange(1, len(both) + 1, dtype=both.dtype, device=both.device)
+    ranks[order] = torch.ones_like(both).cumsum(0)  # 1, 2, ..., N where the scores are
     values, inverse, counts = torch.unique(both, return_inverse=True, return_counts=True)
     sums = torch.zeros_like(values).index_add_(0, inverse, ranks)
     ranks = (sums / counts)[inverse]  # ties: their mean rank

@@ -108,3 +108,53 @@ def test_score_reports_the_same_coverage_and_leaves_it_out_on_request():
 def test_bad_level_is_refused():
     with pytest.raises(ValueError, match="level"):
         inside_central_interval(torch.zeros(2, 3), 1.0, torch.zeros(3), level=1.0)
+
+
+def test_the_interval_s_ends_are_inside():
+    """One N(0, 1) component, level L = 1 - 2 Φ(-0.01): in float64 Φ(-0.01) is exactly the
+    tail (1 - L) / 2 and Φ(0.01) exactly 1 minus it, so the targets -0.01 and 0.01 sit on the
+    interval's two ends, which belong to it; a hair beyond each lies outside."""
+    p = float(torch.special.ndtr(torch.tensor(-0.01, dtype=torch.float64)))
+    level = 1 - 2 * p
+    assert (1 - level) / 2 == p  # the premise: the end is representable exactly
+    y = torch.tensor([-0.01, 0.01, -0.0100001, 0.0100001], dtype=torch.float64)
+    inside = inside_central_interval(torch.zeros(1, 4, dtype=torch.float64), 1.0, y, level)
+    assert inside.tolist() == [True, True, False, False]
+
+
+def test_a_float32_mixture_is_decided_by_its_float64_cdf_near_the_ends():
+    """1,000 float32 components N(0, 1) and the 401 float32 targets nearest each end of the
+    95% interval (±1.959964): every decision equals the float64 CDF's (ends included), even
+    where the float32 CDF falls on the other side (on this build one target, at -1.95996404,
+    reads 0.025000004 in float32 and 0.024999997 in float64)."""
+    tails = []
+    for end in (-1.959963984540054, 1.959963984540054):
+        y = torch.tensor(end, dtype=torch.float32)
+        down, up = [y], [y]
+        for _ in range(200):
+            down.append(torch.nextafter(down[-1], torch.tensor(-10.0)))
+            up.append(torch.nextafter(up[-1], torch.tensor(10.0)))
+        tails += [*down, *up[1:]]
+    y = torch.stack(tails)
+    inside = inside_central_interval(torch.zeros(1000, len(y)), 1.0, y, 0.95)
+    exact = torch.special.ndtr(y.double())
+    assert inside.tolist() == ((exact >= 0.025) & (exact <= 0.975)).tolist()
+
+
+def test_the_level_is_passed_on_and_checked_and_bad_input_is_named():
+    """Targets 0 and 1 under N(0, 1): the 50% interval is ±0.674, holding 1 of 2; the 95%
+    one holds both. A level of 0 or 1 is refused, as is a locs that is not (S, N, O)."""
+    locs, y = torch.zeros(1, 2, 1), torch.tensor([[0.0], [1.0]])
+    assert central_coverage(locs, 1.0, y, 0.5) == 0.5
+    assert central_coverage(locs, 1.0, y) == 1.0
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^level must be a float in \(0, 1\), got {bad}$"):
+            central_coverage(locs, 1.0, y, bad)
+    with pytest.raises(
+        ValueError, match=r"^locs must have shape \(S, N\) or \(S, N, O\), got \(2,\)$"
+    ):
+        inside_central_interval(torch.zeros(2), 1.0, torch.zeros(2))
+    with pytest.raises(ValueError, match=r"^locs must be a \(S, N, O\) tensor, got \(2, 1\)$"):
+        score(torch.zeros(2, 1), 1.0, torch.zeros(1, 1), y_std=1.0)
+    with pytest.raises(ValueError, match=r"^locs must be a \(S, N, O\) tensor, got list$"):
+        score([[[0.0]]], 1.0, torch.zeros(1, 1), y_std=1.0)

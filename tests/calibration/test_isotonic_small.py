@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bnn_pyro.calibration import IsotonicRecalibration
+from bnn_pyro.exceptions import NotFittedError
 
 
 class _Shifted:
@@ -63,3 +64,64 @@ def test_tied_rows_share_the_level_of_the_last_of_them():
     assert recal.standardized_quantile([0.5, 2 / 3]).tolist() == pytest.approx(
         [0.0, 0.25], abs=1e-12
     )
+
+
+def test_a_level_on_a_tie_takes_the_upper_end_of_the_flat_step():
+    """With the rows of the tie test, the level 2/6 is reached at z = -1 by both tied rows:
+    the step from (-1, 2/6) to (-1, 2/6) is flat, and the quantile is its upper end, -1 (not
+    the 0 / 0 of a division by the flat step's height)."""
+    recal = _fit([0.5, -1.0, 0.5, 2.0, -1.0, 0.0])
+    assert recal.standardized_quantile([2 / 6]).tolist() == [-1.0]
+
+
+def test_the_pool_adjacent_violators_pools_the_first_two_values_too():
+    """y = 3, 1, 2 on x = 0, 1, 2: 3 > 1 pools to 2, and 2, 2 stays: the fit is 2, 2, 2."""
+    from bnn_pyro.calibration.recalibration import _isotonic
+
+    x = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    xs, fitted = _isotonic(x, torch.tensor([3.0, 1.0, 2.0], dtype=torch.float64))
+    assert fitted.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_bad_levels_and_too_few_rows_are_refused_with_the_whole_message():
+    recal = _fit([0.8, -1.2, 1.5, -0.3, 0.1])
+    for bad in ([1.2], [-0.1], [[0.5]]):
+        with pytest.raises(ValueError, match=r"^p must be a list of levels in \[0, 1\], got "):
+            recal.standardized_quantile(bad)
+    for bad in (0.0, 1.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match=r"^alpha must be a finite float in \(0.0, 1.0\), got"):
+            recal.predict_interval(torch.ones(2, 1, dtype=torch.float64), alpha=bad)
+    message = r"^IsotonicRecalibration is not fitted: call fit\(\) first$"
+    with pytest.raises(NotFittedError, match=message):
+        IsotonicRecalibration(_Shifted()).standardized_quantile([0.5])
+    half = IsotonicRecalibration(_Shifted())
+    half.restore_calibrator_state({"z": recal.z})  # a state without its levels
+    with pytest.raises(NotFittedError, match=message):
+        half.standardized_quantile([0.5])
+    with pytest.raises(ValueError, match="at least 2 calibration rows, got 1"):
+        _fit([0.3])
+
+
+def test_the_interval_defaults_to_90_percent_in_the_method_s_dtype():
+    """alpha = 0.1 unless given; a float32 predictive gives float32 bounds (the map is float64)."""
+    recal = _fit([0.8, -1.2, 1.5, -0.3, 0.1])
+    x = torch.tensor([[2.0], [-1.0]], dtype=torch.float64)
+    assert torch.equal(
+        torch.stack(recal.predict_interval(x)), torch.stack(recal.predict_interval(x, 0.1))
+    )
+
+    class Single:
+        def predictive_gaussian(self, x, **_):
+            return x[:, :1].unsqueeze(0).float(), torch.tensor(0.5)
+
+    single = IsotonicRecalibration(Single())
+    single.restore_calibrator_state(recal.calibrator_state())
+    lower, upper = single.predict_interval(x.float())
+    assert lower.dtype == upper.dtype == torch.float32
+
+
+def test_two_rows_make_a_map_and_the_levels_0_and_1_are_its_ends():
+    """z = 1, -1: levels 1/2 at -1 and 1 at 1. p = 0 is held at the lowest z, -1; p = 1 is
+    the largest, 1; p = 3/4 is halfway between them, 0."""
+    recal = _fit([1.0, -1.0])
+    assert recal.standardized_quantile([0.0, 1.0, 0.75]).tolist() == [-1.0, 1.0, 0.0]

@@ -82,3 +82,33 @@ def test_isotonic_recalibration_restores_the_coverage(alpha):
     mean = 0.5 * x_test
     raw = bp.metrics.picp(mean - 0.1 * z, mean + 0.1 * z, y_test[:, None])
     assert raw < 0.5 * (1 - alpha)
+
+
+class _Recording:
+    """A predictive N(x, 1) that records the options each call gets, in the input's dtype."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def predictive_gaussian(self, x: torch.Tensor, **options: object):
+        self.calls.append(options)
+        return x[:, :1].unsqueeze(0), torch.ones((), dtype=x.dtype)
+
+
+def test_the_predict_options_reach_every_prediction_and_the_sd_keeps_its_dtype():
+    """``num_samples`` and ``seed`` given to the calibrator go to the method on fit and on
+    predict; a factor fitted on float64 rows scales a float32 predictive in float32."""
+    method = _Recording()
+    x, y = _data(50, 4)
+    recal = ScaleRecalibration(method, num_samples=7, seed=3).fit(x, y)
+    mean, sd = recal.predict_moments(x[:5].float())
+    assert method.calls == [{"num_samples": 7, "seed": 3}] * 2
+    assert recal.factor.dtype == torch.float64 and sd.dtype == mean.dtype == torch.float32
+    assert torch.allclose(sd, recal.factor.float().expand(5, 1))
+
+
+def test_an_unfitted_scale_says_so_in_full():
+    with pytest.raises(
+        NotFittedError, match=r"^ScaleRecalibration is not fitted: call fit\(\) first$"
+    ):
+        ScaleRecalibration(_Wrong()).predict_moments(torch.zeros(2, 1))
