@@ -197,6 +197,10 @@ def merge(report: str, new: str) -> str:
         >>> print(merge(old, "## `a.py`\\n\\nnew a\\n"))
         # Mutation testing
         <BLANKLINE>
+        | module | mutants | killed | timeout | survived | equivalent | caught |
+        |---|---|---|---|---|---|---|
+        | all | 0 | 0 | 0 | 0 | 0 | nan% |
+        <BLANKLINE>
         ## `a.py`
         <BLANKLINE>
         new a
@@ -210,7 +214,46 @@ def merge(report: str, new: str) -> str:
     head, sections = _sections(report)
     sections[module] = new[new.index("\n") :]
     body = "".join(f"## `{name}`{text.rstrip()}\n\n" for name, text in sections.items())
+    head = head.split(_SUMMARY)[0].rstrip() + "\n\n" + summary(sections)
     return head.rstrip() + "\n\n" + body.rstrip() + "\n"
+
+
+_SUMMARY = "| module | mutants |"
+
+
+def summary(sections: dict[str, str]) -> str:
+    """The report's table of modules: each one's counts row and share caught, and all of them
+    together.
+
+    Example:
+        >>> a = section("a.py", {"x": "killed", "y": "survived"}, {}, {}, ["t.py"])
+        >>> b = section("b.py", {"x": "timeout", "y": "survived"}, {"y": "same"}, {}, ["t.py"])
+        >>> print(summary(_sections(a + "\\n" + b)[1]))
+        | module | mutants | killed | timeout | survived | equivalent | caught |
+        |---|---|---|---|---|---|---|
+        | `a.py` | 2 | 1 | 0 | 1 | 0 | 50.0% |
+        | `b.py` | 2 | 0 | 1 | 0 | 1 | 100.0% |
+        | all | 4 | 1 | 1 | 1 | 1 | 66.7% |
+        <BLANKLINE>
+    """
+    rows, total = [], [0] * 5
+    for name, text in sections.items():
+        counts = re.search(r"^\| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", text, flags=re.M)
+        if counts is None:  # not a section this script wrote
+            continue
+        values = [int(v) for v in counts.groups()]
+        total = [t + v for t, v in zip(total, values, strict=True)]
+        rows.append((f"`{name}`", values))
+    rows.append(("all", total))
+    lines = [f"{_SUMMARY} killed | timeout | survived | equivalent | caught |", "|---" * 7 + "|"]
+    for name, (mutants, killed, timeout, survived, equivalent) in rows:
+        judged = mutants - equivalent
+        rate = 100.0 * (killed + timeout) / judged if judged else float("nan")
+        lines.append(
+            f"| {name} | {mutants} | {killed} | {timeout} | {survived} | {equivalent} | "
+            f"{rate:.1f}% |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict, list[str]]:
