@@ -53,10 +53,11 @@ def optimal_prior_precision(
         return float((e / (lam * (e + lam))).sum()) - theta2
 
     a, b = math.log(bounds[0]), math.log(bounds[1])
+    # a maximiser at a bound is that bound itself (exp(log(1e8)) is 1e8 + 2e-7: out of bounds)
     if slope(a) <= 0:
-        b = a
-    elif slope(b) >= 0:
-        a = b
+        return float(bounds[0])
+    if slope(b) >= 0:
+        return float(bounds[1])
     for _ in range(200):
         mid = 0.5 * (a + b)
         a, b = (mid, b) if slope(mid) > 0 else (a, mid)

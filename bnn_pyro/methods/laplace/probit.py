@@ -70,8 +70,7 @@ def probit_moments(
     probs = torch.softmax(logits * torch.rsqrt(1 + scaled), dim=-1)
     rho = torch.reciprocal(1 + torch.reciprocal(scaled))  # a²v / (1 + a²v): 0 at 0, 1 at inf
     top = torch.asin(rho)
-    nodes, weights = (torch.as_tensor(t, dtype=probs.dtype, device=probs.device)
-                      for t in (_NODES, _WEIGHTS))  # fmt: skip
+    nodes, weights = (probs.new_tensor(t) for t in (_NODES, _WEIGHTS))  # probs' dtype, device
     h2 = torch.special.ndtri(probs).square().unsqueeze(-1)  # inf where p is 0 or 1: var 0
     integrand = torch.exp(-h2 / (1 + torch.sin(top.unsqueeze(-1) * nodes)))
     return probs, top / (2 * math.pi) * (integrand * weights).sum(-1)
