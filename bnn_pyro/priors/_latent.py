@@ -26,7 +26,7 @@ _EXAMPLES = "e.g. dist.HalfCauchy(1.0), dist.HalfNormal(1.0), dist.LogNormal(0.0
 
 def _positive(support: Any) -> bool:
     kinds = (constraints.greater_than, constraints.greater_than_eq)
-    return isinstance(support, kinds) and getattr(support, "lower_bound", None) == 0
+    return isinstance(support, kinds) and support.lower_bound == 0  # (both kinds have one)
 
 
 def check_scale_prior(label: str, d: Any) -> TorchDistribution:

@@ -90,8 +90,8 @@ class MeasuredStep:
         self.target = target
         # the measured step (per chain, (K, 1); (1,) alone) that plan.step_size(k) multiplies
         self.scale: float | torch.Tensor = 1.0
-        self._calibration: dict[str, Any] = {}  # M⁻¹ at the last calibration, its direction
-        # Σ Δg², Σ (xᵀΔg)² / xᵀMx, count, Σ the step's power, since the calibration
+        self._calibration: dict[str, Any] = {}  # M⁻¹ at the last calibration, its direction, noise
+        # Σ Δg², Σ (xᵀΔg)² (x of unit M-norm), count, Σ the step's power, since the calibration
         self._noise: list[Any] = []
         self._previous: tuple[torch.Tensor, torch.Tensor] | None = None  # the last minibatch
         self._moved = False
@@ -192,12 +192,12 @@ class MeasuredStep:
         the last at the same position differ by two minibatches' errors."""
         xp, yp = self._previous  # type: ignore[misc]
         _, other = self.potential.gradient(self.theta, xp, yp, self.dataset_size)
-        if self.controlled(xp) and self._anchor is not None:
-            anchor, full = self._anchor
+        if self.controlled(xp):  # then this step's gradient set the epoch's anchor too
+            anchor, full = self._anchor  # type: ignore[misc]
             other = other - self.potential.gradient(anchor, xp, yp, self.dataset_size)[1] + full
         d = (grad - other).detach()
-        x, minv = self._calibration["direction"], self._calibration["minv"]
-        along = (x * d).sum(-1).square() / (x.square() / minv).sum(-1)
+        x = self._calibration["direction"]
+        along = (x * d).sum(-1).square()  # x has unit M-norm: sqrt(Σ x² / M⁻¹) = 1
         power = self._power(self.step_scale())  # the step this noise was measured at
         if not self._noise:
             self._noise = [torch.zeros_like(d), torch.zeros_like(along), 0, 0.0]
@@ -221,6 +221,10 @@ class MeasuredStep:
         of ``2^(1/8)``; after the burn-in of a constant schedule it only shrinks, when a
         curvature that grew on the way rounds it lower by ``2^(1/4)`` or more (one power is
         within what the measure itself varies by).
+
+        ``λ_max`` is :func:`largest_curvature` of finite-difference Hessian-vector products,
+        started from ``M⁻¹ g`` scaled to a root mean square of 1 (per chain) plus
+        :meth:`_spread`.
         """
         k, plan, theta, n = self.k, self.plan, self.theta.detach(), self.dataset_size
         minv = self.state.minv.clone() if self.state is not None else torch.ones_like(theta)
@@ -246,14 +250,14 @@ class MeasuredStep:
         start = start / start.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
         lam, direction = largest_curvature(hvp, start + self._spread(theta), minv)
         if not bool(torch.isfinite(lam).all()):
-            where = which_chains(torch.isfinite(lam))
+            where = which_chains(torch.isfinite(lam).reshape(-1))  # () for one chain
             raise TrainingDivergedError(f"SG-MCMC: the potential's curvature is not finite{where}")
         # the second half of a burn-in already steps as the chain will sample: it settles there;
         # a controlled chain's noise grows with its step, so it bounds the travel's steps too
         travel = plan.travelling(k) and not (plan.schedule == "constant" and 2 * k >= plan.burn_in)
         travel = travel and not controlled
         noise = self._calibration.get("noise")
-        if self._noise and self._noise[2] > 0:
+        if self._noise:  # gathered since the last calibration: its count is >= 1
             count = self._noise[2]
             noise = torch.maximum(
                 (minv * self._noise[0]).amax(-1) / (2 * count), self._noise[1] / (2 * count)
@@ -280,15 +284,15 @@ class MeasuredStep:
             moved = (scale < self.scale / 1.1) | (controlled & (scale > self.scale * 1.1))
             scale = torch.where(moved, scale, self.scale)
         self.scale = scale
-        self._calibration = {"minv": minv, "direction": direction, "curvature": lam, "noise": noise}
+        self._calibration = {"minv": minv, "direction": direction, "noise": noise}
         self._noise, self._moved = [], False
 
     def _power(self, scale: float | torch.Tensor) -> torch.Tensor:
         """What the noise's share grows with at the measured step ``scale``: ``lr²`` (SGHMC) or
         ``lr`` (SGLD), per chain ``(K,)`` (``(1,)`` alone)."""
-        lr = torch.as_tensor(
-            scale * self.plan.step_size(self.k), dtype=self.theta.dtype, device=self.theta.device
-        ).reshape(-1)
+        # scale is the calibrated (K, 1) tensor (noise is gathered after a calibration only):
+        # the product keeps theta's dtype and device
+        lr = torch.as_tensor(scale * self.plan.step_size(self.k)).reshape(-1)
         return lr.square() if self.state is not None else lr
 
     def _scaled_noise(self, noise: torch.Tensor, power: torch.Tensor) -> torch.Tensor:
@@ -308,13 +312,14 @@ class MeasuredStep:
         """
         t = self.temperature
         c = self.mdecay * (2.0 - self.mdecay) * t if self.state is not None else 2.0 * t
-        power = power.to(noise).reshape(noise.shape).clamp_min(1e-30)
+        power = power.reshape(noise.shape).clamp_min(1e-30)  # both of theta's dtype
         return (NOISE_SHARE * c * noise / (self.dataset_size * power)).sqrt()
 
     def _spread(self, theta: torch.Tensor) -> torch.Tensor:
         """A fixed vector with every coordinate nonzero and no two alike (the same for every
         chain and run), so that the power iteration's start is never orthogonal to the top
-        eigenvector."""
+        eigenvector: ``cos(φ k + 1)`` for coordinate ``k`` and the golden angle
+        ``φ = π (3 - √5) ≈ 2.399963``."""
         k = torch.arange(theta.shape[-1], device=theta.device, dtype=theta.dtype)
         return torch.cos(2.399963 * k + 1.0).expand_as(theta)
 

@@ -146,6 +146,7 @@ def largest_curvature(
 
     Returns:
         ``(λ, x)``: ``λ`` ``()`` or ``(K,)``, and the last iterate ``x`` shaped like ``start``.
+        ``λ`` is ``inf`` for a chain whose iterate's norm overflowed (or was not finite).
 
     Example:
         >>> H = torch.tensor([[3.0, 1.0], [1.0, 2.0]])
@@ -160,11 +161,13 @@ def largest_curvature(
 
     x = start / m_norm(start)
     value = torch.zeros_like(x[..., :1])
+    lost = torch.zeros_like(value, dtype=torch.bool)
     for _ in range(iterations):
         y = minv * hvp(x)
         value = m_norm(y)
+        lost |= ~torch.isfinite(value)  # the norm overflowed: the next iterates are 0 or nan
         x = y / value
-    return value.squeeze(-1), x
+    return torch.where(lost, torch.inf, value).squeeze(-1), x
 
 
 def sghmc_step_size(
