@@ -147,10 +147,9 @@ class SplitConformal(SavedWithMethod):
             >>> c.quantile(0.1)  # ⌈10 × 0.9⌉ = 9th smallest
             tensor([9.])
         """
-        alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
         if self.scores is None:
             raise NotFittedError("SplitConformal is not calibrated: call calibrate() first")
-        return conformal_quantile(self.scores, alpha)
+        return conformal_quantile(self.scores, alpha)  # which checks alpha
 
     def predict_interval(self, X: Any, alpha: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
         """The conformal interval of level ``1 - alpha`` at each row of ``X``.

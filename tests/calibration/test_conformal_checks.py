@@ -1,0 +1,101 @@
+"""Split conformal's small contracts pinned by value: the conformal rank at its edges, each
+refusal's whole message, the options that reach the method, the interval's dtype and a saved
+score's name read back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bnn_pyro.calibration import SplitConformal, conformal_quantile
+from bnn_pyro.exceptions import NotFittedError
+
+
+class _Recording:
+    """A predictive N(x, 1) that records the options each call gets, in the input's dtype."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def predictive_gaussian(self, x: torch.Tensor, **options: object):
+        self.calls.append(options)
+        return x[:, :1].unsqueeze(0), torch.full((), 2.0, dtype=x.dtype)
+
+
+def test_one_row_is_enough_for_alpha_one_half():
+    """n = 1, alpha = 0.5: the rank is ⌈2 × 0.5⌉ = 1, the one score itself."""
+    assert conformal_quantile(torch.tensor([[3.0]]), 0.5).tolist() == [3.0]
+
+
+def test_too_few_rows_are_refused_with_the_rows_alpha_needs():
+    """alpha = 0.1 needs ⌈(n + 1) 0.9⌉ <= n, i.e. n >= 9 = ⌈0.9 / 0.1⌉: five rows are refused
+    saying so, nine are enough (the 9th smallest of 1..9 is 9)."""
+    message = (
+        r"^5 calibration rows are too few for alpha=0.1: a guaranteed interval needs at least "
+        r"9 rows \(or a larger alpha\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        conformal_quantile(torch.arange(1.0, 6.0).unsqueeze(-1), 0.1)
+    assert conformal_quantile(torch.arange(1.0, 10.0).unsqueeze(-1), 0.1).tolist() == [9.0]
+    message = r"^5 calibration rows are too few for alpha=0.01: .* at least 99 rows"
+    with pytest.raises(ValueError, match=message):
+        conformal_quantile(torch.arange(1.0, 6.0).unsqueeze(-1), 0.01)
+
+
+def test_bad_alpha_and_bad_scores_are_refused_by_name():
+    scores = torch.arange(1.0, 20.0).unsqueeze(-1)
+    for bad in (0.0, -0.5, 1.0):
+        with pytest.raises(
+            ValueError, match=rf"^alpha must be a finite float in \(0.0, 1.0\), got {bad}$"
+        ):
+            conformal_quantile(scores, bad)
+    with pytest.raises(
+        ValueError, match=r"^scores must have shape \(n, O\) with n >= 1, got \(0, 1\)$"
+    ):
+        conformal_quantile(torch.zeros(0, 1), 0.5)
+    with pytest.raises(TypeError, match=r"^scores must be a torch.Tensor, got list"):
+        conformal_quantile([[1.0]], 0.5)
+    conformal = SplitConformal(_Recording())
+    with pytest.raises(
+        NotFittedError, match=r"^SplitConformal is not calibrated: call calibrate\(\) first$"
+    ):
+        conformal.quantile(0.1)
+    conformal.scores = scores
+    with pytest.raises(
+        ValueError, match=r"^alpha must be a finite float in \(0.0, 1.0\), got 1.0$"
+    ):
+        conformal.quantile(1.0)
+
+
+def test_the_options_reach_the_method_and_the_interval_keeps_its_dtype():
+    """Calibrated on float64 rows, predicting on float32 ones: the interval is float32, and
+    ``num_samples`` and ``seed`` reach the method both times."""
+    method = _Recording()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 1, generator=g, dtype=torch.float64)
+    conformal = SplitConformal(method, num_samples=5, seed=2).calibrate(x, x[:, 0] + 1.0)
+    lower, upper = conformal.predict_interval(x[:3].float(), alpha=0.5)
+    assert method.calls == [{"num_samples": 5, "seed": 2}] * 2
+    assert lower.dtype == upper.dtype == torch.float32
+    # every normalised score is |1| / 2 = 0.5: the half-width is 0.5 × sd = 1
+    assert torch.allclose(upper - lower, torch.full((3, 1), 2.0))
+
+
+def test_a_restored_state_brings_its_score_and_a_bad_one_is_refused():
+    """The absolute score's half-width is q itself (here 3), not q × sd (6)."""
+    conformal = SplitConformal(_Recording())  # normalized by default
+    conformal.restore_calibrator_state({"score": "absolute", "scores": torch.full((4, 1), 3.0)})
+    assert conformal.score == "absolute"
+    lower, upper = conformal.predict_interval(torch.zeros(2, 1), alpha=0.5)
+    assert upper.tolist() == [[3.0], [3.0]] and lower.tolist() == [[-3.0], [-3.0]]
+    message = r"^score must be one of \('absolute', 'normalized'\), got 'ranked'$"
+    with pytest.raises(ValueError, match=message):
+        conformal.restore_calibrator_state({"score": "ranked", "scores": None})
+
+
+def test_the_interval_defaults_to_alpha_one_tenth():
+    """Scores 1..19: alpha 0.1 takes the 18th (⌈20 × 0.9⌉), so the default's half-width is 18."""
+    conformal = SplitConformal(_Recording(), score="absolute")
+    conformal.scores = torch.arange(1.0, 20.0).unsqueeze(-1)
+    lower, upper = conformal.predict_interval(torch.zeros(1, 1))
+    assert (lower.item(), upper.item()) == (-18.0, 18.0)
