@@ -136,3 +136,42 @@ _P, _T = torch.tensor([[0.2, 0.8], [0.6, 0.4]]), torch.tensor([1, 0])
 def test_bad_arguments_raise_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_the_default_is_fifteen_bins():
+    """Confidences 0.61 (right) and 0.65 (wrong) share the 15-bin bin (9/15, 10/15] =
+    (0.6, 0.667]: accuracy 1/2 at mean confidence 0.63, ECE |0.5 - 0.63| = 0.13. (With 16 bins
+    they would split at 10/16 = 0.625 and the ECE be (0.39 + 0.65) / 2 = 0.52.)"""
+    probs = torch.tensor([[0.61, 0.39], [0.65, 0.35]], dtype=torch.float64)
+    labels = torch.tensor([0, 1])
+    assert reliability_curve(probs, labels).counts.tolist() == [0] * 9 + [2] + [0] * 5
+    assert expected_calibration_error(probs, labels) == pytest.approx(0.13, abs=1e-12)
+
+
+def test_a_confidence_just_below_an_edge_stays_in_the_lower_bin():
+    """0.69999999 < 0.7 lies in (0.6, 0.7], bin 6 of 10, though it is above 0.7 rounded to
+    float32 (0.699999988): the edges are float64. Its one point is right: accuracy 1."""
+    probs = torch.tensor([[0.69999999, 0.30000001]], dtype=torch.float64)
+    curve = reliability_curve(probs, torch.tensor([0]), n_bins=10)
+    assert curve.counts.tolist() == [0] * 6 + [1] + [0] * 3
+    assert curve.accuracies[6].item() == 1.0 and curve.confidences[6].item() == 0.69999999
+
+
+def test_empty_top_bins_are_still_returned():
+    """Four classes, uniform probabilities: confidence 1/4 falls in (0, 1/4], bin 0 of 4; the
+    three bins above are empty but present, with count 0 and NaN confidence and accuracy."""
+    curve = reliability_curve(torch.full((1, 4), 0.25), torch.tensor([2]), n_bins=4)
+    assert curve.counts.tolist() == [1, 0, 0, 0]
+    assert curve.accuracies[0].item() == 0.0 and curve.confidences[0].item() == 0.25
+    assert bool(curve.accuracies[1:].isnan().all()) and bool(curve.confidences[1:].isnan().all())
+
+
+@pytest.mark.parametrize("eps", [1.0, 1.5, "0.1", None, True])
+def test_eps_must_be_a_number_strictly_between_zero_and_one(eps):
+    with pytest.raises(ValueError, match=rf"^eps must be a float in \(0, 1\), got {eps!r}$"):
+        nll(_P, _T, eps=eps)
+
+
+def test_an_eps_just_below_one_clips_every_probability_below_it():
+    """eps = 0.9 lifts both picked probabilities (0.8 and 0.6) to 0.9: NLL = -log 0.9."""
+    assert nll(_P, _T, eps=0.9) == pytest.approx(-math.log(0.9), rel=1e-12)

@@ -4,6 +4,7 @@ per-point Wasserstein-2 distance, against closed forms."""
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import pytest
 import torch
@@ -83,3 +84,78 @@ def test_empirical_quantiles_refuse_bad_input():
         empirical_quantiles([1.0, 2.0], 5)
     with pytest.raises((TypeError, ValueError), match="num_levels"):
         empirical_quantiles(torch.zeros(4, 1), 0)
+
+
+def test_a_zero_sd_covers_exactly_the_points_where_the_mean_is_the_truth():
+    """sd = 0 is a legal (degenerate) interval [mean, mean]: f = mean lies inside (ends
+    included, |f - mean| = 0 <= z * 0), f = mean + 0.1 does not: coverage 1/2."""
+    mean, sd = torch.tensor([1.0, 1.0]), torch.zeros(2)
+    assert function_coverage(mean, sd, torch.tensor([1.0, 1.1])) == 0.5
+
+
+def test_the_interval_ends_count_as_inside():
+    """At level 0.9 the interval is mean ± z sd with z the N(0, 1) quantile at (1 + 0.9) / 2;
+    f placed exactly on the upper end, z * 0.5 in float64, counts as inside."""
+    z = NormalDist().inv_cdf((1.0 + 0.9) / 2)
+    sd = torch.tensor([0.5], dtype=torch.float64)
+    f = torch.tensor([z * 0.5], dtype=torch.float64)
+    assert function_coverage(torch.zeros(1, dtype=torch.float64), sd, f, level=0.9) == 1.0
+
+
+@pytest.mark.parametrize("level", [0.0, -0.5, 1.0, 1.5])
+def test_the_level_must_lie_strictly_between_zero_and_one(level):
+    with pytest.raises(
+        ValueError, match=rf"^level must be a finite float in \(0.0, 1.0\), got {level}$"
+    ):
+        function_coverage(torch.zeros(2), torch.ones(2), torch.zeros(2), level=level)
+
+
+def test_bad_shapes_and_types_are_refused_naming_every_argument():
+    with pytest.raises(
+        ValueError,
+        match=r"^the arguments must have one shape, got mean \(3,\), sd \(3,\), "
+        r"f_true \(4,\)$",
+    ):
+        function_coverage(torch.zeros(3), torch.ones(3), torch.zeros(4))
+    with pytest.raises(TypeError, match=r"^sd must be a torch.Tensor, got list"):
+        function_coverage(torch.zeros(2), [1.0, 1.0], torch.zeros(2))
+    with pytest.raises(ValueError, match=r"^sd must be >= 0 everywhere \(a standard deviation\)$"):
+        function_coverage(torch.zeros(2), torch.tensor([1.0, -1e-9]), torch.zeros(2))
+    with pytest.raises(
+        ValueError, match=r"^reference_sd must be > 0 everywhere \(a ratio to it is taken\)$"
+    ):
+        sd_ratio(torch.ones(2), torch.tensor([1.0, 0.0]))
+
+
+def test_the_quantiles_of_a_single_point_come_from_a_1d_sample_vector():
+    """Samples (3, 1, 2, 0) of one point, L = 2: levels 1/4 and 3/4 pick the order statistics
+    floor(4/4) = 1 and floor(12/4) = 3 (0-based) of (0, 1, 2, 3): values 1 and 3."""
+    got = empirical_quantiles(torch.tensor([3.0, 1.0, 2.0, 0.0]), 2)
+    assert torch.equal(got, torch.tensor([1.0, 3.0], dtype=torch.float64))
+
+
+def test_the_top_level_takes_the_largest_sample():
+    """S = 3, L = 2: levels 1/4 and 3/4 give indices floor(3/4) = 0 and floor(9/4) = 2, the
+    largest of the three; with L = 1 the median index floor(3/2) = 1."""
+    samples = torch.tensor([[5.0], [-1.0], [2.0]])
+    assert empirical_quantiles(samples, 2)[:, 0].tolist() == [-1.0, 5.0]
+    assert empirical_quantiles(samples, 1)[:, 0].tolist() == [2.0]
+
+
+def test_quantile_and_wasserstein_arguments_are_refused_by_name():
+    with pytest.raises(TypeError, match=r"^samples must be a torch.Tensor, got list"):
+        empirical_quantiles([1.0, 2.0], 5)
+    with pytest.raises(ValueError, match=r"^num_levels must be an int >= 1, got 0$"):
+        empirical_quantiles(torch.zeros(4, 1), 0)
+    with pytest.raises(TypeError, match=r"^samples must be a torch.Tensor, got list"):
+        wasserstein2([[1.0]], torch.zeros(2, 1))
+    with pytest.raises(TypeError, match=r"^reference must be a torch.Tensor, got list"):
+        wasserstein2(torch.zeros(2, 1), [[1.0]])
+    with pytest.raises(ValueError, match=r"^num_levels must be an int >= 1, got 0$"):
+        wasserstein2(torch.zeros(2, 1), torch.zeros(2, 1), num_levels=0)
+    with pytest.raises(
+        ValueError,
+        match=r"^samples and reference must be \(S, N\[, O\]\) and \(R, N\[, O\]\) with the "
+        r"same points, got \(5, 3\) and \(5, 4\)$",
+    ):
+        wasserstein2(torch.zeros(5, 3), torch.zeros(5, 4))

@@ -22,6 +22,7 @@ normalised score MAPIE 1.6 was measured taking the next smaller score than the t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,10 +32,32 @@ from bnn_pyro.calibration.moments import calibration_rows, check_method, predict
 from bnn_pyro.calibration.saving import SavedWithMethod
 from bnn_pyro.exceptions import NotFittedError
 
-__all__ = ["SCORES", "SplitConformal", "conformal_quantile"]
+__all__ = ["SCORES", "SplitConformal", "conformal_quantile", "fewest_rows"]
 
 #: The nonconformity scores of :class:`SplitConformal`.
 SCORES = ("absolute", "normalized")
+
+
+def fewest_rows(alpha: float, enough: Callable[[int], bool]) -> str:
+    """How many calibration rows ``alpha`` needs, for a refusal's message: the fewest ``n``
+    with ``enough(n)`` (the caller's own rank check, float rounding and all), searched up from
+    just below ``(1 - alpha) / alpha``, where the ranks' real-number condition is met.
+
+    Example:
+        >>> fewest_rows(0.1, lambda n: math.ceil((n + 1) * 0.9) <= n)
+        '9'
+        >>> fewest_rows(1 / 3, lambda n: math.ceil((n + 1) * (2 / 3)) <= n)  # 2/(1/3) > 2
+        '2'
+        >>> fewest_rows(5e-324, lambda n: False)
+        'more than 2**53'
+    """
+    guess = (1.0 - alpha) / alpha
+    if not guess < 2.0**53:
+        return "more than 2**53"
+    n = max(1, math.ceil(guess) - 2)
+    while not enough(n):  # the condition holds from about guess on: a step or two
+        n += 1
+    return str(n)
 
 
 def conformal_quantile(scores: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -62,13 +85,17 @@ def conformal_quantile(scores: torch.Tensor, alpha: float) -> torch.Tensor:
     if scores.dim() != 2 or len(scores) == 0:
         raise ValueError(f"scores must have shape (n, O) with n >= 1, got {tuple(scores.shape)}")
     n = scores.shape[0]
-    rank = math.ceil((n + 1) * (1.0 - alpha))
-    if rank > n:
+
+    def rank(rows: int) -> int:
+        return math.ceil((rows + 1) * (1.0 - alpha))
+
+    if rank(n) > n:
+        needed = fewest_rows(alpha, lambda rows: rank(rows) <= rows)
         raise ValueError(
             f"{n} calibration rows are too few for alpha={alpha}: a guaranteed interval needs "
-            f"at least {math.ceil((1 - alpha) / alpha)} rows (or a larger alpha)"
+            f"at least {needed} rows (or a larger alpha)"
         )
-    return scores.sort(dim=0).values[rank - 1]
+    return scores.sort(dim=0).values[rank(n) - 1]
 
 
 class SplitConformal(SavedWithMethod):

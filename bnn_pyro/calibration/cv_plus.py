@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from bnn_pyro._checks import as_tensor, check_float, check_int, check_seed
+from bnn_pyro.calibration.conformal import fewest_rows
 from bnn_pyro.calibration.moments import predictive_moments
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.stacking import fit_stacked, trains_stacked
@@ -146,19 +147,26 @@ class CVPlus:
         alpha = check_float("alpha", alpha, minimum=0.0, strict=True, maximum=1.0)
         if self._residuals is None or self._fold_of is None:
             raise NotFittedError("CVPlus is not fitted: call fit() first")
+        n = len(self._residuals)
+
+        def ranks(rows: int) -> tuple[int, int]:
+            return math.floor(alpha * (rows + 1)), math.ceil((1 - alpha) * (rows + 1))
+
+        def enough(rows: int) -> bool:
+            low, high = ranks(rows)
+            return low >= 1 and high <= rows
+
+        low_rank, high_rank = ranks(n)
+        if not enough(n):
+            raise ValueError(
+                f"{n} rows are too few for alpha={alpha}: CV+ needs at least "
+                f"{fewest_rows(alpha, enough)} (or a larger alpha)"
+            )
         means = torch.stack(
             [predictive_moments(m, X, **self.predict_options)[0] for m in self.methods]
         )  # (K, N, O)
         per_row = means[self._fold_of.to(means.device)]  # (n, N, O): each row's own model
         r = self._residuals.to(means)[:, None, :]
-        n = len(r)
-        low_rank = math.floor(alpha * (n + 1))
-        high_rank = math.ceil((1 - alpha) * (n + 1))
-        if low_rank < 1 or high_rank > n:
-            raise ValueError(
-                f"{n} rows are too few for alpha={alpha}: CV+ needs at least "
-                f"{math.ceil((1 - alpha) / alpha)} (or a larger alpha)"
-            )
         lower = (per_row - r).sort(dim=0).values[low_rank - 1]
         upper = (per_row + r).sort(dim=0).values[high_rank - 1]
         return lower, upper

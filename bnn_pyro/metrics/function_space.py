@@ -31,7 +31,7 @@ def _same_shape(**tensors: object) -> list[torch.Tensor]:
     checked = [check_tensor(name, t) for name, t in tensors.items()]
     shapes = {tuple(t.shape) for t in checked}
     if len(shapes) != 1:
-        named = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(tensors, checked, strict=True))
+        named = ", ".join(f"{n} {tuple(t.shape)}" for n, t in tensors.items())
         raise ValueError(f"the arguments must have one shape, got {named}")
     return checked
 
@@ -55,9 +55,7 @@ def function_coverage(
         >>> function_coverage(mean, sd, torch.tensor([0.0, 1.0, 1.9, 2.5]))  # |f| <= 1.96
         0.75
     """
-    level = check_float("level", level, minimum=0.0, strict=True, maximum=1.0)
-    if level >= 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    level = check_float("level", level, minimum=0.0, strict=True, maximum=1.0)  # refuses 1 too
     mean, sd, f_true = _same_shape(mean=mean, sd=sd, f_true=f_true)
     if bool((sd < 0).any()):
         raise ValueError("sd must be >= 0 everywhere (a standard deviation)")
@@ -110,7 +108,8 @@ def empirical_quantiles(samples: torch.Tensor, num_levels: int) -> torch.Tensor:
     if samples.dim() < 1 or len(samples) == 0:
         raise ValueError(f"samples must be (S, ...) with S >= 1, got {tuple(samples.shape)}")
     odd = 2 * torch.arange(num_levels, device=samples.device) + 1  # u_i = odd_i / (2 L)
-    index = (odd * len(samples) // (2 * num_levels)).clamp(max=len(samples) - 1)
+    # no clamp needed: i <= L - 1 gives (2i + 1) S / 2L <= S - S / 2L < S, so the index <= S - 1
+    index = odd * len(samples) // (2 * num_levels)
     return samples.to(torch.float64).sort(dim=0).values[index]
 
 

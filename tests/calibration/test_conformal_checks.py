@@ -99,3 +99,17 @@ def test_the_interval_defaults_to_alpha_one_tenth():
     conformal.scores = torch.arange(1.0, 20.0).unsqueeze(-1)
     lower, upper = conformal.predict_interval(torch.zeros(1, 1))
     assert (lower.item(), upper.item()) == (-18.0, 18.0)
+
+
+def test_the_rows_a_refusal_asks_for_are_the_fewest_its_own_check_accepts():
+    """alpha = 1/3: (1 - alpha) / alpha is 2.0000000000000004 in float64, but 2 rows pass
+    (⌈3 × 2/3⌉ = 2): the message asks for 2, not 3. alpha = 1/49 needs 48 (⌈49 × 48/49⌉ = 48);
+    a subnormal alpha gets a message, not an OverflowError."""
+    for alpha, n, needed in (
+        (1 / 3, 1, "2"),
+        (1 / 49, 47, "48"),
+        (5e-324, 3, "more than 2\\*\\*53"),
+    ):
+        with pytest.raises(ValueError, match=rf"interval needs at least {needed} rows"):
+            conformal_quantile(torch.arange(1.0, n + 1.0).unsqueeze(-1), alpha)
+    assert conformal_quantile(torch.tensor([[1.0], [2.0]]), 1 / 3).tolist() == [2.0]
