@@ -22,6 +22,10 @@ parallel torch operation. Such a hang reads as a timeout whatever the mutant doe
 CPU; on one thread it fails in 5 s), so the run keeps torch to one thread
 (:func:`environment`), and a timeout means a slow or looping mutant again.
 
+``mutmut`` mutates no function under a decorator other than ``staticmethod`` and
+``classmethod`` (a ``@property``, a ``@torch.no_grad()`` function): each section names those
+(:func:`unmutated`) and the table at the head counts them, so the blind spot stays in view.
+
 The report (``--output``, default ``benchmarks/results/mutation.md``) holds one section per
 module, replaced when the module is run again: the counts, the kill rate
 ``(killed + timeout) / (mutants - equivalent)`` and every survivor not listed as equivalent,
@@ -38,6 +42,7 @@ updated. A full run of a module can take most of an hour on two cores; the survi
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -137,8 +142,37 @@ def equivalent_mutants(path: str = EQUIVALENT) -> dict[str, str]:
     return found
 
 
+def unmutated(source: str) -> list[str]:
+    """The functions of a module that ``mutmut`` leaves alone: it mutates no function under a
+    decorator other than ``staticmethod`` or ``classmethod`` (``@property``,
+    ``@torch.no_grad()``, ...), so the report names them, a blind spot of the run.
+
+    Example:
+        >>> unmutated("@torch.no_grad()\\ndef f(): pass\\nclass A:\\n    @property\\n"
+        ...           "    def g(self): pass\\n    @staticmethod\\n    def h(): pass\\n")
+        ['A.g', 'f']
+    """
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                kinds = [d.id for d in child.decorator_list if isinstance(d, ast.Name)]
+                plain = len(child.decorator_list) == 1 and kinds in (
+                    ["staticmethod"],
+                    ["classmethod"],
+                )
+                if child.decorator_list and not plain:
+                    found.append(prefix + child.name)
+
+    visit(ast.parse(source), "")
+    return sorted(found)
+
+
 def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
-            diffs: dict[str, str], tests: list[str]) -> str:  # fmt: skip
+            diffs: dict[str, str], tests: list[str], skipped: list[str] = ()) -> str:  # fmt: skip
     """One module's part of the report.
 
     Example:
@@ -170,6 +204,9 @@ def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
         f"{len(statuses) - judged} | {rate:.1f}% |",
         "",
     ]
+    if skipped:
+        names = ", ".join(f"`{name}`" for name in skipped)
+        lines += [f"Not mutated (decorated, which `mutmut` skips): {names}.", ""]
     other = sorted({s for s in statuses.values()} - {"killed", "timeout", "survived"})
     if other:
         counts = ", ".join(f"{k}: {sum(1 for s in statuses.values() if s == k)}" for k in other)
@@ -197,9 +234,9 @@ def merge(report: str, new: str) -> str:
         >>> print(merge(old, "## `a.py`\\n\\nnew a\\n"))
         # Mutation testing
         <BLANKLINE>
-        | module | mutants | killed | timeout | survived | equivalent | caught |
-        |---|---|---|---|---|---|---|
-        | all | 0 | 0 | 0 | 0 | 0 | nan% |
+        | module | mutants | killed | timeout | survived | equivalent | caught | not mutated |
+        |---|---|---|---|---|---|---|---|
+        | all | 0 | 0 | 0 | 0 | 0 | nan% | 0 |
         <BLANKLINE>
         ## `a.py`
         <BLANKLINE>
@@ -227,31 +264,35 @@ def summary(sections: dict[str, str]) -> str:
 
     Example:
         >>> a = section("a.py", {"x": "killed", "y": "survived"}, {}, {}, ["t.py"])
-        >>> b = section("b.py", {"x": "timeout", "y": "survived"}, {"y": "same"}, {}, ["t.py"])
+        >>> b = section("b.py", {"x": "timeout", "y": "survived"}, {"y": "same"}, {}, ["t.py"],
+        ...             ["f", "A.g"])
         >>> print(summary(_sections(a + "\\n" + b)[1]))
-        | module | mutants | killed | timeout | survived | equivalent | caught |
-        |---|---|---|---|---|---|---|
-        | `a.py` | 2 | 1 | 0 | 1 | 0 | 50.0% |
-        | `b.py` | 2 | 0 | 1 | 0 | 1 | 100.0% |
-        | all | 4 | 1 | 1 | 1 | 1 | 66.7% |
+        | module | mutants | killed | timeout | survived | equivalent | caught | not mutated |
+        |---|---|---|---|---|---|---|---|
+        | `a.py` | 2 | 1 | 0 | 1 | 0 | 50.0% | 0 |
+        | `b.py` | 2 | 0 | 1 | 0 | 1 | 100.0% | 2 |
+        | all | 4 | 1 | 1 | 1 | 1 | 66.7% | 2 |
         <BLANKLINE>
     """
-    rows, total = [], [0] * 5
+    rows, total = [], [0] * 6
     for name, text in sections.items():
         counts = re.search(r"^\| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", text, flags=re.M)
         if counts is None:  # not a section this script wrote
             continue
+        skipped = re.search(r"^Not mutated \(decorated.*$", text, flags=re.M)
         values = [int(v) for v in counts.groups()]
+        values.append(skipped[0].count("`") // 2 - 1 if skipped else 0)  # less `mutmut`
         total = [t + v for t, v in zip(total, values, strict=True)]
         rows.append((f"`{name}`", values))
     rows.append(("all", total))
-    lines = [f"{_SUMMARY} killed | timeout | survived | equivalent | caught |", "|---" * 7 + "|"]
-    for name, (mutants, killed, timeout, survived, equivalent) in rows:
+    head = "killed | timeout | survived | equivalent | caught | not mutated |"
+    lines = [f"{_SUMMARY} {head}", "|---" * 8 + "|"]
+    for name, (mutants, killed, timeout, survived, equivalent, skipped) in rows:
         judged = mutants - equivalent
         rate = 100.0 * (killed + timeout) / judged if judged else float("nan")
         lines.append(
             f"| {name} | {mutants} | {killed} | {timeout} | {survived} | {equivalent} | "
-            f"{rate:.1f}% |"
+            f"{rate:.1f}% | {skipped} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -364,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("mutmut reported no mutants: see its output above")
     # read again: other modules' runs may have written the report (or the equivalent list)
     # while this one ran
-    new = section(args.module, statuses, equivalent_mutants(), diffs, tests)
+    with open(os.path.join(ROOT, args.module), encoding="utf-8") as handle:
+        skipped = unmutated(handle.read())
+    new = section(args.module, statuses, equivalent_mutants(), diffs, tests, skipped)
     print(new)
     updated = merge(report(), new)
     with open(args.output, "w", encoding="utf-8") as handle:
