@@ -52,6 +52,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("calibration/recalibration.py", "IsotonicRecalibration.standardized_quantile", "as_tensor"): (
         "the levels meet the isotonic map, which fit_rows keeps on the CPU"
     ),
+    ("methods/sgmcmc/chain.py", "ChainStep.__call__", "as_tensor"): (
+        "the potential per chain, read on the CPU every step for the history (.cpu())"
+    ),
     ("methods/sgmcmc/measured.py", "MeasuredStep._power", "as_tensor"): (
         "scale is the calibrated (K, 1) tensor on theta's device: as_tensor only wraps it"
     ),

@@ -96,8 +96,10 @@ class RunPlan:
             return True
         if self.schedule == "cyclical":
             length = math.ceil(self.total / self.cycles)
-            explored = next((j for j in range(length) if self.sampling(j)), length)
-            early = k < explored and any(k == explored >> j for j in range(1, 6))
+            # a cycle's last step always samples (:meth:`sampling`): there is a first one
+            explored = next(j for j in range(length) if self.sampling(j))
+            # explored >> j < explored for j >= 1 (k = 0 returned above): the first exploration
+            early = any(k == explored >> j for j in range(1, 6))
             return early or k % length == 0 or (self.sampling(k) and not self.sampling(k - 1))
         if k >= self.burn_in:
             return (k - self.burn_in) % math.ceil(self.total / 16) == 0
@@ -117,7 +119,7 @@ class RunPlan:
     def sampling_steps(self, start: int = 0, stop: int | None = None) -> int:
         """How many of the steps ``start, ..., stop - 1`` (default: to the end) sample."""
         stop = self.total if stop is None else stop
-        if self.schedule == "constant":
+        if self.schedule != "cyclical":  # every step samples
             return max(0, stop - start)
         return sum(self.sampling(k) for k in range(start, stop))
 
@@ -272,8 +274,8 @@ class ChainStep(MeasuredStep, TrainingStep):
         if self.controlled(xb):
             grad = self.controlled_gradient(grad, xb, yb)
         # U per chain, (K,) (K = 1 alone), on the CPU: the history's numbers, read every step
-        values = torch.as_tensor(value, dtype=torch.float64, device="cpu").reshape(-1)
-        grads_finite = torch.isfinite(grad).reshape(len(values), -1).all(-1).cpu()
+        values = torch.as_tensor(value, dtype=torch.float64).cpu().reshape(-1)
+        grads_finite = torch.isfinite(grad).reshape(len(values), -1).all(1).cpu()
         finite = torch.isfinite(values) & grads_finite
         if not bool(finite.all()):
             raise TrainingDivergedError(
@@ -309,13 +311,13 @@ class ChainStep(MeasuredStep, TrainingStep):
                     generator=self.generator,
                     noise=sampling,
                 )
-        finite = torch.isfinite(self.theta).reshape(len(values), -1).all(-1).cpu()
+        finite = torch.isfinite(self.theta).reshape(len(values), -1).all(1).cpu()
         if not bool(finite.all()):
             where = which_chains(finite)
             raise TrainingDivergedError(f"SG-MCMC: the chain left the finite numbers{where}")
         if sampling:  # the collector drops those before the burn-in's end and thins the rest
-            rows = [self.theta] if self.theta.dim() == 1 else list(self.theta)
-            for row, collector in zip(rows, self.collectors, strict=True):
+            for chain, collector in enumerate(self.collectors):
+                row = self.theta if self.theta.dim() == 1 else self.theta[chain]
                 collector.offer(self.sampled, lambda row=row: self.potential.constrain(row))
             self.sampled += 1
         self.k += 1
@@ -325,8 +327,9 @@ class ChainStep(MeasuredStep, TrainingStep):
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
         """The mean ``U`` per point, each minibatch weighted by its rows; with K chains, the
         chains' mean and ``member_loss`` (each chain's)."""
-        weights = torch.tensor(sizes, dtype=torch.float64, device="cpu")
-        per_chain = (torch.stack(self._epoch) * weights.unsqueeze(-1)).sum(0) / weights.sum()
+        values = torch.stack(self._epoch)  # (steps, K), float64 on the CPU
+        weights = values.new_tensor(sizes).reshape(-1, 1)
+        per_chain = (values * weights).sum(0) / weights.sum()
         row: dict[str, Any] = {"loss": float(per_chain.mean())}
         if self.theta.dim() == 2:
             row["member_loss"] = per_chain.tolist()

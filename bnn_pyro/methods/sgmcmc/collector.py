@@ -49,7 +49,7 @@ class SampleCollector:
         self.burn_in = check_int("burn_in", burn_in, minimum=0)
         self.thinning = check_int("thinning", thinning)
         if seed is None:
-            seed = int(torch.randint(0, 2**62, (1,)))
+            seed = int(torch.randint(2**62, (1,)))  # in [0, 2^62)
         self.generator = torch.Generator().manual_seed(seed)
         self.seen = 0  # candidates offered so far
         self.store: torch.Tensor | None = None  # (<= max_samples, P), grown as samples come
@@ -80,7 +80,7 @@ class SampleCollector:
         if self.kept < self.max_samples:
             slot = self.kept
         else:  # algorithm R: keep the n-th candidate with probability K / n, in a random slot
-            slot = int(torch.randint(0, self.seen, (1,), generator=self.generator))
+            slot = int(torch.randint(self.seen, (1,), generator=self.generator))  # [0, n)
             if slot >= self.max_samples:
                 return False
         value = sample().detach()

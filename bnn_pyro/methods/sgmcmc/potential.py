@@ -96,9 +96,13 @@ class PyroPotential:
                 raise NotImplementedError(
                     f"SG-MCMC samples global latent sites only; {name!r} sits inside a plate"
                 )
-            layout = SiteLayout(
-                name, tuple(site["value"].shape), start, biject_to(site["fn"].support)
-            )
+            shape, transform = tuple(site["value"].shape), biject_to(site["fn"].support)
+            if transform.inverse_shape(shape) != shape:  # e.g. a simplex: one coordinate less
+                raise NotImplementedError(
+                    f"SG-MCMC samples sites whose unconstrained coordinates have the site's "
+                    f"shape; {name!r} of shape {shape} has {transform.inverse_shape(shape)}"
+                )
+            layout = SiteLayout(name, shape, start, transform)
             self.sites.append(layout)
             self.initial[name] = init_to_median(site).detach()
             start += layout.numel
