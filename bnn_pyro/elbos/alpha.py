@@ -89,7 +89,9 @@ class AlphaELBO(Trace_ELBO):
     def _energy(self, model_trace: Any, guide_trace: Any) -> torch.Tensor:
         """``L_alpha`` from one vectorized trace pair (log-densities computed)."""
         p = self.num_particles
-        latent = torch.zeros(p)
+        # sum over the sites of log p - log q, every particle's draw at once: every latent site's
+        # log-density carries the particle plate's dimension, so / P is the particles' mean
+        latent: Any = 0.0
         data = torch.zeros(())
         for name, site in model_trace.nodes.items():
             if site["type"] != "sample" or site_is_subsample(site):
@@ -103,12 +105,12 @@ class AlphaELBO(Trace_ELBO):
                     f"the model only"
                 )
             else:
-                latent = latent.to(site["log_prob"]) + _per_particle(site["log_prob"], p)
+                latent = latent + site["log_prob"].sum()
         for site in guide_trace.nodes.values():
             if site["type"] == "sample" and not site["is_observed"] and not site_is_subsample(site):
-                latent = latent.to(site["log_prob"]) - _per_particle(site["log_prob"], p)
+                latent = latent - site["log_prob"].sum()
         self.last_nll = -data.detach()
-        return -(data + latent.mean())
+        return -(data + latent / p)
 
     def differentiable_loss(self, model: Any, guide: Any, *args: Any, **kwargs: Any) -> Any:
         """``L_alpha`` as a differentiable scalar (one vectorized pass of ``P`` draws)."""
@@ -181,13 +183,6 @@ def _scale(site: dict) -> Any:
     """The site's subsample scale (``N / B``, times any ``poutine.scale``)."""
     scale = site["scale"]
     return scale.detach() if isinstance(scale, torch.Tensor) else scale
-
-
-def _per_particle(log_prob: torch.Tensor, p: int) -> torch.Tensor:
-    """``(P,)``: a latent site's log-density summed over all but the particle dimension."""
-    if log_prob.dim() == 0 or log_prob.shape[0] != p:
-        return log_prob.sum().expand(p)  # drawn outside the particle plate: shared by all
-    return log_prob.reshape(p, -1).sum(-1)
 
 
 def _per_particle_rows(name: str, site: dict, p: int) -> torch.Tensor:

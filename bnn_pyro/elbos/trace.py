@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
-from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro.elbos.recorder import Recorder
 
@@ -58,17 +57,19 @@ class _RecordsNLL:
 
 
 def _fast_path_applies(model_trace: Any, guide_trace: Any) -> bool:
-    """Whether a (model, guide) trace pair is pure reparameterized Bayes by Backprop."""
+    """Whether a (model, guide) trace pair is pure reparameterized Bayes by Backprop (the traces
+    of ``Trace_ELBO``, pruned of the plates' subsample sites)."""
     for site in guide_trace.nodes.values():
-        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+        if site["type"] != "sample" or site["is_observed"]:
             continue
         if not site["fn"].has_rsample or site["infer"].get("enumerate"):
             return False
     for name, site in model_trace.nodes.items():
-        if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+        if site["type"] != "sample" or site["is_observed"]:
             continue
-        if name not in guide_trace.nodes or site["infer"].get("enumerate"):
-            return False  # model-side sampling or enumeration: Trace_ELBO's general path
+        # (a site the guide drew has the guide's ``infer``: replay copies it, enumeration too)
+        if name not in guide_trace.nodes:
+            return False  # model-side sampling: Trace_ELBO's general path
     return True
 
 
@@ -213,9 +214,10 @@ class FastTrace_ELBO(_ChecksDirectLoss, _RecordsNLL, Trace_ELBO):
             elbo = elbo + log_p
             if name == self.obs_name:
                 nll = -log_p.detach()
-        for site in guide_rec.sites.values():
-            if not site["is_observed"]:
-                elbo = elbo - self._guide_log_prob(site)
+        for site in guide_rec.sites.values():  # an observed one too, as Trace_ELBO scores it
+            elbo = elbo - (
+                _site_log_prob(site) if site["is_observed"] else self._guide_log_prob(site)
+            )
         return -elbo, nll
 
     def _fast_loss(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor | None:

@@ -119,11 +119,11 @@ def test_gradients_reach_the_guide():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"alpha": 0.0}, "alpha"),
-        ({"alpha": 1.5}, "alpha"),
-        ({"alpha": float("nan")}, "alpha"),
-        ({"num_particles": 1}, "num_particles"),
-        ({"max_plate_nesting": 0}, "max_plate_nesting"),
+        ({"alpha": 0.0}, r"^alpha must be a finite float > 0\.0, got 0\.0$"),
+        ({"alpha": 1.5}, r"^alpha must be in \(0, 1\], got 1\.5$"),
+        ({"alpha": float("nan")}, r"^alpha must be a finite float > 0\.0, got nan$"),
+        ({"num_particles": 1}, r"^num_particles must be an int >= 2, got 1$"),
+        ({"max_plate_nesting": 0}, r"^max_plate_nesting must be an int >= 1, got 0$"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, match):
@@ -139,7 +139,9 @@ def test_an_observed_site_outside_a_plate_is_refused():
     def guide(y):
         pyro.sample("w", dist.Normal(0.0, 1.0))
 
-    with pytest.raises(ValueError, match="rows in a plate"):
+    with pytest.raises(ValueError, match=r"^elbo='alpha' needs the observed site 'obs' drawn "
+                       r"under the particle plate with its rows in a plate; its log-density has "
+                       r"shape \(4, 1\)$"):  # fmt: skip
         AlphaELBO(0.5, num_particles=4).loss(model, guide, torch.tensor(1.0))
 
 
@@ -203,7 +205,7 @@ def test_the_helpers_refuse_what_they_cannot_use():
             log_mean_exp(bad)
     assert float(log_mean_exp(torch.tensor([0.0, math.log(3.0)]))) == pytest.approx(math.log(2.0))
     for bad in [0, 2.5, True]:
-        with pytest.raises((TypeError, ValueError), match="num_particles"):
+        with pytest.raises((TypeError, ValueError), match=r"^num_particles must be an int"):
             alpha_particles(bad)
 
 
@@ -226,3 +228,146 @@ def test_loss_and_grads_is_the_differentiable_loss_with_its_gradient_accumulated
     torch.manual_seed(3)
     assert elbo.loss_and_grads(_model, _guide(frozen, v), x, y) == float(want.detach())
     assert frozen.grad is None
+
+
+def test_two_particles_are_enough_and_the_defaults_are_as_documented():
+    """``num_particles >= 2`` (the least a ``log mean exp`` needs) and one data plate by default;
+    before any call ``last_nll`` is NaN (nothing measured yet)."""
+    elbo = AlphaELBO(0.5, num_particles=2)
+    # Pyro counts its particle plate in: one data plate makes 2
+    assert elbo.num_particles == 2 and elbo.max_plate_nesting == 2
+    assert AlphaELBO().max_plate_nesting == 2
+    assert isinstance(elbo.last_nll, torch.Tensor) and torch.isnan(elbo.last_nll)
+
+
+def _point_model(x, y, size):
+    """``w ~ N(0, 1)``, ``y_n ~ N(w x_n, 1)`` over the first ``len(y)`` rows of ``size``."""
+    w = pyro.sample("w", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", size, subsample=torch.arange(len(y))):
+        pyro.sample("obs", dist.Normal(w * x, 1.0), obs=y)
+
+
+def _point_guide(x, y, size):
+    pyro.sample("w", dist.Delta(torch.tensor(0.7)))
+
+
+def test_with_a_point_mass_guide_the_energy_is_minus_the_scaled_log_joint():
+    """A ``Delta`` guide makes all ``P`` draws ``w = 0.7``: ``log mean exp`` of ``P`` equal terms
+    is the term itself, whatever ``alpha``, and ``log q = 0``. So the energy is
+    ``-(N/B sum_b log N(y_b; 0.7 x_b, 1) + log N(0.7; 0, 1))`` with ``N/B = 10/4``, and
+    ``last_nll`` is minus its data part."""
+    x, y = torch.tensor([1.0, -2.0, 0.5, 3.0]), torch.tensor([0.2, -1.0, 1.5, 2.0])
+    data = 2.5 * sum(-0.5 * math.log(2 * math.pi) - 0.5 * (float(b) - 0.7 * float(a)) ** 2
+                     for a, b in zip(x, y, strict=True))  # fmt: skip
+    prior = -0.5 * math.log(2 * math.pi) - 0.5 * 0.7**2
+    elbo = AlphaELBO(0.3, num_particles=5)
+    assert elbo.loss(_point_model, _point_guide, x, y, 10) == pytest.approx(
+        -(data + prior), rel=1e-6
+    )
+    assert float(elbo.last_nll) == pytest.approx(-data, rel=1e-6)
+
+
+def test_a_tensor_scale_weights_the_data_term_as_a_constant():
+    """``poutine.scale(scale=s)`` multiplies the data term by ``s`` (here ``3 x`` the plate's
+    ``10/4``), and the energy treats ``s`` as a weight like ``N/B``: no gradient reaches it (a
+    ``Delta`` guide has no parameters, so the loss has no graph at all)."""
+    x, y = torch.tensor([1.0, -2.0, 0.5, 3.0]), torch.tensor([0.2, -1.0, 1.5, 2.0])
+    elbo = AlphaELBO(0.5, num_particles=3)
+    elbo.loss(_point_model, _point_guide, x, y, 10)
+    once = float(elbo.last_nll)
+    s = torch.tensor(3.0, requires_grad=True)
+
+    def scaled(x, y, size):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", size, subsample=torch.arange(len(y))), pyro.poutine.scale(scale=s):
+            pyro.sample("obs", dist.Normal(w * x, 1.0), obs=y)
+
+    loss = elbo.differentiable_loss(scaled, _point_guide, x, y, 10)
+    assert float(elbo.last_nll) == pytest.approx(3 * once, rel=1e-6)
+    assert not loss.requires_grad  # s is the only tensor that requires one
+
+
+def test_masked_rows_add_nothing():
+    """A row masked out (``poutine.mask``) has log-likelihood factor 1, ``log mean exp 0 = 0``:
+    under the same draws the energy equals that of the data without the row."""
+    x, y, m, v = _problem()
+    keep = torch.arange(len(y)) % 3 != 0
+
+    def masked(x, y):
+        w = pyro.sample("w", dist.Normal(torch.zeros(x.shape[1]), 1.0).to_event(1))
+        with pyro.plate("data", x.shape[0]), pyro.poutine.mask(mask=keep):
+            pyro.sample("obs", dist.Normal((x * w).sum(-1), NOISE), obs=y)
+
+    pyro.set_rng_seed(5)
+    got = AlphaELBO(0.5, num_particles=6).loss(masked, _guide(m, v), x, y)
+    pyro.set_rng_seed(5)  # the guide ignores the data: the same draws of w
+    want = AlphaELBO(0.5, num_particles=6).loss(_model, _guide(m, v), x[keep], y[keep])
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_keyword_arguments_reach_the_model_and_the_guide():
+    """``loss(model, guide, x, y=y)`` is ``loss(model, guide, x, y)`` under the same draws, and so
+    are ``differentiable_loss`` and ``loss_and_grads``."""
+    x, y, m, v = _problem()
+    elbo = AlphaELBO(0.5, num_particles=4)
+    for call in (elbo.loss, elbo.loss_and_grads):
+        pyro.set_rng_seed(2)
+        want = call(_model, _guide(m, v), x, y)
+        pyro.set_rng_seed(2)
+        assert call(_model, _guide(m, v), x, y=y) == want
+
+
+def test_a_latent_with_batch_dims_left_of_the_plates_counts_once_per_particle():
+    """A latent ``u`` of batch shape ``(2, 1, 1)`` (left of the one data plate) under ``P``
+    particles has a log-density of shape ``(2, P, 1)``: each particle's draw is ``u[:, p]``, and
+    the KL part is the particles' mean of its sum, ``sum / P`` (not ``sum``). At ``alpha = 1e-6``
+    the energy is ``Trace_ELBO``'s to ~1e-6 (see the small-alpha test above), which counts it so."""
+
+    def model(y):
+        u = pyro.sample("u", dist.Normal(torch.zeros(2, 1, 1), 1.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(u.sum(0), 1.0), obs=y)
+
+    def guide(y):
+        pyro.sample("u", dist.Normal(torch.full((2, 1, 1), 0.3), 0.5))
+
+    y = torch.tensor([1.0, 0.5, -0.2])
+    pyro.set_rng_seed(0)
+    got = AlphaELBO(1e-6, num_particles=4).loss(model, guide, y)
+    pyro.set_rng_seed(0)
+    want = Trace_ELBO(num_particles=4, vectorize_particles=True, max_plate_nesting=1).loss(
+        model, guide, y
+    )
+    assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_an_observed_site_without_its_rows_under_the_particles_is_refused():
+    """An observed site whose log-density leads with another dimension than the particles' (a
+    batch dimension left of the plates: shape ``(2, P, B)``) has no per-particle rows."""
+
+    def model(y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(torch.zeros(2, 1, 1) + w, 1.0), obs=y)
+
+    def guide(y):
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+
+    with pytest.raises(ValueError, match=r"^elbo='alpha' needs the observed site 'obs' .* its "
+                       r"log-density has shape \(2, 4, 3\)$"):  # fmt: skip
+        AlphaELBO(0.5, num_particles=4).loss(model, guide, torch.ones(3))
+
+
+def test_a_latent_the_guide_does_not_draw_is_refused():
+    def model(y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("v", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(w, 1.0), obs=y)
+
+    def guide(y):
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+
+    match = r"^elbo='alpha' needs every latent site in the guide; 'v' is drawn by the model only$"
+    with pytest.warns(UserWarning, match="not guide"), pytest.raises(ValueError, match=match):
+        AlphaELBO(0.5, num_particles=4).loss(model, guide, torch.ones(3))

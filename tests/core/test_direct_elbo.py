@@ -14,6 +14,8 @@ import bnn_pyro as bp
 from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
 from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
+from bnn_pyro.priors import HierarchicalNormalPrior
+from bnn_pyro.priors.base import Prior
 
 N = 200
 
@@ -29,6 +31,19 @@ def _data(task: str):
     return X, raw, 1
 
 
+class _ByName(Prior):
+    """A prior that reads the site it scores: ``N(0.2, 1)`` for ``net.0.weight``, ``N(0, 1)``
+    for the other weights and ``N(0, 3^2)`` for the biases."""
+
+    def distribution(self, module, param_name, device, dtype, *, name=None):
+        loc = 0.2 if name == "net.0.weight" else 0.0
+        scale = 1.0 if param_name == "weight" else 3.0
+        return pyro.distributions.Normal(
+            torch.tensor(loc, device=device, dtype=dtype),
+            torch.tensor(scale, device=device, dtype=dtype),
+        )
+
+
 CASES = {
     "gaussian": (lambda: bp.Gaussian(0.3), None, "regression"),
     "learned noise": (lambda: bp.Gaussian("learned"), None, "regression"),
@@ -37,6 +52,22 @@ CASES = {
     "learned prior": (lambda: bp.Gaussian(0.3), bp.LearnedNormalPrior, "regression"),
     "scale mixture prior": (lambda: bp.Gaussian(0.3), bp.ScaleMixturePrior, "regression"),
     "layerwise prior": (lambda: bp.Gaussian(0.3), bp.LayerwiseNormalPrior, "regression"),
+    "prior by site name": (lambda: bp.Gaussian(0.3), _ByName, "regression"),
+    "noise with no closed-form kl": (  # KL(LogNormal || HalfCauchy): log q - log p of the draw
+        lambda: bp.Gaussian("learned", scale_prior=pyro.distributions.HalfCauchy(1.0)),
+        None,
+        "regression",
+    ),
+    "point-estimate biases": (
+        lambda: bp.Gaussian(0.3),
+        lambda: bp.IIDPrior(pyro.distributions.Normal(0.0, 1.0), exclude="*.bias"),
+        "regression",
+    ),
+    "shifted prior": (
+        lambda: bp.Gaussian(0.3),
+        lambda: bp.IIDPrior(pyro.distributions.Normal(1.0, 2.0)),
+        "regression",
+    ),
     "local reparameterization": (lambda: bp.Gaussian("learned"), None, "regression", "local"),
     "flipout": (bp.Categorical, None, "categorical", "flipout"),
 }
@@ -102,7 +133,9 @@ def test_direct_loss_is_pyros_elbo_under_the_same_draws(case, kl_weight, referen
 
 def test_stl_and_the_closed_form_kl_are_not_one_loss():
     bnn, _, _ = _bnn("gaussian")
-    with pytest.raises(ValueError, match="stl and analytic_kl"):
+    with pytest.raises(
+        ValueError, match=r"^stl and analytic_kl are two different ELBOs: choose one$"
+    ):
         DirectLoss(bnn, stl=True, analytic_kl=True)
 
 
@@ -230,3 +263,86 @@ def test_the_elbo_takes_the_direct_loss_only_when_handed_one():
     assert elbo._direct is False
     with pytest.raises(TypeError, match="fast_loss must be callable"):
         FastTrace_ELBO(fast_loss=3)
+
+
+@pytest.mark.parametrize(
+    ("reference", "analytic_kl"), [(Trace_ELBO, False), (TraceMeanField_ELBO, True)]
+)
+def test_without_a_dataset_size_the_likelihood_is_unscaled(reference, analytic_kl):
+    """``dataset_size=None``: the model's plate has no subsample scale, the direct loss none
+    either (scale 1), the same loss as Pyro's."""
+    bnn, X, y = _bnn("shifted prior")
+    direct = direct_loss_for(bnn, analytic_kl=analytic_kl)
+    got, _ = _loss_and_grads(lambda: direct(X, y)[0], bnn, 8)
+    ref, _ = _loss_and_grads(
+        lambda: reference(max_plate_nesting=1).differentiable_loss(bnn.model, bnn.guide, X, y),
+        bnn,
+        8,
+    )
+    assert torch.allclose(got, ref, rtol=1e-5)
+
+
+def test_in_evaluation_mode_local_reparameterization_is_off_as_in_the_model():
+    """The model samples weights, not pre-activations, outside training: so does the direct
+    loss (the same draws, the same loss)."""
+    bnn, X, y = _bnn("local reparameterization")
+    bnn.eval()
+    direct = direct_loss_for(bnn)
+    got, _ = _loss_and_grads(lambda: direct(X, y, dataset_size=N)[0], bnn, 9)
+    ref, _ = _loss_and_grads(
+        lambda: Trace_ELBO(max_plate_nesting=1).differentiable_loss(
+            bnn.model, bnn.guide, X, y, dataset_size=N
+        ),
+        bnn,
+        9,
+    )
+    assert torch.allclose(got, ref, rtol=1e-5)
+
+
+def test_a_prior_with_latent_sites_of_its_own_keeps_the_pyro_path():
+    X, y, _ = _data("regression")
+    bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3), prior=HierarchicalNormalPrior())
+    bnn.setup_guide(X, y)
+    assert bnn.prior_sites and direct_loss_for(bnn) is None
+
+
+class _NamedLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fX = torch.nn.Linear(4, 1)  # a module path ending in "X" (sites "net.fX.*")
+
+    def forward(self, x):
+        return self.fX(x)
+
+
+class _Gained(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+        self.gain = torch.nn.Parameter(torch.tensor(2.0))  # no layer's: a point estimate
+
+    def forward(self, x):
+        return self.gain * self.lin(x)
+
+
+@pytest.mark.parametrize("net", [lambda: torch.nn.Linear(4, 1), _NamedLayer, _Gained])
+def test_a_bare_layer_as_the_net_and_the_constructors_defaults_are_pyros_trace_elbo(net):
+    """A net that is one layer (its sites ``net.weight``, ``net.bias``: the module path is
+    ``net`` itself), holds one under a plain name or beside a point-estimate parameter (which
+    the twin must be handed, and its gradient reach), and ``DirectLoss(bnn)`` with its defaults
+    (``Trace_ELBO``'s estimator: no STL, no closed-form KL): Pyro's loss and gradients under the
+    same draws."""
+    X, y, _ = _data("regression")
+    torch.manual_seed(0)
+    bnn = bp.VariationalBNN(net(), bp.Gaussian(0.3), init_scale=0.1)
+    bnn.setup_guide(X, y)
+    direct = DirectLoss(bnn)
+    got, got_grads = _loss_and_grads(lambda: direct(X, y, dataset_size=N)[0], bnn, 10)
+    ref, ref_grads = _loss_and_grads(
+        lambda: Trace_ELBO().differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N),
+        bnn,
+        10,
+    )
+    assert torch.allclose(got, ref, rtol=1e-5)
+    for a, b in zip(got_grads, ref_grads, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)

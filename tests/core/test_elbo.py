@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro.infer import Trace_ELBO
+from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 
 import bnn_pyro as bp
-from bnn_pyro.elbos.trace import FastTrace_ELBO
+from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
+from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO, _same_loss_and_grads
 
 
 def _loss_and_grads(elbo, bnn, x, y, seed):
@@ -65,3 +68,258 @@ def test_model_side_sampling_takes_the_general_path():
     elbo = FastTrace_ELBO()
     elbo.differentiable_loss(model, guide)
     assert not elbo.fast
+
+
+# ---- a one-weight regression whose every term is known: w ~ N(0, 1), y_n ~ N(w x_n, 1)
+
+X = torch.tensor([1.0, -2.0, 0.5])
+Y = torch.tensor([0.5, -1.0, 1.0])
+STD = dist.Normal(0.0, 1.0)
+
+
+def _model(x, y, scale=1.0):
+    w = pyro.sample("w", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(w * x, 1.0), obs=y)
+
+
+class _Toy:
+    """The guide ``w ~ N(loc, scale)`` (one parameter, ``loc``) and its plain-torch loss, as a
+    method's ``fast_loss`` hands it in: ``w = loc + scale * eps`` with ``eps`` from
+    ``torch.randn``, the draw Pyro's ``Normal.rsample`` makes."""
+
+    def __init__(self, fail: bool = False):
+        self.loc = torch.tensor(0.3, requires_grad=True)
+        self.fail, self.made = fail, []
+
+    def guide(self, x, y, scale=1.0):
+        pyro.sample("w", dist.Normal(self.loc, scale))
+
+    def fast_loss(self, stl=False, analytic_kl=False):
+        def loss(x, y, scale=1.0):
+            if self.fail:
+                raise ValueError("a direct loss that cannot run")
+            w = self.loc + scale * torch.randn(())
+            log_lik = dist.Normal(w * x, 1.0).log_prob(y).sum()
+            if analytic_kl:  # KL(N(loc, s^2) || N(0, 1)) = (s^2 + loc^2 - 1) / 2 - log s
+                kl = (scale**2 + self.loc**2 - 1) / 2 - math.log(scale)
+            else:
+                loc = self.loc.detach() if stl else self.loc
+                kl = dist.Normal(loc, scale).log_prob(w) - STD.log_prob(w)
+            return -(log_lik - kl), -log_lik.detach()
+
+        loss.params = [self.loc]
+        self.made.append(loss)
+        return loss
+
+
+def _nll_of_the_draw(seed, scale=1.0):
+    """``-sum_n log N(y_n; w x_n, 1)`` at the guide's draw ``w = 0.3 + scale * eps``."""
+    torch.manual_seed(seed)
+    w = 0.3 + scale * torch.randn(())
+    return float(-dist.Normal(w * X, 1.0).log_prob(Y).sum())
+
+
+@pytest.mark.parametrize(
+    ("elbo_class", "reference"),
+    [
+        (FastTrace_ELBO, Trace_ELBO),
+        (StickingTheLanding_ELBO, Trace_ELBO),  # the same value; only the gradient differs
+        (RecordingMeanField_ELBO, TraceMeanField_ELBO),
+    ],
+)
+def test_a_one_parameter_direct_loss_is_checked_then_used(elbo_class, reference):
+    """The ELBO builds the method's loss with its own ``stl`` / ``analytic_kl`` (STL's detached
+    entropy is the only one whose gradient, ``-eps``, matches STL's: ``log N(loc + eps; loc, 1)``
+    has none), takes it on the first call and uses it after: the same losses as Pyro's, and
+    ``last_nll`` the direct loss's own."""
+    toy = _Toy()
+    elbo = elbo_class(fast_loss=toy.fast_loss)
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        got = elbo.differentiable_loss(_model, toy.guide, X, Y, scale=0.5)
+        torch.manual_seed(seed)
+        want = reference().differentiable_loss(_model, toy.guide, X, Y, scale=0.5)
+        assert torch.allclose(got, want, rtol=1e-6)
+        assert float(elbo.last_nll) == pytest.approx(_nll_of_the_draw(seed, 0.5), rel=1e-6)
+    assert len(toy.made) == 1 and elbo._direct is toy.made[0]
+
+
+def test_a_direct_loss_that_raises_is_refused_and_the_elbo_keeps_its_own_draw():
+    """The ELBO's own loss, its NLL record and the random state after it, as if the direct loss
+    had not been tried."""
+    toy = _Toy(fail=True)
+    elbo = FastTrace_ELBO(fast_loss=toy.fast_loss)
+    torch.manual_seed(3)
+    got = elbo.differentiable_loss(_model, toy.guide, X, Y)
+    after = torch.randn(())
+    torch.manual_seed(3)
+    want = Trace_ELBO().differentiable_loss(_model, toy.guide, X, Y)
+    assert elbo._direct is False and torch.allclose(got, want, rtol=1e-6)
+    assert float(elbo.last_nll) == pytest.approx(_nll_of_the_draw(3), rel=1e-6)
+    assert torch.equal(after, torch.randn(()))
+
+
+def _point_guide(x, y, scale=1.0):
+    pyro.sample("w", dist.Delta(torch.tensor(0.7)))
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_last_nll_is_the_particles_mean_on_both_paths(vectorize):
+    """A ``Delta`` guide makes every particle's ``w = 0.7``: the mean over 4 particles of
+    ``-sum_n log N(y_n; 0.7 x_n, 1)`` is that one value, on the first (general) call and on the
+    fast path after it; so is the loss, minus ``log N(0.7; 0, 1)``."""
+    nll = float(-dist.Normal(0.7 * X, 1.0).log_prob(Y).sum())
+    prior = float(STD.log_prob(torch.tensor(0.7)))
+    elbo = FastTrace_ELBO(num_particles=4, vectorize_particles=vectorize, max_plate_nesting=1)
+    for _ in range(2):
+        loss = elbo.differentiable_loss(_model, _point_guide, X, Y)
+        assert float(elbo.last_nll) == pytest.approx(nll, rel=1e-6)
+        assert float(loss) == pytest.approx(nll - prior, rel=1e-6)
+    assert elbo.fast
+
+
+def test_later_calls_take_the_fast_path_without_trace_elbo(monkeypatch):
+    """The first call runs ``Trace_ELBO`` (once) and decides; the next ones give its loss under
+    the same draws (masked rows, keyword arguments and a plate in the guide included) without
+    calling it."""
+    keep = torch.tensor([True, False, True])
+
+    def model(x, y, scale=1.0):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        with pyro.plate("data", len(y)), pyro.poutine.mask(mask=keep):
+            pyro.sample("obs", dist.Normal(w * x, 1.0), obs=y)
+
+    toy = _Toy()
+
+    def guide(x, y, scale=1.0):
+        with pyro.plate("data", len(y)):  # a plate's subsample site: not a latent
+            pass
+        toy.guide(x, y, scale)
+
+    calls = []
+    general = Trace_ELBO.differentiable_loss
+    monkeypatch.setattr(
+        Trace_ELBO, "differentiable_loss", lambda *a, **k: calls.append(1) or general(*a, **k)
+    )
+    elbo = FastTrace_ELBO()
+    elbo.differentiable_loss(model, guide, X, Y, scale=0.5)
+    assert calls == [1] and elbo.fast
+    for seed in (4, 5):
+        torch.manual_seed(seed)
+        got = elbo.differentiable_loss(model, guide, X, Y, scale=0.5)
+        assert calls == [1]
+        torch.manual_seed(seed)
+        want = general(Trace_ELBO(), model, guide, X, Y, scale=0.5)
+        calls.clear() or calls.append(1)
+        assert torch.allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Found vars in model but not guide")
+def test_a_changed_structure_falls_back_to_trace_elbo_for_good():
+    """A model that starts drawing a site of its own after the first call: that call is
+    ``Trace_ELBO``'s and the fast path is off from then on. The fast attempt has spent one draw of
+    ``w`` and one of ``v`` before it met ``v``: ``Trace_ELBO`` after two such draws gives the
+    same loss."""
+    extra = []
+
+    def model(x, y, scale=1.0):
+        _model(x, y)
+        if extra:
+            pyro.sample("v", dist.Normal(0.0, 1.0))
+
+    toy = _Toy()
+    elbo = FastTrace_ELBO()
+    elbo.differentiable_loss(model, toy.guide, X, Y)
+    assert elbo.fast
+    extra.append(1)
+    torch.manual_seed(6)
+    got = elbo.differentiable_loss(model, toy.guide, X, Y, scale=0.5)
+    torch.manual_seed(6)
+    torch.randn(()), torch.randn(())
+    want = Trace_ELBO().differentiable_loss(model, toy.guide, X, Y, scale=0.5)
+    assert torch.allclose(got, want, rtol=1e-6) and elbo.fast is False
+    elbo.differentiable_loss(model, toy.guide, X, Y)
+    assert elbo.fast is False
+
+
+def test_an_enumerated_guide_site_takes_the_general_path():
+    toy = _Toy()
+
+    def guide(x, y, scale=1.0):
+        pyro.sample("w", dist.Normal(toy.loc, 1.0), infer={"enumerate": "parallel"})
+
+    elbo = FastTrace_ELBO()
+    with pytest.warns(UserWarning, match="TraceEnum_ELBO"):
+        elbo.differentiable_loss(_model, guide, X, Y)
+    assert elbo.fast is False
+
+
+def test_the_constructor_passes_pyros_arguments_on_and_decides_nothing_yet():
+    elbo = FastTrace_ELBO(3)
+    assert elbo.num_particles == 3 and elbo.fast is False
+    with pytest.raises(TypeError, match=r"^fast_loss must be callable or None, got int$"):
+        FastTrace_ELBO(fast_loss=3)
+
+
+def _same(gap, ref_grad, got_grad, extra=()):
+    """``_same_loss_and_grads`` for losses ``1 + g . p`` and ``1 + gap + g' . p`` at ``p = 0``
+    (float64): values ``1`` and ``1 + gap``, gradients ``g`` and ``g'``."""
+    p = torch.zeros(len(ref_grad), dtype=torch.float64, requires_grad=True)
+    ref = 1.0 + (p * torch.tensor(ref_grad, dtype=torch.float64)).sum()
+    got = 1.0 + gap + (p * torch.tensor(got_grad, dtype=torch.float64)).sum()
+    return _same_loss_and_grads(ref, got, [p, *extra])
+
+
+@pytest.mark.parametrize(
+    ("gap", "ref_grad", "got_grad", "same"),
+    [
+        # values: |gap| <= 1e-5 + 1e-5 * |1 + gap|, i.e. up to ~2e-5
+        (1.5e-5, [1.0], [1.0], True),
+        (3e-5, [1.0], [1.0], False),
+        # gradients: |a - b| <= 1e-4 max|a| + 1e-4 |b|
+        (0.0, [1.0, 1e-3], [1.0, 1e-3 + 5e-5], True),  # 5e-5 <= 1e-4 + 1e-7
+        (0.0, [1.0, 1e-3], [1.0, 1.3e-3], False),  # 3e-4 > 1e-4 + 1.3e-7
+        (0.0, [1000.0, 0.0], [1000.15, 0.0], True),  # 0.15 <= 0.1 + 0.100015
+        (0.0, [10.0, 0.01], [10.0, 0.0105], True),  # 5e-4 <= 1e-3 + 1.05e-6
+        (0.0, [1e-3], [1.01e-3], False),  # 1e-5 > 1e-7 + 1.01e-7
+        (0.0, [0.0, 0.0], [5e-11, 0.0], True),  # max|a| floored at 1e-6: 5e-11 <= 1e-10
+    ],
+)
+def test_losses_agree_within_the_documented_tolerances(gap, ref_grad, got_grad, same):
+    assert _same(gap, ref_grad, got_grad) is same
+
+
+def test_unused_and_empty_parameters_count_as_zero_gradients_and_the_graphs_survive():
+    unused = torch.zeros(2, requires_grad=True)
+    empty = torch.zeros(0, requires_grad=True)
+    assert _same(0.0, [1.0], [1.0], extra=(unused, empty))
+    assert not _same(0.0, [1.0], [2.0], extra=(unused, empty))
+    p = torch.ones(2, requires_grad=True)
+    ref, got = (2 * p).sum(), (2 * p).sum()
+    assert _same_loss_and_grads(ref, got, [p])
+    # the caller still backpropagates through both
+    assert torch.equal(torch.autograd.grad(ref, p)[0], torch.full((2,), 2.0))
+    assert torch.equal(torch.autograd.grad(got, p)[0], torch.full((2,), 2.0))
+
+
+@pytest.mark.filterwarnings("ignore:Found non-auxiliary vars in guide but not model")
+@pytest.mark.parametrize("elbo_class", [FastTrace_ELBO, StickingTheLanding_ELBO])
+def test_an_observed_guide_site_is_scored_as_trace_elbo_scores_it(elbo_class):
+    """``Trace_ELBO`` subtracts ``log q`` of every guide site, an observed one too (here
+    ``log Bernoulli(1; 0.3) = log 0.3``); the fast path after the first call must as well (it
+    once left it out: a loss ``log(1 / 0.3) = 1.2`` too high)."""
+    toy = _Toy()
+
+    def guide(x, y, scale=1.0):
+        toy.guide(x, y)
+        pyro.sample("k", dist.Bernoulli(0.3), obs=torch.tensor(1.0))
+
+    elbo = elbo_class()
+    for seed in (7, 8):  # the first call (general) and the fast path
+        torch.manual_seed(seed)
+        got = elbo.differentiable_loss(_model, guide, X, Y)
+        torch.manual_seed(seed)
+        want = Trace_ELBO().differentiable_loss(_model, guide, X, Y)
+        assert torch.allclose(got, want, rtol=1e-6)
+    assert elbo.fast

@@ -9,6 +9,8 @@ entropy (zero only on average). Both estimate the same loss: per draw their valu
 
 from __future__ import annotations
 
+import pyro
+import pyro.distributions as dist
 import pytest
 import torch
 
@@ -133,3 +135,120 @@ def test_stl_handles_the_lognormal_site_of_a_learned_noise():
     bnn = bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian(scale="learned"))
     history = bnn.fit(X, y, epochs=20, batch_size=16, elbo="stl", progress=False, seed=0)
     assert all(map(torch.isfinite, map(torch.tensor, history["loss"])))
+
+
+# ---- every kind of guide site STL scores, against the estimator written out in plain torch
+
+XS = torch.tensor([[1.0, 0.5], [-1.0, 2.0], [0.3, -0.7]])
+YS = torch.tensor([0.4, -1.2, 2.0])
+KEEP = torch.tensor([True, False, True])  # the local latent of row 1 is masked out
+SIZE = 6  # rows in all: the three given are a subsample, scale 6 / 3 = 2
+
+
+def _model(x, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(2), 1.0).to_event(1))
+    s = pyro.sample("s", dist.LogNormal(0.0, 1.0))
+    with pyro.plate("data", SIZE, subsample=torch.arange(3)):
+        with pyro.poutine.mask(mask=KEEP):
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+        pyro.sample("obs", dist.Normal(x @ w + z, s), obs=y)
+
+
+def _params():
+    return [
+        torch.tensor([0.2, -0.4], requires_grad=True),  # m
+        torch.tensor([0.5, 0.8], requires_grad=True),  # sw
+        torch.tensor(-0.3, requires_grad=True),  # ls
+        torch.tensor([0.1, 0.6, -0.2], requires_grad=True),  # mz
+    ]
+
+
+def _guide_of(params):
+    m, sw, ls, mz = params
+
+    def guide(x, y):
+        pyro.sample("w", dist.Normal(m, sw).to_event(1))
+        pyro.sample("s", dist.LogNormal(ls, 0.3))
+        with pyro.plate("data", SIZE, subsample=torch.arange(3)), pyro.poutine.mask(mask=KEEP):
+            pyro.sample("z", dist.Normal(mz, 0.5))
+
+    return guide
+
+
+def _stl_by_hand(params):
+    """The single-draw STL loss: ``-(log p(w, s, z, y) - log q(w, s, z))`` with ``q``'s parameters
+    detached in ``log q``, the local ``z`` terms times 2 and masked rows left out; the draws in
+    the guide's order, ``w = m + sw eps``, ``s = exp(ls + 0.3 eps)``, ``z = mz + 0.5 eps``."""
+    from torch.distributions import LogNormal, Normal
+
+    m, sw, ls, mz = params
+    w = m + sw * torch.randn(2)
+    s = (ls + 0.3 * torch.randn(())).exp()
+    z = mz + 0.5 * torch.randn(3)
+    log_p = (
+        Normal(0.0, 1.0).log_prob(w).sum()
+        + LogNormal(0.0, 1.0).log_prob(s)
+        + 2 * (Normal(0.0, 1.0).log_prob(z) * KEEP).sum()
+        + 2 * Normal(XS @ w + z, s).log_prob(YS).sum()
+    )
+    log_q = (
+        Normal(m.detach(), sw.detach()).log_prob(w).sum()
+        + LogNormal(ls.detach(), 0.3).log_prob(s)
+        + 2 * (Normal(mz.detach(), 0.5).log_prob(z) * KEEP).sum()
+    )
+    return -(log_p - log_q)
+
+
+def test_stl_scores_scaled_masked_event_and_lognormal_sites_as_written_out():
+    """Loss and gradient of every call (the first, Pyro's traces; the next, the fast path) are the
+    plain-torch STL estimator's under the same draws."""
+    params = _params()
+    elbo = StickingTheLanding_ELBO(max_plate_nesting=1)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        got = elbo.differentiable_loss(_model, _guide_of(params), XS, YS)
+        got_grads = torch.autograd.grad(got, params)
+        torch.manual_seed(seed)
+        want = _stl_by_hand(params)
+        want_grads = torch.autograd.grad(want, params)
+        torch.testing.assert_close(got, want)
+        for a, b in zip(got_grads, want_grads, strict=True):
+            torch.testing.assert_close(a, b)
+    assert elbo.fast
+
+
+def test_stl_refuses_a_guide_site_it_cannot_detach():
+    rate = torch.tensor(2.0, requires_grad=True)
+
+    def model():
+        pyro.sample("g", dist.Gamma(2.0, 1.0).expand([2]).to_event(1))
+
+    def guide():
+        pyro.sample("g", dist.Gamma(2.0, rate).expand([2]).to_event(1))
+
+    match = (
+        r"^elbo='stl' needs guide sites drawn from a Normal \(the mean-field guide, AutoNormal\), "
+        r"got Gamma$"
+    )
+    with pytest.raises(NotImplementedError, match=match):
+        StickingTheLanding_ELBO().differentiable_loss(model, guide)
+
+
+@pytest.mark.filterwarnings("ignore:Encountered NaN")
+@pytest.mark.parametrize("validation", [True, False])
+def test_a_degenerate_guide_gives_stl_the_loss_trace_elbo_gives_not_an_error(validation):
+    """A guide scale of 0 (``softplus`` underflows there) in a Normal built without argument
+    checks: the draw is ``loc``, ``log q(loc) = -0/0 - log 0`` is NaN for both ELBOs, and the
+    detached copy STL scores with must not bring back the check the guide left out."""
+    loc = torch.tensor(0.3, requires_grad=True)
+
+    def model():
+        pyro.sample("w", dist.Normal(0.0, 1.0))
+
+    def guide():
+        pyro.sample("w", dist.Normal(loc, torch.tensor(0.0), validate_args=False))
+
+    with pyro.validation_enabled(validation):
+        want = FastTrace_ELBO().differentiable_loss(model, guide)
+        got = StickingTheLanding_ELBO().differentiable_loss(model, guide)
+    assert torch.isnan(want) and torch.isnan(got)

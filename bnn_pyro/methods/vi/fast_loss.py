@@ -115,7 +115,7 @@ class DirectLoss:
                     d = self.bnn.guide.site_distribution(spec, loc.detach(), scale.detach())
                 log_q = log_q + d.log_prob(value).sum()
             else:
-                eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
+                eps = torch.randn_like(loc)
                 value = loc + eps * scale
                 scales[spec.name] = (loc, scale)
                 if self.stl:
@@ -143,7 +143,7 @@ class DirectLoss:
             name = spec.name
             real = not spec.exp and spec.support is constraints.real
             if real:
-                eps = torch.randn(loc.shape, dtype=loc.dtype, device=loc.device)
+                eps = torch.randn_like(loc)
                 value = loc + eps * scale
                 scales[name] = (loc, scale)
             else:
