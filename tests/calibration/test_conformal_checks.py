@@ -4,6 +4,8 @@ score's name read back."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -113,3 +115,18 @@ def test_the_rows_a_refusal_asks_for_are_the_fewest_its_own_check_accepts():
         with pytest.raises(ValueError, match=rf"interval needs at least {needed} rows"):
             conformal_quantile(torch.arange(1.0, n + 1.0).unsqueeze(-1), alpha)
     assert conformal_quantile(torch.tensor([[1.0], [2.0]]), 1 / 3).tolist() == [2.0]
+
+
+def test_fewest_rows_counts_from_one_and_stops_at_two_to_the_53():
+    """The conformal rank check ⌈(n + 1)(1 - alpha)⌉ <= n: alpha = 1/2 needs 1 row, 0.001
+    needs 999; from (1 - alpha) / alpha = 2**53 exactly (alpha = 1 / (2**53 + 1)) on, and at
+    1.35e16, the count is not searched (float64 no longer tells n from n + 1)."""
+    from bnn_pyro.calibration.conformal import fewest_rows
+
+    def conformal(alpha):
+        return lambda n: math.ceil((n + 1) * (1 - alpha)) <= n
+
+    assert fewest_rows(0.5, conformal(0.5)) == "1"
+    assert fewest_rows(0.001, conformal(0.001)) == "999"
+    for alpha in (1 / (2**53 + 1), 1 / (1.5 * 2**53)):
+        assert fewest_rows(alpha, conformal(alpha)) == "more than 2**53"
