@@ -5,7 +5,9 @@ each (``<`` for ``<=``, ``+ 1``, a dropped argument, a changed constant), and ru
 tests against each. A mutant the tests fail on is *killed*; one they pass is a *survivor*: a
 bug of that shape would ship. A survivor is either a missing test (write it) or an
 *equivalent* mutant, one that does not change what the code computes (say why in
-``benchmarks/results/mutation_equivalent.md``, one line per mutant: ``name: reason``).
+``benchmarks/results/mutation_equivalent.md``, one line per mutant: ``name: reason``). A
+mutant's name numbers it within its function, so an edit to the function renumbers its
+mutants: after changing a module, read its equivalents against the new run's diffs.
 
 The run happens in a temporary copy of the repository (the checkout is left alone): the
 package, the tests, ``conftest.py`` and ``pyproject.toml``, with a ``setup.cfg`` telling
