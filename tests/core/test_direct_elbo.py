@@ -44,6 +44,14 @@ class _ByName(Prior):
         )
 
 
+class _ReadsLatents(bp.Gaussian):
+    """A user's Gaussian whose density reads the latents it is given (a noise override by
+    name, absent here): it has no latent sites, so every path hands it an empty dict."""
+
+    def loc_scale(self, f, latents):
+        return f, latents.get("likelihood.override", f.new_tensor(0.4))
+
+
 CASES = {
     "gaussian": (lambda: bp.Gaussian(0.3), None, "regression"),
     "learned noise": (lambda: bp.Gaussian("learned"), None, "regression"),
@@ -68,6 +76,7 @@ CASES = {
         lambda: bp.IIDPrior(pyro.distributions.Normal(1.0, 2.0)),
         "regression",
     ),
+    "a user's likelihood reading its latents": (_ReadsLatents, None, "regression"),
     "local reparameterization": (lambda: bp.Gaussian("learned"), None, "regression", "local"),
     "flipout": (bp.Categorical, None, "categorical", "flipout"),
 }
