@@ -342,12 +342,14 @@ class SVIPredictive(BaseBayesianMethod):
             )
         if num_samples is not None:
             check_int("num_samples", num_samples)
+        chunk_size = kwargs.get("chunk_size")
+        chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
         X = self.prepare_inputs(x, "x")
         seed = self._predict_seed(seed, kwargs.get("generator"))
         samples = self._resolve_samples(
             num_samples, posterior_samples, seed, X, "predictive_gaussian"
         )
-        f = self._outputs(X, samples, kwargs.get("chunk_size"))
+        f = self._outputs(X, samples, chunk_size)
         return self.likelihood.mean(f), self.likelihood.noise_variance(f, samples).sqrt()
 
     def log_predictive_density(
