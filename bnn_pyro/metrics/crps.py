@@ -162,8 +162,8 @@ def crps_from_samples(
     x = samples.double()
     n_samples = x.shape[0]
     first = (x - y.double()).abs().mean(dim=0)
-    ranks = torch.ones_like(x).cumsum(dim=0)  # 1, ..., S down every column, exact in float64
-    weights = 2.0 * ranks - n_samples - 1.0
+    ranks = x.new_ones(n_samples).cumsum(dim=0)  # 1, ..., S, exact in float64
+    weights = (2.0 * ranks - n_samples - 1.0).reshape(-1, *([1] * (x.dim() - 1)))
     second = (weights * x.sort(dim=0).values).sum(dim=0) / n_samples**2
     per_point = first - second
     return _finish(per_point, y_scale, reduction, torch.promote_types(samples.dtype, y.dtype))
