@@ -112,6 +112,15 @@ def _loss_and_grads(loss_fn, bnn, seed):
     ]
 
 
+def _pyros_loss_and_grads(elbo_class, bnn, X, y, seed, **kwargs):
+    """Pyro's own ELBO (``Trace_ELBO`` or ``TraceMeanField_ELBO``) on the model and guide, under
+    the seed ``seed``: the reference a direct loss is held to."""
+    elbo = elbo_class(max_plate_nesting=1)
+    return _loss_and_grads(
+        lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, **kwargs), bnn, seed
+    )
+
+
 @pytest.mark.parametrize(
     ("reference", "analytic_kl"), [(Trace_ELBO, False), (TraceMeanField_ELBO, True)]
 )
@@ -127,13 +136,7 @@ def test_direct_loss_is_pyros_elbo_under_the_same_draws(case, kl_weight, referen
     kwargs = dict(dataset_size=N, kl_weight=kl_weight)
     for seed in (1, 2):
         got, got_grads = _loss_and_grads(lambda: direct(X, y, **kwargs)[0], bnn, seed)
-        ref, ref_grads = _loss_and_grads(
-            lambda: reference(max_plate_nesting=1).differentiable_loss(
-                bnn.model, bnn.guide, X, y, **kwargs
-            ),
-            bnn,
-            seed,
-        )
+        ref, ref_grads = _pyros_loss_and_grads(reference, bnn, X, y, seed, **kwargs)
         # the same sums in another order: float32 rounding only (loss ~1e2-1e3, 1e-5 relative)
         assert torch.allclose(got, ref, rtol=1e-5), (float(got), float(ref))
         for a, b in zip(got_grads, ref_grads, strict=True):
@@ -155,13 +158,7 @@ def test_the_meanfield_elbo_checks_then_uses_the_closed_form_direct_loss():
         lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N), bnn, 6
     )
     assert isinstance(elbo._direct, DirectLoss) and elbo._direct.analytic_kl
-    ref, _ = _loss_and_grads(
-        lambda: TraceMeanField_ELBO(max_plate_nesting=1).differentiable_loss(
-            bnn.model, bnn.guide, X, y, dataset_size=N
-        ),
-        bnn,
-        6,
-    )
+    ref, _ = _pyros_loss_and_grads(TraceMeanField_ELBO, bnn, X, y, 6, dataset_size=N)
     assert torch.allclose(first, ref, rtol=1e-5)
 
 
@@ -204,13 +201,7 @@ def test_the_elbo_checks_on_the_first_call_then_uses_the_direct_loss(monkeypatch
                 bnn,
                 seed,
             )
-        ref, _ = _loss_and_grads(
-            lambda: Trace_ELBO(max_plate_nesting=1).differentiable_loss(
-                bnn.model, bnn.guide, X, y, dataset_size=N
-            ),
-            bnn,
-            seed,
-        )
+        ref, _ = _pyros_loss_and_grads(Trace_ELBO, bnn, X, y, seed, dataset_size=N)
         assert torch.allclose(got, ref, rtol=1e-5)
 
 
@@ -283,11 +274,7 @@ def test_without_a_dataset_size_the_likelihood_is_unscaled(reference, analytic_k
     bnn, X, y = _bnn("shifted prior")
     direct = direct_loss_for(bnn, analytic_kl=analytic_kl)
     got, _ = _loss_and_grads(lambda: direct(X, y)[0], bnn, 8)
-    ref, _ = _loss_and_grads(
-        lambda: reference(max_plate_nesting=1).differentiable_loss(bnn.model, bnn.guide, X, y),
-        bnn,
-        8,
-    )
+    ref, _ = _pyros_loss_and_grads(reference, bnn, X, y, 8)
     assert torch.allclose(got, ref, rtol=1e-5)
 
 
@@ -298,13 +285,7 @@ def test_in_evaluation_mode_local_reparameterization_is_off_as_in_the_model():
     bnn.eval()
     direct = direct_loss_for(bnn)
     got, _ = _loss_and_grads(lambda: direct(X, y, dataset_size=N)[0], bnn, 9)
-    ref, _ = _loss_and_grads(
-        lambda: Trace_ELBO(max_plate_nesting=1).differentiable_loss(
-            bnn.model, bnn.guide, X, y, dataset_size=N
-        ),
-        bnn,
-        9,
-    )
+    ref, _ = _pyros_loss_and_grads(Trace_ELBO, bnn, X, y, 9, dataset_size=N)
     assert torch.allclose(got, ref, rtol=1e-5)
 
 
