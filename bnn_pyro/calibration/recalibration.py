@@ -203,7 +203,7 @@ class IsotonicRecalibration(Recalibration):
         """
         if self.z is None or self.observed is None:
             raise NotFittedError("IsotonicRecalibration is not fitted: call fit() first")
-        p = torch.as_tensor(p, dtype=torch.float64)  # the map is kept on the CPU (fit_rows)
+        p = torch.as_tensor(p, dtype=torch.float64, device=self.z.device)
         if p.ndim != 1 or not bool(((p >= 0) & (p <= 1)).all()):
             raise ValueError(f"p must be a list of levels in [0, 1], got {p.tolist()}")
         # the top level is the share of rows at or below the largest z, 1, so p <= 1 finds an

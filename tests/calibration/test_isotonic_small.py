@@ -125,3 +125,13 @@ def test_two_rows_make_a_map_and_the_levels_0_and_1_are_its_ends():
     the largest, 1; p = 3/4 is halfway between them, 0."""
     recal = _fit([1.0, -1.0])
     assert recal.standardized_quantile([0.0, 1.0, 0.75]).tolist() == [-1.0, 1.0, 0.0]
+
+
+def test_the_levels_meet_the_map_on_its_device_whatever_torch_s_default():
+    """The map lives where fit_rows put it (the CPU): a default device of "meta" must not move
+    the levels off it (the quantiles stay computable, on the map's device)."""
+    recal = _fit([0.8, -1.2, 1.5, -0.3, 0.1])
+    with torch.device("meta"):
+        quantiles = recal.standardized_quantile([0.5, 0.3])
+    assert quantiles.device == recal.z.device
+    assert quantiles.tolist() == pytest.approx([-0.1, -0.75], abs=1e-12)

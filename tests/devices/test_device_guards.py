@@ -49,12 +49,6 @@ _CHOSEN = "which kept samples to use: CPU indices from a seeded CPU generator, m
 #: ``(file, function, factory)``: why this factory may make its tensor on the CPU.
 ALLOWED: dict[tuple[str, str, str], str] = {
     ("_checks.py", "as_tensor", "as_tensor"): "a NumPy array or list: moved to `device` below",
-    ("calibration/recalibration.py", "IsotonicRecalibration.standardized_quantile", "as_tensor"): (
-        "the levels meet the isotonic map, which fit_rows keeps on the CPU"
-    ),
-    ("methods/sgmcmc/chain.py", "ChainStep.__call__", "as_tensor"): (
-        "the potential per chain, read on the CPU every step for the history (.cpu())"
-    ),
     ("methods/sgmcmc/measured.py", "MeasuredStep._power", "as_tensor"): (
         "scale is the calibrated (K, 1) tensor on theta's device: as_tensor only wraps it"
     ),
