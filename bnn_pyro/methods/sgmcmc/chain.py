@@ -274,7 +274,7 @@ class ChainStep(MeasuredStep, TrainingStep):
         if self.controlled(xb):
             grad = self.controlled_gradient(grad, xb, yb)
         # U per chain, (K,) (K = 1 alone), on the CPU: the history's numbers, read every step
-        values = torch.as_tensor(value, dtype=torch.float64).cpu().reshape(-1)
+        values = torch.as_tensor(value, dtype=torch.float64, device="cpu").reshape(-1)
         grads_finite = torch.isfinite(grad).reshape(len(values), -1).all(1).cpu()
         finite = torch.isfinite(values) & grads_finite
         if not bool(finite.all()):
