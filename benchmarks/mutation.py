@@ -12,10 +12,11 @@ mutants: after changing a module, read its equivalents against the new run's dif
 The run happens in a temporary copy of the repository (the checkout is left alone): the
 package, the tests, ``conftest.py`` and ``pyproject.toml``, with a ``setup.cfg`` telling
 ``mutmut`` what to mutate and which tests to run (the given test files plus the module's own
-doctests). A mutant that makes the tests run past ``mutmut``'s time limit (its default,
-``(tests' time + 1 s) x 15`` of wall-clock time) counts as killed (``timeout``): a looping
-mutant would not pass unnoticed, though on a busy machine a slow test can time out too, so
-the report gives timeouts their own column.
+doctests; ``--no-doctests`` leaves those out, for a module whose examples are slow enough to
+dominate a run that repeats them for every mutant). A mutant that makes the tests run past
+``mutmut``'s time limit (its default, ``(tests' time + 1 s) x 15`` of wall-clock time) counts
+as killed (``timeout``): a looping mutant would not pass unnoticed, though on a busy machine a
+slow test can time out too, so the report gives timeouts their own column.
 
 ``mutmut`` runs each mutant's tests in a child forked from one process that has already run
 torch, and a child forked from a process whose OpenMP thread pool is up hangs in its first
@@ -64,8 +65,9 @@ _RESULT = re.compile(r"^\s*(\S+): (\w[\w ]*)$")
 _SECTION = re.compile(r"^## `(?P<module>[^`]+)`$", flags=re.M)
 
 
-def setup_cfg(module: str, tests: list[str]) -> str:
-    """The ``[mutmut]`` section for one module and its tests (and the module's doctests).
+def setup_cfg(module: str, tests: list[str], doctests: bool = True) -> str:
+    """The ``[mutmut]`` section for one module and its tests (and the module's doctests, unless
+    ``doctests`` is false).
 
     ``mutmut`` copies the module's top-level folder (``bnn_pyro``, or ``benchmarks`` for the
     UCI harness's scoring) and mutates only the module in it.
@@ -81,8 +83,10 @@ def setup_cfg(module: str, tests: list[str]) -> str:
         <BLANKLINE>
         >>> setup_cfg("benchmarks/uci/protocol.py", ["t.py"]).splitlines()[1]
         'source_paths=benchmarks'
+        >>> setup_cfg("bnn_pyro/m.py", ["t.py"], doctests=False).splitlines()[-1]
+        'pytest_add_cli_args_test_selection=t.py'
     """
-    selection = "\n    ".join([*tests, module])
+    selection = "\n    ".join([*tests, module] if doctests else tests)
     return (
         "[mutmut]\n"
         f"source_paths={module.split('/')[0]}\n"
@@ -174,8 +178,9 @@ def unmutated(source: str) -> list[str]:
 
 
 def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
-            diffs: dict[str, str], tests: list[str], skipped: list[str] = ()) -> str:  # fmt: skip
-    """One module's part of the report.
+            diffs: dict[str, str], tests: list[str], skipped: list[str] = (),
+            doctests: bool = True) -> str:  # fmt: skip
+    """One module's part of the report (``doctests``: whether the module's doctests ran).
 
     Example:
         >>> s = section("bnn_pyro/m.py", {"a": "killed", "b": "timeout", "c": "survived",
@@ -197,7 +202,8 @@ def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
         f"## `{module}`",
         "",
         f"Run {datetime.now(timezone.utc):%Y-%m-%d} with `python benchmarks/mutation.py "
-        f"--module {module} --tests {' '.join(tests)}` (and the module's doctests): "
+        f"--module {module} --tests {' '.join(tests)}{'' if doctests else ' --no-doctests'}` "
+        f"({'and' if doctests else 'without'} the module's doctests): "
         f"{caught} of {judged} caught, **{rate:.1f}%**.",
         "",
         "| mutants | killed | timeout | survived | equivalent | caught |",
@@ -299,18 +305,23 @@ def summary(sections: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict, list[str]]:
-    """A module's section of ``report`` read back: ``(statuses, tests)``, where the statuses
-    keep the survivors' and the equivalent mutants' names and stand in for the caught ones
-    (whose names the report does not keep) by their counts.
+def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict, list[str], bool]:
+    """A module's section of ``report`` read back: ``(statuses, tests, doctests)``, where the
+    statuses keep the survivors' and the equivalent mutants' names and stand in for the caught
+    ones (whose names the report does not keep) by their counts, and ``doctests`` says whether
+    the module's doctests ran.
 
     Example:
         >>> statuses = {"a": "killed", "b": "timeout", "c": "survived", "bnn_pyro.m.d": "survived",
         ...             "e": "no tests"}
         >>> s = section("bnn_pyro/m.py", statuses, {"bnn_pyro.m.d": "same"}, {}, ["t.py"])
-        >>> statuses, tests = earlier("# head\\n\\n" + s, "bnn_pyro/m.py", {"bnn_pyro.m.d": "same"})
-        >>> sorted(statuses.values()), tests
-        (['killed', 'no tests', 'survived', 'survived', 'timeout'], ['t.py'])
+        >>> statuses, tests, doctests = earlier("# head\\n\\n" + s, "bnn_pyro/m.py",
+        ...                                     {"bnn_pyro.m.d": "same"})
+        >>> sorted(statuses.values()), tests, doctests
+        (['killed', 'no tests', 'survived', 'survived', 'timeout'], ['t.py'], True)
+        >>> s = section("bnn_pyro/m.py", statuses, {}, {}, ["t.py", "u.py"], doctests=False)
+        >>> earlier(s, "bnn_pyro/m.py", {})[1:]
+        (['t.py', 'u.py'], False)
         >>> [n for n, v in statuses.items() if v == "survived"]
         ['c', 'bnn_pyro.m.d']
     """
@@ -318,7 +329,8 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     if module not in sections:
         raise SystemExit(f"no section for {module} in the report: run it in full first")
     text = sections[module]
-    tests = re.search(r"--tests (.+?)` \(and", text)[1].split()
+    command = re.search(r"--tests (.+?)( --no-doctests)?` \((?:and|without)", text)
+    tests, doctests = command[1].split(), command[2] is None
     row = re.search(r"^\| (\d+) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", text, flags=re.M)
     killed, timeout = int(row[2]), int(row[3])
     statuses = {f"caught before {i}": "killed" for i in range(killed)}
@@ -327,14 +339,15 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     statuses |= dict(re.findall(r"^- `([^`]+)`: (.+)$", text, flags=re.M))  # not run, not judged
     dotted = module.removesuffix(".py").replace("/", ".") + "."
     statuses |= {name: "survived" for name in equivalent if name.startswith(dotted)}
-    return statuses, tests
+    return statuses, tests, doctests
 
 
 def run(
-    module: str, tests: list[str], names: list[str] | None = None
+    module: str, tests: list[str], names: list[str] | None = None, doctests: bool = True
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Mutate ``module`` in a temporary copy, run ``tests`` on every mutant (or only on the
-    mutants ``names``): statuses, and the diff of every survivor."""
+    """Mutate ``module`` in a temporary copy, run ``tests`` (and the module's doctests, unless
+    ``doctests`` is false) on every mutant (or only on the mutants ``names``): statuses, and
+    the diff of every survivor."""
     mutmut = shutil.which("mutmut", path=os.path.dirname(sys.executable)) or shutil.which("mutmut")
     if mutmut is None:
         raise SystemExit("mutmut is not installed: pip install mutmut")
@@ -350,7 +363,7 @@ def run(
             elif os.path.exists(source):
                 shutil.copy(source, work)
         with open(os.path.join(work, "setup.cfg"), "w", encoding="utf-8") as handle:
-            handle.write(setup_cfg(module, tests))
+            handle.write(setup_cfg(module, tests, doctests))
         env = environment()
         subprocess.run([mutmut, "run", *(names or [])], cwd=work, env=env,
                        stdout=subprocess.DEVNULL, check=False)  # fmt: skip
@@ -383,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the survivors of the report's last run of the module (after writing "
         "their tests; the module itself unchanged) and update its section",
     )
+    parser.add_argument(
+        "--no-doctests",
+        action="store_true",
+        help="leave the module's doctests out of every mutant's run (for a module whose "
+        "examples are slow, e.g. one that runs NUTS: they would run once per mutant)",
+    )
     args = parser.parse_args(argv)
     title = "# Mutation testing\n\nOne section per module, from `benchmarks/mutation.py`.\n"
 
@@ -390,26 +409,26 @@ def main(argv: list[str] | None = None) -> int:
         return open(args.output, encoding="utf-8").read() if os.path.exists(args.output) else title
 
     equivalent = equivalent_mutants()
-    tests = list(args.tests)
+    tests, doctests = list(args.tests), not args.no_doctests
     if args.survivors:
-        statuses, before = earlier(report(), args.module, equivalent)
+        statuses, before, doctests = earlier(report(), args.module, equivalent)
         tests = [*before, *(t for t in tests if t not in before)]
         names = [
             n
             for n, v in statuses.items()
             if v not in ("killed", "timeout") and not (v == "survived" and n in equivalent)
         ]
-        fresh, diffs = run(args.module, tests, names) if names else ({}, {})
+        fresh, diffs = run(args.module, tests, names, doctests) if names else ({}, {})
         statuses |= fresh
     else:
-        statuses, diffs = run(args.module, tests)
+        statuses, diffs = run(args.module, tests, doctests=doctests)
     if not statuses:
         raise SystemExit("mutmut reported no mutants: see its output above")
     # read again: other modules' runs may have written the report (or the equivalent list)
     # while this one ran
     with open(os.path.join(ROOT, args.module), encoding="utf-8") as handle:
         skipped = unmutated(handle.read())
-    new = section(args.module, statuses, equivalent_mutants(), diffs, tests, skipped)
+    new = section(args.module, statuses, equivalent_mutants(), diffs, tests, skipped, doctests)
     print(new)
     updated = merge(report(), new)
     with open(args.output, "w", encoding="utf-8") as handle:
