@@ -171,7 +171,7 @@ def test_full_posterior_samples_have_the_exact_covariance(linear_regression):
 
 def test_glm_predictive_equals_nn_predictive_for_a_linear_model(linear_regression):
     d = linear_regression
-    nn_pred = _fit_linear(d, "full").predict(
+    nn_pred = _fit_linear(d, "full", predictive="nn").predict(
         d["x"], True, generator=torch.Generator().manual_seed(0)
     )
     glm = _fit_linear(d, "full", predictive="glm")
