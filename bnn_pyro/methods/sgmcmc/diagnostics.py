@@ -54,11 +54,12 @@ def prediction_diagnostics(
     With ``rank_normalized=True`` these are the rank-normalised diagnostics of Vehtari et al.
     (2021), the ones the "R̂ < 1.01, bulk-ESS ≥ 400" bar is stated for: the draws of each
     ``(n, o)``, pooled over the chains, are replaced by normal scores of their ranks
-    (``Φ⁻¹((r - 3/8) / (CS + 1/4))``, ties broken by order); R̂ is the larger of the split R̂ of
-    those scores and of the scores of ``|value - median|`` (a chain too wide or too narrow shows
-    in the second); the ESS is the bulk-ESS, the ESS of the scores over the ``2C`` half-chains.
-    Both are unchanged by any increasing transform of the predictions and defined for
-    heavy-tailed ones.
+    (``Φ⁻¹((r - 3/8) / (CS + 1/4))``, tied draws given their average rank); R̂ is the larger of
+    the split R̂ of those scores and of the scores of ``|value - median|`` (a chain too wide or
+    too narrow shows in the second); the ESS is the bulk-ESS, the ESS of the scores over the
+    ``2C`` half-chains. Both are defined for heavy-tailed predictions; the bulk-ESS and the R̂
+    of the scores are unchanged by any increasing transform of them (that of the folded scores,
+    in general by an affine one only).
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -85,7 +86,7 @@ def prediction_diagnostics(
             effective_sample_size(values, chain_dim=0, sample_dim=1),
         )
     scores = _normal_scores(values)
-    folded = _normal_scores((values - values.flatten(0, 1).median(0).values).abs())
+    folded = _normal_scores((values - _median(values.flatten(0, 1))).abs())
     rhat = torch.maximum(
         split_gelman_rubin(scores, chain_dim=0, sample_dim=1),
         split_gelman_rubin(folded, chain_dim=0, sample_dim=1),
@@ -95,11 +96,22 @@ def prediction_diagnostics(
     return ChainDiagnostics(rhat, effective_sample_size(halves, chain_dim=0, sample_dim=1))
 
 
+def _median(flat: torch.Tensor) -> torch.Tensor:
+    """The median over the first axis, the mean of the two middle values for an even count
+    (``Tensor.median`` returns the lower one)."""
+    ordered = flat.sort(0).values
+    return (ordered[(len(flat) - 1) // 2] + ordered[len(flat) // 2]) / 2
+
+
 def _normal_scores(values: torch.Tensor) -> torch.Tensor:
-    """``(C, S, ...)`` values → the normal scores of their ranks among all ``C·S`` draws."""
+    """``(C, S, ...)`` values → the normal scores of their ranks among all ``C·S`` draws
+    (tied draws share their average rank, as in Vehtari et al.)."""
     chains, draws = values.shape[:2]
-    flat = values.flatten(0, 1)
-    ranks = flat.argsort(0).argsort(0).to(values.dtype) + 1.0  # 1..CS, ties broken by order
+    flat = values.flatten(0, 1).movedim(0, -1).contiguous()  # (..., CS)
+    ordered = flat.sort(-1).values
+    below = torch.searchsorted(ordered, flat)  # draws smaller than each
+    upto = torch.searchsorted(ordered, flat, right=True)  # draws not larger
+    ranks = ((below + upto + 1).to(values.dtype) / 2).movedim(-1, 0)  # 1..CS, ties averaged
     total = chains * draws
     return torch.special.ndtri((ranks - 0.375) / (total + 0.25)).reshape(values.shape)
 
