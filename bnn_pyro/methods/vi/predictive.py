@@ -300,7 +300,7 @@ class SVIPredictive(BaseBayesianMethod):
                 raise ValueError(_NO_NOISE.format(self.likelihood))
             return means, None if noise is None else noise.expand_as(means).mean(0)
 
-        width = self._output_dim(X[:2]) if X.shape[0] else 1
+        width = self._output_dim(X[:2])  # X has rows: prepare_inputs refuses none
         rows = block_rows(next(iter(samples.values())).shape[0], width)
         return stream_summary(X.shape[0], rows, block, return_samples)
 
