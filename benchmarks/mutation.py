@@ -220,12 +220,19 @@ def section(module: str, statuses: dict[str, str], equivalent: dict[str, str],
         counts = ", ".join(f"{k}: {sum(1 for s in statuses.values() if s == k)}" for k in other)
         lines += [f"Not run or not judged ({counts}):", ""]
         lines += [f"- `{n}`: {v}" for n, v in sorted(statuses.items()) if v in other] + [""]
+    same = sorted(n for n, s in statuses.items() if s == "survived" and n in equivalent)
+    if same:  # named, so that a later --survivors run still knows them if one leaves the list
+        names = ", ".join(f"`{name}`" for name in same)
+        lines += [f"{_EQUIVALENT_LINE} {names}.", ""]
     lines += ["Survivors (a missing test each, or an equivalent mutant to record):", ""]
     if not survivors:
         lines.append("none")
     for name in survivors:
         lines += [f"* `{name}`", "", "```diff", diffs.get(name, "").strip(), "```", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+_EQUIVALENT_LINE = "Equivalent (reasons in `mutation_equivalent.md`):"
 
 
 def _sections(report: str) -> tuple[str, dict[str, str]]:
@@ -324,6 +331,10 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
         (['t.py', 'u.py'], False)
         >>> [n for n, v in statuses.items() if v == "survived"]
         ['c', 'bnn_pyro.m.d']
+        >>> s = section("bnn_pyro/m.py", statuses, {"bnn_pyro.m.d": "same"}, {}, ["t.py"])
+        >>> again = earlier(s, "bnn_pyro/m.py", {})[0]  # d left the list: it runs again
+        >>> [n for n, v in again.items() if v == "survived"]
+        ['c', 'bnn_pyro.m.d']
     """
     sections = _sections(report)[1]
     if module not in sections:
@@ -336,6 +347,8 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     statuses = {f"caught before {i}": "killed" for i in range(killed)}
     statuses |= {f"caught before {killed + i}": "timeout" for i in range(timeout)}
     statuses |= {name: "survived" for name in re.findall(r"^\* `([^`]+)`$", text, flags=re.M)}
+    same = re.search(rf"^{re.escape(_EQUIVALENT_LINE)} (.*)\.$", text, flags=re.M)
+    statuses |= {name: "survived" for name in re.findall(r"`([^`]+)`", same[1] if same else "")}
     statuses |= dict(re.findall(r"^- `([^`]+)`: (.+)$", text, flags=re.M))  # not run, not judged
     dotted = module.removesuffix(".py").replace("/", ".") + "."
     statuses |= {name: "survived" for name in equivalent if name.startswith(dotted)}
