@@ -13,7 +13,6 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
-from bnn_pyro import _moved
 from bnn_pyro._lazy import lazy_names
 from bnn_pyro.exceptions import (
     CheckpointError,
@@ -67,8 +66,6 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     from bnn_pyro.registry import METHODS, load, make, register_method
     from bnn_pyro.stacking import fit_stacked
     from bnn_pyro.training import EarlyStopping, History, linear_annealing
-
-_moved.install()  # the earlier module paths (bnn_pyro.bnn, ...) still import, with a warning
 
 try:  # one source: pyproject.toml, through the installed distribution's metadata
     __version__ = _metadata.version("bnn_pyro")

@@ -54,17 +54,9 @@ __all__ = [
     "check_callbacks",
     "check_optimizer",
     "kl_weight_at",
-    "kl_weight_at",
     "linear_annealing",
     "make_lr_schedule",
     "make_optimizer",
     "state_copy",
     "train",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """A name that moved out of this package still imports, with a warning (``_moved``)."""
-    from bnn_pyro._moved import moved_name
-
-    return moved_name(__name__, name)
