@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -155,7 +154,6 @@ class BaseBayesianMethod(nn.Module, ABC):
     #: Each family's base class adds its own; the API pages leave them off a method's page.
     hooks: tuple[str, ...] = (
         "hooks",
-        "renamed_hooks",
         "subclass",
         "forward",
         "checkpoint_config",
@@ -164,17 +162,8 @@ class BaseBayesianMethod(nn.Module, ABC):
         "restore_fitted_state",
     )
 
-    #: Hooks a subclass may still define under an earlier, underscored name (earlier -> now).
-    renamed_hooks: dict[str, str] = {
-        "_config": "checkpoint_config",
-        "_from_config": "from_checkpoint_config",
-        "_fitted_state": "fitted_state",
-        "_restore_fitted_state": "restore_fitted_state",
-    }
-
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        _rename_old_hooks(cls)
         register_class(cls)
         fit = cls.__dict__.get("fit")
         if callable(fit) and not getattr(fit, "__bnn_pyro_kept__", False):
@@ -385,16 +374,3 @@ def _kept_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
 
     kept_fit.__bnn_pyro_kept__ = True  # type: ignore[attr-defined]
     return kept_fit
-
-
-def _rename_old_hooks(cls: type) -> None:
-    """A subclass that defines a hook under its earlier, underscored name (``renamed_hooks``)
-    keeps working: the hook is taken under its new name, with a ``DeprecationWarning``."""
-    for old, new in getattr(cls, "renamed_hooks", {}).items():
-        if old in vars(cls) and new not in vars(cls):
-            warnings.warn(
-                f"{cls.__name__}.{old} is deprecated: name the checkpoint hook {new}",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            setattr(cls, new, vars(cls)[old])

@@ -94,45 +94,8 @@ def test_read_checkpoint_rejects_newer_formats_other_classes_and_foreign_files(t
         read_checkpoint(path)
 
 
-def test_a_subclass_with_the_earlier_hook_names_still_saves_and_loads(tmp_path):
-    """The checkpoint hooks were ``_config``/``_from_config``; a user's subclass that still
-    defines them is warned once, at its definition, and round-trips."""
-    with pytest.warns(DeprecationWarning, match="_config is deprecated: name the checkpoint"):
-
-        class OldStyle(bp.MCDropout):
-            def _config(self):
-                return {**super().checkpoint_config(), "num_samples": 7}
-
-            @classmethod
-            def _from_config(cls, net, config):
-                return super().from_checkpoint_config(net, config)
-
-    net = bp.nn.mlp(2, [4], 1, dropout=0.1)
-    method = OldStyle(net, likelihood=bp.Gaussian(0.3))
-    path = os.fspath(tmp_path / "old.pt")
-    method.save(path)
-    loaded = bp.load(path, net=bp.nn.mlp(2, [4], 1, dropout=0.1))
-    assert type(loaded) is OldStyle and loaded.num_samples == 7
-
-
 def test_method_state_refuses_what_is_not_a_method():
     from bnn_pyro.checkpoint import method_state
 
     with pytest.raises(TypeError, match="method must be a bnn_pyro method"):
         method_state(torch.nn.Linear(2, 1))
-
-
-def test_an_svi_subclass_with_the_earlier_hook_names_still_fits():
-    """``_setup_guide``, ``_inputs``, ... are public now (``setup_guide``, ``prepare_inputs``);
-    a subclass that overrides the earlier name is warned and still called."""
-    calls = []
-    with pytest.warns(DeprecationWarning, match="_setup_guide is deprecated"):
-
-        class OldStyle(bp.VariationalBNN):
-            def _setup_guide(self, x, y, data=None):
-                calls.append(tuple(x.shape))
-                super().setup_guide(x, y, data)
-
-    X = torch.randn(16, 2)
-    OldStyle(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1)).fit(X, X[:, :1], epochs=1, progress=False)
-    assert calls  # fit set the guide up through the subclass's hook

@@ -17,7 +17,6 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
@@ -76,13 +75,6 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
     dataset_size=None, kl_weight=1.0)``, :meth:`setup_guide` and the hooks of
     :class:`~bnn_pyro.methods.vi.predictive.SVIPredictive`."""
 
-    renamed_hooks = {
-        **BaseBayesianMethod.renamed_hooks,
-        "_setup_guide": "setup_guide",
-        "_is_fitted": "is_fitted",
-        "_inputs": "prepare_inputs",
-        "_targets": "prepare_targets",
-    }
     hooks = (*SVIPredictive.hooks, "setup_guide", "fast_loss", "default_elbo")
     elbos: tuple[str, ...] = tuple(ELBO_CLASSES)  # the objectives fit takes by name
     default_elbo: str = "trace"  # fit's objective when its elbo is None
