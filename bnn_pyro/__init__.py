@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
-from bnn_pyro._lazy import lazy_names
+from bnn_pyro._lazy import lazy_face
 from bnn_pyro.exceptions import (
     CheckpointError,
     NotFittedError,
@@ -23,12 +23,15 @@ from bnn_pyro.exceptions import (
 )
 from bnn_pyro.threads import get_threads, set_threads, threads
 
-if TYPE_CHECKING:  # what the names below are, for type checkers and editors
-    import pyro.distributions as dist
+# Every name bnn_pyro.<name> gives is written once, here: imported on first use (``_lazy``), so
+# that ``import bnn_pyro`` (and ``bnn-pyro --help``) imports neither torch nor Pyro
+if TYPE_CHECKING:
+    import pyro.distributions as dist  # bp.dist: the module
 
     from bnn_pyro import (
         calibration,
         datasets,
+        estimators,
         guides,
         likelihoods,
         losses,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
     )
     from bnn_pyro.base import BaseBayesianMethod, PredictOutput
     from bnn_pyro.distributions import HiddenLayer
+    from bnn_pyro.estimators import BNNClassifier, BNNRegressor, TabularBNN
     from bnn_pyro.guides import MeanFieldNormalGuide
     from bnn_pyro.learned_prior import LearnedNormalPrior
     from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
@@ -54,6 +58,7 @@ if TYPE_CHECKING:  # what the names below are, for type checkers and editors
         VariationalBayesNN,
     )
     from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
+    from bnn_pyro.methods.vi.lightning import BNNLightningModule
     from bnn_pyro.methods.vi.model import VariationalBNN
     from bnn_pyro.poutine import LocalReparameterization
     from bnn_pyro.priors import (
@@ -72,65 +77,9 @@ try:  # one source: pyproject.toml, through the installed distribution's metadat
 except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
 
-#: The package's modules that ``bnn_pyro.<name>`` gives, imported on first use.
-_MODULES = (
-    "calibration",
-    "datasets",
-    "estimators",  # scikit-learn, an optional dependency: not in __all__
-    "guides",
-    "likelihoods",
-    "losses",
-    "methods",
-    "metrics",
-    "nn",
-    "plots",  # matplotlib
-    "poutine",
-    "priors",
-    "training",
-)
-#: Every other name ``bnn_pyro.<name>`` gives -> the module that holds it, imported on first
-#: use: ``import bnn_pyro`` (and so ``bnn-pyro --help``) imports neither torch nor Pyro.
-_NAMES = {
-    "BaseBayesianMethod": "bnn_pyro.base",
-    "PredictOutput": "bnn_pyro.base",
-    "HiddenLayer": "bnn_pyro.distributions",
-    "MeanFieldNormalGuide": "bnn_pyro.guides",
-    "LearnedNormalPrior": "bnn_pyro.learned_prior",
-    **dict.fromkeys(
-        ("Bernoulli", "Categorical", "Gaussian", "HeteroscedasticGaussian"), "bnn_pyro.likelihoods"
-    ),
-    **dict.fromkeys(
-        (
-            "SGMCMC",
-            "SWAG",
-            "DeepEnsemble",
-            "LaplaceApproximation",
-            "MCDropout",
-            "VariationalBayesNN",
-        ),
-        "bnn_pyro.methods",
-    ),
-    "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
-    "VariationalBNN": "bnn_pyro.methods.vi.model",
-    "LocalReparameterization": "bnn_pyro.poutine",
-    **dict.fromkeys(
-        (
-            "HierarchicalNormalPrior",
-            "HorseshoePrior",
-            "IIDPrior",
-            "LayerwiseNormalPrior",
-            "ScaleMixturePrior",
-        ),
-        "bnn_pyro.priors",
-    ),
-    **dict.fromkeys(("METHODS", "load", "make", "register_method"), "bnn_pyro.registry"),
-    "fit_stacked": "bnn_pyro.stacking",
-    **dict.fromkeys(("EarlyStopping", "History", "linear_annealing"), "bnn_pyro.training"),
-    # scikit-learn and Lightning: optional dependencies, not in __all__
-    **dict.fromkeys(("BNNRegressor", "BNNClassifier", "TabularBNN"), "bnn_pyro.estimators"),
-    "BNNLightningModule": "bnn_pyro.methods.vi.lightning",
-}
 
+# not in __all__ (optional dependencies): estimators, BNNClassifier, BNNRegressor, TabularBNN
+# (scikit-learn), BNNLightningModule (Lightning)
 __all__ = [
     "METHODS",
     "PredictOutput",
@@ -187,10 +136,4 @@ __all__ = [
     "training",
 ]
 
-
-__getattr__, __dir__ = lazy_names(
-    __name__,
-    _NAMES,
-    _MODULES,
-    aliases={"dist": "pyro.distributions"},  # bp.dist: the module
-)
+__getattr__, __dir__ = lazy_face(__name__, __file__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bnn_pyro._lazy import lazy_names
+from bnn_pyro._lazy import lazy_face
 
 if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
     from bnn_pyro.base import BaseBayesianMethod, summarize_samples, to_probabilities
@@ -34,18 +34,4 @@ __all__ = [  # in the order of bnn_pyro.METHODS, then the contract
     "to_probabilities",
 ]
 
-_NAMES = {
-    "BaseBayesianMethod": "bnn_pyro.base",
-    "summarize_samples": "bnn_pyro.base",
-    "to_probabilities": "bnn_pyro.base",
-    "DeepEnsemble": "bnn_pyro.methods.ensemble.deep_ensemble",
-    "LaplaceApproximation": "bnn_pyro.methods.laplace.laplace",
-    "MCDropout": "bnn_pyro.methods.mc_dropout.dropout",
-    "SGMCMC": "bnn_pyro.methods.sgmcmc.method",
-    "SWAG": "bnn_pyro.methods.swag.swag",
-    "VariationalBayesNN": "bnn_pyro.methods.vi.bayes_nn",
-    "VariationalBNN": "bnn_pyro.methods.vi.model",
-    "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
-    "GaussianLinear": "bnn_pyro.nn.gaussian_linear",
-}
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__, __file__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bnn_pyro._lazy import lazy_names
+from bnn_pyro._lazy import lazy_face
 
 if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
     from bnn_pyro.methods.classic.base import ClassicMethod
@@ -14,7 +14,4 @@ __all__ = [
     "ClassicMethod",
 ]
 
-_NAMES = {
-    "ClassicMethod": "bnn_pyro.methods.classic.base",
-}
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__, __file__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bnn_pyro._lazy import lazy_names
+from bnn_pyro._lazy import lazy_face
 
 if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
     from bnn_pyro.methods.sgmcmc.collector import SampleCollector
@@ -24,11 +24,4 @@ __all__ = [
     "prediction_diagnostics",
 ]
 
-_NAMES = {
-    "SampleCollector": "bnn_pyro.methods.sgmcmc.collector",
-    "ChainDiagnostics": "bnn_pyro.methods.sgmcmc.diagnostics",
-    "chain_diagnostics": "bnn_pyro.methods.sgmcmc.diagnostics",
-    "prediction_diagnostics": "bnn_pyro.methods.sgmcmc.diagnostics",
-    "SGMCMC": "bnn_pyro.methods.sgmcmc.method",
-}
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__, __file__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bnn_pyro._lazy import lazy_names
+from bnn_pyro._lazy import lazy_face
 
 if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
     from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
@@ -23,11 +23,4 @@ __all__ = [
     "VariationalBayesNN",
 ]
 
-_NAMES = {
-    "VariationalBayesNN": "bnn_pyro.methods.vi.bayes_nn",
-    "HiddenLayerBNN": "bnn_pyro.methods.vi.hidden_layer",
-    "VariationalBNN": "bnn_pyro.methods.vi.model",
-    "SVIPredictive": "bnn_pyro.methods.vi.predictive",
-    "SVIModel": "bnn_pyro.methods.vi.svi_model",
-}
-__getattr__, __dir__ = lazy_names(__name__, _NAMES)
+__getattr__, __dir__ = lazy_face(__name__, __file__)
