@@ -105,6 +105,10 @@ ALLOWED_FILES = {
 }
 
 
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def factory_calls(source: str) -> list[tuple[str, str, int]]:
     """``(function, factory, line)`` of each ``torch.<factory>(...)`` and ``torch.Generator()``
     in ``source`` that names no ``device=`` (and passes no ``**kwargs`` that might)."""
@@ -127,8 +131,11 @@ def factory_calls(source: str) -> list[tuple[str, str, int]]:
                 and f.value.id == "torch"
                 and (f.attr in FACTORIES or f.attr == "Generator")
             ):
-                keywords = {k.arg for k in node.keywords}
-                positional_device = f.attr == "Generator" and node.args
+                # a literal ``device=None`` names no device: the factory's default, the CPU
+                keywords = {k.arg for k in node.keywords if not _is_none(k.value)}
+                positional_device = (
+                    f.attr == "Generator" and node.args and not _is_none(node.args[0])
+                )
                 if "device" not in keywords and None not in keywords and not positional_device:
                     found.append((".".join(scope), f.attr, node.lineno))
             self.generic_visit(node)
@@ -178,6 +185,11 @@ def test_every_allowed_entry_is_still_in_the_code():
         ("def f(x):\n    return torch.Generator(x.device)", False),
         ("def f(x):\n    return torch.zeros(3, device=x.device)", False),
         ("def f(x):\n    return x.new_zeros(3) + torch.zeros_like(x)", False),
+        # a literal None is no device: the factory's default, the CPU
+        ("def f(x):\n    return torch.zeros(3, device=None)", True),
+        ("def f(x):\n    return torch.randn(3, dtype=x.dtype, device=None)", True),
+        ("def f(x):\n    return torch.Generator(device=None)", True),
+        ("def f(x):\n    return torch.Generator(None)", True),
     ],
 )
 def test_the_static_guard_flags_factories_without_a_device(source, flagged):
