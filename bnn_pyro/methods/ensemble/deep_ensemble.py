@@ -299,7 +299,7 @@ class DeepEnsemble(ClassicMethod):
             >>> make = lambda: nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 2))
             >>> ens = DeepEnsemble(make, 3, likelihood="regression", gaussian_nll=True)
             >>> x = torch.linspace(-1, 1, 16).unsqueeze(-1)
-            >>> history = ens.fit(x, x, epochs=3, progress=False)
+            >>> history = ens.fit(x, x, epochs=200, progress=False)
             >>> loc, scale = ens.predictive_gaussian(x)
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))

@@ -50,7 +50,8 @@ class SamplePredictive(BaseBayesianMethod):
         Example:
             >>> import bnn_pyro as bp
             >>> m = bp.make("sgld", bp.nn.mlp(1, [], 1), bp.Gaussian(0.5), max_samples=5)
-            >>> _ = m.fit(torch.randn(8, 1), torch.randn(8), epochs=40, progress=False, seed=0)
+            >>> X = torch.linspace(-1, 1, 8)[:, None]
+            >>> _ = m.fit(X, 2 * X[:, 0], epochs=40, progress=False, seed=0)
             >>> m.samples()["net.0.weight"].shape
             torch.Size([5, 1, 1])
         """
