@@ -80,6 +80,11 @@ class MethodSpec:
         stacked_fit: ``"module:function"`` that trains K models of this class as one
             (``fn(models, X, y, *, seeds, **options)``), or ``None``: :func:`bnn_pyro.fit_stacked`
             refuses the method with a clear error.
+        why_not_stacked: ``"module:function"`` that names why K built models of this class
+            cannot train as one (``fn(models) -> str | None``, ``None``: they can), for a
+            caller that would rather fit them one by one than have ``fit_stacked`` refuse
+            (:func:`bnn_pyro.stacking.why_not_stacked`); ``None``: any models that
+            ``stacked_fit`` takes.
         measured_step: whether ``fit(lr=None)`` measures the step on the posterior (SG-MCMC),
             so that the estimators and the command line pass ``lr=None`` and the whole data
             set per step unless told otherwise (an optimiser's learning rate and minibatch
@@ -101,6 +106,7 @@ class MethodSpec:
     own_samples: bool = False
     dropout_net: bool = False
     stacked_fit: str | None = None
+    why_not_stacked: str | None = None
     measured_step: bool = False
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ from bnn_pyro.spec import load_object
 from bnn_pyro.threads import uses_threads
 from bnn_pyro.training.callbacks import History
 
-__all__ = ["fit_stacked", "trains_stacked"]
+__all__ = ["fit_stacked", "trains_stacked", "why_not_stacked"]
 
 
 @uses_threads
@@ -133,6 +133,40 @@ def trains_stacked(cls: type) -> bool:
         spec.stacked_fit is not None and spec.cls in (cls, f"{cls.__module__}:{cls.__name__}")
         for spec in method_specs().values()
     )
+
+
+def why_not_stacked(models: Sequence[Any]) -> str | None:
+    """Why :func:`fit_stacked` would refuse to train ``models`` as one, before any work, or
+    ``None`` when it takes them: for a caller (cross-validation) that then fits them one by one.
+
+    Args:
+        models: K built models of one method.
+
+    Returns:
+        The reason (one line), or ``None``.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> why_not_stacked([bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))] * 2)
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4),
+        ...                           torch.nn.Linear(4, 1))
+        >>> why_not_stacked([bp.VariationalBNN(net, bp.Gaussian(0.1))])[:40]
+        'the nets hold point-estimate parameters '
+        >>> why_not_stacked([bp.make("hidden_layer", bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))])
+        'fit_stacked does not train HiddenLayerBNN models'
+    """
+    if not models:
+        raise ValueError("why_not_stacked needs at least one model")
+    cls = type(models[0])
+    if not trains_stacked(cls):
+        return f"fit_stacked does not train {cls.__name__} models"
+    for spec in method_specs().values():
+        if spec.why_not_stacked is not None and spec.cls in (
+            cls,
+            f"{cls.__module__}:{cls.__name__}",
+        ):
+            return load_object(spec.why_not_stacked)(models)
+    return None
 
 
 def _stacked_fit_of(cls: type) -> Callable[..., History]:

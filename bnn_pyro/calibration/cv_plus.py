@@ -25,7 +25,7 @@ from bnn_pyro._checks import as_tensor, check_float, check_int, check_seed
 from bnn_pyro.calibration.conformal import fewest_rows
 from bnn_pyro.calibration.moments import predictive_moments
 from bnn_pyro.exceptions import NotFittedError
-from bnn_pyro.stacking import fit_stacked, trains_stacked
+from bnn_pyro.stacking import fit_stacked, why_not_stacked
 
 __all__ = ["CVPlus"]
 
@@ -109,7 +109,7 @@ class CVPlus:
         self.methods = [self.make_method() for _ in range(self.folds)]
         seeds = [None if self.seed is None else self.seed + k for k in range(self.folds)]
         self.stacked = (
-            len(set(sizes)) == 1 and self.seed is not None and trains_stacked(type(self.methods[0]))
+            len(set(sizes)) == 1 and self.seed is not None and why_not_stacked(self.methods) is None
         )
         if self.stacked:
             train = [torch.nonzero(fold_of != k).squeeze(-1) for k in range(self.folds)]

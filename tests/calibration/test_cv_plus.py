@@ -87,11 +87,38 @@ def test_stacked_and_one_by_one_training_give_the_same_intervals(monkeypatch):
     options = dict(epochs=5, progress=False, batch_size=16)
     predict = {"num_samples": 10, "seed": 0}
     stacked = CVPlus(make, folds=4, seed=0, predict_options=predict, **options).fit(X, y)
-    monkeypatch.setattr(cv_plus, "trains_stacked", lambda cls: False)
+    monkeypatch.setattr(cv_plus, "why_not_stacked", lambda methods: "switched off")
     alone = CVPlus(make, folds=4, seed=0, predict_options=predict, **options).fit(X, y)
     assert stacked.stacked and not alone.stacked
     for u, v in zip(stacked.predict_interval(X[:10]), alone.predict_interval(X[:10]), strict=True):
         torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-4)
+
+
+def test_models_that_cannot_stack_are_fitted_one_by_one():
+    """A VI net with a point-estimate layer (``LayerNorm``), which ``fit_stacked`` refuses
+    before any work, is fitted fold by fold instead of failing: the K models are each their
+    own fit (the first fold's model equals a fit of the same rows with the same seed)."""
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(40, 2, generator=g)
+    y = X.sum(-1) + 0.2 * torch.randn(40, generator=g)
+
+    def make() -> bp.VariationalBNN:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 1))
+        return bp.VariationalBNN(net, bp.Gaussian(0.2))
+
+    with pytest.raises(ValueError, match="point-estimate parameters"):
+        bp.fit_stacked([make(), make()], X, y, seeds=[0, 1], epochs=1, progress=False)
+    cv = CVPlus(make, folds=2, seed=0, epochs=2, progress=False).fit(X, y)
+    assert not cv.stacked and len(cv.methods) == 2
+    keep = torch.ones(40, dtype=torch.bool)  # fold 0: the first 20 rows of the seeded order
+    keep[torch.randperm(40, generator=torch.Generator().manual_seed(0))[:20]] = False
+    own = make()
+    own.fit(X[keep], y[keep], seed=0, epochs=2, progress=False)
+    first = cv.methods[0].sample_posterior(3, seed=1)["net.0.weight"]
+    torch.testing.assert_close(first, own.sample_posterior(3, seed=1)["net.0.weight"])
+    lower, upper = cv.predict_interval(X[:5])
+    assert bool((lower <= upper).all())
 
 
 def test_bad_input_is_refused_by_name():

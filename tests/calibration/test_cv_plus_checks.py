@@ -118,13 +118,19 @@ def test_the_predict_options_reach_the_residuals_and_the_interval():
     assert all(m.predicted_with == [options, options] for m in cv.methods)
 
 
-def test_the_stacking_choice_asks_about_the_first_models_class(monkeypatch):
-    """Equal folds and a seed: whether to stack is asked of the first model's class."""
+def test_the_stacking_choice_asks_about_the_built_models(monkeypatch):
+    """Equal folds and a seed: whether to stack is asked of the K built models (an answer
+    naming why not fits them one by one)."""
     asked = []
-    monkeypatch.setattr(cv_plus, "trains_stacked", lambda cls: bool(asked.append(cls)))
+
+    def why_not(methods):
+        asked.append([type(m) for m in methods])
+        return "they differ"
+
+    monkeypatch.setattr(cv_plus, "why_not_stacked", why_not)
     classes = iter([_Constant, _OtherConstant])
     cv = CVPlus(lambda: next(classes)(), folds=2, seed=0).fit(_rows(4), Y4)
-    assert asked == [_Constant] and not cv.stacked
+    assert asked == [[_Constant, _OtherConstant]] and not cv.stacked
 
 
 def test_targets_are_rounded_to_the_predictions_dtype_before_the_residual():

@@ -10,6 +10,7 @@ from bnn_pyro.spec import MethodSpec, normal_prior
 
 _MODEL = "bnn_pyro.methods.vi.model:VariationalBNN"
 _STACKED = "bnn_pyro.methods.vi.stacked_fit:fit_stacked_vi"
+_WHY_NOT = "bnn_pyro.methods.vi.stacked_support:why_not_stacked_vi"
 
 
 def _meanfield(p: Mapping[str, Any], n: int) -> dict[str, Any]:
@@ -20,17 +21,17 @@ SPECS = [
     MethodSpec(
         "vi", _MODEL, "VariationalBNN (Bayes by Backprop on Pyro)", rank=10,
         estimator_options=normal_prior, estimator_fit=_meanfield, scalar_noise=True,
-        stacked_fit=_STACKED,
+        stacked_fit=_STACKED, why_not_stacked=_WHY_NOT,
     ),
     MethodSpec(
         "lrt", _MODEL, "VariationalBNN(local_reparameterization=True)", rank=20,
         defaults={"local_reparameterization": True}, estimator_options=normal_prior,
-        estimator_fit=_meanfield, scalar_noise=True, stacked_fit=_STACKED,
+        estimator_fit=_meanfield, scalar_noise=True, stacked_fit=_STACKED, why_not_stacked=_WHY_NOT,
     ),
     MethodSpec(
         "bb_alpha", _MODEL, 'VariationalBNN(elbo="alpha") (black-box alpha)', rank=30,
         defaults={"elbo": "alpha"}, estimator_options=normal_prior, scalar_noise=True,
-        stacked_fit=_STACKED,
+        stacked_fit=_STACKED, why_not_stacked=_WHY_NOT,
     ),
     MethodSpec(
         "hidden_layer", "bnn_pyro.methods.vi.hidden_layer:HiddenLayerBNN",

@@ -10,6 +10,8 @@ import torch.nn as nn
 
 from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
 from bnn_pyro.nn.batched import has_hooks
+from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
+from bnn_pyro.nn.pyro_net import DEVICE_REF
 
 __all__ = ["members_elbo", "why_not_stacked_vi"]
 
@@ -42,6 +44,30 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
     ]
     if any(s != shapes[0] for s in shapes[1:]):
         return "the models differ in their nets or their Bayesian sites"
+    point = next((k for b in bnns for k, _ in b.net.named_parameters()), None)
+    point = point or next(
+        (k for b in bnns for k, _ in b.net.named_buffers() if not k.endswith(DEVICE_REF)), None
+    )
+    if point is not None:  # the stacked net runs on the Bayesian sites' draws alone
+        return (
+            f"the nets hold point-estimate parameters or buffers ({point!r}, ...): the stacked "
+            "fit trains the Bayesian sites only, fit each model with its own fit"
+        )
+    layers = BATCHED_REPLACEMENTS.values()
+    site = next(
+        (
+            s
+            for b in bnns
+            for s in b.evaluator.sites
+            if type(b.evaluator.twin.module.get_submodule(s.module_name)) not in layers
+        ),
+        None,
+    )
+    if site is not None:
+        return (
+            f"the Bayesian site {site.name!r} is in a layer the stacked net cannot run for "
+            "several members at once (nn.Linear and nn.Conv2d can)"
+        )
     kinds = {
         (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
         for b in bnns
