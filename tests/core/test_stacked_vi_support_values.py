@@ -16,6 +16,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn as nn
+from stacked_vi_helpers import Gain
 
 import bnn_pyro as bp
 from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
@@ -46,17 +47,6 @@ class _MyVI(bp.VariationalBNN):
 
 class _MyGaussian(bp.Gaussian):
     """A user's Gaussian: its density may be other than the stacked loss's."""
-
-
-class _Gain(nn.Module):
-    """Multiplies by one scalar parameter (not a layer the stacked twin batches)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.g = nn.Parameter(torch.tensor(1.5))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.g * x
 
 
 class _Shift(nn.Module):
@@ -173,8 +163,8 @@ def test_point_estimate_parameters_are_refused_by_name():
 def test_sites_outside_linear_and_conv2d_layers_are_refused_by_name():
     conv1d = nn.Sequential(nn.Conv1d(2, 3, 3), nn.Flatten(), nn.Linear(18, 1))
     assert why_not_stacked_vi([_vi(conv1d)]) == LAYER.format("net.0.weight")
-    gain = nn.Sequential(nn.Linear(4, 1), _Gain())
-    prior = bp.IIDPrior(dist.Normal(0.0, 1.0), types=(nn.Linear, _Gain))
+    gain = nn.Sequential(nn.Linear(4, 1), Gain())
+    prior = bp.IIDPrior(dist.Normal(0.0, 1.0), types=(nn.Linear, Gain))
     assert why_not_stacked_vi([_vi(gain, prior=prior)]) == LAYER.format("net.1.g")
 
 

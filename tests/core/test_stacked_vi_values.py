@@ -17,6 +17,7 @@ import pyro.distributions as dist
 import pytest
 import torch
 import torch.nn as nn
+from stacked_vi_helpers import Gain
 
 import bnn_pyro as bp
 from bnn_pyro.methods.vi.fast_loss import direct_loss_for
@@ -185,25 +186,14 @@ def test_a_prior_that_is_not_a_shared_normal_is_refused_by_name():
     assert str(info.value) == expected
 
 
-class _Gain(nn.Module):
-    """Multiplies by one scalar parameter: a Bayesian site of shape ``()``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.g = nn.Parameter(torch.tensor(1.5))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.g * x
-
-
 def test_a_scalar_sites_prior_is_read_unwrapped():
     """A site of shape ``()`` gets its prior as the bare SharedNormal (``to_event(0)`` wraps
     nothing), which StackedVI reads as it reads the others' ``Independent`` base: one member
     (``fit_stacked`` refuses such a layer for several, whose twin does not batch it) scores
     as its own DirectLoss. Tolerance as above: float32 round-off."""
-    prior = bp.IIDPrior(dist.Normal(0.2, 1.3), types=(nn.Linear, _Gain))
+    prior = bp.IIDPrior(dist.Normal(0.2, 1.3), types=(nn.Linear, Gain))
     torch.manual_seed(0)
-    bnn = bp.VariationalBNN(nn.Sequential(nn.Linear(D, 1), _Gain()), bp.Gaussian(0.4), prior=prior)
+    bnn = bp.VariationalBNN(nn.Sequential(nn.Linear(D, 1), Gain()), bp.Gaussian(0.4), prior=prior)
     X, y = _data(1, 1)
     bnn.setup_guide(X[0], y[0])
     assert [tuple(s.shape) for s in bnn.evaluator.sites][-1] == ()
