@@ -23,8 +23,9 @@ from bnn_pyro.exceptions import (
 )
 from bnn_pyro.threads import get_threads, set_threads, threads
 
-# Every name bnn_pyro.<name> gives is written once, here: imported on first use (``_lazy``), so
-# that ``import bnn_pyro`` (and ``bnn-pyro --help``) imports neither torch nor Pyro
+# Where every name bnn_pyro.<name> gives lives is written once, here (``__all__`` below lists
+# the public ones, checked against these at import): imported on first use (``_lazy``), so that
+# ``import bnn_pyro`` (and ``bnn-pyro --help``) imports neither torch nor Pyro
 if TYPE_CHECKING:
     import pyro.distributions as dist  # bp.dist: the module
 

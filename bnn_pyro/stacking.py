@@ -19,7 +19,7 @@ import torch
 from bnn_pyro._checks import as_tensor
 from bnn_pyro._kept import kept_on_error
 from bnn_pyro.registry import method_specs
-from bnn_pyro.spec import load_object
+from bnn_pyro.spec import MethodSpec, load_object
 from bnn_pyro.threads import uses_threads
 from bnn_pyro.training.callbacks import History
 
@@ -129,10 +129,13 @@ def trains_stacked(cls: type) -> bool:
             "cls must be a method class such as bp.MCDropout, got an instance of "
             f"{type(cls).__name__}"
         )
-    return any(
-        spec.stacked_fit is not None and spec.cls in (cls, f"{cls.__module__}:{cls.__name__}")
-        for spec in method_specs().values()
-    )
+    return any(spec.stacked_fit is not None for spec in _specs_of(cls))
+
+
+def _specs_of(cls: type) -> list[MethodSpec]:
+    """The registry's specs of class ``cls`` (given as the class or as ``"module:Class"``)."""
+    names = (cls, f"{cls.__module__}:{cls.__name__}")
+    return [spec for spec in method_specs().values() if spec.cls in names]
 
 
 def why_not_stacked(models: Sequence[Any]) -> str | None:
@@ -154,25 +157,26 @@ def why_not_stacked(models: Sequence[Any]) -> str | None:
         'the nets hold point-estimate parameters '
         >>> why_not_stacked([bp.make("hidden_layer", bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))])
         'fit_stacked does not train HiddenLayerBNN models'
+        >>> why_not_stacked([])
+        Traceback (most recent call last):
+          ...
+        ValueError: why_not_stacked needs at least one model
     """
     if not models:
         raise ValueError("why_not_stacked needs at least one model")
     cls = type(models[0])
     if not trains_stacked(cls):
         return f"fit_stacked does not train {cls.__name__} models"
-    for spec in method_specs().values():
-        if spec.why_not_stacked is not None and spec.cls in (
-            cls,
-            f"{cls.__module__}:{cls.__name__}",
-        ):
+    for spec in _specs_of(cls):
+        if spec.why_not_stacked is not None:
             return load_object(spec.why_not_stacked)(models)
     return None
 
 
 def _stacked_fit_of(cls: type) -> Callable[..., History]:
     """The stacked fit that ``cls``'s spec declares (a clear error when none does)."""
-    for spec in method_specs().values():
-        if spec.stacked_fit is not None and spec.cls in (cls, f"{cls.__module__}:{cls.__name__}"):
+    for spec in _specs_of(cls):
+        if spec.stacked_fit is not None:
             return load_object(spec.stacked_fit)
     stacked = sorted({s.name for s in method_specs().values() if s.stacked_fit is not None})
     raise ValueError(
