@@ -44,7 +44,7 @@ test-quick: $(STAMP)
 #   make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/test_metrics_ood.py
 mutate: $(STAMP)
 	$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install --quiet mutmut
-	$(PY) benchmarks/mutation.py --module $(MODULE) --tests $(TESTS) $(if $(SURVIVORS),--survivors) $(if $(NO_DOCTESTS),--no-doctests)
+	$(PY) benchmarks/mutation.py --module $(MODULE) --tests $(TESTS) $(if $(SURVIVORS),--survivors) $(if $(NO_DOCTESTS),--no-doctests) $(if $(JOBS),--jobs $(JOBS))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bnn_pyro tests benchmarks notebooks

@@ -356,11 +356,16 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
 
 
 def run(
-    module: str, tests: list[str], names: list[str] | None = None, doctests: bool = True
+    module: str,
+    tests: list[str],
+    names: list[str] | None = None,
+    doctests: bool = True,
+    jobs: int | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Mutate ``module`` in a temporary copy, run ``tests`` (and the module's doctests, unless
-    ``doctests`` is false) on every mutant (or only on the mutants ``names``): statuses, and
-    the diff of every survivor."""
+    ``doctests`` is false) on every mutant (or only on the mutants ``names``), ``jobs`` mutants
+    at a time (``None``: ``mutmut``'s default, one per core): statuses, and the diff of every
+    survivor."""
     mutmut = shutil.which("mutmut", path=os.path.dirname(sys.executable)) or shutil.which("mutmut")
     if mutmut is None:
         raise SystemExit("mutmut is not installed: pip install mutmut")
@@ -378,7 +383,8 @@ def run(
         with open(os.path.join(work, "setup.cfg"), "w", encoding="utf-8") as handle:
             handle.write(setup_cfg(module, tests, doctests))
         env = environment()
-        subprocess.run([mutmut, "run", *(names or [])], cwd=work, env=env,
+        children = [] if jobs is None else ["--max-children", str(jobs)]
+        subprocess.run([mutmut, "run", *children, *(names or [])], cwd=work, env=env,
                        stdout=subprocess.DEVNULL, check=False)  # fmt: skip
         listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, env=env,
                                 capture_output=True, text=True, check=True)  # fmt: skip
@@ -415,7 +421,16 @@ def main(argv: list[str] | None = None) -> int:
         help="leave the module's doctests out of every mutant's run (for a module whose "
         "examples are slow, e.g. one that runs NUTS: they would run once per mutant)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="mutants run at a time (default: one per core); 1 leaves the other cores free, "
+        "e.g. for a timing run",
+    )
     args = parser.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     title = "# Mutation testing\n\nOne section per module, from `benchmarks/mutation.py`.\n"
 
     def report() -> str:
@@ -431,10 +446,10 @@ def main(argv: list[str] | None = None) -> int:
             for n, v in statuses.items()
             if v not in ("killed", "timeout") and not (v == "survived" and n in equivalent)
         ]
-        fresh, diffs = run(args.module, tests, names, doctests) if names else ({}, {})
+        fresh, diffs = run(args.module, tests, names, doctests, args.jobs) if names else ({}, {})
         statuses |= fresh
     else:
-        statuses, diffs = run(args.module, tests, doctests=doctests)
+        statuses, diffs = run(args.module, tests, doctests=doctests, jobs=args.jobs)
     if not statuses:
         raise SystemExit("mutmut reported no mutants: see its output above")
     # read again: other modules' runs may have written the report (or the equivalent list)

@@ -252,6 +252,17 @@ def test_mutation_report_pieces():
     assert _doctests_passed("mutation.py") >= 9
 
 
+def test_mutation_jobs_must_be_positive(capsys):
+    """``--jobs`` (mutants at a time, passed to mutmut as ``--max-children``) below 1 is
+    refused by the parser, naming the value, before any copy or mutmut run."""
+    from benchmarks import mutation
+
+    with pytest.raises(SystemExit) as info:
+        mutation.main(["--module", "bnn_pyro/metrics/ood.py", "--tests", "t.py", "--jobs", "0"])
+    assert info.value.code == 2
+    assert "--jobs must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_laplace_glm_predict_quick_prints_both_paths():
     """benchmarks/laplace_glm_predict.py --quick: the per-layer and the full-Jacobian paths of
     the diagonal Laplace side by side, with the gap between their results."""
