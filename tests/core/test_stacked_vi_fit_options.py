@@ -105,3 +105,15 @@ def test_each_member_keeps_the_input_shape_its_own_fit_keeps():
     with pytest.raises(ValueError) as got:
         shared[0].predict(torch.randn(5, 4), num_samples=2)
     assert str(got.value) == str(expected.value)
+
+
+def test_one_model_is_a_stack_for_the_alpha_energy_too():
+    """K = 1 with elbo="alpha" (4 particles): the one member ends where its own
+    fit(elbo="alpha") ends. Round-off as above."""
+    X, y = _data()
+    fit = dict(epochs=2, batch_size=16, elbo="alpha", num_particles=4, progress=False)
+    alone = _models(k=1)
+    alone[0].fit(X, y, seed=0, **fit)
+    together = _models(k=1)
+    fit_stacked_vi(together, X, y, seeds=[0], **fit)
+    _assert_same(alone, together)

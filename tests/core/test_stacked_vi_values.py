@@ -22,6 +22,7 @@ from stacked_vi_helpers import Gain
 import bnn_pyro as bp
 from bnn_pyro.methods.vi.fast_loss import direct_loss_for
 from bnn_pyro.methods.vi.stacked import StackedVI
+from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
 from bnn_pyro.priors.base import Prior
 from bnn_pyro.stacking import fit_stacked
 from bnn_pyro.weight_distributions import SharedNormal
@@ -72,6 +73,12 @@ CASES = {
     "local reparameterization": (
         lambda k: bp.VariationalBNN(
             bp.nn.mlp(D, [6], 1), bp.Gaussian(0.3), local_reparameterization=True
+        ),
+        1,
+    ),
+    "flipout": (
+        lambda k: bp.VariationalBNN(
+            bp.nn.mlp(D, [6], 1), bp.Gaussian(0.3), local_reparameterization="flipout"
         ),
         1,
     ),
@@ -155,12 +162,17 @@ def test_the_weight_space_estimator_is_used_outside_training_mode():
     assert (train_loss - eval_loss).abs().item() > 1e-2
 
 
-@pytest.mark.parametrize("case", ["prior with a non-zero mean", "learned noise, two outputs"])
+@pytest.mark.parametrize(
+    "case",
+    ["prior with a non-zero mean", "learned noise, two outputs", "local reparameterization",
+     "flipout"],
+)  # fmt: skip
 def test_float64_members_are_scored_in_float64(case):
-    """Models set up in float32 and then moved to float64: the noise is drawn and the prior's
-    constants are made in float64 (a float32 draw is another number, a float32 prior scale
-    0.7 is off by ~1e-8 relative), so the stacked loss is the members' own float64 loss to
-    1e-10 relative, far below float32's ~1e-7 and far above float64's ~1e-16 round-off."""
+    """Models set up in float32 and then moved to float64: the noise (of the weights, of the
+    pre-activations, flipout's signs) is drawn and the prior's constants are made in float64
+    (a float32 draw is another number, a float32 prior scale 0.7 is off by ~1e-8 relative),
+    so the stacked loss is the members' own float64 loss to 1e-10 relative, far below
+    float32's ~1e-7 and far above float64's ~1e-16 round-off."""
     models, X, y = _members(case, 2, torch.float64)
     seeds = [3, 4]
     stacked = StackedVI(models, [torch.Generator().manual_seed(s) for s in seeds], N, 0.25)
@@ -168,6 +180,17 @@ def test_float64_members_are_scored_in_float64(case):
     assert got.dtype == torch.float64
     want = _own_losses(models, X, y, seeds, kl_weight=0.25)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=0.0)
+
+
+def test_the_alpha_energy_weighs_its_kl_as_the_elbo_unless_told():
+    """StackedAlphaVI's kl_weight defaults to 1 (the energy of Hernandez-Lobato et al.) and
+    keeps a weight it is given, as StackedVI does: a stacked fit sets it every epoch, a direct
+    caller relies on the default."""
+    models, _, _ = _members("prior with a non-zero mean", 2)
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
+    assert StackedAlphaVI(models, gens, N).kl_weight == 1.0
+    assert StackedAlphaVI(models, gens, N, 0.25).kl_weight == 0.25
+    assert StackedAlphaVI(models, gens, N, kl_weight=0.5, num_particles=3).num_particles == 3
 
 
 def test_a_prior_that_is_not_a_shared_normal_is_refused_by_name():

@@ -212,3 +212,31 @@ def test_the_curvature_moves_each_batch_to_the_given_device(monkeypatch, kind):
     )  # fmt: skip
     assert count == 4 and h.device == META and h.shape == (21,)
     assert seen and all(d == (META, META) for d in seen)
+
+
+# ---------------------------------------------------------------------- stacked VI
+@pytest.mark.parametrize("estimator", ["local", "flipout"])
+def test_stacked_local_reparameterization_draws_on_the_inputs_device(estimator):
+    """The per-member pre-activation noise (``"local"``) and flipout's signs follow the
+    inputs (CPU, float64), not the default device: the same numbers under a ``meta`` default
+    device as outside it, from the same member generators."""
+    from bnn_pyro.methods.vi.stacked_lrt import reparameterized_forward
+    from bnn_pyro.nn.layers import Linear
+
+    g = torch.Generator().manual_seed(0)
+    loc = torch.randn(2, 2, 3, generator=g, dtype=torch.float64)
+    scale = torch.rand(2, 2, 3, generator=g, dtype=torch.float64)
+    w = loc + scale * torch.randn(2, 2, 3, generator=g, dtype=torch.float64)
+    net = torch.nn.Sequential(Linear(3, 2, bias=False))
+    net[0]._parameters.pop("weight")
+    net[0].__dict__["weight"] = w
+    x = torch.randn(2, 4, 3, generator=g, dtype=torch.float64)
+
+    def forward():  # noqa: ANN202
+        gens = [torch.Generator().manual_seed(s) for s in (5, 6)]
+        return reparameterized_forward(net, x, {id(w): (loc, scale)}, estimator, gens)
+
+    want = forward()
+    got = _on_cpu_under_meta(forward)
+    assert got.device.type == "cpu" and got.dtype == torch.float64
+    assert torch.equal(got, want)
