@@ -76,6 +76,8 @@ def test_the_default_run_is_100_epochs_with_a_progress_bar(capsys):
     fit_stacked_sgmcmc(models, X, y, seeds=[0, 1], lr=1e-3)
     assert [m.last_run["steps"] for m in models] == [100, 100]
     assert "SGLD, 2 chains stacked" in capsys.readouterr().err
+    fit_stacked_sgmcmc(_models("sgld"), X, y, seeds=[0, 1], lr=1e-3, epochs=2, progress=False)
+    assert capsys.readouterr().err == ""  # progress=False: no bar
 
 
 def test_the_chains_friction_is_their_own():
