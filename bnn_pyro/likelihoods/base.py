@@ -143,9 +143,31 @@ class Likelihood(ABC):
     def log_prob(
         self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> torch.Tensor:
-        """``log p(y_n | f_s)`` for net outputs ``f: (S, N, O)`` and checked targets ``y`` →
-        ``(S, N)`` (summed over output columns)."""
+        """Each row's log-likelihood ``log p(y_n | f_n)``, summed over the output columns: the
+        one density every objective, curvature and score of the library reads.
+
+        Args:
+            f: ``(*S, N, O)`` net outputs (``*S``: draws, stacked members, or none).
+            y: targets as :meth:`check_targets` returns them (``(N, O')`` or ``(N,)`` labels),
+                or with leading dimensions that broadcast against ``*S``.
+            latents: the likelihood's latent sites (:meth:`sample_latents`), each broadcast
+                against ``f`` (a learned noise scale ``(O,)``, ``(S, O)`` or ``(*S, 1, O)``).
+
+        Returns:
+            ``(*S, N)``. The built-in likelihoods compute it in plain torch (equal to their
+            :meth:`distribution`'s ``log_prob``, which the Pyro model observes); this default
+            reads it off :meth:`distribution`.
+        """
         return self.distribution(f, latents).log_prob(y)
+
+    def fixed_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The values this likelihood fixes for the latent sites a learned variant of it
+        samples (a fixed Gaussian's noise scale), on ``f``'s device and dtype; none by default.
+
+        Models stacked into one pass, each with its own fixed value, stack these and hand them
+        to :meth:`log_prob` as ``latents``, one row per model.
+        """
+        return {}
 
     def noise_variance(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]

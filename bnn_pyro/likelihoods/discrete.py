@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 
 from bnn_pyro.likelihoods.base import Likelihood, float_targets
 
@@ -40,6 +41,20 @@ class Categorical(Likelihood):
     ) -> dist.TorchDistribution:
         return dist.Categorical(logits=f, validate_args=False)
 
+    def log_prob(
+        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``log softmax(f_n)[y_n]`` per row, in plain torch (see :meth:`Likelihood.log_prob`).
+
+        Example:
+            >>> f = torch.zeros(2, 3, 4)  # (S, N, C): every class equally likely
+            >>> Categorical().log_prob(f, torch.tensor([0, 1, 3]), {})[0, 0].item()  # -log 4
+            -1.3862943649291992
+        """
+        labels = y.expand(f.shape[:-1]).reshape(-1)
+        ce = F.cross_entropy(f.reshape(-1, f.shape[-1]), labels, reduction="none")
+        return -ce.view(f.shape[:-1])
+
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.softmax(f, dim=-1)
 
@@ -72,6 +87,20 @@ class Bernoulli(Likelihood):
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> dist.TorchDistribution:
         return dist.Bernoulli(logits=f, validate_args=False).to_event(1)
+
+    def log_prob(
+        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``sum_o log Bernoulli(y_no; sigmoid(f_no))`` per row, in plain torch (see
+        :meth:`Likelihood.log_prob`).
+
+        Example:
+            >>> f = torch.zeros(3, 2)  # (N, O): probability 1/2 for each of two columns
+            >>> Bernoulli().log_prob(f, torch.ones(3, 2), {})[0].item()  # 2 log(1/2)
+            -1.3862943649291992
+        """
+        bce = F.binary_cross_entropy_with_logits(f, y.expand_as(f), reduction="none")
+        return -bce.sum(-1)
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(f)

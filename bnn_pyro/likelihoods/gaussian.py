@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from bnn_pyro.likelihoods.base import Likelihood, float_targets
 from bnn_pyro.likelihoods.noise_init import residual_scale
 from bnn_pyro.priors._latent import check_scale_prior
-from bnn_pyro.weight_distributions import rebuild_on
+from bnn_pyro.weight_distributions import LOG_SQRT_2PI, rebuild_on
 
 __all__ = ["NOISE_SITE", "Gaussian", "GaussianLikelihood", "HeteroscedasticGaussian"]
 
@@ -50,6 +50,21 @@ class GaussianLikelihood(Likelihood):
     ) -> dist.TorchDistribution:
         loc, scale = self.loc_scale(f, latents)
         return dist.Normal(loc, scale, validate_args=False).to_event(1)
+
+    def log_prob(
+        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``sum_o log Normal(y_no; loc_no, scale_no)`` per row, in plain torch (see
+        :meth:`Likelihood.log_prob`).
+
+        Example:
+            >>> f, y = torch.zeros(2, 3, 1), torch.zeros(3, 1)  # (S, N, O), (N, O)
+            >>> Gaussian(scale=1.0).log_prob(f, y, {})[0, 0].item()  # -log(2 pi) / 2
+            -0.9189385175704956
+        """
+        loc, scale = self.loc_scale(f, latents)
+        z = (y - loc) / scale
+        return (-0.5 * z * z - scale.log() - LOG_SQRT_2PI).sum(-1)
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return f[..., : self.target_dim(f.shape[-1])]
@@ -175,12 +190,30 @@ class Gaussian(GaussianLikelihood):
         value = torch.full(y.shape[-1:], self.scale_init, dtype=y.dtype, device=y.device)
         return {NOISE_SITE: value}
 
+    def fixed_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A fixed scale as the value of the noise site, one per output ``(O,)`` (none when
+        the scale is learned: it is sampled).
+
+        Example:
+            >>> Gaussian(scale=0.5).fixed_latents(torch.zeros(4, 2))
+            {'likelihood.scale': tensor([0.5000, 0.5000])}
+        """
+        if self.learned:
+            return {}
+        return {NOISE_SITE: f.new_full(f.shape[-1:], self.scale)}
+
     def loc_scale(
         self, f: torch.Tensor, latents: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.learned:
+        """``(f, scale)``: the scale is ``latents["likelihood.scale"]`` where given (a learned
+        scale's draw, or stacked models' own fixed scales, :meth:`fixed_latents`), else the
+        fixed one."""
+        scale = latents.get(NOISE_SITE)
+        if scale is None:
+            if self.learned:
+                raise KeyError(f"a learned scale needs its latent {NOISE_SITE!r}")
             return f, f.new_tensor(self.scale)
-        scale = latents[NOISE_SITE]  # (O,), or (*S, 1, O) under sample plates
+        # (O,), or (*S, 1, O) under sample plates
         if scale.dim() == 2:  # (S, O) posterior samples: align with f's (S, N, O)
             scale = scale.unsqueeze(-2)
         return f, scale

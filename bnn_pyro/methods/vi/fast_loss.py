@@ -36,7 +36,6 @@ from pyro.distributions.kl import kl_divergence
 
 from bnn_pyro.elbos.recorder import Recorder
 from bnn_pyro.guides import MeanFieldNormalGuide
-from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.nn.layers import LAYER_HOOKS
 from bnn_pyro.nn.pyro_net import DEVICE_REF, site_prior
@@ -206,7 +205,7 @@ class DirectLoss:
                     log_p = log_p + site["fn"].log_prob(values[name]).sum()
         rows = f.shape[-2]
         scale = 1.0 if dataset_size is None else dataset_size / rows
-        log_lik = _log_likelihood(self.bnn.likelihood, f, y, latents) * scale
+        log_lik = self.bnn.likelihood.log_prob(f, y, latents).sum() * scale
         loss = -(log_lik + kl_weight * (log_p - log_q))
         return loss, -log_lik.detach()
 
@@ -257,22 +256,6 @@ def _log_prob_sum(d: Any, value: torch.Tensor) -> torch.Tensor:
         centred = value if base.loc0 == 0.0 else value - base.loc0
         return -0.5 / base.scale0**2 * _sq(centred) - value.numel() * base.log_norm
     return d.log_prob(value).sum()
-
-
-def _log_likelihood(
-    likelihood: Any, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """``sum_n log p(y_n | f_n)`` for ``f (B, O)``: fused for a fixed-noise ``Gaussian``,
-    ``Categorical`` and ``Bernoulli``; ``likelihood.log_prob(...).sum()`` otherwise."""
-    kind = type(likelihood)
-    if kind is Gaussian and not likelihood.learned and f.shape == y.shape:
-        s = likelihood.scale
-        return -0.5 / s**2 * _sq(f - y) - f.numel() * (math.log(s) + LOG_SQRT_2PI)
-    if kind is Categorical and f.dim() == 2:
-        return -F.cross_entropy(f, y, reduction="sum")
-    if kind is Bernoulli and f.shape == y.shape:
-        return -F.binary_cross_entropy_with_logits(f, y, reduction="sum")
-    return likelihood.log_prob(f, y, latents).sum()
 
 
 def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> DirectLoss | None:

@@ -1,6 +1,7 @@
 """Per-row log-likelihoods of K stacked nets (:mod:`bnn_pyro.methods.vi.stacked`): the sum over
 a minibatch is the ELBO's data term, the rows one by one the black-box alpha energy's
-(:mod:`bnn_pyro.methods.vi.stacked_alpha`)."""
+(:mod:`bnn_pyro.methods.vi.stacked_alpha`). The density is the likelihood's own
+(:meth:`~bnn_pyro.likelihoods.Likelihood.log_prob`); what this adds is each member's noise."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from bnn_pyro.likelihoods import Bernoulli, Categorical, HeteroscedasticGaussian
-from bnn_pyro.weight_distributions import LOG_SQRT_2PI
+from bnn_pyro.likelihoods import NOISE_SITE
 
 __all__ = ["row_log_likelihood"]
 
@@ -21,7 +20,8 @@ def row_log_likelihood(
 ) -> torch.Tensor:
     """``(K', B)``: each row's log-likelihood under each of ``K' = K * P`` stacked nets, ``f``
     ``(K', B, O)`` (member k's ``P`` draws consecutive), ``y`` ``(K', B, ...)``; ``noise``: a
-    learned scale ``(K', O)``, else each member's fixed one is used.
+    learned scale ``(K', O)``, else each member's fixed values
+    (:meth:`~bnn_pyro.likelihoods.Likelihood.fixed_latents`, e.g. its own noise scale) are used.
 
     Example:
         >>> import bnn_pyro as bp
@@ -31,21 +31,16 @@ def row_log_likelihood(
         >>> rows.shape, round(float(rows[0, 0]), 4)  # log N(0; 0, 1)
         (torch.Size([6, 5]), -0.9189)
     """
-    k, rows = f.shape[0], f.shape[1]
-    if isinstance(lik, Categorical):
-        ce = F.cross_entropy(f.reshape(-1, f.shape[-1]), y.reshape(-1), reduction="none")
-        return -ce.view(k, rows)
-    if isinstance(lik, Bernoulli):
-        bce = F.binary_cross_entropy_with_logits(f, y, reduction="none")
-        return -bce.reshape(k, rows, -1).sum(-1)
-    if isinstance(lik, HeteroscedasticGaussian):  # (K, B, 2O): locs, then raw scales
-        loc, s = lik.loc_scale(f, {})
-        z = (loc - y) / s
-        return (-0.5 * z.pow(2) - s.log() - LOG_SQRT_2PI).reshape(k, rows, -1).sum(-1)
-    if noise is None:
-        s = torch.tensor([b.likelihood.scale for b in bnns], dtype=f.dtype, device=f.device)
-        s = s.repeat_interleave(k // len(bnns)).view(k, 1, 1).expand(k, 1, f.shape[-1])
+    k = f.shape[0]
+    if noise is not None:
+        latents = {NOISE_SITE: noise.view(k, 1, -1)}
     else:
-        s = noise.view(k, 1, -1)
-    z = (f - y) / s
-    return (-0.5 * z.pow(2) - s.log() - LOG_SQRT_2PI).reshape(k, rows, -1).sum(-1)
+        own = [b.likelihood.fixed_latents(f) for b in bnns]
+        draws = k // len(bnns)
+        latents = {
+            name: torch.stack([values[name] for values in own])
+            .repeat_interleave(draws, 0)
+            .unsqueeze(1)  # (K', 1, ...): one value per stacked net, broadcast over the rows
+            for name in own[0]
+        }
+    return lik.log_prob(f, y, latents)
