@@ -27,7 +27,6 @@ __all__ = ["MAX_ROWS", "residual_scale"]
 MAX_ROWS = 10_000
 
 
-@torch.no_grad()
 def residual_scale(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The residual std of a least-squares linear fit, per output column.
 
@@ -49,19 +48,20 @@ def residual_scale(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             f"X (N, ...) and y (N, O) must have the same rows, got {tuple(X.shape)} and "
             f"{tuple(y.shape)}"
         )
-    n = X.shape[0]
-    rows = spread_rows(n, MAX_ROWS, X.device)
-    x = (X if rows is None else X[rows]).reshape(min(n, MAX_ROWS), -1).double()
-    t = (y if rows is None else y[rows.to(y.device)]).double()
-    m, d = x.shape
-    spread = t.std(dim=0) if m > 1 else torch.ones(t.shape[1], dtype=t.dtype, device=t.device)
-    if m > d + 1:
-        design = torch.cat([x, torch.ones(m, 1, dtype=x.dtype, device=x.device)], dim=1)
-        # gelsd (SVD): the CPU default, gelsy, pivots from a workspace torch leaves
-        # uninitialised, so its last bits depended on what the heap held before the call
-        coef = torch.linalg.lstsq(design.cpu(), t.cpu(), driver="gelsd").solution.to(t.device)
-        scale = ((t - design @ coef) ** 2).sum(0).div(m - d - 1).sqrt()
-    else:
-        scale = spread
-    floor = torch.clamp(1e-3 * spread, min=1e-6)
-    return torch.maximum(scale, floor).to(y.dtype)
+    with torch.no_grad():  # (a with-block, not a decorator: mutation testing reaches it)
+        n = X.shape[0]
+        rows = spread_rows(n, MAX_ROWS, X.device)
+        x = (X if rows is None else X[rows]).reshape(min(n, MAX_ROWS), -1).double()
+        t = (y if rows is None else y[rows.to(y.device)]).double()
+        m, d = x.shape
+        spread = t.std(dim=0) if m > 1 else torch.ones(t.shape[1], dtype=t.dtype, device=t.device)
+        if m > d + 1:
+            design = torch.cat([x, torch.ones(m, 1, dtype=x.dtype, device=x.device)], dim=1)
+            # gelsd (SVD): the CPU default, gelsy, pivots from a workspace torch leaves
+            # uninitialised, so its last bits depended on what the heap held before the call
+            coef = torch.linalg.lstsq(design.cpu(), t.cpu(), driver="gelsd").solution.to(t.device)
+            scale = ((t - design @ coef) ** 2).sum(0).div(m - d - 1).sqrt()
+        else:
+            scale = spread
+        floor = torch.clamp(1e-3 * spread, min=1e-6)
+        return torch.maximum(scale, floor).to(y.dtype)
