@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stacked_vi_helpers import assert_same_fits, small_data, small_models
 
 import bnn_pyro as bp
 from bnn_pyro.exceptions import TrainingDivergedError
@@ -19,40 +20,18 @@ from bnn_pyro.stacking import fit_stacked
 K = 2
 
 
-def _data(n: int = 40, members: int | None = None):
-    g = torch.Generator().manual_seed(0)
-    shape = (n, 3) if members is None else (members, n, 3)
-    X = torch.randn(*shape, generator=g)
-    return X, X[..., :1] - X[..., 1:2] + 0.1 * torch.randn(*shape[:-1], 1, generator=g)
-
-
-def _models(likelihood=lambda: bp.Gaussian(0.3), k: int = K, **kw):
-    out = []
-    for i in range(k):
-        torch.manual_seed(100 + i)
-        out.append(bp.VariationalBNN(bp.nn.mlp(3, [6], 1), likelihood(), **kw))
-    return out
-
-
-def _assert_same(alone, together):
-    """Round-off only: the same few steps of float32 arithmetic, batched differently."""
-    for a, b in zip(alone, together, strict=True):
-        for p, q in zip(a.parameters(), b.parameters(), strict=True):
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
-
-
 def test_lr_and_batch_size_default_to_fits_own():
     """Left out, lr and batch_size are fit's (1e-2 and 128, here more than the 40 rows: one
     full batch per epoch): the members end where their own fits with the defaults end. A
     stacked lr of 1e-3 ends elsewhere, so the test sees the learning rate."""
-    X, y = _data()
-    alone = _models()
+    X, y = small_data()
+    alone = small_models()
     for i, bnn in enumerate(alone):
         bnn.fit(X, y, epochs=3, seed=i, progress=False)
-    together = _models()
+    together = small_models()
     fit_stacked(together, X, y, seeds=list(range(K)), epochs=3, progress=False)
-    _assert_same(alone, together)
-    slow = _models()
+    assert_same_fits(alone, together)
+    slow = small_models()
     fit_stacked(slow, X, y, seeds=list(range(K)), epochs=3, lr=1e-3, progress=False)
     moved = slow[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
     assert moved.abs().max() > 1e-3
@@ -61,40 +40,40 @@ def test_lr_and_batch_size_default_to_fits_own():
 def test_a_map_phase_with_a_batch_larger_than_the_data_is_fits_own():
     """init="map" with batch_size above the rows: the MAP phase's minibatches are all rows,
     as in fit, and the members end where their own fits end."""
-    X, y = _data()
+    X, y = small_data()
     fit = dict(epochs=2, batch_size=1000, lr=1e-2, init="map", map_epochs=2)
-    alone = _models(lambda: bp.Gaussian("learned"))
+    alone = small_models(lambda: bp.Gaussian("learned"))
     for i, bnn in enumerate(alone):
         bnn.fit(X, y, seed=i, progress=False, **fit)
-    together = _models(lambda: bp.Gaussian("learned"))
+    together = small_models(lambda: bp.Gaussian("learned"))
     fit_stacked(together, X, y, seeds=list(range(K)), progress=False, **fit)
     for a, b in zip(alone, together, strict=True):
         assert a.map_history["loss"] == b.map_history["loss"]
-    _assert_same(alone, together)
+    assert_same_fits(alone, together)
 
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_init_map_without_map_epochs_takes_fits_default(k):
     """init="map" alone: a quarter of the epochs of MAP first (here 1 of 4), as each model's
     own fit(init="map"); one model is a stack too. Round-off as above."""
-    X, y = _data()
+    X, y = small_data()
     fit = dict(epochs=4, batch_size=16, init="map")
-    alone = _models(lambda: bp.Gaussian("learned"), k=k)
+    alone = small_models(lambda: bp.Gaussian("learned"), k=k)
     for i, bnn in enumerate(alone):
         bnn.fit(X, y, seed=i, progress=False, **fit)
-    together = _models(lambda: bp.Gaussian("learned"), k=k)
+    together = small_models(lambda: bp.Gaussian("learned"), k=k)
     fit_stacked_vi(together, X, y, seeds=list(range(k)), progress=False, **fit)
     for a, b in zip(alone, together, strict=True):
         assert len(a.map_history["loss"]) == 1
         assert a.map_history["loss"] == b.map_history["loss"]
-    _assert_same(alone, together)
+    assert_same_fits(alone, together)
 
 
 @pytest.mark.parametrize("modes", [(True, False), (False, True)])
 def test_each_model_is_left_in_the_mode_it_was_in(modes):
     """fit_stacked trains in training mode and gives each model back its own mode."""
-    X, y = _data()
-    models = _models()
+    X, y = small_data()
+    models = small_models()
     for bnn, mode in zip(models, modes, strict=True):
         bnn.train(mode)
     fit_stacked(models, X, y, seeds=[0, 1], epochs=1, progress=False)
@@ -105,8 +84,8 @@ def test_each_model_is_left_in_the_mode_it_was_in(modes):
 def test_a_diverging_stacked_fit_names_its_lr_and_members():
     """Targets of size 1e30 make every member's loss infinite in the first step: the error
     names the run by its lr and lists the members (1-based) whose loss is not finite."""
-    X, y = _data()
-    models = _models()
+    X, y = small_data()
+    models = small_models()
     with pytest.raises(TrainingDivergedError) as info:
         fit_stacked(models, X, y * 1e30, seeds=[0, 1], epochs=2, lr=0.5, progress=False)
     assert str(info.value).startswith(
@@ -114,12 +93,12 @@ def test_a_diverging_stacked_fit_names_its_lr_and_members():
     )
 
 
-def test_the_progress_bar_is_on_by_default_and_names_the_stacked_models(capsys):
+def test_the_progress_bar_is_on_by_default_and_names_the_stackedsmall_models(capsys):
     """Unless progress=False, a bar names the method and the number of models (on stderr)."""
-    X, y = _data()
-    fit_stacked_vi(_models(k=3), X, y, seeds=[0, 1, 2], epochs=1)
+    X, y = small_data()
+    fit_stacked_vi(small_models(k=3), X, y, seeds=[0, 1, 2], epochs=1)
     assert "VariationalBNN, 3 models stacked" in capsys.readouterr().err
-    fit_stacked_vi(_models(k=3), X, y, seeds=[0, 1, 2], epochs=1, progress=False)
+    fit_stacked_vi(small_models(k=3), X, y, seeds=[0, 1, 2], epochs=1, progress=False)
     assert "models stacked" not in capsys.readouterr().err
 
 
@@ -127,19 +106,19 @@ def test_epochs_and_batch_size_default_to_fits_own():
     """Left out, epochs and batch_size are fit's (100 and 128; 130 rows make two minibatches
     of 128 and 2 rows per epoch, where 129 would make two others): the members end where
     their own default fits end, after 100 epochs. Round-off as above, over 200 steps."""
-    X, y = _data(n=130)
-    alone = _models()
+    X, y = small_data(n=130)
+    alone = small_models()
     for i, bnn in enumerate(alone):
         bnn.fit(X, y, seed=i, progress=False)
-    together = _models()
+    together = small_models()
     history = fit_stacked_vi(together, X, y, seeds=list(range(K)), progress=False)
     assert len(history["loss"]) == 100
-    _assert_same(alone, together)
+    assert_same_fits(alone, together)
 
 
 def test_bad_arrays_are_refused_by_their_names():
     """fit_stacked_vi, called directly, checks X (numeric, at least 2-D) and y by name."""
-    models, (X, y) = _models(), _data()
+    models, (X, y) = small_models(), small_data()
     with pytest.raises(TypeError) as info:
         fit_stacked_vi(models, "rows", y, seeds=[0, 1], progress=False)
     assert str(info.value) == "X must be numeric, got an array of dtype <U4"
@@ -157,13 +136,13 @@ def test_bad_arrays_are_refused_by_their_names():
 def test_each_members_own_rows_and_history_come_back():
     """Per-member data (K, N, D): member k trains on X[k] alone (its own fit on X[k]); the
     history has one row per epoch with each member's loss."""
-    X, y = _data(members=K)
-    alone = _models()
+    X, y = small_data(members=K)
+    alone = small_models()
     own = [bnn.fit(X[i], y[i], epochs=2, batch_size=16, seed=i, progress=False)
            for i, bnn in enumerate(alone)]  # fmt: skip
-    together = _models()
+    together = small_models()
     history = fit_stacked(together, X, y, seeds=[0, 1], epochs=2, batch_size=16, progress=False)
-    _assert_same(alone, together)
+    assert_same_fits(alone, together)
     assert len(history["loss"]) == 2
     for i in range(K):
         got = [row[i] for row in history["member_loss"]]
@@ -173,7 +152,7 @@ def test_each_members_own_rows_and_history_come_back():
 
 def test_refusals_name_the_problem():
     """Each refusal, word for word, before any model changes."""
-    X, y = _data()
+    X, y = small_data()
 
     def refused(models, match_all: str, **kw):
         with pytest.raises(ValueError) as info:
@@ -182,32 +161,32 @@ def test_refusals_name_the_problem():
         assert not any(bnn.is_fitted() for bnn in models)
 
     refused(
-        _models(),
+        small_models(),
         "weight_decay applies to MCDropout, SWAG and Laplace (VI has its prior)",
         weight_decay=0.1,
     )
     refused(
-        _models(),
+        small_models(),
         "fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
         "got elbo='stl', num_particles=1",
         elbo="stl",
     )
     refused(
-        _models(),
+        small_models(),
         "fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
         "got elbo='trace', num_particles=2",
         num_particles=2,
     )
     refused(
-        _models(local_reparameterization=True),
+        small_models(local_reparameterization=True),
         "elbo='alpha' is stacked for the weight-space estimator only",
         elbo="alpha",
     )
     refused(
-        [_models()[0], bp.VariationalBNN(bp.nn.mlp(3, [7], 1), bp.Gaussian(0.3))],
+        [small_models()[0], bp.VariationalBNN(bp.nn.mlp(3, [7], 1), bp.Gaussian(0.3))],
         "fit_stacked: the models differ in their nets or their Bayesian sites",
     )
-    refused(_models(), "seeds must give one seed per model (2), got 3", seeds=[0, 1, 2])
+    refused(small_models(), "seeds must give one seed per model (2), got 3", seeds=[0, 1, 2])
     refused(
         [bp.VariationalBNN(bp.nn.mlp(3, [6], 1, dropout=0.1), bp.Gaussian(0.3))],
         "elbo='alpha' is not stacked for nets with dropout (the members would not draw the "
@@ -216,13 +195,13 @@ def test_refusals_name_the_problem():
         seeds=[0],
     )
     refused(
-        _models(),
+        small_models(),
         "num_particles must be an int >= 1, got 0",
         elbo="alpha",
         num_particles=0,
     )
     refused(
-        _models(),
+        small_models(),
         "fit_stacked needs an elementwise optimizer, got <class 'torch.optim.lbfgs.LBFGS'>",
         optimizer=torch.optim.LBFGS,
     )
@@ -231,16 +210,16 @@ def test_refusals_name_the_problem():
 def test_a_kl_weight_of_zero_is_taken_and_a_negative_one_refused():
     """kl_weight=0 is a valid beta (the members' own fits take it); -0.1 is refused up front
     by check_float's message (not the per-epoch one, ``... >= 0, got -0.1 at epoch 0``)."""
-    X, y = _data()
-    alone = _models()
+    X, y = small_data()
+    alone = small_models()
     for i, bnn in enumerate(alone):
         bnn.fit(X, y, epochs=2, batch_size=16, kl_weight=0.0, seed=i, progress=False)
-    together = _models()
+    together = small_models()
     fit = dict(epochs=2, batch_size=16, kl_weight=0.0, progress=False)
     history = fit_stacked(together, X, y, seeds=[0, 1], **fit)
-    _assert_same(alone, together)
+    assert_same_fits(alone, together)
     assert history["kl_weight"] == [0.0, 0.0]
-    models = _models()
+    models = small_models()
     with pytest.raises(ValueError) as info:
         fit_stacked_vi(models, X, y, seeds=[0, 1], progress=False, kl_weight=-0.1)
     assert str(info.value) == "kl_weight must be a finite float >= 0.0, got -0.1"
@@ -250,12 +229,12 @@ def test_a_kl_weight_of_zero_is_taken_and_a_negative_one_refused():
 def test_a_schedule_is_checked_at_epoch_0_before_the_run():
     """A kl_weight schedule is called once for epoch 0 before anything is set up (a bad one is
     refused there), then once at the start of each epoch: epochs 0, 0, 1, 2 for 3 epochs."""
-    X, y = _data()
+    X, y = small_data()
     asked = []
 
     def schedule(epoch: int) -> float:
         asked.append(epoch)
         return 1.0
 
-    fit_stacked_vi(_models(), X, y, seeds=[0, 1], epochs=3, kl_weight=schedule, progress=False)
+    fit_stacked_vi(small_models(), X, y, seeds=[0, 1], epochs=3, kl_weight=schedule, progress=False)
     assert asked == [0, 0, 1, 2]
