@@ -42,6 +42,14 @@ def test_the_plan_is_the_methods_own_options():
     assert step.collector.thinning == thinning
 
 
+def test_the_default_thinning_spreads_the_methods_sample_bound():
+    """sghmc with 10 of 40 steps burned in and at most 5 samples: the 30 sampling steps are
+    thinned by 6 (by 1 under the default bound of 1,000), in the plan's collector."""
+    X, y = _data()
+    step = _method("sghmc", burn_in=10, max_samples=5).start_run(X, y, steps=40, lr=0.01)
+    assert step.collector.thinning == 6
+
+
 def test_a_measured_run_keeps_the_whole_data_for_its_control_variate():
     """lr=None (the step measured on the posterior): the step holds the data set (X, y) it
     was started on; with an lr given it holds none (the plain minibatch gradient)."""
