@@ -58,6 +58,10 @@ CASES = {
         lambda k: bp.VariationalBNN(bp.nn.mlp(D, [6], 1), bp.Gaussian(0.3), prior=_ByName()),
         1,
     ),
+    "fixed noise, two outputs": (
+        lambda k: bp.VariationalBNN(bp.nn.mlp(D, [6], 2), bp.Gaussian(0.2 + 0.1 * k)),
+        2,
+    ),
     "learned noise, two outputs": (
         lambda k: bp.VariationalBNN(bp.nn.mlp(D, [6], 2), bp.Gaussian("learned")),
         2,
