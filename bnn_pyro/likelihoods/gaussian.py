@@ -178,7 +178,9 @@ class Gaussian(GaussianLikelihood):
         ``scale_init="prior"``).
 
         Example:
-            >>> X = torch.randn(200, 1); y = 3 * X + 0.5 * torch.randn(200, 1)
+            >>> g = torch.Generator().manual_seed(0)
+            >>> X = torch.randn(200, 1, generator=g)
+            >>> y = 3 * X + 0.5 * torch.randn(200, 1, generator=g)
             >>> s = Gaussian(scale="learned").initial_latents(X, y)["likelihood.scale"]
             >>> bool(0.4 < s.item() < 0.6)
             True

@@ -38,7 +38,9 @@ def residual_scale(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         ``(O,)`` positive scales, on ``y``'s device and dtype.
 
     Example:
-        >>> X = torch.randn(500, 2); y = (X @ torch.tensor([1.0, -2.0]) + 0.3 * torch.randn(500))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.randn(500, 2, generator=g)
+        >>> y = X @ torch.tensor([1.0, -2.0]) + 0.3 * torch.randn(500, generator=g)
         >>> s = residual_scale(X, y.unsqueeze(-1))
         >>> bool(abs(s.item() - 0.3) < 0.03)  # the noise std, not std(y) = 2.26
         True
