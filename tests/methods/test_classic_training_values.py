@@ -160,3 +160,22 @@ def test_the_bar_names_the_run_and_a_divergence_names_its_lr(capsys):
     with pytest.raises(TrainingDivergedError, match=r"^my run \(lr=0.1\)"):
         train_epochs(net.parameters(), lambda xb, yb: loss(xb, yb) * float("inf"), x, y,
                      _settings(), module=net, desc="my run")  # fmt: skip
+
+
+def test_an_iterate_average_ends_at_the_mean_of_the_last_share_of_steps():
+    """average=0.5 over 4 full-batch epochs (one step each): the parameters end at the mean of
+    their values after the steps of the last 2 epochs (read by a callback after each, which
+    is handed the trained module itself when no other owner is named)."""
+    torch.manual_seed(0)
+    net = nn.Linear(2, 1)
+    x, y = torch.randn(8, 2), torch.randn(8, 1)
+    after = []
+    train_epochs(
+        net.parameters(), lambda xb, yb: ((net(xb) - yb) ** 2).mean(), x, y,
+        _settings(epochs=4, batch_size=8, average=0.5), module=net, desc="avg", seed=0,
+        callbacks=[lambda m, epoch, h: after.append((m, net.weight.detach().clone()))],
+    )  # fmt: skip
+    assert all(m is net for m, _ in after)
+    after = [w for _, w in after]
+    torch.testing.assert_close(net.weight.detach(), (after[2] + after[3]) / 2)
+    assert not torch.allclose(after[2], after[3])  # the average is not one of them
