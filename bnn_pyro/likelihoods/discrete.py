@@ -51,6 +51,8 @@ class Categorical(Likelihood):
             >>> Categorical().log_prob(f, torch.tensor([0, 1, 3]), {})[0, 0].item()  # -log 4
             -1.3862943649291992
         """
+        if f.dim() == 2 and y.dim() == 1:  # one net's rows: no reshaping
+            return -F.cross_entropy(f, y, reduction="none")
         labels = y.expand(f.shape[:-1]).reshape(-1)
         ce = F.cross_entropy(f.reshape(-1, f.shape[-1]), labels, reduction="none")
         return -ce.view(f.shape[:-1])

@@ -148,6 +148,24 @@ class Gaussian(GaussianLikelihood):
         self.scale_init = scale_init if isinstance(scale_init, str) else float(scale_init)
         self._prior_cache: dict[tuple, dist.TorchDistribution] = {}
 
+    def log_prob(
+        self, f: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """As :meth:`GaussianLikelihood.log_prob`; a fixed scale (no latent given) in fewer
+        operations: ``-0.5 / s**2 * sum_o (y - f)**2 - O (log s + log sqrt(2 pi))``, the hot
+        path of every fit with a known noise.
+
+        Example:
+            >>> lp = Gaussian(scale=2.0).log_prob(torch.zeros(1, 3), torch.ones(1, 3), {})
+            >>> round(lp.item(), 4)  # 3 log N(1; 0, 2^2) = -3/8 - 3 log(2 sqrt(2 pi))
+            -5.2113
+        """
+        if self.learned or NOISE_SITE in latents or type(self).loc_scale is not _LOC_SCALE:
+            return super().log_prob(f, y, latents)  # (a subclass's own loc_scale is read)
+        s = self.scale
+        d = y - f
+        return (d * d).sum(-1) * (-0.5 / s**2) - f.shape[-1] * (math.log(s) + LOG_SQRT_2PI)
+
     @property
     def learned(self) -> bool:
         """Whether the noise scale is a latent site (``scale="learned"``)."""
@@ -243,6 +261,9 @@ class Gaussian(GaussianLikelihood):
             init = "" if self.scale_init == "data" else f", scale_init={self.scale_init!r}"
             return f"Gaussian(scale='learned', scale_prior={self.scale_prior!r}{init})"
         return f"Gaussian(scale={self.scale!r})"
+
+
+_LOC_SCALE = Gaussian.loc_scale
 
 
 class HeteroscedasticGaussian(GaussianLikelihood):

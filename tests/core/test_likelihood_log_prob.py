@@ -109,3 +109,18 @@ def test_a_users_likelihood_reads_its_distribution():
 
     f, y = torch.zeros(2, 3, 1), torch.ones(3, 1)
     torch.testing.assert_close(Laplace().log_prob(f, y, {}), torch.full((2, 3), -1 - 0.6931472))
+
+
+def test_a_gaussian_subclass_with_its_own_loc_scale_is_read():
+    """A fixed Gaussian's log_prob takes a shorter path; a subclass that defines its own
+    loc_scale (here a scale of 2 whatever it was built with) is scored through it."""
+
+    class Wide(bp.Gaussian):
+        def loc_scale(self, f, latents):
+            return f, f.new_tensor(2.0)
+
+    f = torch.randn(3, 2, dtype=torch.float64)
+    y = torch.randn(3, 2, dtype=torch.float64)
+    got = Wide(0.5).log_prob(f, y, {})
+    torch.testing.assert_close(got, bp.Gaussian(2.0).log_prob(f, y, {}), **TOL)
+    assert not torch.allclose(got, bp.Gaussian(0.5).log_prob(f, y, {}))
