@@ -160,7 +160,7 @@ class Gaussian(GaussianLikelihood):
             >>> round(lp.item(), 4)  # 3 log N(1; 0, 2^2) = -3/8 - 3 log(2 sqrt(2 pi))
             -5.2113
         """
-        if self.learned or NOISE_SITE in latents or type(self).loc_scale is not _LOC_SCALE:
+        if self.learned or NOISE_SITE in latents or type(self).loc_scale is not Gaussian.loc_scale:
             return super().log_prob(f, y, latents)  # (a subclass's own loc_scale is read)
         s = self.scale
         d = y - f
@@ -261,9 +261,6 @@ class Gaussian(GaussianLikelihood):
             init = "" if self.scale_init == "data" else f", scale_init={self.scale_init!r}"
             return f"Gaussian(scale='learned', scale_prior={self.scale_prior!r}{init})"
         return f"Gaussian(scale={self.scale!r})"
-
-
-_LOC_SCALE = Gaussian.loc_scale
 
 
 class HeteroscedasticGaussian(GaussianLikelihood):

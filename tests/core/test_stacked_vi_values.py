@@ -226,3 +226,29 @@ def test_a_scalar_sites_prior_is_read_unwrapped():
     assert [tuple(s.shape) for s in bnn.evaluator.sites][-1] == ()
     got = StackedVI([bnn], [torch.Generator().manual_seed(9)], N).member_losses(X, y)
     torch.testing.assert_close(got, _own_losses([bnn], X, y, [9]), rtol=1e-5, atol=1e-4)
+
+
+def test_the_members_fixed_noise_is_stacked_once_per_fit():
+    """row_log_likelihood stacks the members' fixed scales into the cache a fit keeps, once per
+    (K', O, dtype, device); the next steps read it (counted on fixed_latents) and score as
+    without a cache."""
+    from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
+
+    calls = []
+
+    class Counted(bp.Gaussian):
+        def fixed_latents(self, f):
+            calls.append(f.shape)
+            return super().fixed_latents(f)
+
+    bnns = [bp.VariationalBNN(bp.nn.mlp(D, [4], 1), Counted(0.2 + 0.1 * k)) for k in range(3)]
+    f, y = torch.randn(3, 5, 1), torch.randn(3, 5, 1)
+    want = row_log_likelihood(bnns, bnns[0].likelihood, f, y, None)
+    assert len(calls) == 3
+    cache: dict = {}
+    for _ in range(3):
+        got = row_log_likelihood(bnns, bnns[0].likelihood, f, y, None, cache)
+        torch.testing.assert_close(got, want, rtol=0.0, atol=0.0)
+    assert len(calls) == 6 and list(cache) == [(3, 1, torch.float32, f.device)]
+    row_log_likelihood(bnns, bnns[0].likelihood, f.double(), y.double(), None, cache)
+    assert len(calls) == 9 and len(cache) == 2  # another dtype: stacked again

@@ -73,6 +73,7 @@ class StackedVI(nn.Module):
         self._twin, self._paths = first.evaluator.twin, first.evaluator.paths
         self._dropout = any(type(m) is nn.Dropout for m in self._twin.module.modules())
         self._priors = self._prior_constants()
+        self._fixed_latents: dict[tuple, dict[str, torch.Tensor]] = {}  # row_log_likelihood's
 
     def _prior_constants(self) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Per net site: each member's prior ``(loc, scale, log normaliser)`` as ``(K,)``."""
@@ -179,7 +180,8 @@ class StackedVI(nn.Module):
                 f = net(x)  # (K, B, O)
         noise = self._learned_noise(values)
         log_p = log_p + self._noise_log_prior(noise, f)
-        log_lik = row_log_likelihood(self.bnns, self.bnns[0].likelihood, f, y, noise).sum(1)
+        lik = self.bnns[0].likelihood
+        log_lik = row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents).sum(1)
         scale = self.dataset_size / x.shape[1]
         return -(scale * log_lik + self.kl_weight * (log_p - log_q))
 

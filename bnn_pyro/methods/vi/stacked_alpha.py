@@ -73,7 +73,8 @@ class StackedAlphaVI(StackedVI):
         log_p = log_p + self._noise_log_prior(noise, f)
         scale = None if noise is None else noise.flatten(0, 1)
         lik = self.bnns[0].likelihood
-        rows = row_log_likelihood(self.bnns, lik, f, per_draw(y), scale).view(k, p, -1)
+        rows = row_log_likelihood(self.bnns, lik, f, per_draw(y), scale, self._fixed_latents)
+        rows = rows.view(k, p, -1)
         data = (log_mean_exp(self.alpha * rows.transpose(0, 1)) / self.alpha).sum(-1)  # (K,)
         n_over_b = self.dataset_size / x.shape[1]
         return -(n_over_b * data + self.kl_weight * (log_p - log_q).mean(1))

@@ -16,12 +16,20 @@ __all__ = ["row_log_likelihood"]
 
 
 def row_log_likelihood(
-    bnns: Sequence[Any], lik: Any, f: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None
+    bnns: Sequence[Any],
+    lik: Any,
+    f: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor | None,
+    cache: dict[tuple, dict[str, torch.Tensor]] | None = None,
 ) -> torch.Tensor:
     """``(K', B)``: each row's log-likelihood under each of ``K' = K * P`` stacked nets, ``f``
     ``(K', B, O)`` (member k's ``P`` draws consecutive), ``y`` ``(K', B, ...)``; ``noise``: a
     learned scale ``(K', O)``, else each member's fixed values
-    (:meth:`~bnn_pyro.likelihoods.Likelihood.fixed_latents`, e.g. its own noise scale) are used.
+    (:meth:`~bnn_pyro.likelihoods.Likelihood.fixed_latents`, e.g. its own noise scale) are used,
+    stacked once per ``(K', O, dtype, device)`` into ``cache`` where one is given (a fit keeps
+    one: the members' fixed values do not change while it runs, and stacking K of them each
+    step costs more than the density itself).
 
     Example:
         >>> import bnn_pyro as bp
@@ -35,12 +43,22 @@ def row_log_likelihood(
     if noise is not None:
         latents = {NOISE_SITE: noise.view(k, 1, -1)}
     else:
-        own = [b.likelihood.fixed_latents(f) for b in bnns]
-        draws = k // len(bnns)
-        latents = {
-            name: torch.stack([values[name] for values in own])
-            .repeat_interleave(draws, 0)
-            .unsqueeze(1)  # (K', 1, ...): one value per stacked net, broadcast over the rows
-            for name in own[0]
-        }
+        key = (k, f.shape[-1], f.dtype, f.device)
+        latents = None if cache is None else cache.get(key)
+        if latents is None:
+            latents = _stacked_fixed_latents(bnns, f)
+            if cache is not None:
+                cache[key] = latents
     return lik.log_prob(f, y, latents)
+
+
+def _stacked_fixed_latents(bnns: Sequence[Any], f: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each member's :meth:`~bnn_pyro.likelihoods.Likelihood.fixed_latents` stacked
+    ``(K', 1, ...)``: one value per stacked net (member k's ``K' / K`` draws consecutive),
+    broadcast over the rows."""
+    own = [b.likelihood.fixed_latents(f) for b in bnns]
+    draws = f.shape[0] // len(bnns)
+    return {
+        name: torch.stack([values[name] for values in own]).repeat_interleave(draws, 0).unsqueeze(1)
+        for name in own[0]
+    }
