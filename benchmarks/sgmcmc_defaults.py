@@ -26,22 +26,29 @@ control, 1,000 exact draws judged the same way). A run whose ESS is below 100 is
 such, not passed: its bands are too wide to tell a right sampler from a wrong one.
 
 Run: ``python benchmarks/sgmcmc_defaults.py [--quick] [--epochs E] [--batch-size B]
-[--samplers sghmc,sgld]``; it prints one table per sampler. No time is asserted.
+[--samplers sghmc,sgld] [--output PATH]``; it prints one table per sampler, and a full run (the
+three samplers at the default epochs) writes ``benchmarks/results/sgmcmc_defaults.md``. No time
+is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+import pyro
 import torch
 
 import bnn_pyro as bp
 
 SAMPLERS = ("sghmc", "sgld", "csghmc")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "sgmcmc_defaults.md")
 TEST_POINTS = 20
 REPEATS = 2000
 LEVEL = 0.95
@@ -381,28 +388,45 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two problems, few epochs")
     parser.add_argument("--epochs", type=int, default=None, help="default 10000 (quick: 1500)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the sampler's")
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
     parser.add_argument("--repeats", type=int, default=None, help="exact-draw repetitions")
-    args = parser.parse_args()
+    parser.add_argument("--output", default=None, help=f"default for a full run: {RESULTS}")
+    args = parser.parse_args(argv)
     problems = QUICK if args.quick else FAMILY
     epochs = args.epochs or (1500 if args.quick else 10_000)
     repeats = args.repeats or (500 if args.quick else REPEATS)
+    samplers = [s for s in args.samplers.split(",") if s]
+    full = not args.quick and epochs == 10_000 and args.batch_size is None
+    output = args.output or (RESULTS if full and tuple(samplers) == SAMPLERS else None)
     torch.set_num_threads(1)
-    print(f"# SG-MCMC at its defaults: epochs={epochs}, batch_size={args.batch_size or 'default'}")
-    print(
-        "\nEach error / its band (the exact-draw quantile at the run's ESS, at the common level "
-        f"where exact draws pass all four in {LEVEL:.0%} of repetitions).\n"
-    )
-    for sampler in [s for s in args.samplers.split(",") if s]:
+    lines = [
+        f"# SG-MCMC at its defaults: epochs={epochs}, batch_size={args.batch_size or 'default'}",
+        "",
+        f"torch {torch.__version__}, pyro {pyro.__version__}; 1 thread, one run each; "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: python "
+        f"benchmarks/sgmcmc_defaults.py{''.join(' ' + a for a in argv)}",
+        "",
+        "Each error / its band (the exact-draw quantile at the run's ESS, at the common level "
+        f"where exact draws pass all four in {LEVEL:.0%} of repetitions).",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
+    for sampler in samplers:
         rows = [run(p, sampler, epochs, args.batch_size, repeats=repeats) for p in problems]
-        print(f"## {sampler}\n\n{table(rows)}\n", flush=True)
+        lines.append(f"## {sampler}\n\n{table(rows)}\n")
+        print(lines[-1], flush=True)
     rows = [exact_row(p, repeats=repeats) for p in problems]
-    print(f"## exact (control: 1,000 independent exact draws)\n\n{table(rows)}\n")
+    lines.append(f"## exact (control: 1,000 independent exact draws)\n\n{table(rows)}\n")
+    print(lines[-1], flush=True)
+    if output is not None:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ The blocks: ``step_time``, ``pyro_path`` (a model only Pyro's machinery covers, 
 ``benchmarks/gpu.py --device cuda``; in the README too), ``local_reparam``, ``methods`` (the
 timing benchmarks),
 ``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``),
-``sgmcmc_peers`` (SG-MCMC beside posteriors and torch-uncertainty on an exact posterior,
-``benchmarks/sgmcmc_peers.py``), ``memory``
+``sgmcmc_defaults`` (each sampler at its defaults on a family of exact posteriors,
+``benchmarks/sgmcmc_defaults.py``), ``sgmcmc_peers`` (SG-MCMC beside posteriors and
+torch-uncertainty on an exact posterior, ``benchmarks/sgmcmc_peers.py``), ``memory``
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
 and one by one, ``benchmarks/stacked.py``), ``stacked_chains`` (SG-MCMC chains stacked against

@@ -83,6 +83,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "local_reparam",
         "methods",
         "laplace_kron",
+        "sgmcmc_defaults",
         "sgmcmc_peers",
         "memory",
         "distributed",

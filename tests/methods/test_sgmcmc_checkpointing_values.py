@@ -22,6 +22,7 @@ SETTINGS = dict(
     schedule="cyclical",
     cycles=3,
     explore=0.6,
+    preconditioner="none",
     burn_in=5,
     thinning=2,
     max_samples=7,

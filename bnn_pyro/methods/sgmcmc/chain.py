@@ -211,6 +211,8 @@ class ChainStep(MeasuredStep, TrainingStep):
         data: ``(X, y)``, the whole data set (``(K, N, ...)`` for K chains) of a run with a
             ``target``: a step on a minibatch then takes the control variate (module
             docstring). ``None``: the plain minibatch gradient.
+        dense: SGLD with a ``target`` measures a dense preconditioner with its step
+            (:mod:`~bnn_pyro.methods.sgmcmc.dense`).
 
     Example:
         >>> import pyro, pyro.distributions as dist
@@ -243,6 +245,7 @@ class ChainStep(MeasuredStep, TrainingStep):
         generator: Generators,
         target: float | None = None,
         data: tuple[torch.Tensor, torch.Tensor] | None = None,
+        dense: bool = False,
     ) -> None:
         self.potential, self.theta, self.sampler, self.plan = potential, theta, sampler, plan
         self.collectors = [collector] if isinstance(collector, SampleCollector) else list(collector)
@@ -256,7 +259,7 @@ class ChainStep(MeasuredStep, TrainingStep):
         # a cyclical run on the whole data set averages its preconditioner over every
         # exploration step (set at its first step, where the batch's rows are known)
         self.average_all = False
-        self.start_measuring(target, data)
+        self.start_measuring(target, data, dense)
         self.k = 0  # the step about to be taken
         self.sampled = 0  # sampling-stage steps so far (what thinning counts)
         self._epoch: list[torch.Tensor] = []  # each step's U, per chain
@@ -310,6 +313,7 @@ class ChainStep(MeasuredStep, TrainingStep):
                     dataset_size=n,
                     generator=self.generator,
                     noise=sampling,
+                    preconditioner=self.dense,
                 )
         finite = torch.isfinite(self.theta).reshape(len(values), -1).all(1).cpu()
         if not bool(finite.all()):

@@ -37,6 +37,7 @@ class SGMCMCCheckpoint:
     schedule: str
     cycles: int
     explore: float
+    preconditioner: str
     burn_in: int | None
     thinning: int | None
     max_samples: int
@@ -60,6 +61,7 @@ class SGMCMCCheckpoint:
             "schedule": self.schedule,
             "cycles": self.cycles,
             "explore": self.explore,
+            "preconditioner": self.preconditioner,
             "burn_in": self.burn_in,
             "thinning": self.thinning,
             "max_samples": self.max_samples,

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.methods.sgmcmc.dense import DensePreconditioner, dense_preconditioner
 from bnn_pyro.methods.sgmcmc.step_sizes import (
     NOISE_SHARE,
     SGLD_TRAVEL,
@@ -83,11 +84,19 @@ class MeasuredStep:
     k: int
 
     def start_measuring(
-        self, target: float | None, data: tuple[torch.Tensor, torch.Tensor] | None
+        self,
+        target: float | None,
+        data: tuple[torch.Tensor, torch.Tensor] | None,
+        dense: bool = False,
     ) -> None:
-        """Set up a run: ``target`` (``None``: the plan's step sizes, nothing measured) and
-        ``data``, the whole data set (kept only with a ``target``, for the control variate)."""
+        """Set up a run: ``target`` (``None``: the plan's step sizes, nothing measured),
+        ``data``, the whole data set (kept only with a ``target``, for the control variate),
+        and ``dense``: SGLD measures its dense preconditioner with its step
+        (:mod:`~bnn_pyro.methods.sgmcmc.dense`; only with a ``target``)."""
         self.target = target
+        self.use_dense = dense and target is not None and self.state is None
+        #: SGLD's dense preconditioner, once measured (:meth:`_calibrate`); ``None``: the identity.
+        self.dense: DensePreconditioner | None = None
         # the measured step (per chain, (K, 1); (1,) alone) that plan.step_size(k) multiplies
         self.scale: float | torch.Tensor = 1.0
         self._calibration: dict[str, Any] = {}  # M⁻¹ at the last calibration, its direction, noise
@@ -198,6 +207,8 @@ class MeasuredStep:
         d = (grad - other).detach()
         x = self._calibration["direction"]
         along = (x * d).sum(-1).square()  # x has unit M-norm: sqrt(Σ x² / M⁻¹) = 1
+        if self.dense is not None:  # the noise the preconditioned step sees: M^{1/2} d
+            d = self.dense.sqrt_apply(d)
         power = self._power(self.step_scale())  # the step this noise was measured at
         if not self._noise:
             self._noise = [torch.zeros_like(d), torch.zeros_like(along), 0, 0.0]
@@ -224,7 +235,9 @@ class MeasuredStep:
 
         ``λ_max`` is :func:`largest_curvature` of finite-difference Hessian-vector products,
         started from ``M⁻¹ g`` scaled to a root mean square of 1 (per chain) plus
-        :meth:`_spread`.
+        :meth:`_spread`. A run with SGLD's dense preconditioner ``M`` travels without it, then
+        measures ``M`` in the second half of the burn-in, at its end and at the start of a
+        sampling stage, and ``λ_max`` of ``M^{1/2} H M^{1/2}`` from ``M^{1/2} g``.
         """
         k, plan, theta, n = self.k, self.plan, self.theta.detach(), self.dataset_size
         minv = self.state.minv.clone() if self.state is not None else torch.ones_like(theta)
@@ -246,16 +259,34 @@ class MeasuredStep:
             delta = 1e-3 * size / x.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
             return (gradient(theta + delta * x) - grad) / delta
 
-        start = minv * grad
+        # the first half of a constant schedule's burn-in and a cycle's exploration travel
+        early = plan.travelling(k) and not (plan.schedule == "constant" and 2 * k >= plan.burn_in)
+        if self.use_dense:
+            # travel plain (a Newton-like step far from a mode can throw a network's weights
+            # far); measure M once the chain has settled: in the second half of the burn-in, at
+            # its end and where a sampling stage starts; keep it while the chain samples
+            starts = k > 0 and not plan.sampling(k - 1)
+            if early:
+                self.dense = None
+            elif plan.travelling(k) or k == plan.burn_in or starts:
+                self.dense = dense_preconditioner(hvp, theta)
+        pre, curvature = self.dense, hvp
+        if pre is not None:  # the whitened potential: its curvature is 1 where H is constant
+
+            def curvature(x: torch.Tensor) -> torch.Tensor:
+                return pre.sqrt_apply(hvp(pre.sqrt_apply(x)))
+
+        start = minv * grad if pre is None else pre.sqrt_apply(grad)
         start = start / start.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
-        lam, direction = largest_curvature(hvp, start + self._spread(theta), minv)
+        lam, direction = largest_curvature(curvature, start + self._spread(theta), minv)
+        if pre is not None:  # back to θ's coordinates, of unit M-norm
+            direction = pre.sqrt_apply(direction)
         if not bool(torch.isfinite(lam).all()):
             where = which_chains(torch.isfinite(lam).reshape(-1))  # () for one chain
             raise TrainingDivergedError(f"SG-MCMC: the potential's curvature is not finite{where}")
         # the second half of a burn-in already steps as the chain will sample: it settles there;
         # a controlled chain's noise grows with its step, so it bounds the travel's steps too
-        travel = plan.travelling(k) and not (plan.schedule == "constant" and 2 * k >= plan.burn_in)
-        travel = travel and not controlled
+        travel = early and not controlled
         noise = self._calibration.get("noise")
         if self._noise:  # gathered since the last calibration: its count is >= 1
             count = self._noise[2]

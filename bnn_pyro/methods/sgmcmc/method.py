@@ -17,6 +17,7 @@ from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
 from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
+from bnn_pyro.methods.sgmcmc.dense import DENSE_MAX_PARAMS, check_dense_step, linear_in_weights
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
 from bnn_pyro.methods.sgmcmc.step_sizes import MDECAY, MEASURED, run_step
@@ -29,6 +30,7 @@ __all__ = ["SGMCMC"]
 
 SAMPLERS = ("sghmc", "sgld")
 SCHEDULES = ("constant", "cyclical")
+PRECONDITIONERS = ("auto", "dense", "none")
 
 
 class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
@@ -46,11 +48,16 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     largest curvature of the preconditioned potential, :attr:`fit_defaults`), so that on a
     Gaussian posterior (Bayesian linear regression) the chain's stationary law is the exact
     posterior (``sghmc``: the BAOAB integrator is exact there at every stable step) or within a
-    few percent of it along its stiffest direction (``sgld``: ``1 / (1 - 0.1 / 2)`` of the
-    variance), whatever the data's scale, noise or conditioning. What the run's length buys is
-    the effective sample size: ``sghmc`` decorrelates in a few steps times the square root of
-    the posterior's condition number, ``sgld`` in a few steps times the condition number itself
-    (judge a run with :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
+    few percent of it (``sgld``: ``1 / (1 - 0.1 / 2)`` of the variance), whatever the data's
+    scale, noise or conditioning. What the run's length buys is the effective sample size:
+    ``sghmc`` decorrelates in a few steps times the square root of the posterior's condition
+    number; plain ``sgld`` would take a few steps times the condition number itself, so on a
+    model linear in its weights (``mlp(d, [], O)``: Bayesian linear, logistic or softmax
+    regression) with up to :data:`~bnn_pyro.methods.sgmcmc.dense.DENSE_MAX_PARAMS` parameters
+    it measures a dense preconditioner, the inverse of the posterior's curvature, while it
+    burns in (:mod:`~bnn_pyro.methods.sgmcmc.dense`), and then decorrelates in about ten steps
+    on any Gaussian posterior (judge a run with
+    :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
     (``batch_size``) add their gradient noise: a run on them takes a fixed step on the plain
     minibatch gradient (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`), which trades
     exactness for speed. ``lr="measured"`` steps with a control variate and a step bounded by
@@ -90,6 +97,14 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             ``lr`` down to 0, restarted ``cycles`` times; the first ``explore`` share of each
             cycle moves without noise and collects nothing, the rest samples).
         cycles, explore: of the cyclical schedule.
+        preconditioner: SGLD's, with a measured step (``lr=None`` or ``"measured"``):
+            ``"dense"`` (the inverse of the measured curvature,
+            :mod:`~bnn_pyro.methods.sgmcmc.dense`: ``P`` gradients of the whole data set and
+            ``P²`` numbers; for a posterior whose curvature is nearly the same everywhere),
+            ``"none"`` (the identity), or ``"auto"`` (the default): dense for a net linear in
+            its weights (:func:`~bnn_pyro.methods.sgmcmc.dense.linear_in_weights`) with up to
+            :data:`~bnn_pyro.methods.sgmcmc.dense.DENSE_MAX_PARAMS` parameters, else none. SGHMC
+            adapts its own diagonal one (``"auto"`` only).
         burn_in: steps before any sample is collected (SGHMC adapts its preconditioner during
             them); ``None``: a quarter of the run (``"constant"``), 0 (``"cyclical"``).
         thinning: collect every ``thinning``-th sampling step after the burn-in; ``None``:
@@ -131,6 +146,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         schedule: str = "constant",
         cycles: int = 4,
         explore: float = 0.8,
+        preconditioner: str = "auto",
         burn_in: int | None = None,
         thinning: int | None = None,
         max_samples: int = 1000,
@@ -145,6 +161,12 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         self.schedule = check_choice("schedule", schedule, SCHEDULES)
         self.cycles = check_int("cycles", cycles)
         self.explore = check_float("explore", explore, minimum=0.0, maximum=1.0)
+        self.preconditioner = check_choice("preconditioner", preconditioner, PRECONDITIONERS)
+        if self.sampler == "sghmc" and self.preconditioner != "auto":
+            raise ValueError(
+                f"preconditioner={preconditioner!r} is SGLD's: SGHMC adapts its own diagonal "
+                "M⁻¹ (leave preconditioner='auto')"
+            )
         self.burn_in = None if burn_in is None else check_int("burn_in", burn_in, minimum=0)
         self.thinning = None if thinning is None else check_int("thinning", thinning)
         self.max_samples = check_int("max_samples", max_samples)
@@ -152,6 +174,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         like = next((p for p in net.parameters() if p.is_floating_point()), None)
         dtype = torch.get_default_dtype() if like is None else like.dtype
         device = None if like is None else like.device  # the state follows the net
+        self._linear = linear_in_weights(net)  # before the model makes it a PyroModule
         self.bnn = VariationalBNN(net, likelihood, prior=prior, num_samples=num_samples)
         kept = [name for name, _ in self.bnn.net.named_parameters()]
         if kept:
@@ -258,6 +281,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         y = self.bnn.prepare_targets(y, X)
         n = X.shape[0]
         batch_size = None if batch_size is None else check_int("batch_size", batch_size)
+        check_dense_step(self.preconditioner, lr)
         lr, batch, mdecay = run_step(self.sampler, lr, batch_size, n, self.mdecay)
         validation = None
         if validation_data is not None:
@@ -353,6 +377,12 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             noise,
             target=self.fit_defaults[self.sampler] if lr is None else None,
             data=(X, y),
+            dense=self.preconditioner == "dense"
+            or (
+                self.preconditioner == "auto"
+                and self._linear
+                and potential.size <= DENSE_MAX_PARAMS
+            ),
         )
 
     def keep_run(self, step: ChainStep, X: torch.Tensor) -> None:

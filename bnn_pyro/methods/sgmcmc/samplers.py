@@ -9,6 +9,8 @@ al. 2016). ``θ`` is a flat ``(P,)`` vector (unconstrained coordinates), and so 
 * :func:`sgld_step`: stochastic gradient Langevin dynamics (Welling & Teh 2011), with
   ``ε = lr / N``: ``θ ← θ - ε ∇U + sqrt(2 ε T) ξ``. On a Gaussian posterior of precision ``A``
   its stationary covariance is ``T A⁻¹ (I - εA/2)⁻¹``: the step's bias grows with ``ε λ_max``.
+  A dense preconditioner ``M`` (:mod:`~bnn_pyro.methods.sgmcmc.dense`) replaces ``A`` by
+  ``M A`` in both the bias and the rate each direction relaxes at.
 * :func:`sghmc_step`: SGHMC with the diagonal preconditioner ``M⁻¹ = 1 / sqrt(E[g²])`` of
   Springenberg et al. 2016 (estimated while the chain burns in, :func:`adapt_sghmc`), integrated
   by the BAOAB splitting of Leimkuhler & Matthews (2013): with ``h = lr / sqrt(N)`` and the
@@ -35,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from bnn_pyro.methods.sgmcmc.dense import DensePreconditioner
 
 __all__ = [
     "Generators",
@@ -221,8 +225,11 @@ def sgld_step(
     dataset_size: int,
     generator: Generators = None,
     noise: bool = True,
+    preconditioner: DensePreconditioner | None = None,
 ) -> None:
-    """One SGLD step in place: ``θ ← θ - ε ∇U + sqrt(2 ε T) ξ`` with ``ε = lr / N``.
+    """One SGLD step in place: ``θ ← θ - ε ∇U + sqrt(2 ε T) ξ`` with ``ε = lr / N``; with a
+    constant preconditioner ``M``, ``θ ← θ - ε M ∇U + sqrt(2 ε T) M^{1/2} ξ`` (the same
+    stationary law for any ``M``, :mod:`~bnn_pyro.methods.sgmcmc.dense`).
 
     Args:
         theta: ``(P,)`` the position, or ``(K, P)`` K chains.
@@ -232,18 +239,25 @@ def sgld_step(
         dataset_size: ``N``.
         generator: the source of the injected noise (one per chain for ``(K, P)``).
         noise: ``False`` for a plain SGD step (a cyclical run's exploration).
+        preconditioner: ``M`` (one per chain for ``(K, P)``); ``None``: the identity.
 
     Example:
         >>> theta = torch.zeros(2)
         >>> sgld_step(theta, torch.ones(2), lr=0.1, temperature=1.0, dataset_size=10, noise=False)
         >>> theta.tolist()
         [-0.10000000149011612, -0.10000000149011612]
+        >>> pre = DensePreconditioner(torch.eye(2), torch.tensor([1.0, 2.0]))  # M = diag(1, 4)
+        >>> sgld_step(theta, torch.ones(2), lr=0.1, temperature=1.0, dataset_size=10,
+        ...           noise=False, preconditioner=pre)
+        >>> [round(v, 6) for v in theta.tolist()]
+        [-0.2, -0.5]
     """
-    theta.sub_(lr * grad)
+    theta.sub_(lr * (grad if preconditioner is None else preconditioner.apply(grad)))
     if noise:
         variance = 2.0 * lr * temperature / dataset_size
         scale = variance.sqrt() if isinstance(variance, torch.Tensor) else math.sqrt(variance)
-        theta.add_(scale * standard_normal(theta, generator))
+        xi = standard_normal(theta, generator)
+        theta.add_(scale * (xi if preconditioner is None else preconditioner.sqrt_apply(xi)))
 
 
 def cycle_position(step: int, total: int, cycles: int) -> float:

@@ -26,6 +26,7 @@ import torch
 from bnn_pyro._checks import as_tensor, check_float, check_int
 from bnn_pyro._rng import order_generators, seeded
 from bnn_pyro.methods.sgmcmc.chain import ChainStep
+from bnn_pyro.methods.sgmcmc.dense import check_dense_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
 from bnn_pyro.nn.pyro_net import site_prior
@@ -36,8 +37,8 @@ from bnn_pyro.training.stacked import shuffled_member_batches
 __all__ = ["StackedPotential", "fit_stacked_sgmcmc"]
 
 #: What every chain of a stacked run must share (their run plan and update rule).
-SHARED = ("sampler", "temperature", "mdecay", "schedule", "cycles", "explore", "burn_in",
-          "thinning", "max_samples")  # fmt: skip
+SHARED = ("sampler", "temperature", "mdecay", "schedule", "cycles", "explore", "preconditioner",
+          "burn_in", "thinning", "max_samples")  # fmt: skip
 
 
 def _refuse_prior_latents(models: Sequence[Any]) -> None:
@@ -256,6 +257,7 @@ def fit_stacked_sgmcmc(
     first = models[0]
     if lr is not None and lr != MEASURED:
         lr = check_float("lr", lr, minimum=0.0, strict=True)
+    check_dense_step(first.preconditioner, lr)
     per_member = X.dim() == 3
     xs = [m.bnn.prepare_inputs(X[i] if per_member else X) for i, m in enumerate(models)]
     ys = [m.bnn.prepare_targets(y[i] if per_member else y, xs[i]) for i, m in enumerate(models)]
@@ -293,6 +295,7 @@ def fit_stacked_sgmcmc(
             [s.generator for s in steps],
             target=steps[0].target,
             data=(x_all, y_all),
+            dense=steps[0].use_dense,
         )
         seen = [lambda _, epoch, h, cb=cb: cb(models, epoch, h) for cb in callbacks]
         chains = torch.nn.Module()  # what the loop snapshots (and restores on a divergence)
