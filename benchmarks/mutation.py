@@ -70,28 +70,32 @@ def setup_cfg(module: str, tests: list[str], doctests: bool = True) -> str:
     ``doctests`` is false).
 
     ``mutmut`` copies the module's top-level folder (``bnn_pyro``, or ``benchmarks`` for the
-    UCI harness's scoring) and mutates only the module in it.
+    UCI harness's scoring) and mutates only the module in it; for a library module it copies
+    ``benchmarks`` too, which tests import (a benchmark's judge, its problems).
 
     Example:
         >>> print(setup_cfg("bnn_pyro/metrics/ood.py", ["tests/test_metrics_ood.py"]))
         [mutmut]
         source_paths=bnn_pyro
         only_mutate=bnn_pyro/metrics/ood.py
+        also_copy=benchmarks
         pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q
         pytest_add_cli_args_test_selection=tests/test_metrics_ood.py
             bnn_pyro/metrics/ood.py
         <BLANKLINE>
-        >>> setup_cfg("benchmarks/uci/protocol.py", ["t.py"]).splitlines()[1]
-        'source_paths=benchmarks'
+        >>> setup_cfg("benchmarks/uci/protocol.py", ["t.py"]).splitlines()[1:3]
+        ['source_paths=benchmarks', 'only_mutate=benchmarks/uci/protocol.py']
         >>> setup_cfg("bnn_pyro/m.py", ["t.py"], doctests=False).splitlines()[-1]
         'pytest_add_cli_args_test_selection=t.py'
     """
     selection = "\n    ".join([*tests, module] if doctests else tests)
+    top = module.split("/")[0]
     return (
         "[mutmut]\n"
-        f"source_paths={module.split('/')[0]}\n"
+        f"source_paths={top}\n"
         f"only_mutate={module}\n"
-        "pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q\n"
+        + ("also_copy=benchmarks\n" if top == "bnn_pyro" else "")
+        + "pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q\n"
         f"pytest_add_cli_args_test_selection={selection}\n"
     )
 

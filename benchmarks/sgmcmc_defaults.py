@@ -10,7 +10,8 @@ returns) ``φᵀ Σ φ``.
 The family: well- and ill-conditioned inputs (correlated columns; the inputs' covariance has
 condition number 1 to 100), noise 0.1, 0.3 and 1.0, ``N`` = 100 to 1,000 rows and ``d`` = 2 to
 5 inputs, two seeds each. Each sampler (``sghmc``, ``sgld``, ``csghmc``) is fitted with
-``bp.make(name, mlp(d, [], 1), Gaussian(scale=s)).fit(X, y, epochs=E)`` and nothing else.
+``bp.make(name, mlp(d, [], 1), Gaussian(scale=s)).fit(X, y, epochs=E)`` and nothing else,
+under a seed of its own per problem (:attr:`Problem.fit_seed`).
 
 The judge (:func:`judge`). Four errors of the kept samples: the means (largest error over the
 coordinates, in posterior sd), the covariance (relative Frobenius error), and, read through
@@ -67,6 +68,13 @@ class Problem:
     cond: float
     noise: float
     seed: int
+
+    @property
+    def fit_seed(self) -> int:
+        """The seed of the chain fitted to this problem: one per problem, so that the rows are
+        independent trials (with SGLD's dense preconditioner, chains run from one seed are the
+        same chain in the posterior's whitened coordinates, whatever the problem)."""
+        return 10_000 + 1000 * self.seed + 7 * self.d + self.n
 
     @property
     def name(self) -> str:
@@ -328,12 +336,12 @@ def run(
     X, y, X_test = data(problem)
     mean, cov = exact_posterior(X, y, problem.noise)
     cond = float(torch.linalg.cond(torch.linalg.inv(cov)))
-    torch.manual_seed(problem.seed)
+    torch.manual_seed(problem.fit_seed)
     method = bp.make(sampler, bp.nn.mlp(problem.d, [], 1), bp.Gaussian(scale=problem.noise))
     options = {} if batch_size is None else {"batch_size": batch_size}
     start = time.perf_counter()
     try:
-        method.fit(X, y, epochs=epochs, progress=False, seed=problem.seed, **options)
+        method.fit(X, y, epochs=epochs, progress=False, seed=problem.fit_seed, **options)
     except Exception as e:  # a diverged chain is a failed row, not a failed benchmark
         seconds = time.perf_counter() - start
         return Row(problem, sampler, cond, None, 0, None, seconds, f"{type(e).__name__}")
