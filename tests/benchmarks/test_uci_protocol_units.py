@@ -1,6 +1,7 @@
 """The UCI protocol's small pieces pinned by value: the hidden width by row count, the rows'
-device, the mean and standard error over splits, and the seeds every committed run trained
-with (CRC-32 of the parts' text, re-derived here by a plain-Python CRC-32)."""
+device, the mean and standard error over splits, the seeds every committed run trained
+with (CRC-32 of the parts' text, re-derived here by a plain-Python CRC-32), and the training
+rows a final fit's check reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pytest
 import torch
 
 from benchmarks.uci import load_uci_split, write_uci_folder
-from benchmarks.uci.protocol import LARGE_DATASET_ROWS, hidden_units, mean_stderr, prepare, seed_for
+from benchmarks.uci.protocol import (
+    FINAL_CHECK_ROWS,
+    LARGE_DATASET_ROWS,
+    RegressionData,
+    hidden_units,
+    mean_stderr,
+    prepare,
+    seed_for,
+)
+from benchmarks.uci.runner import final_report
 
 
 def _crc32(data: bytes) -> int:
@@ -68,3 +78,29 @@ def test_mean_stderr_in_float64_with_the_population_std():
         mean_stderr([[1.0, 2.0]])
     with pytest.raises(ValueError, match=r"values must be finite, got \[1.0, nan\]"):
         mean_stderr([1.0, float("nan")])
+
+
+@pytest.mark.parametrize("rows", [FINAL_CHECK_ROWS, FINAL_CHECK_ROWS + 1, 2500])
+def test_a_finals_check_reads_at_most_a_thousand_evenly_spaced_training_rows(rows):
+    """``train_rmse`` is the RMSE (original units) of the predictive mean on every training row
+    up to ``FINAL_CHECK_ROWS``, beyond it on that many evenly spaced ones, first and last
+    included; the test rows are scored whole."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(rows, 2, generator=g), torch.randn(rows, 1, generator=g)
+    data = RegressionData(x, y, torch.randn(7, 2, generator=g), torch.randn(7, 1, generator=g),
+                          2.0, 50)  # fmt: skip
+    seen = []
+
+    def predictor(inputs):
+        seen.append(inputs)
+        return inputs[:, :1].expand(3, -1, -1).clone(), torch.ones(3, len(inputs), 1)
+
+    scores = {}
+    final_report({"epochs": 4}, data, scores)(4, predictor)
+    assert FINAL_CHECK_ROWS == 1000
+    kept = min(rows, FINAL_CHECK_ROWS)
+    assert [len(s) for s in seen] == [kept, 7]
+    index = torch.linspace(0, rows - 1, kept).round().long()
+    assert torch.equal(seen[0], x[index])
+    want = 2.0 * float((x[index, 0] - y[index, 0]).square().mean().sqrt())
+    assert scores["train_rmse"] == pytest.approx(want, rel=1e-6)
