@@ -9,6 +9,9 @@ with the committed settings (one thread, the full sizes).
   is seeded, so a row reproduces (here: every figure equal to the committed one). The
   scaling-check figures (``2.0e-08``) are float32 round-off and differ between machines
   (``4.9e-09`` here), so they are not compared; the times are wall-clock.
+* ``benchmarks/results/sgmcmc_defaults.md``: sgld's row on the problem of condition number
+  107 (its dense preconditioner) and two rows of the exact control, re-run with the script's
+  seeds: every figure but the seconds at its printed precision.
 * ``benchmarks/results/laplace_kron.md``: the log-evidence of bnn_pyro's KFAC posterior and of
   laplace-torch's with either backend, on the script's own net, data and prior precision
   (two decimals). The evidence and variance gaps are float32 round-off (1e-7 to 2e-5), and the
@@ -86,3 +89,39 @@ def test_laplace_kron_log_evidence_of_every_contender(monkeypatch):
         assert sorted(fits) == sorted(committed)
         for name, fit in fits.items():
             assert_printed(committed[name], module.evidence(fit()), what=name)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "index"),
+    [("sgld", 4), ("exact", 4), ("exact", 9)],  # sgld ~13 s; an exact control row ~1 s
+    ids=["sgld, condition number 107", "exact, condition number 107", "exact, 1,000 rows"],
+)
+def test_an_sgmcmc_defaults_row_rerun_gives_the_committed_figures(sampler, index):
+    """A row of ``sgmcmc_defaults.md`` re-run as the script runs it (10,000 epochs, its seed
+    for the problem, 2,000 exact-draw repetitions): the posterior's condition number, the
+    measured step, the samples kept, the ESS, each error and its band, and the verdict."""
+    from benchmarks.sgmcmc_defaults import FAMILY, MIN_ESS, SAMPLERS, exact_row, run
+
+    order = [*SAMPLERS, "exact"]
+    table = tables((RESULTS / "sgmcmc_defaults.md").read_text())[order.index(sampler)]
+    problem = FAMILY[index]
+    committed = [r for r in table if r[0] == problem.name]
+    assert len(committed) == 1, problem.name
+    cells = committed[0]
+    torch.set_num_threads(1)  # the script's
+    derived = exact_row(problem) if sampler == "exact" else run(problem, sampler, 10_000)
+    what = f"{sampler}, {problem.name}"
+    assert_printed(cells[1], derived.cond_precision, what=f"{what}: cond")
+    if derived.step is None:
+        assert cells[2] == ""
+    else:
+        assert_printed(cells[2], derived.step, what=f"{what}: lr")
+    assert cells[3] == str(derived.kept)
+    verdict = derived.verdict
+    assert_printed(cells[4], verdict.ess, what=f"{what}: ESS")
+    for cell, error, band in zip(cells[5:9], verdict.errors, verdict.bands, strict=True):
+        printed_error, printed_band = cell.split(" / ")
+        assert_printed(printed_error, float(error), what=f"{what}: error")
+        assert_printed(printed_band, float(band), what=f"{what}: band")
+    low = f"ESS < {MIN_ESS}"
+    assert cells[9] == ("yes" if verdict.passed else "**no**" if not verdict.within else low)

@@ -51,6 +51,8 @@ What CI re-derives, per results block of ``benchmarks/update_readme.py``:
 * ``sgmcmc_peers``: the rows of bnn_pyro's SGHMC (the target's row, 24 s) and of
   torch-uncertainty's SGLD on the summed loss (5 s) re-run: mean error, covariance error,
   variance ratio, verdict.
+* ``sgmcmc_defaults``: sgld's row on the problem of condition number 107 (13 s) and two rows
+  of the exact control (1 s each) re-run: every figure but the seconds.
 * ``laplace_kron``: the log-evidence of all three contenders (1-3 s).
 * ``distributed``: the bytes all-reduced per step (the model's gradients), the 2/1 ratio and
   the per-step times from the samples per second, the projection table and its sentences from
@@ -90,7 +92,8 @@ What CI cannot re-derive, and why:
   group 5-170 s, the hyper-parameter search far more; ``uci_gap``'s groups also need their
   search), the other ``no_data``/``no_data_activations`` rows (5-170 CPU-s each), the other
   OOD rows (bb_alpha, hidden_layer, swag, laplace (Fisher, sampled), vbnn, sghmc, csghmc, sgld:
-  about 230 s together), the other 12 ``sgmcmc_peers`` rows (5-17 s each), ``local_reparam``'s
+  about 230 s together), the other 12 ``sgmcmc_peers`` rows (5-17 s each), the other 47
+  ``sgmcmc_defaults`` chains (12-16 s each), ``local_reparam``'s
   digits table (12 fits of 1,200 steps).
 * stale figures, which today's code no longer gives: ``local_reparam`` (committed
   2026-11-23): its gradient variance at batch 32 comes out 3.319 (weight space), 1.859

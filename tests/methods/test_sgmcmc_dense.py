@@ -177,8 +177,11 @@ def test_a_dense_full_batch_step_is_the_target_and_moves_as_preconditioned_lange
         # (0, 8), at 1 and 2 (early in the first exploration) and where sampling starts (4, 12)
         (RunPlan(total=16, lr=1.0, schedule="cyclical", cycles=2, explore=0.5),
          [0, 1, 2, 4, 8, 12], [4, 12]),
+        # a tenth explored: each cycle's second step (1, 9) already samples
+        (RunPlan(total=16, lr=1.0, schedule="cyclical", cycles=2, explore=0.1),
+         [0, 1, 8, 9], [1, 9]),
     ],
-    ids=["constant", "cyclical"],
+    ids=["constant", "cyclical", "cyclical, short exploration"],
 )  # fmt: skip
 def test_the_preconditioner_is_measured_once_the_chain_settles_and_kept_while_it_samples(
     plan, calibrations, measured

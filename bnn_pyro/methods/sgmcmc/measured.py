@@ -87,7 +87,7 @@ class MeasuredStep:
         self,
         target: float | None,
         data: tuple[torch.Tensor, torch.Tensor] | None,
-        dense: bool = False,
+        dense: bool,
     ) -> None:
         """Set up a run: ``target`` (``None``: the plan's step sizes, nothing measured),
         ``data``, the whole data set (kept only with a ``target``, for the control variate),
@@ -237,7 +237,8 @@ class MeasuredStep:
         started from ``M⁻¹ g`` scaled to a root mean square of 1 (per chain) plus
         :meth:`_spread`. A run with SGLD's dense preconditioner ``M`` travels without it, then
         measures ``M`` in the second half of the burn-in, at its end and at the start of a
-        sampling stage, and ``λ_max`` of ``M^{1/2} H M^{1/2}`` from ``M^{1/2} g``.
+        sampling stage, and ``λ_max`` of ``M^{1/2} H M^{1/2}`` (from ``g``: on the whitened
+        potential, any start with a share of the top eigenvector converges alike).
         """
         k, plan, theta, n = self.k, self.plan, self.theta.detach(), self.dataset_size
         minv = self.state.minv.clone() if self.state is not None else torch.ones_like(theta)
@@ -276,7 +277,7 @@ class MeasuredStep:
             def curvature(x: torch.Tensor) -> torch.Tensor:
                 return pre.sqrt_apply(hvp(pre.sqrt_apply(x)))
 
-        start = minv * grad if pre is None else pre.sqrt_apply(grad)
+        start = minv * grad
         start = start / start.square().mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
         lam, direction = largest_curvature(curvature, start + self._spread(theta), minv)
         if pre is not None:  # back to θ's coordinates, of unit M-norm
