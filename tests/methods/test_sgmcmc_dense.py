@@ -279,7 +279,8 @@ def test_a_net_is_linear_in_its_weights_when_it_is_one_plain_affine_map():
 def test_the_preconditioner_option_is_checked():
     with pytest.raises(ValueError, match="preconditioner must be one of"):
         _sgld(preconditioner="full")
-    with pytest.raises(ValueError, match="preconditioner='dense' is SGLD's: SGHMC adapts"):
+    with pytest.raises(ValueError, match=r"^preconditioner='dense' is SGLD's: SGHMC adapts its "
+                       r"own diagonal M⁻¹ \(leave preconditioner='auto'\)$"):  # fmt: skip
         bp.make("sghmc", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.5), preconditioner="dense")
     with pytest.raises(ValueError, match="preconditioner='none' is SGLD's"):
         bp.make("csghmc", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.5), preconditioner="none")
