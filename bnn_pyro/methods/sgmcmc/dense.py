@@ -40,16 +40,23 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from bnn_pyro._checks import check_choice
 from bnn_pyro.nn.layers import Linear
 
 __all__ = [
     "DENSE_FLOOR",
     "DENSE_MAX_PARAMS",
+    "PRECONDITIONERS",
     "DensePreconditioner",
     "check_dense_step",
+    "check_preconditioner",
     "dense_preconditioner",
     "linear_in_weights",
+    "uses_dense",
 ]
+
+#: SGMCMC's ``preconditioner`` choices (SGLD's; SGHMC adapts its own diagonal one).
+PRECONDITIONERS = ("auto", "dense", "none")
 
 #: The most parameters ``preconditioner="auto"`` measures a dense preconditioner for: ``P``
 #: gradients per measure and ``P²`` numbers per chain (4 MB in float32 at this bound).
@@ -169,6 +176,43 @@ def linear_in_weights(net: nn.Module) -> bool:
     parts = list(net.children())
     return sum(_plain(p, nn.Linear) for p in parts) == 1 and all(
         _plain(p, nn.Linear) or _plain(p, nn.Flatten) or _plain(p, nn.Identity) for p in parts
+    )
+
+
+def check_preconditioner(preconditioner: str, sampler: str) -> str:
+    """``preconditioner`` checked (one of :data:`PRECONDITIONERS`; ``"auto"`` only for SGHMC,
+    which adapts its own diagonal ``M⁻¹``) and returned.
+
+    Example:
+        >>> check_preconditioner("dense", "sgld")
+        'dense'
+        >>> check_preconditioner("dense", "sghmc")
+        Traceback (most recent call last):
+          ...
+        ValueError: preconditioner='dense' is SGLD's: SGHMC adapts its own diagonal M⁻¹ (leave ...
+    """
+    check_choice("preconditioner", preconditioner, PRECONDITIONERS)
+    if sampler == "sghmc" and preconditioner != "auto":
+        raise ValueError(
+            f"preconditioner={preconditioner!r} is SGLD's: SGHMC adapts its own diagonal "
+            "M⁻¹ (leave preconditioner='auto')"
+        )
+    return preconditioner
+
+
+def uses_dense(preconditioner: str, linear: bool, size: int) -> bool:
+    """Whether a run with a measured step takes the dense preconditioner: ``"dense"``, or
+    ``"auto"`` for a net ``linear`` in its weights (:func:`linear_in_weights`) of at most
+    :data:`DENSE_MAX_PARAMS` parameters (``size``).
+
+    Example:
+        >>> uses_dense("auto", True, 11), uses_dense("auto", False, 11)
+        (True, False)
+        >>> uses_dense("auto", True, 5000), uses_dense("dense", False, 5000)
+        (False, True)
+    """
+    return preconditioner == "dense" or (
+        preconditioner == "auto" and linear and size <= DENSE_MAX_PARAMS
     )
 
 

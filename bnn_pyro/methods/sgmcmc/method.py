@@ -14,10 +14,10 @@ from torch.utils.data import DataLoader
 from bnn_pyro._checks import check_choice, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.methods.sgmcmc import dense
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, plan_run
 from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
-from bnn_pyro.methods.sgmcmc.dense import DENSE_MAX_PARAMS, check_dense_step, linear_in_weights
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
 from bnn_pyro.methods.sgmcmc.step_sizes import MDECAY, MEASURED, run_step
@@ -30,7 +30,6 @@ __all__ = ["SGMCMC"]
 
 SAMPLERS = ("sghmc", "sgld")
 SCHEDULES = ("constant", "cyclical")
-PRECONDITIONERS = ("auto", "dense", "none")
 
 
 class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
@@ -51,20 +50,17 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     few percent of it (``sgld``: ``1 / (1 - 0.1 / 2)`` of the variance), whatever the data's
     scale, noise or conditioning. What the run's length buys is the effective sample size:
     ``sghmc`` decorrelates in a few steps times the square root of the posterior's condition
-    number; plain ``sgld`` would take a few steps times the condition number itself, so on a
-    model linear in its weights (``mlp(d, [], O)``: Bayesian linear, logistic or softmax
-    regression) with up to :data:`~bnn_pyro.methods.sgmcmc.dense.DENSE_MAX_PARAMS` parameters
-    it measures a dense preconditioner, the inverse of the posterior's curvature, while it
-    burns in (:mod:`~bnn_pyro.methods.sgmcmc.dense`), and then decorrelates in about ten steps
-    on any Gaussian posterior (judge a run with
-    :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches
-    (``batch_size``) add their gradient noise: a run on them takes a fixed step on the plain
-    minibatch gradient (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`), which trades
-    exactness for speed. ``lr="measured"`` steps with a control variate and a step bounded by
-    the noise it measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right on the linear
-    regressions, at about three passes over the data an epoch, but on a small network's
-    posterior further from NUTS and wider than the full batch's. Keep ``batch_size=None``
-    where the data set fits one step.
+    number; ``sgld`` on a model linear in its weights (``mlp(d, [], O)``) measures a dense
+    preconditioner, the inverse of the posterior's curvature (:mod:`~bnn_pyro.methods.sgmcmc.
+    dense`), and decorrelates in about ten steps on any Gaussian posterior (judge a run with
+    :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches (``batch_size``) add their
+    gradient noise: a run on them takes a fixed step on the plain minibatch gradient
+    (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`), which trades exactness for
+    speed. ``lr="measured"`` steps with a control variate and a step bounded by the noise it
+    measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right on the linear regressions, at
+    about three passes over the data an epoch, but on a small network's posterior further from
+    NUTS and wider than the full batch's. Keep ``batch_size=None`` where the data set fits one
+    step.
 
     The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
     cycle's noise-free exploration pulls the chain to the mode, and the sampling stage that
@@ -97,14 +93,9 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             ``lr`` down to 0, restarted ``cycles`` times; the first ``explore`` share of each
             cycle moves without noise and collects nothing, the rest samples).
         cycles, explore: of the cyclical schedule.
-        preconditioner: SGLD's, with a measured step (``lr=None`` or ``"measured"``):
-            ``"dense"`` (the inverse of the measured curvature,
-            :mod:`~bnn_pyro.methods.sgmcmc.dense`: ``P`` gradients of the whole data set and
-            ``P²`` numbers; for a posterior whose curvature is nearly the same everywhere),
-            ``"none"`` (the identity), or ``"auto"`` (the default): dense for a net linear in
-            its weights (:func:`~bnn_pyro.methods.sgmcmc.dense.linear_in_weights`) with up to
-            :data:`~bnn_pyro.methods.sgmcmc.dense.DENSE_MAX_PARAMS` parameters, else none. SGHMC
-            adapts its own diagonal one (``"auto"`` only).
+        preconditioner: SGLD's with a measured step: ``"dense"``, ``"none"`` or ``"auto"``
+            (dense for a net linear in its weights, :func:`~bnn_pyro.methods.sgmcmc.dense.
+            uses_dense`); SGHMC adapts its own (``"auto"`` only).
         burn_in: steps before any sample is collected (SGHMC adapts its preconditioner during
             them); ``None``: a quarter of the run (``"constant"``), 0 (``"cyclical"``).
         thinning: collect every ``thinning``-th sampling step after the burn-in; ``None``:
@@ -161,12 +152,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         self.schedule = check_choice("schedule", schedule, SCHEDULES)
         self.cycles = check_int("cycles", cycles)
         self.explore = check_float("explore", explore, minimum=0.0, maximum=1.0)
-        self.preconditioner = check_choice("preconditioner", preconditioner, PRECONDITIONERS)
-        if self.sampler == "sghmc" and self.preconditioner != "auto":
-            raise ValueError(
-                f"preconditioner={preconditioner!r} is SGLD's: SGHMC adapts its own diagonal "
-                "M⁻¹ (leave preconditioner='auto')"
-            )
+        self.preconditioner = dense.check_preconditioner(preconditioner, self.sampler)
         self.burn_in = None if burn_in is None else check_int("burn_in", burn_in, minimum=0)
         self.thinning = None if thinning is None else check_int("thinning", thinning)
         self.max_samples = check_int("max_samples", max_samples)
@@ -174,7 +160,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         like = next((p for p in net.parameters() if p.is_floating_point()), None)
         dtype = torch.get_default_dtype() if like is None else like.dtype
         device = None if like is None else like.device  # the state follows the net
-        self._linear = linear_in_weights(net)  # before the model makes it a PyroModule
+        self._linear = dense.linear_in_weights(net)  # before the model makes it a PyroModule
         self.bnn = VariationalBNN(net, likelihood, prior=prior, num_samples=num_samples)
         kept = [name for name, _ in self.bnn.net.named_parameters()]
         if kept:
@@ -281,7 +267,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         y = self.bnn.prepare_targets(y, X)
         n = X.shape[0]
         batch_size = None if batch_size is None else check_int("batch_size", batch_size)
-        check_dense_step(self.preconditioner, lr)
+        dense.check_dense_step(self.preconditioner, lr)
         lr, batch, mdecay = run_step(self.sampler, lr, batch_size, n, self.mdecay)
         validation = None
         if validation_data is not None:
@@ -377,12 +363,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             noise,
             target=self.fit_defaults[self.sampler] if lr is None else None,
             data=(X, y),
-            dense=self.preconditioner == "dense"
-            or (
-                self.preconditioner == "auto"
-                and self._linear
-                and potential.size <= DENSE_MAX_PARAMS
-            ),
+            dense=dense.uses_dense(self.preconditioner, self._linear, potential.size),
         )
 
     def keep_run(self, step: ChainStep, X: torch.Tensor) -> None:
@@ -402,19 +383,6 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             "thinning": step.collector.thinning,
             "seen": step.collector.seen,
         }
-
-    def _validation(self, xv: torch.Tensor, yv: torch.Tensor) -> Any:
-        def score() -> dict[str, float]:
-            step = self._step
-            if step is not None and step.collector.kept:
-                flat = step.collector.samples[-20:]
-            else:
-                flat = step.potential.constrain(step.theta).unsqueeze(0)  # type: ignore[union-attr]
-            samples = step.potential.unflatten(flat)  # type: ignore[union-attr]
-            lpd = self.bnn.log_predictive_density(xv, yv, posterior_samples=samples)
-            return {"val_nll": -lpd}
-
-        return score
 
     def extra_repr(self) -> str:
         fitted = f"{len(self.kept_samples)} samples" if self.potential else "not fitted"

@@ -42,6 +42,24 @@ class SamplePredictive(BaseBayesianMethod):
     bnn: VariationalBNN
     potential: PyroPotential | None
     kept_samples: torch.Tensor
+    _step: Any  # the run's ChainStep while ``fit`` runs, else None
+
+    def _validation(self, xv: torch.Tensor, yv: torch.Tensor) -> Any:
+        """The score ``fit`` reads after each epoch with ``validation_data``: ``val_nll``, the
+        negative log predictive density of ``(xv, yv)`` under the run's last 20 kept samples
+        (its position alone before it keeps one)."""
+
+        def score() -> dict[str, float]:
+            step = self._step
+            if step is not None and step.collector.kept:
+                flat = step.collector.samples[-20:]
+            else:
+                flat = step.potential.constrain(step.theta).unsqueeze(0)
+            samples = step.potential.unflatten(flat)
+            lpd = self.bnn.log_predictive_density(xv, yv, posterior_samples=samples)
+            return {"val_nll": -lpd}
+
+        return score
 
     # ------------------------------------------------------------------ the samples
     def samples(self) -> dict[str, torch.Tensor]:
