@@ -72,8 +72,9 @@ class Problem:
     @property
     def fit_seed(self) -> int:
         """The seed of the chain fitted to this problem: one per problem, so that the rows are
-        independent trials (with SGLD's dense preconditioner, chains run from one seed are the
-        same chain in the posterior's whitened coordinates, whatever the problem)."""
+        independent trials (with SGLD's dense preconditioner, chains run from one seed on
+        problems with as many inputs draw the same noise: they are one chain in each posterior's
+        whitened coordinates)."""
         return 10_000 + 1000 * self.seed + 7 * self.d + self.n
 
     @property

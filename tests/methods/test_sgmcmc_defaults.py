@@ -123,9 +123,10 @@ def test_default_sgld_samples_an_ill_conditioned_posterior_and_plain_sgld_cannot
     ``1 - lr`` of the chain's distance to the mean per step (``lr ≈ 0.096``), so its 4,500
     sampling steps are worth ``4500 lr / (2 - lr) ≈ 228`` independent draws; the ESS floor of
     100 leaves room for the estimate's own spread. Judged as above (99% bands), under the
-    benchmark's seed for this problem: with the dense preconditioner the chains of one seed are
-    one chain in the posterior's whitened coordinates, whatever the problem, so the seed 0 of
-    the rows above would be judged on the same excursion (measured: 0.236 posterior sd on the
+    benchmark's seed for this problem: with the dense preconditioner the chains of one seed on
+    problems with as many inputs draw the same noise, one chain in each posterior's whitened
+    coordinates, so the seed 0 of the rows above would repeat the excursion it showed on
+    another three-input problem (measured: 0.236 posterior sd on the
     means against a band of 0.234, the draw a right sampler gives about once in a hundred).
     Plain SGLD (``preconditioner="none"``) relaxes its slow direction 109 times slower: an ESS
     of a few, under the floor of 20."""

@@ -272,6 +272,8 @@ def test_a_net_is_linear_in_its_weights_when_it_is_one_plain_affine_map():
 
     assert not linear_in_weights(Scaled(2, 1))
     assert not linear_in_weights(Custom(nn.Linear(2, 1)))
+    with pytest.raises(TypeError, match="^net must be a torch.nn.Module, got str$"):
+        linear_in_weights("linear")
     m = _sgld(bp.nn.mlp(3, [], 1))  # judged on the user's net, not the PyroModule it becomes
     assert m._linear
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from bnn_pyro._checks import check_choice
+from bnn_pyro._checks import check_choice, check_module
 from bnn_pyro.nn.layers import Linear
 
 __all__ = [
@@ -164,11 +164,15 @@ def linear_in_weights(net: nn.Module) -> bool:
     ``nn.Sequential`` of one ``nn.Linear`` and only ``nn.Flatten``/``nn.Identity`` besides
     (``bnn_pyro.nn.mlp(d, [], O)``), none of them with a forward of its own.
 
+    Raises:
+        TypeError: ``net`` is not a ``torch.nn.Module``.
+
     Example:
         >>> import bnn_pyro as bp
         >>> linear_in_weights(bp.nn.mlp(3, [], 1)), linear_in_weights(bp.nn.mlp(3, [4], 1))
         (True, False)
     """
+    check_module("net", net)
     if _plain(net, nn.Linear):
         return True
     if not _plain(net, nn.Sequential):
