@@ -160,6 +160,25 @@ class Likelihood(ABC):
         """
         return self.distribution(f, latents).log_prob(y)
 
+    def point_loss(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's loss for a point fit of the net (what the classic methods train on):
+        ``-log p(y_n | f_n)`` at the likelihood's fixed latents by default.
+
+        Args:
+            f: ``(*S, N, O)`` net outputs (``*S``: stacked members, or none).
+            y: targets as :meth:`check_targets` returns them, with the same leading dimensions
+                as ``f`` or none.
+
+        Returns:
+            ``(*S, N)``; a fit takes its mean over the rows.
+
+        Example:
+            >>> from bnn_pyro.likelihoods import Categorical
+            >>> Categorical().point_loss(torch.zeros(2, 4), torch.tensor([0, 3]))  # log 4 each
+            tensor([1.3863, 1.3863])
+        """
+        return -self.log_prob(f, y, self.fixed_latents(f))
+
     def fixed_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
         """The values this likelihood fixes for the latent sites a learned variant of it
         samples (a fixed Gaussian's noise scale), on ``f``'s device and dtype; none by default.

@@ -166,6 +166,17 @@ class Gaussian(GaussianLikelihood):
         d = y - f
         return (d * d).sum(-1) * (-0.5 / s**2) - f.shape[-1] * (math.log(s) + LOG_SQRT_2PI)
 
+    def point_loss(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's squared error, averaged over the outputs: ``mean_o (y_no - f_no)**2``, the
+        least-squares loss of a point fit whatever the scale (a classic method estimates its
+        noise after the fit). ``f: (*S, N, O)``, ``y: (*S, N, O)`` or ``(N, O)`` → ``(*S, N)``.
+
+        Example:
+            >>> Gaussian(scale=2.0).point_loss(torch.zeros(1, 2), torch.tensor([[1.0, 3.0]]))
+            tensor([5.])
+        """
+        return (f - y).pow(2).mean(-1)
+
     @property
     def learned(self) -> bool:
         """Whether the noise scale is a latent site (``scale="learned"``)."""

@@ -32,7 +32,6 @@ from bnn_pyro.methods.classic.training import (
     check_fit_args,
     module_device,
     probe,
-    task_loss,
     train_epochs,
 )
 from bnn_pyro.nn.batched import chunk_rows
@@ -363,11 +362,12 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         desc: str,
         before: Iterable[Callback] = (),
     ) -> History:
-        """:meth:`_train` of ``self.model`` on the task loss (cross-entropy or squared error)."""
-        model = self.model
+        """:meth:`_train` of ``self.model`` on the likelihood's point loss (cross-entropy or
+        squared error, :meth:`~bnn_pyro.likelihoods.Likelihood.point_loss`)."""
+        model, likelihood = self.model, self.likelihood
         return self._train(
             model.parameters(),
-            lambda xb, yb: task_loss(model(xb), yb, self.task),
+            lambda xb, yb: likelihood.point_loss(model(xb), yb).mean(),
             data,
             settings,
             module=model,

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from bnn_pyro._rng import noise_generators, order_generators
-from bnn_pyro.methods.classic.training import check_fit_args, member_task_losses
+from bnn_pyro.methods.classic.training import check_fit_args
 from bnn_pyro.registry import method_specs
 from bnn_pyro.training import History, make_optimizer, train
 from bnn_pyro.training.stacked import (
@@ -141,7 +141,7 @@ def fit_classic_stacked(
     )
     name = kind.__name__
     step = StackedLossStep(
-        lambda xb, yb: member_task_losses(stacked(xb), yb, first.task),
+        lambda xb, yb: first.likelihood.point_loss(stacked(xb), yb).mean(-1),
         opt,
         desc=f"{name} (lr={lr})",
     )

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
@@ -105,28 +104,6 @@ def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[Non
     finally:
         for m, flag in changed:
             m.training = flag
-
-
-def task_loss(out: torch.Tensor, y: torch.Tensor, likelihood: str) -> torch.Tensor:
-    """Mean cross-entropy (classification) or mean squared error (regression, ``y: (B, O)``)."""
-    if likelihood == "classification":
-        return F.cross_entropy(out, y)
-    return F.mse_loss(out, y)
-
-
-def member_task_losses(out: torch.Tensor, y: torch.Tensor, likelihood: str) -> torch.Tensor:
-    """:func:`task_loss` of each of K stacked models: ``out (K, B, O)``, ``y (K, B)`` classes or
-    ``(K, B, O)`` targets → ``(K,)``.
-
-    Example:
-        >>> member_task_losses(torch.zeros(2, 3, 1), torch.ones(2, 3, 1), "regression")
-        tensor([1., 1.])
-    """
-    k = out.shape[0]
-    if likelihood == "classification":
-        ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none")
-        return ce.view(k, -1).mean(1)
-    return (out - y).pow(2).reshape(k, -1).mean(1)
 
 
 def probe(model: Callable[[torch.Tensor], torch.Tensor], module: nn.Module, x: torch.Tensor):

@@ -26,7 +26,6 @@ from bnn_pyro.methods.classic.training import (
     modes,
     module_device,
     probe,
-    task_loss,
 )
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, check_heads_in_sample, split_heads
 from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
@@ -256,7 +255,7 @@ class DeepEnsemble(ClassicMethod):
 
     def _loss(self, member: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         if not self.gaussian_nll:
-            return lambda xb, yb: task_loss(member(xb), yb, self.task)
+            return lambda xb, yb: self.likelihood.point_loss(member(xb), yb).mean()
 
         def nll(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             mean, var = split_heads(member(xb))

@@ -16,9 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bnn_pyro._rng import noise_generators, order_generators
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.training import (
     TrainSettings,
-    member_task_losses,
     modes,
     module_device,
 )
@@ -77,7 +77,7 @@ def fit_stacked(
     if settings.resume is not None:  # the run's state is the stacked parameters, not the members
         for name, p in stacked.named_parameters():
             settings.resume.extra[name] = p
-    loss = partial(_stacked_loss, stacked, ensemble.task, ensemble.gaussian_nll, split_heads)
+    loss = partial(_stacked_loss, stacked, ensemble.likelihood, ensemble.gaussian_nll, split_heads)
     optimizer = make_optimizer(
         settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
     )
@@ -128,7 +128,7 @@ def _member_seeds(seed: int | None, count: int) -> list[int]:
 
 def _stacked_loss(
     stacked: StackedModels,
-    task: str,
+    likelihood: Likelihood,
     gaussian_nll: bool,
     split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     xb: torch.Tensor,
@@ -141,4 +141,4 @@ def _stacked_loss(
         mean, var = split(out)
         nll = F.gaussian_nll_loss(mean, yb, var, eps=VAR_FLOOR, reduction="none")
         return nll.view(out.shape[0], -1).mean(1)
-    return member_task_losses(out, yb, task)
+    return likelihood.point_loss(out, yb).mean(-1)
