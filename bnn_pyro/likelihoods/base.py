@@ -179,6 +179,29 @@ class Likelihood(ABC):
         """
         return -self.log_prob(f, y, self.fixed_latents(f))
 
+    def output_hessian(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, bool]:
+        """The Hessian ``Λ`` of each row's negative log-likelihood in the net output (the
+        generalised Gauss-Newton's middle factor), as ``(w, coupled)``: ``Λ = diag(w)``, or
+        ``diag(w) - w wᵀ`` where ``coupled`` (a softmax's probabilities).
+
+        Args:
+            f: ``(*S, N, O)`` net outputs; ``latents`` as for :meth:`log_prob`.
+
+        Returns:
+            ``w`` of ``f``'s shape, and ``coupled``. The base class has none (``TypeError``).
+
+        Example:
+            >>> from bnn_pyro.likelihoods import Bernoulli
+            >>> Bernoulli().output_hessian(torch.zeros(1, 2), {})  # p (1 - p) at p = 1/2
+            (tensor([[0.2500, 0.2500]]), False)
+        """
+        raise TypeError(
+            f"{type(self).__name__} gives no Hessian of its log-likelihood in the net output, "
+            "which a Gauss-Newton curvature needs"
+        )
+
     def fixed_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
         """The values this likelihood fixes for the latent sites a learned variant of it
         samples (a fixed Gaussian's noise scale), on ``f``'s device and dtype; none by default.

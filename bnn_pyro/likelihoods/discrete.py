@@ -57,6 +57,17 @@ class Categorical(Likelihood):
         ce = F.cross_entropy(f.reshape(-1, f.shape[-1]), labels, reduction="none")
         return -ce.view(f.shape[:-1])
 
+    def output_hessian(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, bool]:
+        """``(softmax(f), True)``: ``Λ = diag(p) - p pᵀ`` (see :meth:`Likelihood.output_hessian`).
+
+        Example:
+            >>> Categorical().output_hessian(torch.zeros(1, 2), {})
+            (tensor([[0.5000, 0.5000]]), True)
+        """
+        return torch.softmax(f, dim=-1), True
+
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.softmax(f, dim=-1)
 
@@ -103,6 +114,14 @@ class Bernoulli(Likelihood):
         """
         bce = F.binary_cross_entropy_with_logits(f, y.expand_as(f), reduction="none")
         return -bce.sum(-1)
+
+    def output_hessian(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, bool]:
+        """``(p (1 - p), False)`` with ``p = sigmoid(f)``: each column's own Bernoulli (see
+        :meth:`Likelihood.output_hessian`)."""
+        p = torch.sigmoid(f)
+        return p * (1 - p), False
 
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(f)

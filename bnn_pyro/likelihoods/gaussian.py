@@ -66,6 +66,19 @@ class GaussianLikelihood(Likelihood):
         z = (y - loc) / scale
         return (-0.5 * z * z - scale.log() - LOG_SQRT_2PI).sum(-1)
 
+    def output_hessian(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, bool]:
+        """``(1 / scale**2, False)``: the Hessian in the location is ``diag(1/σ²)`` (see
+        :meth:`Likelihood.output_hessian`).
+
+        Example:
+            >>> Gaussian(scale=0.5).output_hessian(torch.zeros(1, 2), {})
+            (tensor([[4., 4.]]), False)
+        """
+        loc, scale = self.loc_scale(f, latents)
+        return (1.0 / scale**2).expand(loc.shape), False
+
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return f[..., : self.target_dim(f.shape[-1])]
 
@@ -313,6 +326,9 @@ class HeteroscedasticGaussian(GaussianLikelihood):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         o = self.target_dim(f.shape[-1])
         return f[..., :o], F.softplus(f[..., o:]) + self.min_scale
+
+    #: A net that predicts its own scale has no fixed-scale Hessian: none is given.
+    output_hessian = Likelihood.output_hessian
 
     def _own_config(self) -> dict[str, Any]:
         return {"min_scale": self.min_scale}

@@ -190,13 +190,13 @@ def test_the_curvature_moves_each_batch_to_the_given_device(monkeypatch, kind):
     by a stand-in that records the devices it is given), and ``H`` is on ``meta``."""
     seen = []
 
-    def nll(out, y, likelihood, sigma):  # noqa: ANN001, ANN202
+    def nll(out, y, likelihood, latents):  # noqa: ANN001, ANN202
         seen.append((out.device, y.device))
         return (out - y).pow(2).sum() / 2
 
-    def weights(out, y, likelihood, sigma):  # noqa: ANN001, ANN202
+    def weights(out, y, likelihood, latents):  # noqa: ANN001, ANN202
         seen.append((out.device, y.device))
-        return 0.0, torch.ones_like(out)
+        return 0.0, torch.ones_like(out), False
 
     monkeypatch.setattr(curvature_module, "_nll", nll)
     monkeypatch.setattr(curvature_module, "_output_weights", weights)
@@ -207,7 +207,7 @@ def test_the_curvature_moves_each_batch_to_the_given_device(monkeypatch, kind):
     from bnn_pyro.methods.laplace.structures import DiagonalHessian
 
     h, _, count = curvature_module.curvature(
-        net, params, batches, likelihood="regression", kind=kind, structure=DiagonalHessian(),
+        net, params, batches, likelihood=bp.Gaussian(), kind=kind, structure=DiagonalHessian(),
         sigma=torch.ones(1, dtype=torch.float64, device=META), device=META,
     )  # fmt: skip
     assert count == 4 and h.device == META and h.shape == (21,)

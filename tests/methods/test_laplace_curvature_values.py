@@ -13,6 +13,7 @@ import torch.nn as nn
 from torch.distributions import Categorical, Normal
 from torch.func import functional_call, grad, hessian, jacrev
 
+import bnn_pyro as bp
 from bnn_pyro.methods.laplace import curvature as cv
 from bnn_pyro.methods.laplace.kron import KroneckerHessian
 from bnn_pyro.methods.laplace.structures import DiagonalHessian, FullHessian
@@ -70,11 +71,13 @@ def _reference(net, x, y, likelihood, sigma, kind):
 def _run(net, x, y, likelihood, kind, structure, sigma, batch=4):
     params = {k: v.detach() for k, v in net.named_parameters()}
     batches = list(zip(x.split(batch), y.split(batch), strict=True))
-    return cv.curvature(net, params, batches, likelihood=likelihood, kind=kind,
+    return cv.curvature(net, params, batches, likelihood=LIKELIHOODS[likelihood], kind=kind,
                         structure=structure, sigma=sigma, device=CPU)  # fmt: skip
 
 
 CASES = [("classification", None), ("regression", SIGMA)]
+#: the observation model of each case (the regression's noise is ``sigma``, given separately)
+LIKELIHOODS = {"classification": bp.Categorical(), "regression": bp.Gaussian()}
 
 
 @pytest.mark.parametrize("likelihood, sigma", CASES)
@@ -132,7 +135,7 @@ def test_the_sum_over_ranks_is_skipped_outside_a_process_group():
     x, y = _data(5, "classification")
     params = {k: v.detach() for k, v in net.named_parameters()}
     plain = _run(net, x, y, "classification", "ggn", FullHessian(), None)
-    kw = {"likelihood": "classification", "kind": "ggn", "sigma": None, "device": CPU}
+    kw = {"likelihood": bp.Categorical(), "kind": "ggn", "sigma": None, "device": CPU}
     reduced = cv.curvature(net, params, [(x, y)], structure=FullHessian(), reduce=True, **kw)
     torch.testing.assert_close(reduced[0], plain[0], rtol=1e-12, atol=1e-12)
     assert reduced[1:] == pytest.approx(plain[1:], rel=1e-12)
@@ -282,7 +285,7 @@ def test_the_sums_over_ranks_are_taken_in_a_process_group(monkeypatch):
     x, y = _data(5, "regression")
     params = {k: v.detach() for k, v in net.named_parameters()}
     ref, loglik = _reference(net, x, y, "regression", SIGMA, "ggn")
-    kw = {"likelihood": "regression", "kind": "ggn", "sigma": SIGMA, "device": CPU}
+    kw = {"likelihood": bp.Gaussian(), "kind": "ggn", "sigma": SIGMA, "device": CPU}
     h, got, count = cv.curvature(net, params, [(x, y)], structure=FullHessian(), reduce=True, **kw)
     torch.testing.assert_close(h, 2 * ref, rtol=1e-10, atol=1e-10)
     assert got == pytest.approx(2 * loglik, rel=1e-12) and count == 10

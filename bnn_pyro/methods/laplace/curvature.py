@@ -14,36 +14,30 @@ A :class:`~bnn_pyro.methods.laplace.structures.HessianStructure` keeps the sum: 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, jacrev, vmap
 
+from bnn_pyro.likelihoods import NOISE_SITE, Likelihood
 from bnn_pyro.methods.classic.params import flatten
 from bnn_pyro.methods.laplace.structures import HessianStructure, map_tensors
 from bnn_pyro.training import distributed
 
-_LOG_2PI = math.log(2 * math.pi)
+
+def _nll(
+    out: torch.Tensor, y: torch.Tensor, likelihood: Likelihood, latents: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Summed negative log-likelihood (:meth:`Likelihood.log_prob`): ``out (..., O)``, ``y`` as
+    the likelihood's targets."""
+    return -likelihood.log_prob(out, y, latents).sum()
 
 
-def _nll(out: torch.Tensor, y: torch.Tensor, likelihood: str, sigma: torch.Tensor | None):
-    """Summed negative log-likelihood: ``out (..., O)``, ``y`` classes ``(...)`` or ``(..., O)``."""
-    if likelihood == "classification":
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum")
-    sigma = sigma.expand(out.shape[-1])
-    z = (out - y) / sigma
-    rows = out.numel() // out.shape[-1]
-    return 0.5 * (z**2).sum() + rows * torch.log(sigma).sum() + 0.5 * out.numel() * _LOG_2PI
-
-
-def _prepare_y(y: torch.Tensor, likelihood: str, out_dim: int) -> torch.Tensor:
-    if likelihood == "regression" and y.dim() == 1 and out_dim == 1:
-        return y.unsqueeze(-1)
-    return y
+def _latents(sigma: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The Gaussian noise ``sigma (O,)`` as the likelihood's noise latent (none without)."""
+    return {} if sigma is None else {NOISE_SITE: sigma}
 
 
 def output_jacobians(
@@ -245,10 +239,12 @@ def curvature(
         model: the net in eval mode; parameters not in ``params`` stay fixed.
         params: ``{name: tensor}`` of the Bayesian parameters (P entries in total).
         batches: ``(x (B, ...), y)`` pairs.
-        likelihood: ``"classification"`` or ``"regression"``.
+        likelihood: the observation model: its :meth:`~bnn_pyro.likelihoods.Likelihood.log_prob`
+            and :meth:`~bnn_pyro.likelihoods.Likelihood.output_hessian` (``Categorical``, or
+            ``Gaussian`` with ``sigma``).
         kind: ``"fisher"`` (empirical Fisher) or ``"ggn"``.
         structure: how ``H`` is kept (:mod:`~bnn_pyro.methods.laplace.structures`).
-        sigma: ``(O,)`` Gaussian noise std (regression only).
+        sigma: ``(O,)`` Gaussian noise std (a Gaussian only).
         device: where the batches go.
         reduce: the batches are this rank's part of the data: sum ``H``, the log-likelihood
             and the count over the ranks of a ``torch.distributed`` group.
@@ -258,9 +254,11 @@ def curvature(
         ``params``, and the number of examples.
     """
 
+    latents = _latents(sigma)
+
     def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)
-        return _nll(out, yi, likelihood, sigma)
+        return _nll(out, yi, likelihood, latents)
 
     ref = next(iter(params.values()))
     shapes = {n: t.shape for n, t in params.items()}
@@ -279,17 +277,16 @@ def curvature(
         if rows is None:
             with torch.no_grad():
                 out = functional_call(model, params, (xb,))  # (B, O)
-            nll, w = _output_weights(out, yb, likelihood, sigma)
+            nll, w, coupled = _output_weights(out, yb, likelihood, latents)
             loglik -= nll
-            h = _add_ggn_blocks(h, structure, model, params, xb, w, likelihood)
+            h = _add_ggn_blocks(h, structure, model, params, xb, w, coupled)
             continue
         # per layer (KFAC; a diagonal of linear layers), in blocks of rows
         for xr, yr in zip(xb.split(rows), yb.split(rows), strict=True):
             deltas, inputs, out = layer_jacobians(model, params, xr)
-            nll, w = _output_weights(out, yr, likelihood, sigma)
+            nll, w, coupled = _output_weights(out, yr, likelihood, latents)
             loglik -= nll
-            categorical = likelihood == "classification"
-            h = structure.add_layer_ggn(h, deltas, inputs, w, categorical, shapes)
+            h = structure.add_layer_ggn(h, deltas, inputs, w, coupled, shapes)
     if reduce and distributed.active():
         sums = distributed.all_sum(torch.tensor([loglik, float(count)], dtype=torch.float64))
         h = map_tensors(h, lambda t: distributed.all_sum(t.detach()))
@@ -298,17 +295,15 @@ def curvature(
 
 
 def _output_weights(
-    out: torch.Tensor, y: torch.Tensor, likelihood: str, sigma: torch.Tensor | None
-) -> tuple[float, torch.Tensor]:
-    """The negative log-likelihood of the outputs ``out (B, O)`` at ``y``, and ``(B, O)``
-    weights of its Hessian in them: ``1/σ²`` (a Gaussian), or the class probabilities ``p``
-    (``Λ = diag(p) - p pᵀ``)."""
-    nll = _nll(out, _prepare_y(y, likelihood, out.shape[-1]), likelihood, sigma)
-    if likelihood == "regression":
-        w = (1.0 / sigma**2).to(out).expand(out.shape)
-    else:
-        w = torch.softmax(out, dim=-1)
-    return float(nll.detach()), w.detach()
+    out: torch.Tensor, y: torch.Tensor, likelihood: Likelihood, latents: dict[str, torch.Tensor]
+) -> tuple[float, torch.Tensor, bool]:
+    """The negative log-likelihood of the outputs ``out (B, O)`` at ``y``, the ``(B, O)``
+    weights of its Hessian in them (:meth:`~bnn_pyro.likelihoods.Likelihood.output_hessian`:
+    ``1/σ²`` for a Gaussian, the class probabilities ``p`` for a categorical), and whether the
+    Hessian is ``diag(w) - w wᵀ``."""
+    nll = _nll(out, likelihood.check_targets(y, out.shape[-1]), likelihood, latents)
+    w, coupled = likelihood.output_hessian(out, latents)
+    return float(nll.detach()), w.to(out).detach(), coupled
 
 
 #: The most bytes one Jacobian block may take: the GGN and the GLM predictive go through the
@@ -342,18 +337,18 @@ def _add_ggn_blocks(
     params: dict[str, torch.Tensor],
     x: torch.Tensor,
     w: torch.Tensor,
-    likelihood: str,
+    coupled: bool,
 ) -> torch.Tensor:
     """``h`` plus the GGN of the rows ``x (B, ...)`` with output weights ``w (B, O)``, through
     Jacobian blocks of :func:`jacobian_blocks`' size: the sum over outputs of ``J_oᵀ w_o J_o``
-    splits over output blocks, and a categorical's ``j = Σ_o p_o J_o`` is summed over them
-    before its ``- j jᵀ`` is taken, once per row block."""
+    splits over output blocks, and where ``coupled`` (a categorical) ``j = Σ_o p_o J_o`` is
+    summed over them before its ``- j jᵀ`` is taken, once per row block."""
     size = sum(t.numel() for t in params.values())
     ref = next(iter(params.values()))
     rows, outs = jacobian_blocks(len(x), w.shape[1], size, ref.element_size())
     for start in range(0, len(x), rows):
         xr, wr = x[start : start + rows], w[start : start + rows]
-        jp = None if likelihood == "regression" else ref.new_zeros(len(xr), size)
+        jp = ref.new_zeros(len(xr), size) if coupled else None
         for o in range(0, w.shape[1], outs):
             block = slice(o, o + outs)
             jac, _ = output_jacobians(model, params, xr, block)  # (b, o', P)

@@ -202,7 +202,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
                 self.model,
                 params,
                 batches,
-                likelihood=self.task,
+                likelihood=self.likelihood,
                 kind=self.hessian,
                 structure=self.structure,
                 sigma=sigma,
