@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
-from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.likelihoods import NOISE_SITE, Likelihood
 from bnn_pyro.methods.classic import checks
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.training import (
@@ -25,8 +23,6 @@ from bnn_pyro.nn.mlp import mlp_architecture
 from bnn_pyro.training import History
 
 __all__ = ["VariationalBayesNN"]
-
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class VariationalBayesNN(ClassicMethod):
@@ -105,14 +101,15 @@ class VariationalBayesNN(ClassicMethod):
         """KL(q(w) || p(w)) summed over all layers (scalar)."""
         return self.net.kl_cost()
 
-    def _nll(self, out: torch.Tensor, y: torch.Tensor, likelihood: str, sigma) -> torch.Tensor:
-        """Mean over samples and data of the per-datum NLL; ``out: (S, N, O)``."""
-        if likelihood == "classification":
-            s, n, c = out.shape
-            return F.cross_entropy(out.reshape(s * n, c), y.repeat(s))
-        z = (out - y) / sigma
-        per_datum = (0.5 * z**2 + torch.log(sigma) + _HALF_LOG_2PI).sum(-1)
-        return per_datum.mean()
+    @staticmethod
+    def _nll(
+        out: torch.Tensor, y: torch.Tensor, likelihood: Likelihood, sigma: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Mean over samples and data of the per-datum NLL (the likelihood's
+        :meth:`~bnn_pyro.likelihoods.Likelihood.log_prob`, with ``sigma`` as a Gaussian's
+        noise); ``out: (S, N, O)``."""
+        latents = {} if sigma is None else {NOISE_SITE: sigma}
+        return -likelihood.log_prob(out, y, latents).mean()
 
     def variational_loss(
         self,
@@ -142,9 +139,9 @@ class VariationalBayesNN(ClassicMethod):
             Scalar loss.
         """
         x = self._check_x(x)
-        lik = self.task
+        observed, lik = self.likelihood, self.task
         if likelihood is not None:
-            lik = checks.resolve_likelihood(likelihood, None, "VariationalBayesNN")[1]
+            observed, lik, _ = checks.resolve_likelihood(likelihood, None, "VariationalBayesNN")
         yt = checks.check_targets(x, y, lik)
         check_int("num_samples", num_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
@@ -162,7 +159,7 @@ class VariationalBayesNN(ClassicMethod):
             sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
         out = self.net(x, num_samples=num_samples)
         checks.check_outputs(out[0], yt, lik)
-        return self._nll(out, yt, lik, sigma) + kl_weight * self.kl_divergence() / n
+        return self._nll(out, yt, observed, sigma) + kl_weight * self.kl_divergence() / n
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
         with seeded(seed, module_device(self)):
