@@ -215,6 +215,33 @@ def test_the_curvature_moves_each_batch_to_the_given_device(monkeypatch, kind):
 
 
 # ---------------------------------------------------------------------- stacked VI
+def test_stacked_vi_builds_and_draws_on_its_members_device_whatever_the_default_device():
+    """``StackedVI``'s prior constants and each member's weight noise follow the members'
+    parameters (CPU), not the default device: under a ``meta`` default device the members'
+    losses are the same numbers as outside it, from the same member generators (a tensor made
+    on the default device instead would meet a CPU one and raise)."""
+    import warnings
+
+    from bnn_pyro.methods.vi.stacked import StackedVI
+
+    torch.manual_seed(0)
+    models = [bp.VariationalBNN(bp.nn.mlp(3, [5], 1), bp.Gaussian(scale=0.5)) for _ in range(2)]
+    x, y = torch.randn(2, 8, 3), torch.randn(2, 8, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bp.PosteriorCollapseWarning)  # one epoch, by design
+        for m in models:
+            m.fit(x[0], y[0], epochs=1, progress=False, seed=0)
+
+    def losses():  # noqa: ANN202
+        gens = [torch.Generator().manual_seed(s) for s in (3, 4)]
+        return StackedVI(models, gens, 40).member_losses(x, y)
+
+    want = losses()
+    got = _on_cpu_under_meta(losses)
+    assert got.device.type == "cpu"
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("estimator", ["local", "flipout"])
 def test_stacked_local_reparameterization_draws_on_the_inputs_device(estimator):
     """The per-member pre-activation noise (``"local"``) and flipout's signs follow the
