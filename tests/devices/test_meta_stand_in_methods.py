@@ -214,6 +214,29 @@ def test_the_curvature_moves_each_batch_to_the_given_device(monkeypatch, kind):
     assert seen and all(d == (META, META) for d in seen)
 
 
+# ---------------------------------------------------------------------- SWAG
+def test_swag_draws_on_its_snapshots_device_whatever_the_default_device():
+    """SWAG's weight draws (the diagonal noise and the low-rank one) follow its snapshots
+    (CPU), not the default device: under a ``meta`` default device the same numbers as
+    outside it from the same global seed (a draw made on the default device would meet the
+    CPU snapshots and raise)."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 2)
+    y = x.sum(-1, keepdim=True)
+    swag = bp.SWAG(bp.nn.mlp(2, [4], 1), likelihood=bp.Gaussian(scale=0.5), max_num_models=5)
+    swag.fit(x, y, epochs=8, batch_size=8, swa_start=2, progress=False, seed=0)
+    assert len(swag.deviations) >= 2  # the low-rank term is drawn too
+
+    def draw():  # noqa: ANN202
+        torch.manual_seed(1)
+        return swag._sample_flat(3)
+
+    want = draw()
+    got = _on_cpu_under_meta(draw)
+    assert got.device.type == "cpu"
+    assert torch.equal(got, want)
+
+
 # ---------------------------------------------------------------------- stacked VI
 def test_stacked_vi_builds_and_draws_on_its_members_device_whatever_the_default_device():
     """``StackedVI``'s prior constants and each member's weight noise follow the members'
