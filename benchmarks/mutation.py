@@ -374,7 +374,7 @@ def run(
     if mutmut is None:
         raise SystemExit("mutmut is not installed: pip install mutmut")
     for path in [module, *tests]:
-        if not os.path.exists(os.path.join(ROOT, path)):
+        if not os.path.exists(os.path.join(ROOT, path.split("::")[0])):
             raise SystemExit(f"no such file in the repository: {path}")
     with tempfile.TemporaryDirectory(prefix="mutation-") as work:
         for name in COPIED:
@@ -411,7 +411,9 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--module", required=True, help="the module to mutate, e.g. bnn_pyro/x.py")
-    parser.add_argument("--tests", nargs="+", required=True, help="the test files to run")
+    parser.add_argument(
+        "--tests", nargs="+", required=True, help="the test files (or pytest node ids) to run"
+    )
     parser.add_argument("--output", default=REPORT, help="the report to update")
     parser.add_argument(
         "--survivors",
