@@ -65,5 +65,25 @@ def test_the_output_hessian_is_autograds_hessian_of_the_log_likelihood(lik, late
 
 def test_a_net_that_predicts_its_own_scale_has_no_output_hessian():
     f, _ = _rows(2)
-    with pytest.raises(TypeError, match="HeteroscedasticGaussian gives no Hessian"):
+    with pytest.raises(
+        TypeError,
+        match="^HeteroscedasticGaussian gives no Hessian of its log-likelihood in the net output, "
+        "which a Gauss-Newton curvature needs$",
+    ):
         bp.HeteroscedasticGaussian().output_hessian(f, {})
+
+
+@pytest.mark.parametrize(
+    "lik", [bp.Gaussian(scale=0.3), bp.Categorical(), bp.Bernoulli()], ids=lambda x: repr(x)
+)
+def test_stacked_outputs_give_each_members_own_weights(lik):
+    """``(K, N, O)`` outputs (stacked members): member k's weights are those of its own
+    ``(N, O)`` outputs (a softmax over the last axis, never over the rows)."""
+    f = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(1), dtype=D)
+    w, coupled = lik.output_hessian(f, {})
+    assert w.shape == f.shape
+    for k in range(2):
+        own, own_coupled = lik.output_hessian(f[k], {})
+        # the same elementwise formula: a vectorised kernel may round a last bit differently
+        torch.testing.assert_close(w[k], own, rtol=1e-14, atol=0)
+        assert own_coupled is coupled

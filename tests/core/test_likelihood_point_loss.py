@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import bnn_pyro as bp
+from bnn_pyro.likelihoods import GaussianLikelihood
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -57,6 +58,24 @@ def test_bernoulli_point_loss_is_the_binary_cross_entropy_summed_over_columns():
     p = torch.sigmoid(f)
     expected = -(y * p.log() + (1 - y) * (1 - p).log()).sum(-1)
     torch.testing.assert_close(bp.Bernoulli().point_loss(f, y), expected, rtol=1e-10, atol=1e-10)
+
+
+class _ScaleTwo(GaussianLikelihood):
+    """A Gaussian whose scale is a latent it fixes at 2 (no point loss of its own)."""
+
+    def loc_scale(self, f, latents):  # noqa: ANN001, ANN201
+        return f, latents["s"]
+
+    def fixed_latents(self, f):  # noqa: ANN001, ANN201
+        return {"s": f.new_tensor(2.0)}
+
+
+def test_the_default_point_loss_reads_the_likelihoods_fixed_latents():
+    """A likelihood without a point loss of its own scores ``-log p`` at its fixed latents."""
+    f = torch.randn(4, 2, generator=_gen(), dtype=torch.float64)
+    y = torch.randn(4, 2, generator=_gen(1), dtype=torch.float64)
+    expected = -torch.distributions.Normal(f, 2.0).log_prob(y).sum(-1)
+    torch.testing.assert_close(_ScaleTwo().point_loss(f, y), expected, rtol=1e-12, atol=1e-12)
 
 
 class _AbsoluteError(bp.Gaussian):
