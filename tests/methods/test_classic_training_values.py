@@ -14,6 +14,7 @@ import torch.nn as nn
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods.classic.training import (
     check_fit_args,
+    module_device,
     probe,
     residual_noise_scale,
     train_epochs,
@@ -179,3 +180,12 @@ def test_an_iterate_average_ends_at_the_mean_of_the_last_share_of_steps():
     after = [w for _, w in after]
     torch.testing.assert_close(net.weight.detach(), (after[2] + after[3]) / 2)
     assert not torch.allclose(after[2], after[3])  # the average is not one of them
+
+
+def test_a_module_is_on_its_first_tensors_device_and_one_without_tensors_on_the_cpu():
+    """``module_device``: the first parameter's device, else the first buffer's, else the CPU
+    (a parameter-free net such as an activation, or a functional net's shell)."""
+    assert module_device(nn.Identity()) == torch.device("cpu")
+    with_buffer = nn.BatchNorm1d(2, affine=False).to("meta")  # buffers only
+    assert module_device(with_buffer) == torch.device("meta")
+    assert module_device(nn.Linear(2, 1).to("meta")) == torch.device("meta")
