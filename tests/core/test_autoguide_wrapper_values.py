@@ -89,3 +89,30 @@ def test_the_scope_is_left_when_a_module_guide_raises():
         wrapped(torch.zeros(1))
     assert pyro.get_param_store()._params is outside
     assert "inside" not in pyro.get_param_store()
+
+
+def test_a_parameter_already_held_by_a_module_is_left_and_the_free_ones_after_it_adopted():
+    """A ``pyro.param`` whose value is an ``nn.Parameter`` (a module's own) stays its module's;
+    the free tensors created after it in the store are still adopted."""
+    owned = nn.Parameter(torch.tensor(1.0))
+
+    def guide(x, y=None):  # noqa: ANN001, ANN202
+        pyro.param("own", owned)
+        pyro.param("free", torch.tensor(2.0))
+
+    wrapped = AutoGuideWrapper(guide)
+    wrapped(torch.zeros(1))
+    assert list(dict(wrapped.named_parameters())) == ["free_params.free"]
+    with wrapped.scope:
+        assert pyro.get_param_store()._params["own"] is owned
+
+
+def test_two_param_names_that_map_to_one_key_are_refused_by_name():
+    def guide(x, y=None):  # noqa: ANN001, ANN202
+        pyro.param("a.b", torch.tensor(1.0))
+        pyro.param("a__b", torch.tensor(2.0))
+
+    with pytest.raises(
+        ValueError, match="^two pyro.param names of the guide map to one key 'a__b'$"
+    ):
+        AutoGuideWrapper(guide)(torch.zeros(1))
