@@ -24,6 +24,7 @@ from bnn_pyro.likelihoods.gaussian import (
     Gaussian,
     GaussianLikelihood,
     HeteroscedasticGaussian,
+    noise_latents,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "Categorical",
     "Bernoulli",
     "likelihood_from_config",
+    "noise_latents",
 ]

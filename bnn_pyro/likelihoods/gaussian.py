@@ -16,9 +16,35 @@ from bnn_pyro.likelihoods.noise_init import residual_scale
 from bnn_pyro.priors._latent import check_scale_prior
 from bnn_pyro.weight_distributions import LOG_SQRT_2PI, rebuild_on
 
-__all__ = ["NOISE_SITE", "Gaussian", "GaussianLikelihood", "HeteroscedasticGaussian"]
+__all__ = [
+    "NOISE_SITE",
+    "Gaussian",
+    "GaussianLikelihood",
+    "HeteroscedasticGaussian",
+    "noise_latents",
+]
 
 NOISE_SITE = "likelihood.scale"
+
+
+def noise_latents(sigma: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """A Gaussian noise std given from outside the model (a classic method's ``noise_scale``)
+    as the ``latents`` of :meth:`Likelihood.log_prob` and
+    :meth:`Likelihood.output_hessian`: ``{NOISE_SITE: sigma}``, or none for ``None`` (a
+    likelihood without a noise).
+
+    Args:
+        sigma: a scalar or ``(O,)`` tensor of positive stds, or ``None``.
+
+    Example:
+        >>> noise_latents(torch.tensor([0.5])), noise_latents(None)
+        ({'likelihood.scale': tensor([0.5000])}, {})
+    """
+    if sigma is None:
+        return {}
+    if not isinstance(sigma, torch.Tensor):
+        raise TypeError(f"sigma must be a torch.Tensor or None, got {type(sigma).__name__}")
+    return {NOISE_SITE: sigma}
 
 
 class GaussianLikelihood(Likelihood):

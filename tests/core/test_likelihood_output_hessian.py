@@ -11,7 +11,7 @@ import torch
 from torch.func import hessian
 
 import bnn_pyro as bp
-from bnn_pyro.likelihoods import NOISE_SITE
+from bnn_pyro.likelihoods import NOISE_SITE, noise_latents
 
 D = torch.float64
 
@@ -87,3 +87,15 @@ def test_stacked_outputs_give_each_members_own_weights(lik):
         # the same elementwise formula: a vectorised kernel may round a last bit differently
         torch.testing.assert_close(w[k], own, rtol=1e-14, atol=0)
         assert own_coupled is coupled
+
+
+def test_a_noise_given_from_outside_is_the_gaussians_latent():
+    """``noise_latents(sigma)``: what the Laplace curvature and ``VariationalBayesNN`` hand a
+    likelihood as their noise std; none for ``None``, and a tensor only."""
+    sigma = torch.tensor([0.5, 2.0], dtype=D)
+    f, y = _rows(2)
+    w, _ = bp.Gaussian(scale="learned").output_hessian(f, noise_latents(sigma))
+    torch.testing.assert_close(w, (1 / sigma**2).expand(f.shape))
+    assert noise_latents(None) == {}
+    with pytest.raises(TypeError, match="^sigma must be a torch.Tensor or None, got float$"):
+        noise_latents(0.5)

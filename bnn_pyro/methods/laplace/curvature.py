@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, grad_and_value, jacrev, vmap
 
-from bnn_pyro.likelihoods import NOISE_SITE, Likelihood
+from bnn_pyro.likelihoods import Likelihood, noise_latents
 from bnn_pyro.methods.classic.params import flatten
 from bnn_pyro.methods.laplace.structures import HessianStructure, map_tensors
 from bnn_pyro.training import distributed
@@ -33,11 +33,6 @@ def _nll(
     """Summed negative log-likelihood (:meth:`Likelihood.log_prob`): ``out (..., O)``, ``y`` as
     the likelihood's targets."""
     return -likelihood.log_prob(out, y, latents).sum()
-
-
-def _latents(sigma: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The Gaussian noise ``sigma (O,)`` as the likelihood's noise latent (none without)."""
-    return {} if sigma is None else {NOISE_SITE: sigma}
 
 
 def output_jacobians(
@@ -254,7 +249,7 @@ def curvature(
         ``params``, and the number of examples.
     """
 
-    latents = _latents(sigma)
+    latents = noise_latents(sigma)
 
     def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         out = functional_call(model, p, (xi.unsqueeze(0),)).squeeze(0)

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
-from bnn_pyro.likelihoods import NOISE_SITE, Likelihood
+from bnn_pyro.likelihoods import Likelihood, noise_latents
 from bnn_pyro.methods.classic import checks
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.training import (
@@ -108,8 +108,7 @@ class VariationalBayesNN(ClassicMethod):
         """Mean over samples and data of the per-datum NLL (the likelihood's
         :meth:`~bnn_pyro.likelihoods.Likelihood.log_prob`, with ``sigma`` as a Gaussian's
         noise); ``out: (S, N, O)``."""
-        latents = {} if sigma is None else {NOISE_SITE: sigma}
-        return -likelihood.log_prob(out, y, latents).mean()
+        return -likelihood.log_prob(out, y, noise_latents(sigma)).mean()
 
     def variational_loss(
         self,
