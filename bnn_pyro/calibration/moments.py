@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from bnn_pyro._checks import as_tensor
-from bnn_pyro.likelihoods import Bernoulli, Categorical
 from bnn_pyro.metrics.calibration import gaussian_mixture_quantile
 
 __all__ = [
@@ -111,10 +110,7 @@ def check_method(method: Any) -> Any:
             "method must be a fitted regression method with predictive_gaussian, got "
             f"{type(method).__name__}"
         )
-    likelihood = getattr(method, "likelihood", None)
-    if getattr(method, "task", None) == "classification" or isinstance(
-        likelihood, (Bernoulli, Categorical)
-    ):
+    if getattr(getattr(method, "likelihood", None), "classifies", False):
         raise TypeError(
             f"method must be a regression method: this {type(method).__name__} classifies "
             "(its intervals and recalibration are for real-valued targets)"

@@ -19,6 +19,8 @@ from bnn_pyro.estimators import _methods
 from bnn_pyro.estimators._params import check_hyperparameters
 from bnn_pyro.estimators._persistence import Persistence
 from bnn_pyro.exceptions import NotFittedError
+from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.likelihoods.resolve import resolve_likelihood
 
 __all__ = ["TabularBNN"]
 
@@ -132,6 +134,19 @@ class TabularBNN(Persistence):
     def task(self) -> str:
         """``"regression"`` or ``"classification"``."""
         return self.params["task"]
+
+    @property
+    def likelihood(self) -> Likelihood:
+        """The observation model: the fitted model's, or before a fit the one ``task`` names
+        (``Categorical()``, or a ``Gaussian`` whose noise the fit estimates).
+
+        Example:
+            >>> TabularBNN("classification").likelihood
+            Categorical()
+        """
+        if self.module is not None:
+            return self.module.likelihood
+        return resolve_likelihood(self.task, None, type(self).__name__)[0]
 
     # ------------------------------------------------------------------ fitting
     def _targets(self, y: Any, n: int, n_classes: int | None) -> np.ndarray:

@@ -3,6 +3,7 @@ subclasses (so a checkpoint names its likelihood's class), and the data plate.""
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -10,7 +11,14 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-__all__ = ["LIKELIHOOD_EXPECTED", "Likelihood", "likelihood_from_config", "observed_targets"]
+__all__ = [
+    "LIKELIHOOD_EXPECTED",
+    "PROBIT_SCALE",
+    "Likelihood",
+    "likelihood_from_config",
+    "observed_targets",
+    "probit_scale",
+]
 
 
 def _data_plate(
@@ -87,6 +95,15 @@ class Likelihood(ABC):
     """
 
     name = "obs"
+    #: The targets are class labels and the net's outputs their logits: ``predict`` turns
+    #: them into probabilities by default, and the interval tools (for real-valued targets)
+    #: refuse the model.
+    classifies: bool = False
+    #: One noise std per output column, which a point fit either takes as given or estimates
+    #: from its residuals afterwards (a homoscedastic Gaussian).
+    homoscedastic: bool = False
+    #: That noise std is the fit's to find (``Gaussian(scale="learned")``).
+    learned: bool = False
 
     def output_dim(self, target_dim: int) -> int:
         """The net output width needed for targets of width ``target_dim``."""
@@ -202,6 +219,32 @@ class Likelihood(ABC):
             "which a Gauss-Newton curvature needs"
         )
 
+    def predictive_log_prob(
+        self, f: torch.Tensor, var: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """Each row's log predictive density of ``y`` when the net output is uncertain,
+        ``f_n ~ N(f, diag(var))`` (a linearised posterior's, as the Laplace GLM has): exact
+        where the likelihood is Gaussian, the probit approximation through a sigmoid or
+        softmax.
+
+        Args:
+            f: ``(N, O)`` the output's mean; ``var``: ``(N, O)`` its variance.
+            y: targets as :meth:`check_targets` returns them; ``latents`` as for
+                :meth:`log_prob`.
+
+        Returns:
+            ``(N,)``. The base class has none (``TypeError``).
+
+        Example:
+            >>> from bnn_pyro.likelihoods import Categorical
+            >>> f, var = torch.zeros(1, 2), torch.ones(1, 2)
+            >>> Categorical().predictive_log_prob(f, var, torch.tensor([0]), {})  # log 1/2
+            tensor([-0.6931])
+        """
+        raise TypeError(
+            f"{type(self).__name__} gives no predictive density under an uncertain net output"
+        )
+
     def fixed_latents(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
         """The values this likelihood fixes for the latent sites a learned variant of it
         samples (a fixed Gaussian's noise scale), on ``f``'s device and dtype; none by default.
@@ -228,7 +271,8 @@ class Likelihood(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        Likelihood._subclasses[cls.__name__] = cls
+        if not cls.__name__.startswith("_"):  # a private base names no checkpoint's class
+            Likelihood._subclasses[cls.__name__] = cls
 
     @classmethod
     def _from_config(cls, own: dict[str, Any]) -> Likelihood:
@@ -245,6 +289,21 @@ class Likelihood(ABC):
     def __repr__(self) -> str:
         own = ", ".join(f"{k}={v!r}" for k, v in self._own_config().items())
         return f"{type(self).__name__}({own})"
+
+
+#: ``π / 8``: ``sigmoid(t) ≈ Φ(sqrt(π / 8) t)``, the match of the two at ``t = 0`` in slope.
+PROBIT_SCALE = math.pi / 8
+
+
+def probit_scale(var: torch.Tensor) -> torch.Tensor:
+    """``1 / sqrt(1 + π var / 8)``: the probit approximation's shrinkage of a logit with
+    variance ``var`` (MacKay 1992), any shape.
+
+    Example:
+        >>> probit_scale(torch.tensor([0.0, 8 / math.pi]))
+        tensor([1.0000, 0.7071])
+    """
+    return torch.rsqrt(1 + PROBIT_SCALE * var)
 
 
 def float_targets(y: torch.Tensor, out_dim: int, what: str) -> torch.Tensor:

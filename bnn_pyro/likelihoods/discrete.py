@@ -6,20 +6,39 @@ import pyro.distributions as dist
 import torch
 import torch.nn.functional as F
 
-from bnn_pyro.likelihoods.base import Likelihood, float_targets
+from bnn_pyro.likelihoods.base import Likelihood, float_targets, probit_scale
 
 __all__ = ["Bernoulli", "Categorical"]
 
 
-class Categorical(Likelihood):
-    """``y ~ Categorical(logits=f(x))`` for class labels ``0..C-1``.
+class _ProbitLink(Likelihood):
+    """A likelihood of logits through a softmax or a sigmoid: its density under an uncertain
+    output is the probit approximation."""
+
+    def predictive_log_prob(
+        self, f: torch.Tensor, var: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``log p(y | f / sqrt(1 + π var / 8))`` per row: each logit shrunk by its variance,
+        the probit approximation (MacKay 1992; see :meth:`Likelihood.predictive_log_prob`)."""
+        return self.log_prob(f * probit_scale(var), y, latents)
+
+
+class Categorical(_ProbitLink):
+    """``y ~ Categorical(logits=f(x))`` for class labels ``0..C-1`` (``C >= 2``).
 
     Example:
         >>> Categorical().check_targets(torch.tensor([0, 2, 1]), out_dim=3)
         tensor([0, 2, 1])
     """
 
+    classifies = True
+
     def check_targets(self, y: torch.Tensor, out_dim: int) -> torch.Tensor:
+        if out_dim < 2:
+            raise ValueError(
+                f"a Categorical likelihood needs a net with C >= 2 outputs (one logit per class), "
+                f"got {out_dim}; for one binary column use Bernoulli()"
+            )
         if y.dim() == 2 and y.shape[1] == 1:
             y = y.squeeze(1)
         if y.dim() != 1:
@@ -82,13 +101,15 @@ class Categorical(Likelihood):
         return float(-(counts * torch.log(counts.clamp_min(1) / len(y))).sum())
 
 
-class Bernoulli(Likelihood):
+class Bernoulli(_ProbitLink):
     """``y ~ Bernoulli(logits=f(x))`` for binary targets in {0, 1} (one or several columns).
 
     Example:
         >>> Bernoulli().check_targets(torch.tensor([0, 1, 1]), out_dim=1).shape
         torch.Size([3, 1])
     """
+
+    classifies = True
 
     def check_targets(self, y: torch.Tensor, out_dim: int) -> torch.Tensor:
         y = float_targets(y, out_dim, "a Bernoulli likelihood")

@@ -92,19 +92,6 @@ class GaussianLikelihood(Likelihood):
         z = (y - loc) / scale
         return (-0.5 * z * z - scale.log() - LOG_SQRT_2PI).sum(-1)
 
-    def output_hessian(
-        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, bool]:
-        """``(1 / scale**2, False)``: the Hessian in the location is ``diag(1/σ²)`` (see
-        :meth:`Likelihood.output_hessian`).
-
-        Example:
-            >>> Gaussian(scale=0.5).output_hessian(torch.zeros(1, 2), {})
-            (tensor([[4., 4.]]), False)
-        """
-        loc, scale = self.loc_scale(f, latents)
-        return (1.0 / scale**2).expand(loc.shape), False
-
     def mean(self, f: torch.Tensor) -> torch.Tensor:
         return f[..., : self.target_dim(f.shape[-1])]
 
@@ -150,6 +137,8 @@ class Gaussian(GaussianLikelihood):
         >>> Gaussian(scale=0.1)
         Gaussian(scale=0.1)
     """
+
+    homoscedastic = True
 
     def __init__(
         self,
@@ -204,6 +193,35 @@ class Gaussian(GaussianLikelihood):
         s = self.scale
         d = y - f
         return (d * d).sum(-1) * (-0.5 / s**2) - f.shape[-1] * (math.log(s) + LOG_SQRT_2PI)
+
+    def output_hessian(
+        self, f: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, bool]:
+        """``(1 / scale**2, False)``: the Hessian in the location is ``diag(1/σ²)`` (see
+        :meth:`Likelihood.output_hessian`).
+
+        Example:
+            >>> Gaussian(scale=0.5).output_hessian(torch.zeros(1, 2), {})
+            (tensor([[4., 4.]]), False)
+        """
+        loc, scale = self.loc_scale(f, latents)
+        return (1.0 / scale**2).expand(loc.shape), False
+
+    def predictive_log_prob(
+        self, f: torch.Tensor, var: torch.Tensor, y: torch.Tensor, latents: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``sum_o log N(y_no; f_no, var_no + σ_o²)`` per row: exact, the output's variance
+        added to the noise's (see :meth:`Likelihood.predictive_log_prob`).
+
+        Example:
+            >>> lp = Gaussian(scale=1.0).predictive_log_prob(
+            ...     torch.zeros(1, 1), torch.full((1, 1), 3.0), torch.zeros(1, 1), {})
+            >>> round(lp.item(), 4)  # log N(0; 0, 4) = -log(2 sqrt(2 pi))
+            -1.6121
+        """
+        loc, scale = self.loc_scale(f, latents)
+        total = var + scale**2
+        return (-0.5 * (y - loc) ** 2 / total - 0.5 * total.log() - LOG_SQRT_2PI).sum(-1)
 
     def point_loss(self, f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each row's squared error, averaged over the outputs: ``mean_o (y_no - f_no)**2``, the
@@ -352,9 +370,6 @@ class HeteroscedasticGaussian(GaussianLikelihood):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         o = self.target_dim(f.shape[-1])
         return f[..., :o], F.softplus(f[..., o:]) + self.min_scale
-
-    #: A net that predicts its own scale has no fixed-scale Hessian: none is given.
-    output_hessian = Likelihood.output_hessian
 
     def _own_config(self) -> dict[str, Any]:
         return {"min_scale": self.min_scale}

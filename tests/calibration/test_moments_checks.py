@@ -15,7 +15,8 @@ from bnn_pyro.calibration.moments import (
     predictive_moments,
     predictive_quantiles,
 )
-from bnn_pyro.likelihoods import Bernoulli, Categorical
+from bnn_pyro.estimators import TabularBNN
+from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian
 
 DIVERGED = (
     r"^_Fixed's predictive must have a finite mean and a positive, finite standard deviation "
@@ -95,20 +96,21 @@ class _Classifier:
         raise AssertionError
 
 
-def test_a_classifier_is_refused_by_its_task_or_by_its_likelihood():
+def test_a_classifier_is_refused_by_its_likelihood():
     message = (
-        r"^method must be a regression method: this _Classifier classifies \(its intervals "
+        r"^method must be a regression method: this {} classifies \(its intervals "
         r"and recalibration are for real-valued targets\)$"
     )
-    by_task = _Classifier()
-    by_task.task = "classification"
     for likelihood in (Bernoulli(), Categorical()):
         by_likelihood = _Classifier()
         by_likelihood.likelihood = likelihood
-        with pytest.raises(TypeError, match=message):
+        with pytest.raises(TypeError, match=message.format("_Classifier")):
             check_method(by_likelihood)
-    with pytest.raises(TypeError, match=message):
-        check_method(by_task)
     regression = _Classifier()
-    regression.task = "regression"
+    regression.likelihood = Gaussian()
     assert check_method(regression) is regression
+    # an estimator names its task; its likelihood is the one the name maps to
+    with pytest.raises(TypeError, match=message.format("TabularBNN")):
+        check_method(TabularBNN("classification"))
+    estimator = TabularBNN("regression")
+    assert check_method(estimator) is estimator

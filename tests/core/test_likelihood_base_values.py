@@ -158,6 +158,7 @@ def test_likelihood_from_config_refuses_an_unknown_or_missing_type_in_full():
         with pytest.raises(ValueError, match=rf"^{re.escape(msg)}$"):
             likelihood_from_config(config)
     assert "Gaussian" in known and "Categorical" in known
+    assert not [name for name in known if name.startswith("_")]  # no private base (_ProbitLink)
 
 
 def test_a_subclass_defined_now_registers_by_name_and_round_trips_with_its_repr():

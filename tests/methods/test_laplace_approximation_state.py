@@ -197,3 +197,41 @@ def test_apply_passes_recurse_on(positional):
     assert [p.data_ptr() for p in la.model.parameters()] == ptrs
     if positional:
         assert torch.equal(la._mean, 2 * mean)
+
+
+def test_a_state_of_another_likelihood_kind_is_refused_and_the_noise_loads():
+    """The saved posterior names its likelihood's class: a classifier's state does not load
+    into a regression model; a fixed-noise Gaussian's loads into a learned one (the noise comes
+    back with the state)."""
+    state = _fitted(noise_scale=0.7).state_dict()
+    assert state["_extra_state"]["likelihood"] == "Gaussian"
+    other = LaplaceApproximation(_net(), "regression")
+    other.load_state_dict(state)
+    assert other.noise_scale == 0.7
+    classifier = LaplaceApproximation(_net(), "classification")
+    message = (
+        "the saved posterior has likelihood='Gaussian'; construct the LaplaceApproximation "
+        "with likelihood='Gaussian' to load it, got 'Categorical'"
+    )
+    with pytest.raises(ValueError) as info:
+        classifier.load_state_dict(state)
+    assert str(info.value) == message
+
+
+def test_a_loader_fit_checks_every_batch_against_the_nets_width_first():
+    x, y = _data()
+    la = LaplaceApproximation(_net(), "regression")
+    wide = DataLoader(TensorDataset(x, torch.cat([y, y], 1)), batch_size=10)
+    with pytest.raises(
+        ValueError, match=r"^batch 0 of the data: y must have shape \(N,\) or \(N, 1"
+    ):
+        la.fit(wide)
+    bad = y.clone()
+    bad[15] = float("nan")
+    with pytest.raises(ValueError, match=r"^batch 1 of the data: y must be finite"):
+        la.fit(DataLoader(TensorDataset(x, bad), batch_size=10))
+    assert la._mean is None and la.noise_scale is None  # nothing was fitted
+    labels = LaplaceApproximation(_net(3), "classification")
+    loader = DataLoader(TensorDataset(x, torch.arange(20) % 4), batch_size=10)
+    with pytest.raises(ValueError, match=r"^batch 0 of the data: y labels must be in \[0, 2\]"):
+        labels.fit(loader)

@@ -38,12 +38,13 @@ CASES = [
     ("classification", X[:, 0], Y_CLS, {}, ValueError, r"x must have shape \(N, D"),
     ("classification", NAN_X, Y_CLS, {}, ValueError, "x must be finite"),
     ("classification", X, Y_CLS[:10], {}, ValueError, "y must have 12 rows"),
-    ("classification", X, Y_CLS.float(), {}, TypeError, "class indices"),
-    ("classification", X, Y_CLS - 1, {}, ValueError, ">= 0"),
-    ("classification", X, Y_CLS + 3, {}, ValueError, "< C = 3"),
-    ("regression", X, Y_REG.long(), {}, TypeError, "floating dtype for regression"),
+    ("classification", X, Y_CLS + 0.5, {}, ValueError, "integer class labels"),
+    ("classification", X, Y_CLS.bool(), {}, TypeError, "integer class labels"),
+    ("classification", X, Y_CLS - 1, {}, ValueError, r"in \[0, 2\] .* got labels in \[-1, 1\]"),
+    ("classification", X, Y_CLS + 3, {}, ValueError, r"in \[0, 2\] .* got labels in \[3, 5\]"),
     ("regression", X, INF_Y, {}, ValueError, "y must be finite"),
-    ("regression", X, torch.randn(12, 2), {}, ValueError, r"output must have shape \(N, 2\)"),
+    ("regression", X, torch.randn(12, 2), {}, ValueError, r"shape \(N,\) or \(N, 1\) for a Gaus"),
+    ("regression", X, torch.randn(12, 1, 1), {}, ValueError, r"shape \(N,\) or \(N, 1\)"),
     ("regression", X, Y_REG, dict(epochs=-1), ValueError, "epochs"),
     ("regression", X, Y_REG, dict(batch_size=0), ValueError, "batch_size"),
     ("regression", X, Y_REG, dict(batch_size=True), TypeError, "batch_size"),
@@ -67,6 +68,25 @@ def test_fit_rejects_bad_input_before_any_work(name, likelihood, x, y, kwargs, e
     for k, v in before.items():
         assert torch.equal(after[k], v), k
     assert method.noise_scale is None
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_targets_the_likelihood_accepts_fit_as_their_cast(name):
+    """Integer regression targets and integral float labels are what the likelihood's own
+    check casts them to (as the Pyro model's path does): the same fit, to the bit."""
+    for likelihood, y, cast in (
+        ("regression", Y_REG.round().long(), Y_REG.round()),
+        ("classification", Y_CLS.float(), Y_CLS),
+    ):
+        fits = []
+        for targets in (y, cast):
+            torch.manual_seed(0)
+            method = FACTORIES[name](likelihood)
+            method.fit(X, targets, epochs=2, progress=False, seed=0)
+            fits.append(method.state_dict())
+        for key, value in fits[1].items():
+            if torch.is_tensor(value):
+                assert torch.equal(fits[0][key], value), (likelihood, key)
 
 
 @pytest.mark.parametrize("name", list(FACTORIES))

@@ -125,7 +125,7 @@ def test_stacked_ensemble_fit_equals_members_trained_one_by_one(case):
     for a, b in zip(alone_history["member_loss"], together_history["member_loss"], strict=True):
         assert a == pytest.approx(b, rel=1e-5)
     assert alone_history["loss"] == pytest.approx(together_history["loss"], rel=1e-5)
-    if not alone.gaussian_nll and alone.task == "regression":
+    if alone.likelihood.homoscedastic:
         assert alone.noise_scale == pytest.approx(together.noise_scale, rel=1e-5)
 
 

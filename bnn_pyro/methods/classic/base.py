@@ -20,12 +20,8 @@ from torch.utils.data import DataLoader
 from bnn_pyro._streaming import BLOCK_BUDGET, block_seed, stream_summary
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, to_probabilities
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
-from bnn_pyro.methods.classic.checks import (
-    check_inputs,
-    check_outputs,
-    check_targets,
-    resolve_likelihood,
-)
+from bnn_pyro.likelihoods.resolve import resolve_likelihood
+from bnn_pyro.methods.classic.checks import check_inputs, check_targets, output_width
 from bnn_pyro.methods.classic.noise import HomoscedasticNoise
 from bnn_pyro.methods.classic.training import (
     TrainSettings,
@@ -59,10 +55,9 @@ _RUN_KEYS = (
 class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
     """Base of the classic methods (MC dropout, ensembles, SWAG, Laplace, ``VariationalBayesNN``).
 
-    ``self.likelihood`` is a :class:`~bnn_pyro.likelihoods.Likelihood`, ``self.task`` the loss
-    it implies (``"classification"`` or ``"regression"``), ``noise_scale`` the homoscedastic
-    Gaussian noise std of a regression model (see
-    :class:`~bnn_pyro.methods.classic.noise.HomoscedasticNoise`).
+    ``self.likelihood`` is a :class:`~bnn_pyro.likelihoods.Likelihood` (its ``point_loss`` is
+    what the net trains on), ``noise_scale`` the homoscedastic Gaussian noise std of a
+    regression model (see :class:`~bnn_pyro.methods.classic.noise.HomoscedasticNoise`).
     """
 
     hooks = (
@@ -73,16 +68,19 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         "fit_data",
         "fit_defaults",
     )
-    task: str
     _seen_input: tuple[int, ...] | None = None  # x.shape[1:] of the last fit that succeeded
 
     def _set_likelihood(
-        self, likelihood: Likelihood | str, noise_scale: Any, heteroscedastic: bool = False
+        self,
+        likelihood: Likelihood | str,
+        noise_scale: Any,
+        heteroscedastic: bool = False,
+        variance_heads: bool = False,
     ) -> None:
         """Resolve the likelihood (a :class:`Likelihood` or a name such as ``"regression"``) and
-        the noise."""
-        self.likelihood, self.task, noise = resolve_likelihood(
-            likelihood, noise_scale, type(self).__name__, heteroscedastic
+        the noise (:func:`~bnn_pyro.likelihoods.resolve.resolve_likelihood`)."""
+        self.likelihood, noise = resolve_likelihood(
+            likelihood, noise_scale, type(self).__name__, heteroscedastic, variance_heads
         )
         self.noise_scale = noise
 
@@ -174,7 +172,7 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         """Softmax the samples? ``None``: for a classifier only (``True`` also
         softmaxes a multi-output regression, which is rarely what anyone wants)."""
         if normalize_output is None:
-            return self.task == "classification"
+            return self.likelihood.classifies
         if not isinstance(normalize_output, bool):
             raise TypeError(
                 f"normalize_output must be a bool or None, got {type(normalize_output).__name__}"
@@ -306,22 +304,25 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         self,
         x: Any,
         y: Any,
-        net: Callable[[torch.Tensor], torch.Tensor] | None,
+        net: Callable[[torch.Tensor], torch.Tensor],
         module: nn.Module,
         validation_data: Any,
+        what: str = "model",
     ) -> tuple[torch.Tensor, torch.Tensor, Data | None]:
-        """Check ``x``, ``y`` (and ``net``'s output on two rows, unless ``net`` is None) and
+        """Check ``x``, ``y`` (by the likelihood, against ``net``'s output on two rows) and
         ``validation_data``; return them on ``module``'s device (floating ones in the method's
-        dtype), ``y`` as ``(N, O)`` for regression."""
+        dtype), ``y`` as the likelihood's ``check_targets`` returns it (``(N, O)`` for
+        regression)."""
         x = self._check_x(x)
-        yt = self._placed(check_targets(x, y, self.task))
-        if net is not None:
-            check_outputs(probe(net, module, x), yt, self.task)
+        width = output_width(probe(net, module, x), what)
+        yt = self._placed(check_targets(x, y, self.likelihood, width))
         device = module_device(module)
         validation = None
         if validation_data is not None:
             pair = validation_pair(
-                validation_data, self._check_x, lambda y, x: check_targets(x, y, self.task)
+                validation_data,
+                self._check_x,
+                lambda y, x: check_targets(x, y, self.likelihood, width),
             )
             validation = (pair[0].to(device), self._placed(pair[1]).to(device))
         return x.to(device), yt.to(device), validation

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from bnn_pyro.methods.classic.checks import check_noise_scale
+from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.likelihoods.resolve import check_noise_scale
 from bnn_pyro.methods.classic.training import residual_noise_scale
 
 __all__ = ["HomoscedasticNoise"]
@@ -18,7 +19,7 @@ class HomoscedasticNoise:
 
     A value the user sets (in the constructor, through ``Gaussian(scale=s)``, or by assignment)
     is kept by ``fit``; a value that ``fit`` estimated is re-estimated by the next ``fit``;
-    ``None`` means "not known yet". The host provides ``task`` and ``predict``; the noise is
+    ``None`` means "not known yet". The host provides ``likelihood`` and ``predict``; the noise is
     saved with the host's ``state_dict`` (its extra state).
 
     Example:
@@ -32,7 +33,7 @@ class HomoscedasticNoise:
         (0.5, True)
     """
 
-    task: str
+    likelihood: Likelihood
     _noise_scale: float | torch.Tensor | None = None
     _noise_from_user: bool = False
     predict: Any
@@ -62,7 +63,7 @@ class HomoscedasticNoise:
     def _refit_noise(self, x: torch.Tensor, yt: torch.Tensor, seed: int | None) -> None:
         """After a regression fit: unless the user set it, ``noise_scale`` becomes the
         maximum-likelihood std of the training residuals of the predictive mean."""
-        if self.task == "regression" and not self._noise_from_user:
+        if self.likelihood.homoscedastic and not self._noise_from_user:
             gen = None if seed is None else torch.Generator(device="cpu").manual_seed(seed)
             mean, _ = self.predict(x, normalize_output=False, generator=gen)
             self._estimate_noise(residual_noise_scale(mean, yt.to(mean.device)))

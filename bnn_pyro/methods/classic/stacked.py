@@ -94,7 +94,7 @@ def fit_classic_stacked(
     if kind not in classes or any(type(m) is not kind for m in methods):
         names = ", ".join(c.__name__ for c in classes)
         raise ValueError(f"fit_stacked trains models of one of {names} (the class itself) here")
-    if len({m.task for m in methods}) > 1:
+    if len({type(m.likelihood) for m in methods}) > 1:
         raise ValueError("the models must share one likelihood")
     if len(seeds) != len(methods):
         raise ValueError(f"seeds must give one seed per model ({len(methods)}), got {len(seeds)}")

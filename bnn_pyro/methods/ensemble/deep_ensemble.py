@@ -19,13 +19,11 @@ from bnn_pyro.base import (
 from bnn_pyro.exceptions import warn_user
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
-from bnn_pyro.methods.classic.checks import check_outputs
 from bnn_pyro.methods.classic.params import batched_call
 from bnn_pyro.methods.classic.training import (
     TrainSettings,
     modes,
     module_device,
-    probe,
 )
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, check_heads_in_sample, split_heads
 from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
@@ -86,14 +84,10 @@ class DeepEnsemble(ClassicMethod):
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
         check_int("num_models", num_models)
-        self._set_likelihood(likelihood, noise_scale, heteroscedastic=True)
         check_bool("gaussian_nll", gaussian_nll)
-        if self.task == "heteroscedastic":  # HeteroscedasticGaussian: the variance-head members
-            self.task, gaussian_nll = "regression", True
-        if gaussian_nll and self.task != "regression":
-            raise ValueError(
-                f"gaussian_nll=True needs likelihood='regression', got {self.likelihood!r}"
-            )
+        self._set_likelihood(likelihood, noise_scale, True, variance_heads=gaussian_nll)
+        # variance heads: a mean and a variance output per target (HeteroscedasticGaussian)
+        gaussian_nll = self.likelihood.output_dim(1) == 2
         models = [model_fn() for _ in range(num_models)]
         for i, m in enumerate(models):
             if not isinstance(m, nn.Module):
@@ -303,16 +297,8 @@ class DeepEnsemble(ClassicMethod):
             >>> loc.shape, scale.shape
             (torch.Size([3, 16, 1]), torch.Size([3, 16, 1]))
         """
-        x, yt, validation = self.fit_data(x, y, None, self.models[0], settings.validation_data)
-        out = probe(self.models[0], self.models[0], x)
-        if self.gaussian_nll:
-            if out.dim() != 2 or out.shape[1] != 2 * yt.shape[1]:
-                raise ValueError(
-                    f"gaussian_nll members must output (N, {2 * yt.shape[1]}) (mean and variance "
-                    f"heads for y with {yt.shape[1]} columns), got {tuple(out.shape)}"
-                )
-        else:
-            check_outputs(out, yt, self.task, what="member")
+        first = self.models[0]
+        x, yt, validation = self.fit_data(x, y, first, first, settings.validation_data, "member")
         if stacked is not None:
             check_bool("stacked", stacked)
         why_not = None if stacked is False else why_not_stacked(list(self.models), settings)

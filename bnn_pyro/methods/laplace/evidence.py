@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from bnn_pyro._checks import check_choice, check_float
+from bnn_pyro.likelihoods import noise_latents
 from bnn_pyro.methods.classic.training import modes
 from bnn_pyro.methods.laplace import gaussian_posterior as gp
 from bnn_pyro.methods.laplace.structures import HessianStructure, map_tensors
@@ -24,7 +25,7 @@ class LaplaceEvidence:
     which provides the fitted posterior it reads: ``structure``, ``hessian_structure``,
     ``prior_precision``, the parameters' shapes (``_shapes``), the log-likelihood at θ*
     (``_loglik``) and the flat mean and curvature (``_require_fit``); and, for the held-out
-    criterion, the net (``model``), ``task``, ``noise_scale``, the input check (``_check_x``)
+    criterion, the net (``model``), ``likelihood``, ``noise_scale``, the input check (``_check_x``)
     and :meth:`~bnn_pyro.methods.laplace.predictive.LaplacePredictive.glm_variance`.
 
     Example:
@@ -274,14 +275,11 @@ class LaplaceEvidence:
             self.prior_precision = saved
         with torch.no_grad(), modes(self.model, lambda m: False):
             f = self.model(x)
-        if self.task == "classification":
-            logits = f / torch.sqrt(1 + math.pi / 8 * var)
-            return float(torch.log_softmax(logits, -1).gather(-1, y.long().view(-1, 1)).mean())
-        noise = torch.as_tensor(self.noise_scale, dtype=f.dtype, device=f.device)
-        total = var + noise**2
-        y = y.to(f.dtype).reshape(f.shape)
-        log_density = -0.5 * ((y - f) ** 2 / total + total.log() + math.log(2 * math.pi))
-        return float(log_density.sum(-1).mean())
+        noise = self.noise_scale
+        sigma = None if noise is None else torch.as_tensor(noise, dtype=f.dtype, device=f.device)
+        yt = self.likelihood.check_targets(y, f.shape[-1])
+        log_density = self.likelihood.predictive_log_prob(f, var, yt, noise_latents(sigma))
+        return float(log_density.mean())
 
     def _grid_search(self, validation: Any, grid: Sequence[float] | None, layerwise: bool) -> float:
         if layerwise:

@@ -23,6 +23,7 @@ from bnn_pyro.methods.classic.training import (
     TrainSettings,
     modes,
     module_device,
+    probe,
 )
 from bnn_pyro.methods.laplace.curvature import curvature, residual_sigma
 from bnn_pyro.methods.laplace.evidence import LaplaceEvidence
@@ -190,10 +191,10 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
     def _fit_posterior(self, batches: Iterable, device: torch.device, reduce: bool = False) -> None:
         params = {n: p.detach() for n, p in self.model.named_parameters() if n in self._shapes}
         with modes(self.model, lambda m: False):
-            if self.task == "regression" and not self._noise_from_user:
+            if self.likelihood.homoscedastic and not self._noise_from_user:
                 self._estimate_noise(residual_sigma(self.model, batches, device, reduce))
             sigma = None
-            if self.task == "regression":
+            if self.likelihood.homoscedastic:
                 if self.noise_scale is None:
                     raise ValueError("noise_scale is None: set it or fit on regression data")
                 ref = next(iter(params.values()))  # in the parameters' dtype from the start:
@@ -264,7 +265,8 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
             y, device = None, y
         if kwargs:
             raise TypeError(f"fit(data_loader) takes only device=, got {sorted(kwargs)}")
-        check_batches(x, self._check_x, self.task)  # every batch, before anything moves
+        net = lambda v: probe(self.model, self.model, v)  # noqa: E731 - the outputs' width
+        check_batches(x, self._check_x, self.likelihood, net)  # every batch, before any work
         self._fit_posterior(x, self._move(device))
         return History()
 
@@ -316,7 +318,7 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
                 "loglik": self._loglik,
                 "n_data": self._n_data,
                 "prior_precision": self.prior_precision,
-                "likelihood": self.task,
+                "likelihood": self._likelihood_kind,
                 "hessian": self.hessian,
                 "hessian_structure": self.hessian_structure,
                 "subset": self.subset,
@@ -327,8 +329,15 @@ class LaplaceApproximation(LaplaceEvidence, LaplacePredictive, ClassicMethod):
         )
         return state
 
+    @property
+    def _likelihood_kind(self) -> str:
+        """The likelihood's class name, which a saved posterior must share with the model that
+        loads it (its settings, such as a Gaussian's noise, load with the posterior)."""
+        return type(self.likelihood).__name__
+
     def set_extra_state(self, state: dict[str, object]) -> None:
-        for key, attr in (("hessian_structure",) * 2, ("subset",) * 2, ("likelihood", "task")):
+        kind = ("likelihood", "_likelihood_kind")
+        for key, attr in (("hessian_structure",) * 2, ("subset",) * 2, kind):
             if state[key] != getattr(self, attr):
                 raise ValueError(
                     f"the saved posterior has {key}={state[key]!r}; construct the "

@@ -9,10 +9,9 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["probit_moments"]
+from bnn_pyro.likelihoods.base import PROBIT_SCALE, probit_scale
 
-#: ``π / 8``: ``sigmoid(t) ≈ Φ(sqrt(π / 8) t)``, the match of the two at ``t = 0`` in slope.
-_PROBIT_SCALE = math.pi / 8
+__all__ = ["probit_moments"]
 
 #: Gauss-Legendre nodes and weights on ``[0, 1]`` for the probit variance's integral, whose
 #: integrand is smooth and bounded on the whole interval: 32 nodes agree with SciPy's bivariate
@@ -66,8 +65,8 @@ def probit_moments(
             "logits and variance must have one shape (..., C) with C >= 2 classes, got "
             f"{tuple(logits.shape)} and {tuple(variance.shape)}"
         )
-    scaled = _PROBIT_SCALE * variance
-    probs = torch.softmax(logits * torch.rsqrt(1 + scaled), dim=-1)
+    scaled = PROBIT_SCALE * variance
+    probs = torch.softmax(logits * probit_scale(variance), dim=-1)
     rho = torch.reciprocal(1 + torch.reciprocal(scaled))  # a²v / (1 + a²v): 0 at 0, 1 at inf
     top = torch.asin(rho)
     nodes, weights = (probs.new_tensor(t) for t in (_NODES, _WEIGHTS))  # probs' dtype, device

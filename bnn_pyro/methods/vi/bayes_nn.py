@@ -11,6 +11,7 @@ import torch.nn as nn
 from bnn_pyro._checks import check_float, check_int
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood, noise_latents
+from bnn_pyro.likelihoods.resolve import check_noise_scale, resolve_likelihood
 from bnn_pyro.methods.classic import checks
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.training import (
@@ -138,26 +139,25 @@ class VariationalBayesNN(ClassicMethod):
             Scalar loss.
         """
         x = self._check_x(x)
-        observed, lik = self.likelihood, self.task
+        observed = self.likelihood
         if likelihood is not None:
-            observed, lik, _ = checks.resolve_likelihood(likelihood, None, "VariationalBayesNN")
-        yt = checks.check_targets(x, y, lik)
+            observed, _ = resolve_likelihood(likelihood, None, "VariationalBayesNN")
+        yt = checks.check_targets(x, y, observed, self._architecture[2])
         check_int("num_samples", num_samples)
         check_float("kl_weight", kl_weight, minimum=0.0, strict=False)
         n = dataset_size if dataset_size is not None else self.dataset_size or len(x)
         check_int("dataset_size", n)
         sigma = None
-        if lik == "regression":
+        if observed.homoscedastic:
             sigma = self.noise_scale if noise_scale is None else noise_scale
             if sigma is None:
                 raise ValueError(
                     "noise_scale is None: pass noise_scale, set model.noise_scale, or use fit()"
                 )
             if not (isinstance(sigma, torch.Tensor) and sigma.requires_grad):
-                checks.check_noise_scale(sigma)
+                check_noise_scale(sigma)
             sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
         out = self.net(x, num_samples=num_samples)
-        checks.check_outputs(out[0], yt, lik)
         return self._nll(out, yt, observed, sigma) + kl_weight * self.kl_divergence() / n
 
     def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
@@ -202,7 +202,7 @@ class VariationalBayesNN(ClassicMethod):
         device = x.device
         params = list(self.parameters())
         log_sigma = None
-        if self.task == "regression" and not self._noise_from_user:
+        if self.likelihood.homoscedastic and not self._noise_from_user:
             init = yt.std(dim=0).clamp_min(1e-3) if len(yt) > 1 else yt.new_ones(yt.shape[1])
             log_sigma = init.log().to(device).requires_grad_(True)
             params.append(log_sigma)

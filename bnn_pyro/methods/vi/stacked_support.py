@@ -20,7 +20,7 @@ _STACKED_LIKELIHOODS = (Gaussian, HeteroscedasticGaussian, Categorical, Bernoull
 
 def _floor(likelihood: Any) -> float | None:
     """A heteroscedastic likelihood's ``min_scale`` (members must share it), else ``None``."""
-    return likelihood.min_scale if isinstance(likelihood, HeteroscedasticGaussian) else None
+    return getattr(likelihood, "min_scale", None)
 
 
 def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
