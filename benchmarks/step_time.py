@@ -10,7 +10,9 @@ Contenders, on the same data, net and batch (128), one thread:
 * ``bnn_pyro fit``: ``VariationalBNN.fit`` on its default path (``Trace_ELBO``), timed over whole
   epochs (batching and bookkeeping included) and divided by the number of steps; beside it the
   same with ``elbo="meanfield"`` (``TraceMeanField_ELBO``: the closed-form KL, as torch BBB
-  computes it; the demo's and the scikit-learn estimators' setting), in a table of its own.
+  computes it; the demo's and the scikit-learn estimators' setting), and with ``compile=True``
+  (the loss compiled by ``torch.compile``, compiled once before the timing), each in a table of
+  its own.
 
 Prediction: ``VariationalBNN.predict(num_samples=100)`` on 1,000 points against
 ``pyro.infer.Predictive(parallel=False)`` with the same model and guide.
@@ -134,14 +136,15 @@ def plain_pyro_step(sizes, X, y, classification):
     return lambda: svi.step(xb, yb)
 
 
-def bnn_pyro_fit(sizes, X, y, classification, elbo="trace"):
+def bnn_pyro_fit(sizes, X, y, classification, elbo="trace", compile=False):
     likelihood = bp.Categorical() if classification else bp.Gaussian(scale=1.0)
     bnn = bp.VariationalBNN(bp.nn.mlp(sizes[0], sizes[1:-1], sizes[-1]), likelihood)
-    bnn.fit(X, y, epochs=1, batch_size=BATCH, lr=1e-3, progress=False, seed=0, elbo=elbo)
+    options = dict(batch_size=BATCH, lr=1e-3, progress=False, elbo=elbo, compile=compile)
+    bnn.fit(X, y, epochs=1, seed=0, **options)  # (compile=True: compiles here, once)
     steps = EPOCHS_PER_CALL * X.shape[0] // BATCH
 
     def call() -> None:  # one fit() of EPOCHS_PER_CALL epochs: its set-up counts too
-        bnn.fit(X, y, epochs=EPOCHS_PER_CALL, batch_size=BATCH, lr=1e-3, progress=False, elbo=elbo)
+        bnn.fit(X, y, epochs=EPOCHS_PER_CALL, **options)
 
     return bnn, call, steps
 
@@ -159,6 +162,7 @@ def bench_training(sizes: list[int], n_batches: int, repeats: int, inner: int):
     fns = {name: _repeat(step, steps) for name, step in per_epoch.items()}
     fns["bnn_pyro fit"] = epoch
     fns["bnn_pyro fit, meanfield"] = bnn_pyro_fit(sizes, X, y, classification, "meanfield")[1]
+    fns["bnn_pyro fit, compile=True"] = bnn_pyro_fit(sizes, X, y, classification, compile=True)[1]
     times = compare(fns, repeats, inner)
     return {name: t / steps for name, t in times.items()}, bnn
 
@@ -243,6 +247,12 @@ def main() -> None:
         "/ bnn_pyro fit (Trace_ELBO) |",
         "|---|---|---|---|---|",
     ]
+    compiled = [
+        "",
+        "| net | bnn_pyro fit, compile=True | / torch BBB | / torch BBB fused | "
+        "/ bnn_pyro fit (eager) |",
+        "|---|---|---|---|---|",
+    ]
     for sizes, n_batches, scale in (([13, 50, 1], 20, 1), ([784, 400, 400, 10], 8, 3)):
         times, bnn = bench_training(sizes, n_batches, repeats, max(1, inner // scale))
         bnn_small = bnn_small or bnn
@@ -252,6 +262,11 @@ def main() -> None:
             f"| {'→'.join(map(str, sizes))} | {mf:.3f} ms | {mf / ms['torch BBB']:.2f}× | "
             f"{mf / ms['torch BBB, fused Adam']:.2f}× | {mf / ms['bnn_pyro fit']:.2f}× |"
         )
+        cc = ms["bnn_pyro fit, compile=True"]
+        compiled.append(
+            f"| {'→'.join(map(str, sizes))} | {cc:.3f} ms | {cc / ms['torch BBB']:.2f}× | "
+            f"{cc / ms['torch BBB, fused Adam']:.2f}× | {cc / ms['bnn_pyro fit']:.2f}× |"
+        )
         bbb, fused = ms["torch BBB"], ms["torch BBB, fused Adam"]
         lines.append(
             f"| {'→'.join(map(str, sizes))} | {ms['torch MLP']:.3f} ms | {bbb:.3f} ms | "
@@ -259,7 +274,7 @@ def main() -> None:
             f"{ms['plain Pyro'] / bbb:.2f}× | {ms['bnn_pyro fit'] / bbb:.2f}× | "
             f"{ms['bnn_pyro fit'] / fused:.2f}× |"
         )
-    lines += meanfield
+    lines += meanfield + compiled
     pred = {k: v * 1e3 for k, v in bench_predict(bnn_small, repeats).items()}
     ours = pred["bnn_pyro predict"]
     lines += [

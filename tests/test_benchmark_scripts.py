@@ -47,7 +47,8 @@ def test_methods_benchmark_vectorized_equals_loop(tmp_path):
 def test_step_time_quick_prints_its_tables():
     text = _run("step_time.py", "--quick")
     assert "| 13→50→1 |" in text and "| 784→400→400→10 |" in text
-    assert "| bnn_pyro fit, elbo='meanfield' |" in text and text.count("| 13→50→1 |") == 2
+    assert "| bnn_pyro fit, elbo='meanfield' |" in text and text.count("| 13→50→1 |") == 3
+    assert "| bnn_pyro fit, compile=True |" in text
     assert "| Predictive(parallel=False) |" in text
 
 

@@ -336,7 +336,7 @@ def _ratio(numerator: str, denominator: str, printed: str, what: str) -> None:
 
 def test_step_time_ratios_are_the_printed_times_divided():
     text = (RESULTS / "step_time.md").read_text()
-    first, meanfield, predict = tables(text)
+    first, meanfield, compiled, predict = tables(text)
     head = first[0]
     for cells in first[1:]:
         t = dict(zip(head, cells, strict=True))
@@ -348,8 +348,11 @@ def test_step_time_ratios_are_the_printed_times_divided():
         _ratio(mf[1], t["torch BBB"], mf[2], f"meanfield {cells[0]}")
         _ratio(mf[1], fused, mf[3], f"meanfield {cells[0]}")
         _ratio(mf[1], t["bnn_pyro fit"], mf[4], f"meanfield {cells[0]}")
-    assert len(meanfield) == len(first)
-    ours = row(text, "bnn_pyro predict", 2)[1]
+        cc = row(text, cells[0], 2)
+        for at, reference in ((2, t["torch BBB"]), (3, fused), (4, t["bnn_pyro fit"])):
+            _ratio(cc[1], reference, cc[at], f"compile=True {cells[0]}")
+    assert len(meanfield) == len(compiled) == len(first)
+    ours = row(text, "bnn_pyro predict", 3)[1]
     for name, time, faster in predict[1:]:
         if name != "Predictive(parallel=False)":  # its ratio is to an unprinted reference time
             _ratio(time, ours, faster, name)

@@ -44,7 +44,7 @@ from bnn_pyro.weight_distributions import LOG_SQRT_2PI, SharedNormal
 if TYPE_CHECKING:
     from bnn_pyro.methods.vi.svi_model import SVIModel
 
-__all__ = ["DirectLoss", "direct_loss_for"]
+__all__ = ["DirectLoss", "direct_loss_for", "why_no_direct_loss"]
 
 
 class DirectLoss:
@@ -271,11 +271,30 @@ def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> D
         >>> direct_loss_for(bnn) is None  # a Pyro autoguide: the Pyro path
         True
     """
-    guide = bnn.guide
-    if not isinstance(guide, MeanFieldNormalGuide) or not guide.is_setup:
-        return None
-    if getattr(bnn, "prior_sites", None):  # a prior's own latents: scored by Pyro's path
-        return None
-    if type(guide).forward is not MeanFieldNormalGuide.forward or has_hooks(bnn.net):
+    if why_no_direct_loss(bnn) is not None or not bnn.guide.is_setup:
         return None
     return DirectLoss(bnn, stl, analytic_kl)
+
+
+def why_no_direct_loss(bnn: Any) -> str | None:
+    """Why :func:`direct_loss_for` gives ``bnn`` no loss whatever its guide's set-up, or
+    ``None``: a guide other than the library's mean-field one, a prior with latent sites of its
+    own (scored by Pyro's path), hooks on the net's modules.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1), guide="normal")
+        >>> why_no_direct_loss(bnn)
+        "guide='normal' is not the library's mean-field guide (guide='meanfield')"
+    """
+    guide = bnn.guide
+    if not isinstance(guide, MeanFieldNormalGuide) or type(guide).forward is not (
+        MeanFieldNormalGuide.forward
+    ):
+        spec = getattr(bnn, "guide_spec", type(guide).__name__)
+        return f"guide={spec!r} is not the library's mean-field guide (guide='meanfield')"
+    if getattr(bnn, "prior_sites", None):
+        return "the prior has latent sites of its own (a hierarchical scale), which Pyro scores"
+    if has_hooks(bnn.net):
+        return "the net's modules have forward or backward hooks, which the plain-torch twin skips"
+    return None

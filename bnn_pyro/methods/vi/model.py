@@ -27,7 +27,7 @@ from bnn_pyro.guides import (
     build_guide,
 )
 from bnn_pyro.likelihoods import LIKELIHOOD_EXPECTED, Likelihood, likelihood_from_config
-from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
+from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for, why_no_direct_loss
 from bnn_pyro.methods.vi.posterior import NetEvaluator, draw_posterior
 from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.nn.inputs import InputSpec, input_spec
@@ -238,6 +238,13 @@ class VariationalBNN(SVIModel):
         if type(self) is not VariationalBNN:
             return None
         return direct_loss_for(self, stl, analytic_kl)
+
+    def why_no_fast_loss(self) -> str | None:
+        """``None`` where :meth:`fast_loss` gives a loss once the guide is set up; else why not
+        (a subclass, or :func:`~bnn_pyro.methods.vi.fast_loss.why_no_direct_loss`)."""
+        if type(self) is not VariationalBNN:
+            return super().why_no_fast_loss()
+        return why_no_direct_loss(self)
 
     # ------------------------------------------------------------------ KL and checkpoints
     def kl_divergence(self) -> torch.Tensor:

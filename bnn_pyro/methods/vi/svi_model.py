@@ -17,7 +17,9 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
+from bnn_pyro.exceptions import warn_user
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
+from bnn_pyro.methods.vi.compiled_loss import check_compile, compiled_factory
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
 from bnn_pyro.methods.vi.state_loading import LazyGuideLoading
@@ -75,7 +77,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
     dataset_size=None, kl_weight=1.0)``, :meth:`setup_guide` and the hooks of
     :class:`~bnn_pyro.methods.vi.predictive.SVIPredictive`."""
 
-    hooks = (*SVIPredictive.hooks, "setup_guide", "fast_loss", "default_elbo")
+    hooks = (*SVIPredictive.hooks, "setup_guide", "fast_loss", "why_no_fast_loss", "default_elbo")
     elbos: tuple[str, ...] = tuple(ELBO_CLASSES)  # the objectives fit takes by name
     default_elbo: str = "trace"  # fit's objective when its elbo is None
 
@@ -125,6 +127,11 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`."""
         return None
 
+    def why_no_fast_loss(self) -> str | None:
+        """Why this model has no :meth:`fast_loss` once its guide is set up (what
+        ``fit(compile=True)`` says when it refuses), or ``None`` where it has one."""
+        return f"{type(self).__name__} has no plain-torch loss (only VariationalBNN has)"
+
     @contextmanager
     def _training_context(self) -> Iterator[None]:
         """Entered around the SVI loop."""
@@ -169,6 +176,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         resume: ResumePath = None,
         init: str | None = None,
         map_epochs: int | None = None,
+        compile: bool = False,
     ) -> History:
         """Train the posterior by SVI on ``(X, y)`` or a ``DataLoader`` of ``(x, y)`` batches.
 
@@ -206,6 +214,11 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
             init: ``"map"``: the guide starts at a MAP fit, not on resume
                 (:mod:`bnn_pyro.methods.vi.map_init`); ``None``: at the net's own weights.
             map_epochs: the MAP fit's epochs with ``init="map"`` (default ``epochs // 4``).
+            compile: compile the step's loss, forward and backward, with ``torch.compile``
+                (:mod:`bnn_pyro.methods.vi.compiled_loss`): the first step compiles it (tens of
+                seconds), each later step runs the compiled graph, with the eager loss's draws.
+                For a mean-field ``VariationalBNN`` with one particle and ``elbo`` ``"trace"``,
+                ``"meanfield"`` or ``"stl"``; others are refused before any work.
 
         Returns:
             :class:`bnn_pyro.training.History` with ``loss``, ``nll``, ``kl`` per epoch.
@@ -252,6 +265,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
         callbacks = check_callbacks(callbacks, validation_data is not None)
+        check_compile(self, compile, elbo, num_particles)
         resume = open_resume(resume, self, callbacks, locals(), SVI_SETTINGS)
         if isinstance(X, DataLoader):
             if y is not None:
@@ -269,7 +283,8 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
         validation = validation_nll(self, validation_data) if validation_data is not None else None
-        loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=self.fast_loss)
+        fast = compiled_factory(self) if compile else self.fast_loss
+        loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=fast)
         self.param_sites_needed = needs_param_sites(loss)
         with seeded(seed, self.device), self._training_context(), self.param_scope():
             self.input_shape = tuple(first_x.shape[1:])
@@ -302,6 +317,11 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                 )
             finally:
                 self.train(was_training)
+        if compile and not getattr(loss, "_direct", None):
+            warn_user(
+                "compile=True: the compiled loss did not agree with the ELBO on the first step, "
+                "so the fit ran the ELBO uncompiled"
+            )
         if y is not None:  # (a DataLoader's rows are not kept to be checked)
             check_fit_in_sample(self, X, y)
         return history

@@ -1,0 +1,128 @@
+"""``fit(compile=True)``: the plain-torch ELBO of a mean-field :class:`~bnn_pyro.VariationalBNN`
+(:class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`) compiled by ``torch.compile``, forward and
+backward, into one graph per batch shape.
+
+The compiled loss draws its random numbers with torch's own generator, in the eager order
+(inductor's ``fallback_random``): the same seed gives the same weights as the eager loss, so the
+ELBO's first-step check against ``Trace_ELBO`` holds for it as for the eager one, and a compiled
+fit follows the eager fit up to float rounding. ``dataset_size`` and ``kl_weight`` enter as
+tensors, so an annealed ``kl_weight`` is an input of the one graph, not a recompilation; a last,
+smaller batch is a second graph.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bnn_pyro.methods.vi.fast_loss import DirectLoss
+
+__all__ = ["COMPILED_ELBOS", "CompiledLoss", "check_compile", "compiled_factory"]
+
+#: The objectives ``fit(compile=True)`` takes by name: those with a plain-torch loss.
+COMPILED_ELBOS = ("trace", "meanfield", "stl")
+
+
+class CompiledLoss:
+    """``(x, y, dataset_size=N, kl_weight=beta) -> (loss, nll)`` as the wrapped
+    :class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss` returns them, compiled on its first call.
+
+    Args:
+        direct: the eager loss; its ``params`` are this loss's.
+
+    Example:
+        >>> import bnn_pyro as bp, pyro
+        >>> from bnn_pyro.methods.vi.fast_loss import direct_loss_for
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
+        >>> X, y = torch.randn(8, 2), torch.randn(8, 1)
+        >>> bnn.setup_guide(X, y)
+        >>> eager = direct_loss_for(bnn)
+        >>> compiled = CompiledLoss(eager)
+        >>> pyro.set_rng_seed(0); loss, _ = compiled(X, y, dataset_size=8)  # compiles: seconds
+        >>> pyro.set_rng_seed(0); ref, _ = eager(X, y, dataset_size=8)
+        >>> bool(torch.isclose(loss, ref, rtol=1e-5))
+        True
+    """
+
+    def __init__(self, direct: DirectLoss) -> None:
+        self.direct, self.params = direct, direct.params
+        self._fn = torch.compile(self._loss, dynamic=False, options={"fallback_random": True})
+
+    def _loss(
+        self, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor | None, beta: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.direct(x, y, dataset_size=n, kl_weight=beta)
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        dataset_size: int | None = None,
+        kl_weight: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ref = self.params[0]  # the scalars on the parameters' device, in their dtype
+        n = None if dataset_size is None else ref.new_tensor(float(dataset_size))
+        beta = ref.new_tensor(float(kl_weight))
+        return self._fn(x, y, n, beta)
+
+
+def compiled_factory(model: Any) -> Callable[..., CompiledLoss | None]:
+    """``model.fast_loss`` with its loss compiled: what ``fit(compile=True)`` hands its ELBO.
+
+    The compiled loss is kept on the model and handed out again while the guide's parameters
+    are the same tensors, so a second ``fit`` (training on) runs the graph the first compiled
+    instead of compiling anew.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
+        >>> compiled_factory(bnn)() is None  # no guide set up yet: no loss to compile
+        True
+    """
+
+    def factory(stl: bool = False, analytic_kl: bool = False) -> CompiledLoss | None:
+        make = model.fast_loss
+        direct = make(stl, analytic_kl=analytic_kl) if analytic_kl else make(stl)
+        if direct is None:
+            return None
+        held = model.__dict__.setdefault("_compiled_losses", {})
+        compiled = held.get((stl, analytic_kl))
+        same = compiled is not None and len(compiled.params) == len(direct.params)
+        if not (same and all(map(operator.is_, compiled.params, direct.params))):
+            compiled = held[(stl, analytic_kl)] = CompiledLoss(direct)
+        return compiled
+
+    return factory
+
+
+def check_compile(model: object, compile: object, elbo: object, num_particles: int) -> None:
+    """Refuse ``fit(compile=True)`` before any work where there is no plain-torch loss to compile:
+    a model without one (``fast_loss`` is the library's), an ELBO other than
+    :data:`COMPILED_ELBOS`, or several particles.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
+        >>> check_compile(bnn, True, "trace", 1)  # the default: compiled
+        >>> check_compile(bnn, True, "alpha", 1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+          ...
+        ValueError: compile=True compiles the ELBOs (...) of one particle, got elbo='alpha', ...
+    """
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be a bool, got {type(compile).__name__}")
+    if not compile:
+        return
+    if elbo not in COMPILED_ELBOS or num_particles != 1:
+        raise ValueError(
+            f"compile=True compiles the ELBOs {COMPILED_ELBOS} of one particle, got "
+            f"elbo={elbo!r}, num_particles={num_particles}"
+        )
+    reason = model.why_no_fast_loss()  # type: ignore[attr-defined]
+    if reason is not None:
+        raise ValueError(f"compile=True compiles the plain-torch loss, and here is none: {reason}")

@@ -1,0 +1,167 @@
+"""``fit(compile=True)``: the plain-torch ELBO of a mean-field ``VariationalBNN`` compiled by
+``torch.compile``, checked against the eager loss it compiles (the reference), and its refusals
+before any work.
+
+The compiled graph draws with torch's generator in the eager order, so under one seed both
+losses see the same weights; what differs is the order of float32 sums inside fused kernels.
+Compiling takes seconds, so the module compiles two fits and one loss, each once."""
+
+from __future__ import annotations
+
+import warnings
+
+import pyro
+import pytest
+import torch
+
+import bnn_pyro as bp
+from bnn_pyro.methods.vi.compiled_loss import CompiledLoss, check_compile, compiled_factory
+from bnn_pyro.methods.vi.fast_loss import direct_loss_for
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 3, generator=g)
+    return x, x.sum(-1, keepdim=True) + 0.1 * torch.randn(64, 1, generator=g)
+
+
+def _bnn(likelihood: bp.Likelihood | None = None) -> bp.VariationalBNN:
+    torch.manual_seed(0)  # the same initial net for every fit
+    return bp.VariationalBNN(bp.nn.mlp(3, [8], 1), likelihood or bp.Gaussian(scale=0.5))
+
+
+def _hooked() -> bp.VariationalBNN:
+    net = bp.nn.mlp(3, [8], 1)
+    net[0].register_forward_hook(lambda module, args, out: out)
+    return bp.VariationalBNN(net, bp.Gaussian(0.5))
+
+
+def _fit(compile: bool, **options) -> tuple[bp.VariationalBNN, bp.History, list]:
+    x, y = _data()
+    bnn = _bnn(options.pop("likelihood", None))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = bnn.fit(
+            x, y, epochs=3, batch_size=32, progress=False, seed=0, compile=compile, **options
+        )
+    return bnn, history, [w for w in caught if str(w.message).startswith("compile=True")]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # an annealed kl_weight: a new value each epoch, an input of the one graph
+        dict(kl_weight=lambda epoch: 0.5 + 0.25 * epoch),
+        # the closed-form KL and a learned noise, a latent of the likelihood
+        dict(elbo="meanfield", likelihood=bp.Gaussian(scale="learned")),
+    ],
+    ids=["trace, annealed", "meanfield, learned noise"],
+)
+def test_a_compiled_fit_follows_the_eager_fit(options):
+    eager, eager_history, _ = _fit(False, **dict(options))
+    compiled, compiled_history, said = _fit(True, **dict(options))
+    assert said == []  # the compiled loss passed the first step's check and ran every step
+    # 6 Adam steps of the same draws, the sums in another order: float32 rounding (~1e-7
+    # relative per sum) that Adam's normalised steps carry over, well inside 1e-4
+    for key, value in eager.state_dict().items():
+        torch.testing.assert_close(compiled.state_dict()[key], value, rtol=1e-4, atol=1e-5)
+    assert compiled_history["loss"] == pytest.approx(eager_history["loss"], rel=1e-5)
+    assert compiled_history["nll"] == pytest.approx(eager_history["nll"], rel=1e-5)
+
+
+def test_the_compiled_loss_and_its_gradients_are_the_eager_ones():
+    x, y = _data()
+    bnn = _bnn()
+    bnn.setup_guide(x, y)
+    eager = direct_loss_for(bnn)
+    compiled = compiled_factory(bnn)()
+    assert isinstance(compiled, CompiledLoss) and compiled.params == eager.params
+    assert compiled_factory(bnn)() is compiled  # kept on the model: one compilation
+    assert compiled_factory(bnn)(analytic_kl=True) is not compiled  # another loss
+    for kl_weight in (1.0, 0.3):  # the second weight: the same graph, another input
+        pyro.set_rng_seed(1)
+        got, got_nll = compiled(x, y, dataset_size=640, kl_weight=kl_weight)
+        pyro.set_rng_seed(1)
+        want, want_nll = eager(x, y, dataset_size=640, kl_weight=kl_weight)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(got_nll, want_nll, rtol=1e-5, atol=1e-4)
+        for a, b in zip(
+            torch.autograd.grad(got, compiled.params),
+            torch.autograd.grad(want, eager.params),
+            strict=True,
+        ):  # each gradient to 1e-4 of its largest entry: the ELBO's own check's tolerance
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
+
+
+def test_a_model_without_a_plain_torch_loss_has_no_compiled_one():
+    bnn = _bnn()
+    assert compiled_factory(bnn)() is None  # the guide is not set up yet
+    x, y = _data()
+    bnn.setup_guide(x, y)
+    first = compiled_factory(bnn)()
+    key = next(iter(bnn.guide.locs))
+    bnn.guide.locs[key] = torch.nn.Parameter(torch.zeros_like(bnn.guide.locs[key]))
+    assert compiled_factory(bnn)() is not first  # a parameter replaced: compiled anew
+
+
+@pytest.mark.parametrize(
+    "make, options, exc, message",
+    [
+        (_bnn, dict(compile="yes"), TypeError, r"^compile must be a bool, got str$"),
+        (
+            _bnn,
+            dict(compile=True, elbo="alpha"),
+            ValueError,
+            r"^compile=True compiles the ELBOs \('trace', 'meanfield', 'stl'\) of one particle, "
+            r"got elbo='alpha', num_particles=1$",
+        ),
+        (
+            _bnn,
+            dict(compile=True, num_particles=2),
+            ValueError,
+            r"got elbo='trace', num_particles=2$",
+        ),
+        (
+            lambda: bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian(0.5), guide="normal"),
+            dict(compile=True),
+            ValueError,
+            r"^compile=True compiles the plain-torch loss, and here is none: guide='normal' is "
+            r"not the library's mean-field guide \(guide='meanfield'\)$",
+        ),
+        (
+            lambda: bp.VariationalBNN(
+                bp.nn.mlp(3, [8], 1), bp.Gaussian(0.5), prior=bp.HierarchicalNormalPrior()
+            ),
+            dict(compile=True),
+            ValueError,
+            r"here is none: the prior has latent sites of its own \(a hierarchical scale\), which "
+            r"Pyro scores$",
+        ),
+        (
+            _hooked,
+            dict(compile=True),
+            ValueError,
+            r"here is none: the net's modules have forward or backward hooks, which the "
+            r"plain-torch twin skips$",
+        ),
+        (
+            lambda: bp.HiddenLayerBNN(3, [8], 1, bp.Gaussian(0.5)),
+            dict(compile=True),
+            ValueError,
+            r"here is none: HiddenLayerBNN has no plain-torch loss \(only VariationalBNN has\)$",
+        ),
+    ],
+    ids=["not a bool", "alpha", "particles", "autoguide", "prior latents", "hooks", "hidden"],
+)
+def test_fit_refuses_compile_before_any_work(make, options, exc, message):
+    x, y = _data()
+    model = make()
+    with pytest.raises(exc, match=message):
+        model.fit(x, y, epochs=1, progress=False, **options)
+    assert not model.is_fitted()
+
+
+def test_compile_false_asks_nothing():
+    check_compile(object(), False, "alpha", 5)  # nothing to compile: nothing checked
