@@ -290,6 +290,19 @@ def test_losses_agree_within_the_documented_tolerances(gap, ref_grad, got_grad, 
     assert _same(gap, ref_grad, got_grad) is same
 
 
+def test_the_value_tolerance_grows_with_the_float32_terms_summed():
+    """``max(1e-5, 4 eps sqrt(P))`` relative: 1e6 float32 elements give 4 * 1.19e-7 * 1000 =
+    4.77e-4 (a large net's reordered sums); float64 or a small net keep 1e-5."""
+    big = torch.zeros(10**6, requires_grad=True)  # float32, unused: counted, zero gradient
+    ref = 1.0 + big.sum() * 0
+    for gap, same in ((4.5e-4, True), (5.2e-4, False)):
+        assert _same_loss_and_grads(ref, ref + gap, [big]) is same, gap
+    small = torch.zeros(100, requires_grad=True)  # 4 eps sqrt(100) = 4.8e-6: the 1e-5 floor
+    ref = 1.0 + small.sum() * 0
+    assert _same_loss_and_grads(ref, ref + 1.5e-5, [small])
+    assert not _same_loss_and_grads(ref, ref + 3e-5, [small])
+
+
 def test_unused_and_empty_parameters_count_as_zero_gradients_and_the_graphs_survive():
     unused = torch.zeros(2, requires_grad=True)
     empty = torch.zeros(0, requires_grad=True)
