@@ -14,6 +14,10 @@ Training step, 10 classes, at 784→400→400→10 batch 128 and 784→1200→12
   bookkeeping included) and divided by the number of steps. Target: bnn_pyro / torch BBB ≤
   1.5×; plain Pyro / bnn_pyro is reported.
 
+Compiled step: ``VariationalBNN.fit(compile=True)`` (compiled once before the timing) at the
+training sizes, against the eager torch BBB and the eager ``fit``. Target: compiled / torch BBB
+≤ 0.5× at 784→400→400→10, batch 128.
+
 Stacked: ``bp.fit_stacked`` of K = 16 ``VariationalBNN`` models (members 0..15) at
 784→400→400→10, batch 128, one epoch, against 16 separate fits (one ``VariationalBNN.fit`` of
 the same epoch, timed, times 16). Target: stacked throughput ≥ 10× the separate fits'.
@@ -52,7 +56,7 @@ import bnn_pyro as bp
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gpu.md")
 CLASSES, K, S = 10, 16, 100
-TRAIN_TARGET, STACKED_TARGET, PREDICT_TARGET = 1.5, 10.0, 1.0
+TRAIN_TARGET, STACKED_TARGET, PREDICT_TARGET, COMPILED_TARGET = 1.5, 10.0, 1.0, 0.5
 SIZES = {  # training: (D, H, batch, rows) each; stacked: (D, H, batch, rows); predict: (D, H, rows)
     "full": {
         "train": ((784, 400, 128, 12_800), (784, 1200, 1024, 61_440)),
@@ -220,6 +224,38 @@ def training_section(cfg, device, failures, fitted) -> list[str]:
     return lines
 
 
+def compiled_section(cfg, device, failures) -> list[str]:
+    lines = [
+        "## Compiled step (10 classes)",
+        "",
+        "| net, batch (rows) | torch BBB | bnn_pyro fit | bnn_pyro fit, compile=True | "
+        f"compiled / torch BBB | target ≤ {COMPILED_TARGET}× | compiled / eager fit |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for d, h, batch, rows in cfg["train"]:
+        label, sizes = f"{d}→{h}→{h}→{CLASSES}", [d, h, h, CLASSES]
+        X, y = make_data(d, rows, device)
+        fit = {"epochs": 1, "batch_size": batch, "lr": 1e-3, "progress": False, "seed": 0}
+        eager, compiled = make_bnn(d, h, device), make_bnn(d, h, device)
+        compiled.fit(X, y, compile=True, **fit)  # compiles here, outside the timing
+        fns = {
+            "torch BBB": torch_bbb(sizes, X, y, batch),
+            "bnn_pyro fit": lambda bnn=eager, X=X, y=y, fit=fit: bnn.fit(X, y, **fit),
+            "compiled": lambda bnn=compiled, X=X, y=y, fit=fit: bnn.fit(X, y, compile=True, **fit),
+        }
+        t, errors = compare(fns, cfg["repeats"], device)
+        steps = math.ceil(rows / batch)
+        t = {name: v / steps for name, v in t.items()}
+        failures += [f"{label}, {k}: {v}" for k, v in errors.items()]
+        ratio, cell = _x(t, "compiled", "torch BBB")
+        lines.append(
+            f"| {label}, {batch} ({rows:,}) | {_t(t, 'torch BBB')} | {_t(t, 'bnn_pyro fit')} | "
+            f"{_t(t, 'compiled')} | {cell} | {_met(ratio <= COMPILED_TARGET)} | "
+            f"{_x(t, 'compiled', 'bnn_pyro fit')[1]} |"
+        )
+    return lines
+
+
 def stacked_section(cfg, device, failures) -> list[str]:
     d, h, batch, rows = cfg["stacked"]
     X, y = make_data(d, rows, device)
@@ -322,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # the timed fits are an epoch each: stds barely move
         warnings.simplefilter("ignore", bp.PosteriorCollapseWarning)
         lines += training_section(cfg, device, failures, fitted) + [""]
+        lines += compiled_section(cfg, device, failures) + [""]
         lines += stacked_section(cfg, device, failures) + [""]
         lines += predict_section(cfg, device, failures, fitted)
     lines += [

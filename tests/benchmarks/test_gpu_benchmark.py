@@ -1,4 +1,4 @@
-"""Smoke run of benchmarks/gpu.py --device cpu --quick: its three tables, no file written.
+"""Smoke run of benchmarks/gpu.py --device cpu --quick: its four tables, no file written.
 
 No timing is asserted (tests never do), only that every contender ran and gave a number.
 """
@@ -28,7 +28,7 @@ def _stamp(path: Path) -> int | None:
     return path.stat().st_mtime_ns if path.exists() else None
 
 
-def test_quick_cpu_run_prints_three_tables_of_positive_numbers(tmp_path, monkeypatch, capsys):
+def test_quick_cpu_run_prints_four_tables_of_positive_numbers(tmp_path, monkeypatch, capsys):
     before = _stamp(RESULTS)
     monkeypatch.chdir(tmp_path)
     gpu = _gpu_benchmark(monkeypatch)
@@ -39,16 +39,16 @@ def test_quick_cpu_run_prints_three_tables_of_positive_numbers(tmp_path, monkeyp
     first = text.splitlines()[0]
     assert first.startswith(f"torch {torch.__version__}, pyro ") and "device cpu" in first
     assert "UTC" in first and "command: python benchmarks/gpu.py --device cpu --quick" in first
-    for title in ("## Training step", "## Stacked", "## Predict"):
+    for title in ("## Training step", "## Compiled step", "## Stacked", "## Predict"):
         assert title in text
     assert "error" not in text.lower()
-    # two training rows of 3 step times, the stacked row's 3, predict's 2
+    # two training rows of 3 step times, two compiled rows of 3, the stacked row's 3, predict's 2
     times = [float(v) for v in re.findall(r"\| ([0-9.]+) m?s ", text)]
-    # two ratios per training row, the stacked speed-up, predict / bare loop
+    # two ratios per training and per compiled row, the stacked speed-up, predict / bare loop
     ratios = [float(v) for v in re.findall(r"\| ([0-9.]+)× \|", text)]
-    assert len(times) == 11 and len(ratios) == 6, text
+    assert len(times) == 17 and len(ratios) == 10, text
     assert all(math.isfinite(v) and v > 0 for v in times + ratios), text
-    assert len(re.findall(r"\| (?:met|\*\*no\*\*) \|", text)) == 4, text
+    assert len(re.findall(r"\| (?:met|\*\*no\*\*) \|", text)) == 6, text
     assert text.count(" n/a ") == 4  # no GPU memory on a CPU
     # only a full CUDA run writes the results file
     assert _stamp(RESULTS) == before

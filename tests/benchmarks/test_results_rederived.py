@@ -377,6 +377,13 @@ def test_gpu_ratios_and_verdicts_are_the_printed_times_divided():
         _ratio(ours, bbb, ratio, cells[0])
         _ratio(pyro_, ours, pyro_ratio, cells[0])
         assert verdict == ("met" if figure(ratio)[0] <= 1.5 else "missed")
+    # (a run from before fit(compile=True) has no such section)
+    for compiled in [v for k, v in parts.items() if k.startswith("Compiled step")]:
+        for cells in tables(compiled)[0][1:]:
+            bbb, eager, ours, ratio, verdict, to_eager = cells[1:]
+            _ratio(ours, bbb, ratio, cells[0])
+            _ratio(ours, eager, to_eager, cells[0])
+            assert verdict == ("met" if figure(ratio)[0] <= 0.5 else "**no**")
     stacked = next(v for k, v in parts.items() if k.startswith("Stacked"))
     for cells in tables(stacked)[0][1:]:
         one, separate, together, ratio, verdict = cells[1:]

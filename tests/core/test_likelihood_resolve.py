@@ -61,14 +61,18 @@ def test_a_heteroscedastic_gaussian_only_where_asked():
 def test_an_unknown_name_or_object_is_refused():
     with pytest.raises(ValueError, match=r"or one of \('classification', .*got 'poisson'$"):
         resolve_likelihood("poisson", None, "M")
-    with pytest.raises(TypeError, match="one of .* got int$"):
+    message = (
+        r"^likelihood must be a bnn_pyro Likelihood \(e.g. bp.Gaussian\(\), bp.Categorical\(\)\) "
+        r"or one of \('classification', 'categorical', 'regression', 'gaussian'\), got int$"
+    )
+    with pytest.raises(TypeError, match=message):
         resolve_likelihood(3, None, "M")
     assert LIKELIHOOD_NAMES == ("classification", "categorical", "regression", "gaussian")
 
 
 def test_the_noise_scale_is_checked():
     assert check_noise_scale(None) is None and check_noise_scale(2) == 2.0
-    with pytest.raises(ValueError, match="noise_scale"):
+    with pytest.raises(ValueError, match=r"^noise_scale must be a finite float > 0.0, got 0.0$"):
         check_noise_scale(0.0)
     with pytest.raises(ValueError, match=r"^noise_scale must be finite and > 0"):
         check_noise_scale(torch.tensor([1.0, float("nan")]))

@@ -15,6 +15,8 @@ The CPU stand-ins for these tests are in ``test_device_guards.py``.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -229,3 +231,20 @@ def test_the_checked_direct_loss_is_taken_on_cuda(elbo, monkeypatch):
     bnn.fit(X, y, epochs=2, batch_size=32, progress=False, seed=0, elbo=elbo)
     assert made and isinstance(made[-1]._direct, DirectLoss)
     assert made[-1]._direct.analytic_kl == (elbo == "meanfield")
+
+
+def test_a_compiled_fit_on_cuda_follows_the_eager_fit():
+    """``fit(compile=True)`` on the GPU: the compiled loss passes the first step's check (no
+    warning) and, drawing in the eager order, ends where the eager CUDA fit ends, to float32
+    rounding carried through 4 Adam steps (the CPU test's tolerance)."""
+    X, y = _data("regression", CUDA)
+    fits = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        bnn = bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=0.5)).to(CUDA)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="compile=True")
+            bnn.fit(X, y, epochs=2, batch_size=32, progress=False, seed=0, compile=compile)
+        fits.append(bnn.state_dict())
+    for key, value in fits[0].items():
+        torch.testing.assert_close(fits[1][key], value, rtol=1e-4, atol=1e-5)
