@@ -98,5 +98,6 @@ def test_each_likelihood_says_what_it_is(lik, classifies, homoscedastic, learned
 
 
 def test_a_categorical_over_one_output_is_refused():
+    assert bp.Categorical().check_targets(torch.tensor([0, 1]), out_dim=2).tolist() == [0, 1]
     with pytest.raises(ValueError, match=r"C >= 2 outputs .* got 1; for one binary column use"):
         bp.Categorical().check_targets(torch.tensor([0, 0]), out_dim=1)
