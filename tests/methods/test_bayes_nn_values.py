@@ -16,21 +16,13 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
+from methods_helpers import deterministic
 from torch.distributions import Normal
 
 import bnn_pyro as bp
 from bnn_pyro.checkpoint import read_checkpoint
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods import VariationalBayesNN
-
-
-def _deterministic(vb):
-    """Posterior std ~ 1e-30: the sampled net equals the mean net, the KL stays finite."""
-    with torch.no_grad():
-        for layer in vb.layers:
-            layer.weight_rho.fill_(-70.0)
-            layer.bias_rho.fill_(-70.0)
-    return vb
 
 
 def _mean_net(vb, x):
@@ -71,7 +63,7 @@ def test_constructor_defaults_and_stored_attributes():
 
 
 def test_constructor_dataset_size_is_the_loss_default():
-    vb = _deterministic(VariationalBayesNN(3, [8], 4, dataset_size=37))
+    vb = deterministic(VariationalBayesNN(3, [8], 4, dataset_size=37))
     x, y = torch.randn(10, 3), torch.randint(0, 4, (10,))
     expected = F.cross_entropy(_mean_net(vb, x), y) + vb.kl_divergence() / 37
     torch.testing.assert_close(vb.variational_loss(x, y, num_samples=2), expected)
@@ -124,14 +116,14 @@ def test_loss_draws_ten_samples_by_default():
 
 
 def test_loss_with_kl_weight_zero_is_the_nll():
-    vb = _deterministic(VariationalBayesNN(3, [8], 4))
+    vb = deterministic(VariationalBayesNN(3, [8], 4))
     x, y = torch.randn(10, 3), torch.randint(0, 4, (10,))
     loss = vb.variational_loss(x, y, num_samples=2, kl_weight=0.0, dataset_size=10)
     torch.testing.assert_close(loss, F.cross_entropy(_mean_net(vb, x), y))
 
 
 def test_float64_gaussian_loss_keeps_the_noise_in_float64():
-    vb = _deterministic(VariationalBayesNN(3, [8], 2, likelihood="regression")).double()
+    vb = deterministic(VariationalBayesNN(3, [8], 2, likelihood="regression")).double()
     x, y = torch.randn(10, 3, dtype=torch.float64), torch.randn(10, 2, dtype=torch.float64)
     sigma = torch.tensor(0.1, dtype=torch.float64)
     lp = Normal(_mean_net(vb, x), sigma).log_prob(y).sum(-1).mean()

@@ -5,24 +5,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from methods_helpers import trained
+from methods_helpers import deterministic, trained
 from torch.distributions import Normal
 
 from bnn_pyro.methods import GaussianLinear, VariationalBayesNN
 
 
-def _deterministic(vb):
-    """Posterior std ~ 1e-30: the sampled net equals the mean net, the KL stays finite."""
-    with torch.no_grad():
-        for layer in vb.layers:
-            layer.weight_rho.fill_(-70.0)
-            layer.bias_rho.fill_(-70.0)
-    return vb
-
-
 def test_loss_is_mean_nll_plus_kl_over_dataset_size():
     torch.manual_seed(0)
-    vb = _deterministic(VariationalBayesNN(3, [8], 4))
+    vb = deterministic(VariationalBayesNN(3, [8], 4))
     x, y = torch.randn(10, 3), torch.randint(0, 4, (10,))
     kl = vb.kl_divergence()
     nll = F.cross_entropy(vb(x, sample=False), y)
@@ -35,7 +26,7 @@ def test_loss_is_mean_nll_plus_kl_over_dataset_size():
 
 def test_gaussian_likelihood_matches_torch_distributions():
     torch.manual_seed(0)
-    vb = _deterministic(VariationalBayesNN(3, [8], 2, likelihood="gaussian"))
+    vb = deterministic(VariationalBayesNN(3, [8], 2, likelihood="gaussian"))
     x, y = torch.randn(10, 3), torch.randn(10, 2)
     sigma = torch.tensor([0.5, 2.0])
     lp = Normal(vb(x, sample=False), sigma).log_prob(y).sum(-1).mean()

@@ -20,8 +20,6 @@ import torch
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from bnn_pyro.methods.vi.fast_loss import DirectLoss
-
 __all__ = ["COMPILED_ELBOS", "CompiledLoss", "check_compile", "compiled_factory"]
 
 #: The objectives ``fit(compile=True)`` takes by name: those with a plain-torch loss.
@@ -33,7 +31,7 @@ class CompiledLoss:
     :class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss` returns them, compiled on its first call.
 
     Args:
-        direct: the eager loss; its ``params`` are this loss's.
+        direct: the eager loss (a ``DirectLoss``); its ``params`` are this loss's.
 
     Example:
         >>> import bnn_pyro as bp, pyro
@@ -49,7 +47,7 @@ class CompiledLoss:
         True
     """
 
-    def __init__(self, direct: DirectLoss) -> None:
+    def __init__(self, direct: Any) -> None:
         self.direct, self.params = direct, direct.params
         self._fn = torch.compile(self._loss, dynamic=False, options={"fallback_random": True})
 
