@@ -310,3 +310,42 @@ def test_from_net_keeps_the_likelihood_and_the_options():
     assert vb.checkpoint_config()["activation"] == "tanh"  # read off the net
     other = VariationalBayesNN.from_net(net, bp.Categorical(), activation="relu")
     assert other.likelihood.classifies and other.checkpoint_config()["activation"] == "relu"
+
+
+def test_the_checkpoint_names_every_setting_and_refuses_an_unnamed_activation():
+    vb = VariationalBayesNN(3, [5, 4], 2, prior_std=0.7, num_samples=9, likelihood="regression")
+    assert vb.checkpoint_config() == {
+        "in_features": 3,
+        "hidden_sizes": [5, 4],
+        "out_features": 2,
+        "prior_std": 0.7,
+        "num_samples": 9,
+        "likelihood": vb.likelihood.config(),
+        "activation": "relu",
+    }
+    assert vb.likelihood.config()["type"] == "Gaussian" and vb.likelihood.learned
+    assert vb.fitted_state() == {"dataset_size": None}
+    vb.dataset_size = 12
+    assert vb.fitted_state() == {"dataset_size": 12}
+    again = VariationalBayesNN.from_checkpoint_config(None, vb.checkpoint_config())
+    assert again.checkpoint_config() == vb.checkpoint_config()
+    custom = VariationalBayesNN(3, [5], 1, activation=torch.tanh)
+    with pytest.raises(
+        ValueError,
+        match=r"^only a model built with a named activation \(e.g. 'relu'\) can be saved$",
+    ):
+        custom.checkpoint_config()
+
+
+def test_a_float_noise_is_made_on_the_inputs_device():
+    """Under a ``meta`` default device (a stand-in for a second device), the loss of CPU
+    inputs with a float ``noise_scale`` is the same CPU number as outside it: the noise tensor
+    is made where ``x`` lives, not on the default device."""
+    torch.manual_seed(0)
+    vb = deterministic(VariationalBayesNN(2, [4], 1, likelihood="regression"))
+    x, y = torch.randn(6, 2), torch.randn(6, 1)
+    want = vb.variational_loss(x, y, num_samples=1, noise_scale=0.3, dataset_size=6)
+    with torch.device("meta"):
+        got = vb.variational_loss(x, y, num_samples=1, noise_scale=0.3, dataset_size=6)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, want)
