@@ -80,11 +80,12 @@ def test_the_compiled_loss_and_its_gradients_are_the_eager_ones():
     assert isinstance(compiled, CompiledLoss) and compiled.params == eager.params
     assert compiled_factory(bnn)() is compiled  # kept on the model: one compilation
     assert compiled_factory(bnn)(analytic_kl=True) is not compiled  # another loss
-    for kl_weight in (1.0, 0.3):  # the second weight: the same graph, another input
+    # the second weight: the same graph, another input; no dataset size: the rows unscaled
+    for kl_weight, n in ((1.0, 640), (0.3, 640), (1.0, None)):
         pyro.set_rng_seed(1)
-        got, got_nll = compiled(x, y, dataset_size=640, kl_weight=kl_weight)
+        got, got_nll = compiled(x, y, dataset_size=n, kl_weight=kl_weight)
         pyro.set_rng_seed(1)
-        want, want_nll = eager(x, y, dataset_size=640, kl_weight=kl_weight)
+        want, want_nll = eager(x, y, dataset_size=n, kl_weight=kl_weight)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
         torch.testing.assert_close(got_nll, want_nll, rtol=1e-5, atol=1e-4)
         for a, b in zip(
@@ -93,6 +94,21 @@ def test_the_compiled_loss_and_its_gradients_are_the_eager_ones():
             strict=True,
         ):  # each gradient to 1e-4 of its largest entry: the ELBO's own check's tolerance
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
+
+
+def test_the_factory_hands_on_each_elbos_own_loss():
+    x, y = _data()
+    bnn = _bnn()
+    bnn.setup_guide(x, y)
+    factory = compiled_factory(bnn)
+    plain, stl, kl = factory(), factory(stl=True), factory(analytic_kl=True)
+    assert (plain.direct.stl, plain.direct.analytic_kl) == (False, False)
+    assert (stl.direct.stl, stl.direct.analytic_kl) == (True, False)
+    assert (kl.direct.stl, kl.direct.analytic_kl) == (False, True)
+    assert factory(stl=True) is stl and factory(analytic_kl=True) is kl  # each kept
+    # a model whose fast_loss takes no analytic_kl (the base class's) is asked without it
+    hidden = bp.HiddenLayerBNN(3, [8], 1, bp.Gaussian(0.5))
+    assert compiled_factory(hidden)() is None
 
 
 def test_a_model_without_a_plain_torch_loss_has_no_compiled_one():
