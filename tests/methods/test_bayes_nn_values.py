@@ -329,6 +329,8 @@ def test_the_checkpoint_names_every_setting_and_refuses_an_unnamed_activation():
     assert vb.fitted_state() == {"dataset_size": 12}
     again = VariationalBayesNN.from_checkpoint_config(None, vb.checkpoint_config())
     assert again.checkpoint_config() == vb.checkpoint_config()
+    again.restore_fitted_state(vb.fitted_state())
+    assert again.dataset_size == 12
     custom = VariationalBayesNN(3, [5], 1, activation=torch.tanh)
     with pytest.raises(
         ValueError,
