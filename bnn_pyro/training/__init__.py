@@ -10,6 +10,7 @@
   :func:`linear_annealing`.
 - ``batches.py``, ``resume.py``, ``blowup.py``: minibatches, resumable runs, the blow-up guard.
 - ``stacked.py``: the engine that trains K models of one architecture as one.
+- ``compiled.py``: a step's loss compiled by ``torch.compile`` (``fit(compile=True)``).
 - ``distributed.py``: data-parallel training when a ``torch.distributed`` group runs.
 """
 

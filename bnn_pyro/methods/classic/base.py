@@ -34,6 +34,7 @@ from bnn_pyro.nn.batched import chunk_rows
 from bnn_pyro.nn.inputs import InputSpec, input_spec, takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
 from bnn_pyro.training.batches import gather_loader, validation_pair
+from bnn_pyro.training.compiled import compile_loss
 from bnn_pyro.training.resume import ResumePath, open_resume
 
 __all__ = ["ClassicMethod"]
@@ -203,6 +204,7 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         lr_schedule: Any = None,
         average: float | None = None,
         resume: ResumePath = None,
+        compile: bool = False,
         **options: Any,
     ) -> History:
         """Train on ``(x, y)`` with the one loop, then fit the method's posterior.
@@ -230,6 +232,10 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
             resume: a file path: the run writes its state there after each epoch, and a fit
                 with the same path and settings goes on from it to the same numbers as a run
                 never interrupted (see :mod:`bnn_pyro.training.resume`).
+            compile: compile the step's loss, forward and backward, with ``torch.compile``
+                (:mod:`bnn_pyro.training.compiled`): the first step of each batch shape
+                compiles it (seconds), later steps run the graph, drawing the eager fit's
+                weight noise and dropout masks.
             **options: the method's own (SWAG: ``swa_start``; ``VariationalBayesNN``:
                 ``train_samples``, ``kl_weight``; Laplace: ``device``).
 
@@ -267,6 +273,7 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
             validation_data=validation_data,
             lr_schedule=lr_schedule,
             average=average,
+            compile=compile,
         )
         if resume is not None:
             run = {**{k: getattr(settings, k) for k in _RUN_KEYS}, **options}
@@ -340,11 +347,13 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         seed: int | None = None,
         before: Iterable[Callback] = (),
     ) -> History:
-        """The one training loop over ``data`` (see :func:`~bnn_pyro.methods.classic.training.train_epochs`);
-        callbacks (the method's own ``before`` first, then the user's) see this method."""  # noqa: E501
+        """The one training loop over ``data`` (see
+        :func:`~bnn_pyro.methods.classic.training.train_epochs`); callbacks (the method's own
+        ``before`` first, then the user's) see this method; the loss compiled where
+        ``settings.compile``."""
         return train_epochs(
             params,
-            batch_loss,
+            compile_loss(batch_loss) if settings.compile else batch_loss,
             *data,
             settings,
             module=module,

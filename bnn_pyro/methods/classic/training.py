@@ -41,6 +41,7 @@ class TrainSettings:
     lr_schedule: Any = None
     average: float | None = None
     resume: Any = None  # a bnn_pyro.training.resume.Resume, or None
+    compile: bool = False  # the step's loss compiled (bnn_pyro.training.compiled)
 
 
 def check_fit_args(
@@ -56,6 +57,7 @@ def check_fit_args(
     validation_data: Any = None,
     lr_schedule: Any = None,
     average: float | None = None,
+    compile: object = False,
 ) -> TrainSettings:
     """Validate the arguments every ``fit`` shares; return them as :class:`TrainSettings`."""
     check_int("epochs", epochs, minimum=min_epochs)
@@ -67,6 +69,7 @@ def check_fit_args(
     check_seed("seed", seed)
     check_schedule_args(lr_schedule, average)
     callbacks = check_callbacks(callbacks, validation_data is not None)
+    check_bool("compile", compile)
     return TrainSettings(
         epochs,
         batch_size,
@@ -79,6 +82,7 @@ def check_fit_args(
         validation_data,
         lr_schedule,
         average,
+        compile=compile,
     )
 
 

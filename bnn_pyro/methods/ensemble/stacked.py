@@ -24,6 +24,7 @@ from bnn_pyro.methods.classic.training import (
 )
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
 from bnn_pyro.training import History, distributed, make_optimizer, train
+from bnn_pyro.training.compiled import compile_loss
 from bnn_pyro.training.stacked import (
     StackedLossStep,
     StackedModels,
@@ -78,6 +79,7 @@ def fit_stacked(
         for name, p in stacked.named_parameters():
             settings.resume.extra[name] = p
     loss = partial(_stacked_loss, stacked, ensemble.likelihood, ensemble.gaussian_nll, split_heads)
+    loss = compile_loss(loss) if settings.compile else loss
     optimizer = make_optimizer(
         settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
     )

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bnn_pyro.training.compiled import compile_loss
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -49,7 +51,7 @@ class CompiledLoss:
 
     def __init__(self, direct: Any) -> None:
         self.direct, self.params = direct, direct.params
-        self._fn = torch.compile(self._loss, dynamic=False, options={"fallback_random": True})
+        self._fn = compile_loss(self._loss)
 
     def _loss(
         self, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor | None, beta: torch.Tensor
