@@ -64,7 +64,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("training/batches.py", "shuffled_batches.batches", "randperm"): _ORDER,
     ("training/batches.py", "shuffled_batches.batches", "arange"): _ORDER,
     ("training/batches.py", "permuted_batches.batches", "randperm"): _ORDER,
-    ("methods/classic/base.py", "ClassicMethod.predict", "randint"): _SEED,
+    ("methods/classic/predictive.py", "ClassicPredictive.predict", "randint"): _SEED,
     ("methods/sgmcmc/method.py", "SGMCMC.start_run", "randint"): _SEED,
     ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "randint"): _SEED,
     ("methods/sgmcmc/collector.py", "SampleCollector.__init__", "Generator"): _RESERVOIR,

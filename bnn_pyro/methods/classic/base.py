@@ -2,7 +2,8 @@
 :class:`~bnn_pyro.BaseBayesianMethod`: the likelihood, the noise scale, ``predict`` and the
 plumbing of ``fit``.
 
-A subclass implements :meth:`ClassicMethod._sample_outputs` (``S`` raw net outputs), ``fit``
+A subclass implements ``_sample_outputs`` (``S`` raw net outputs, for the ``predict`` of
+:class:`~bnn_pyro.methods.classic.predictive.ClassicPredictive`), ``fit``
 (through :meth:`ClassicMethod.fit_data` and :meth:`ClassicMethod._train`) and the checkpoint
 hooks ``checkpoint_config``/``from_checkpoint_config``.
 """
@@ -17,12 +18,12 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from bnn_pyro._streaming import BLOCK_BUDGET, block_seed, stream_summary
-from bnn_pyro.base import BaseBayesianMethod, PredictOutput, to_probabilities
+from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.likelihoods.resolve import resolve_likelihood
 from bnn_pyro.methods.classic.checks import check_inputs, check_targets, output_width
 from bnn_pyro.methods.classic.noise import HomoscedasticNoise
+from bnn_pyro.methods.classic.predictive import ClassicPredictive
 from bnn_pyro.methods.classic.training import (
     TrainSettings,
     check_fit_args,
@@ -30,8 +31,7 @@ from bnn_pyro.methods.classic.training import (
     probe,
     train_epochs,
 )
-from bnn_pyro.nn.batched import chunk_rows
-from bnn_pyro.nn.inputs import InputSpec, input_spec, takes_indices
+from bnn_pyro.nn.inputs import takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
 from bnn_pyro.training.batches import gather_loader, validation_pair
 from bnn_pyro.training.compiled import compile_loss
@@ -53,7 +53,7 @@ _RUN_KEYS = (
 )
 
 
-class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
+class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
     """Base of the classic methods (MC dropout, ensembles, SWAG, Laplace, ``VariationalBayesNN``).
 
     ``self.likelihood`` is a :class:`~bnn_pyro.likelihoods.Likelihood` (its ``point_loss`` is
@@ -69,7 +69,6 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
         "fit_data",
         "fit_defaults",
     )
-    _seen_input: tuple[int, ...] | None = None  # x.shape[1:] of the last fit that succeeded
 
     def _set_likelihood(
         self,
@@ -84,101 +83,6 @@ class ClassicMethod(HomoscedasticNoise, BaseBayesianMethod):
             likelihood, noise_scale, type(self).__name__, heteroscedastic, variance_heads
         )
         self.noise_scale = noise
-
-    # ------------------------------------------------------------------ predict
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        **options: Any,
-    ) -> PredictOutput:
-        """Monte Carlo predictive over ``S`` samples of the method's posterior, vectorized.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return the samples.
-            normalize_output: softmax multi-column outputs (see
-                :func:`~bnn_pyro.base.to_probabilities`); ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: makes the draws reproducible without touching the global RNG.
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-            **options: the method's own (``DeepEnsemble``: ``vectorize``).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` (epistemic) and, if asked,
-            ``samples (S, N, O)``.
-
-        Memory is bounded: the rows go in blocks reduced into buffers allocated once (see
-        :mod:`bnn_pyro._streaming`); every block sees the same ``S`` draws (one seed for all).
-        """
-        x = self._check_x(x)
-        num_samples = self._samples_to_draw(num_samples)
-        seed = self._predict_seed(seed, generator)
-        normalize = self._normalize(normalize_output)
-        n = len(x)
-        rows = chunk_rows(self, num_samples, BLOCK_BUDGET, self.device)
-        if rows < n and seed is None:  # one seed for every block: the same posterior draws
-            seed = int(torch.randint(0, 2**62, (1,)))
-
-        def block(start: int, stop: int) -> tuple[torch.Tensor, None]:
-            part = x if stop - start == n else x[start:stop]
-            part_seed = block_seed(seed, start, self._row_wise_draws)
-            out = self._sample_outputs(part, num_samples, part_seed, **options)
-            return to_probabilities(out, normalize), None
-
-        return stream_summary(n, rows, block, return_samples)
-
-    _row_wise_draws = False  # draws per row (MC dropout's masks): a seed per block of rows
-
-    def _net(self) -> nn.Module | None:
-        """The net whose layers fix the inputs (``self.model``; an ensemble's first member)."""
-        return self._modules.get("model")
-
-    def _input_spec(self) -> InputSpec | None:
-        """The input shape the net expects: from its first layer (a linear/conv net or a
-        ``Sequential`` starting with one), else the rows the last ``fit`` saw."""
-        net = self._net()
-        spec = input_spec(net) if net is not None else None
-        if spec is None and self._seen_input is not None:
-            spec = InputSpec.exact(self._seen_input)
-        return spec
-
-    def _check_x(self, x: Any, name: str = "x") -> torch.Tensor:
-        """``x`` checked (:func:`~bnn_pyro.methods.classic.checks.check_inputs`: floating, or
-        integer
-        indices for a net with an ``nn.Embedding``) and its shape against :meth:`_input_spec`:
-        a ``ValueError`` naming ``name`` with both shapes, before any vmap or matrix product.
-        Returns ``x`` on the method's device, floating inputs in its dtype (inputs given on
-        another device or in another precision are moved, as ``fit`` moves them)."""
-        net = self._net()
-        x = check_inputs(x, name, indices=net is not None and takes_indices(net))
-        spec = self._input_spec()
-        return self._placed(x if spec is None else spec.check(name, x))
-
-    def _placed(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` on the method's device, a floating ``t`` in its dtype."""
-        return t.to(self.device, self.dtype) if t.is_floating_point() else t.to(self.device)
-
-    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
-        """``(S, N, O)`` raw net outputs for ``S`` posterior samples (seeded draws)."""
-        raise NotImplementedError
-
-    def _normalize(self, normalize_output: bool | None) -> bool:
-        """Softmax the samples? ``None``: for a classifier only (``True`` also
-        softmaxes a multi-output regression, which is rarely what anyone wants)."""
-        if normalize_output is None:
-            return self.likelihood.classifies
-        if not isinstance(normalize_output, bool):
-            raise TypeError(
-                f"normalize_output must be a bool or None, got {type(normalize_output).__name__}"
-            )
-        return normalize_output
 
     # ------------------------------------------------------------------ fit
     #: The ``lr`` and ``optimizer`` that ``fit`` uses when the call does not give them.
