@@ -336,3 +336,29 @@ def test_a_bare_layer_as_the_net_and_the_constructors_defaults_are_pyros_trace_e
     assert torch.allclose(got, ref, rtol=1e-5)
     for a, b in zip(got_grads, ref_grads, strict=True):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
+
+
+def test_why_no_direct_loss_names_each_model_it_does_not_cover():
+    """Read off the model's parts alone (no guide set up): a guide that is not the library's
+    mean-field one, a subclass of it with its own ``forward`` too; a model without a guide
+    spec named by the guide's class; missing ``prior_sites`` read as none."""
+    from types import SimpleNamespace
+
+    from bnn_pyro.guides import MeanFieldNormalGuide
+    from bnn_pyro.methods.vi.fast_loss import why_no_direct_loss
+
+    class _OwnForward(MeanFieldNormalGuide):
+        def forward(self, *args, **kwargs):  # pragma: no cover - never called
+            raise AssertionError
+
+    net = torch.nn.Linear(2, 1)
+    plain = object.__new__(MeanFieldNormalGuide)  # the type is what is read
+    assert why_no_direct_loss(SimpleNamespace(guide=plain, net=net)) is None
+    own = SimpleNamespace(guide=object.__new__(_OwnForward), net=net, guide_spec="custom")
+    assert why_no_direct_loss(own) == (
+        "guide='custom' is not the library's mean-field guide (guide='meanfield')"
+    )
+    unnamed = SimpleNamespace(guide=object(), net=net)  # no guide_spec: the guide's class
+    assert why_no_direct_loss(unnamed) == (
+        "guide='object' is not the library's mean-field guide (guide='meanfield')"
+    )
