@@ -108,7 +108,7 @@ def test_blocked_predict_equals_the_unblocked_predict(kind, seed, monkeypatch):
     model, x = _model(kind), torch.randn(40, 3)
     torch.manual_seed(5)
     whole = model.predict(x, return_samples=True, seed=seed)
-    monkeypatch.setattr("bnn_pyro.methods.classic.base.chunk_rows", lambda *a: 7)
+    monkeypatch.setattr("bnn_pyro.methods.classic.predictive.chunk_rows", lambda *a: 7)
     monkeypatch.setattr("bnn_pyro.methods.vi.predictive.block_rows", lambda *a: 7)
     torch.manual_seed(5)
     blocked = model.predict(x, return_samples=True, seed=seed)
@@ -123,7 +123,7 @@ def test_mc_dropout_blocks_draw_their_own_masks(monkeypatch):
     """Dropout masks are drawn per row: a second block of identical rows must not repeat the
     first block's masks (rows 0 and 7 below would then be equal in every sample)."""
     model = _model("MCDropout")
-    monkeypatch.setattr("bnn_pyro.methods.classic.base.chunk_rows", lambda *a: 7)
+    monkeypatch.setattr("bnn_pyro.methods.classic.predictive.chunk_rows", lambda *a: 7)
     _, _, samples = model.predict(torch.ones(14, 3), return_samples=True, seed=0)
     assert not torch.equal(samples[:, 0], samples[:, 7])
     again = model.predict(torch.ones(14, 3), return_samples=True, seed=0)[2]

@@ -3,8 +3,6 @@ or estimated by ``fit`` from the training residuals and re-estimated by the next
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from bnn_pyro.likelihoods import Likelihood
@@ -36,7 +34,6 @@ class HomoscedasticNoise:
     likelihood: Likelihood
     _noise_scale: float | torch.Tensor | None = None
     _noise_from_user: bool = False
-    predict: Any
 
     @property
     def noise_scale(self) -> float | torch.Tensor | None:
