@@ -59,11 +59,11 @@ def test_compile_must_be_a_bool_and_is_off_by_default():
     args = (1, 8, 1e-3, 0.0, "adam", False, None)
     assert check_fit_args(*args).compile is False
     assert check_fit_args(*args, compile=True).compile is True
-    with pytest.raises(TypeError, match=r"^compile must be a bool"):
+    with pytest.raises(TypeError, match=r"^compile must be a bool, got str \('yes'\)$"):
         check_fit_args(*args, compile="yes")
     method = METHODS["mc dropout"]()
     x, y = _data()
-    with pytest.raises(TypeError, match=r"^compile must be a bool"):
+    with pytest.raises(TypeError, match=r"^compile must be a bool, got int \(1\)$"):
         method.fit(x, y, epochs=1, progress=False, compile=1)
 
 

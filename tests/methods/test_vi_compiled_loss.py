@@ -125,7 +125,7 @@ def test_a_model_without_a_plain_torch_loss_has_no_compiled_one():
 @pytest.mark.parametrize(
     "make, options, exc, message",
     [
-        (_bnn, dict(compile="yes"), TypeError, r"^compile must be a bool, got str$"),
+        (_bnn, dict(compile="yes"), TypeError, r"^compile must be a bool, got str \('yes'\)$"),
         (
             _bnn,
             dict(compile=True, elbo="alpha"),

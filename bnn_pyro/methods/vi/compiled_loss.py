@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bnn_pyro._checks import check_bool
 from bnn_pyro.training.compiled import compile_loss
 
 if TYPE_CHECKING:
@@ -114,9 +115,7 @@ def check_compile(model: object, compile: object, elbo: object, num_particles: i
           ...
         ValueError: compile=True compiles the ELBOs (...) of one particle, got elbo='alpha', ...
     """
-    if not isinstance(compile, bool):
-        raise TypeError(f"compile must be a bool, got {type(compile).__name__}")
-    if not compile:
+    if not check_bool("compile", compile):
         return
     if elbo not in COMPILED_ELBOS or num_particles != 1:
         raise ValueError(
