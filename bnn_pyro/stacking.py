@@ -54,18 +54,23 @@ def fit_stacked(
               ``batch_size``, ``lr``, ``optimizer`` (an elementwise one), ``kl_weight`` (a
               float or ``fn(epoch)``, e.g.
               :func:`~bnn_pyro.training.callbacks.linear_annealing`), ``lr_schedule``,
-              ``callbacks`` (``fn(bnns, epoch, history)`` after each epoch, the models written
-              back), ``progress``, ``init``/``map_epochs`` (with ``init="map"`` each member
-              runs its own MAP phase first), ``elbo``/``num_particles`` (``"trace"`` or
-              ``"alpha"``, :class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI`, for
-              nets without dropout);
+              ``average``, ``shuffle``, ``callbacks`` (``fn(models, epoch, history)`` after
+              each epoch, the models written back), ``validation_data`` (``(Nv, D)`` shared or
+              ``(K, Nv, D)``, adding ``val_nll`` and ``member_val_nll``), ``resume``,
+              ``progress``, ``init``/``map_epochs`` (with ``init="map"`` each member runs its
+              own MAP phase first), ``elbo``/``num_particles`` (``"trace"`` or ``"alpha"``,
+              :class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI`, for nets without
+              dropout);
             - MC dropout, SWAG, Laplace
               (:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`): ``epochs``,
               ``batch_size``, ``lr``, ``weight_decay``, ``optimizer``, ``lr_schedule``,
-              ``progress``;
+              ``average``, ``callbacks`` (``fn(models, epoch, history)``),
+              ``validation_data`` (``(Nv, D)`` shared or ``(K, Nv, D)``, adding ``val_loss``
+              and ``member_val_loss``), ``resume``, ``compile``, ``progress``;
             - SG-MCMC chains (:func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`):
-              ``epochs``, ``batch_size``, ``lr``, ``callbacks``, ``progress`` (the models share
-              their sampler settings).
+              ``epochs``, ``batch_size``, ``lr``, ``shuffle``, ``callbacks``,
+              ``validation_data`` (adding ``val_nll`` and ``member_val_nll``), ``progress``
+              (the models share their sampler settings).
 
     Returns:
         A :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and ``member_loss``.
@@ -89,7 +94,7 @@ def fit_stacked(
         >>> fit_stacked(drops, X, y, seeds=[0, 1], kl_weight=0.5)
         Traceback (most recent call last):
           ...
-        ValueError: kl_weight does not apply to MCDropout models; their stacked fit takes batch_size, epochs, lr, lr_schedule, optimizer, progress, weight_decay
+        ValueError: kl_weight does not apply to MCDropout models; their stacked fit takes average, batch_size, callbacks, compile, epochs, lr, lr_schedule, optimizer, progress, resume, validation_data, weight_decay
     """  # noqa: E501
     X, y = as_tensor("X", X, min_dim=2), as_tensor("y", y)
     if not bnns:

@@ -23,6 +23,7 @@ __all__ = [
     "check_callbacks",
     "linear_annealing",
     "state_copy",
+    "SeenAs",
 ]
 
 
@@ -228,3 +229,27 @@ def check_callbacks(callbacks: Iterable[Any], has_validation: bool) -> list[Any]
         if callable(check):
             check(has_validation)
     return out
+
+
+class SeenAs:
+    """A callback called with ``owner`` in place of the model its loop hands it; every other
+    attribute (``check_before_fit``, ``state_dict``) is the callback's own.
+
+    Example:
+        >>> seen = SeenAs(lambda model, epoch, history: print(type(model).__name__, epoch),
+        ...               torch.nn.ModuleList())
+        >>> seen(torch.nn.Linear(1, 1), 3, History())
+        ModuleList 3
+        >>> SeenAs(EarlyStopping("val_nll"), None).check_before_fit(has_validation=True)
+    """
+
+    def __init__(self, callback: Callable[..., Any], owner: Any) -> None:
+        self.callback, self.owner = callback, owner
+
+    def __call__(self, model: Any, epoch: int, history: History) -> Any:
+        return self.callback(self.owner, epoch, history)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("callback", "owner"):  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.callback, name)

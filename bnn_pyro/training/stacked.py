@@ -20,14 +20,13 @@ against the members' own forward passes. :func:`stackable` says why a net is not
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch.func import stack_module_state
 
-from bnn_pyro._checks import check_int
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.training.loop import TrainingStep
@@ -38,9 +37,7 @@ __all__ = [
     "StackedLossStep",
     "StackedModels",
     "elementwise_optimizer",
-    "shuffled_member_batches",
     "stackable",
-    "stacked_batches",
 ]
 
 #: Optimizers whose update of an element depends on that element's own gradient history only:
@@ -198,6 +195,15 @@ class StackedModels(nn.Module):
             for name, p in net.named_parameters():
                 p.copy_(tensors[name][k])
 
+    @torch.no_grad()
+    def read_from(self, nets: list[nn.Module]) -> None:
+        """Copy ``nets[k]``'s parameters into slice ``k`` of the stacked ones (the inverse of
+        :meth:`write_back`: a member changed from outside, e.g. restored to its best epoch)."""
+        tensors = self.tensors()
+        for k, net in enumerate(nets):
+            for name, p in net.named_parameters():
+                tensors[name][k].copy_(p)
+
 
 def _key(name: str) -> str:
     return name.replace(".", "_")
@@ -288,91 +294,3 @@ class StackedLossStep(TrainingStep):
         if beta is not None:
             row["kl_weight"] = float(beta)
         return row
-
-
-def stacked_batches(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    batch_size: int,
-    generators: list[torch.Generator],
-    per_member: bool = False,
-    noise: list[torch.Generator] | None = None,
-) -> Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
-    """Per epoch, member ``k``'s rows in the order ``torch.randperm(N, generator=generators[k])``
-    (what its one-by-one run draws), in ``(K, B, ...)`` blocks of ``batch_size`` rows.
-
-    ``x (N, ...)``, ``y (N, ...)`` are shared by the members; with ``per_member``, ``x (K, N,
-    ...)`` and ``y (K, N, ...)`` hold each member's own rows. ``noise``: the members' noise
-    generators where they are not ``generators`` themselves (on a GPU, see
-    :func:`bnn_pyro._rng.noise_generators`), saved and restored with them by a resumable run.
-
-    Example:
-        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
-        >>> batches = stacked_batches(torch.arange(5.0), torch.arange(5.0), 2, gens)
-        >>> [tuple(xb.shape) for xb, _ in batches()]
-        [(2, 2), (2, 2), (2, 1)]
-    """
-    n = x.shape[1] if per_member else x.shape[0]
-    member = torch.arange(len(generators), device=x.device).unsqueeze(-1)
-
-    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(x.device)
-        for start in range(0, n, batch_size):
-            idx = order[:, start : start + batch_size]
-            if per_member:
-                yield x[member, idx], y[member, idx]
-            else:
-                yield x[idx], y[idx]
-
-    kept = list(generators) + [g for g in noise or [] if all(g is not o for o in generators)]
-    batches.generator = _Generators(kept)  # type: ignore[attr-defined] # for resume
-    return batches
-
-
-def shuffled_member_batches(
-    x: torch.Tensor, y: torch.Tensor, batch_size: int, generators: list[torch.Generator]
-) -> Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]:
-    """What :func:`~bnn_pyro.training.batches.shuffled_batches` gives each member, stacked:
-    member ``k``'s own rows ``x (K, N, ...)``, ``y (K, N, ...)`` in the order its generator
-    draws (:func:`stacked_batches`), or, as there, the whole data set as one unshuffled batch
-    when ``batch_size >= N``.
-
-    Raises:
-        ValueError: ``batch_size`` < 1, or not one generator per member.
-
-    Example:
-        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
-        >>> x = torch.arange(10.0).view(2, 5)
-        >>> [tuple(xb.shape) for xb, _ in shuffled_member_batches(x, x, 2, gens)()]
-        [(2, 2), (2, 2), (2, 1)]
-        >>> [xb is x for xb, _ in shuffled_member_batches(x, x, 5, gens)()]
-        [True]
-    """
-    check_int("batch_size", batch_size)
-    if len(generators) != x.shape[0]:
-        raise ValueError(f"one generator per member: {len(generators)} for {x.shape[0]} members")
-    if batch_size < x.shape[1]:
-        return stacked_batches(x, y, batch_size, generators, per_member=True)
-
-    def whole() -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        return [(x, y)]
-
-    return whole
-
-
-class _Generators:
-    """Generators saved and restored as one (what a resumable run does with its batches'): their
-    states end to end (a CPU generator's state and a GPU's differ in length)."""
-
-    def __init__(self, generators: list[torch.Generator]) -> None:
-        self.generators = generators
-
-    def get_state(self) -> torch.Tensor:
-        return torch.cat([g.get_state() for g in self.generators])
-
-    def set_state(self, state: torch.Tensor) -> None:
-        sizes = [g.get_state().numel() for g in self.generators]
-        if state.numel() != sum(sizes):
-            raise ValueError(f"a state of {state.numel()} bytes for generators of {sizes}")
-        for g, s in zip(self.generators, state.split(sizes), strict=True):
-            g.set_state(s.clone())

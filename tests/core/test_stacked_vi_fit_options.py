@@ -47,7 +47,9 @@ def test_a_callback_sees_the_models_the_epoch_and_the_history_so_far():
         models, X, y, seeds=[0, 1], epochs=3, callbacks=[callback], progress=False
     )
     assert [epoch for _, epoch, _ in seen] == [0, 1, 2]
-    assert all(got is models for got, _, _ in seen)
+    # the models themselves, in a ModuleList (what EarlyStopping's restore_best can copy)
+    assert all(isinstance(got, torch.nn.ModuleList) for got, _, _ in seen)
+    assert all(list(got) == models for got, _, _ in seen)
     assert [rows for _, _, rows in seen] == [history["loss"][: e + 1] for e in range(3)]
 
 

@@ -191,7 +191,7 @@ def test_a_diverging_chain_is_named():
 
 def test_the_stacking_helpers_refuse_bad_input_by_name():
     from bnn_pyro.methods.sgmcmc.samplers import standard_normal
-    from bnn_pyro.training.stacked import shuffled_member_batches
+    from bnn_pyro.training.stacked_batches import shuffled_member_batches
 
     gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
     with pytest.raises(ValueError, match="one generator per chain: 2 generators for a stack"):

@@ -121,3 +121,42 @@ def test_callbacks_see_the_models_each_epoch_and_the_history_so_far():
     assert [e for _, e, _, _ in seen] == alone_seen == [0, 1, 2]
     assert all(got[0] is models[0] and got[1] is models[1] for got, _, _, _ in seen)
     assert [(n, k) for _, _, n, k in seen] == [(1, 2), (2, 2), (3, 2)]
+
+
+@pytest.mark.parametrize("per_chain", [False, True], ids=["shared set", "own sets"])
+def test_validation_scores_each_chain_as_its_own_fit(per_chain):
+    """``member_val_nll`` is each chain's own fit's ``val_nll``, epoch by epoch: before a chain
+    keeps a sample (its position) and after (its last kept samples)."""
+    X, y = _data()
+    xv, yv = _data(rows=10)
+    if not per_chain:
+        xv, yv = xv[0], yv[0]
+    own = []
+    for k, m in enumerate(_models()):
+        pair = (xv[k], yv[k]) if per_chain else (xv, yv)
+        own.append(m.fit(X[k], y[k], seed=k, epochs=6, batch_size=8, lr=1e-3,
+                         validation_data=pair, progress=False))  # fmt: skip
+    history = fit_stacked_sgmcmc(
+        _models(), X, y, seeds=[0, 1], epochs=6, batch_size=8, lr=1e-3,
+        validation_data=(xv, yv), progress=False,
+    )  # fmt: skip
+    for epoch in range(6):
+        expected = [h["val_nll"][epoch] for h in own]
+        assert history["member_val_nll"][epoch] == pytest.approx(expected, rel=TOL)
+        assert history["val_nll"][epoch] == pytest.approx(sum(expected) / 2, rel=TOL)
+    assert history["member_val_nll"][0] != history["member_val_nll"][-1]
+
+
+def test_an_unshuffled_run_is_each_chains_own():
+    X, y = _data()
+    options = dict(epochs=3, batch_size=8, lr=1e-3, progress=False)
+    alone = _models()
+    for k, m in enumerate(alone):
+        m.fit(X[k], y[k], seed=k, shuffle=False, **options)
+    together, shuffled = _models(), _models()
+    fit_stacked_sgmcmc(together, X, y, seeds=[0, 1], shuffle=False, **options)
+    fit_stacked_sgmcmc(shuffled, X, y, seeds=[0, 1], **options)
+    for a, b, c in zip(alone, together, shuffled, strict=True):
+        for site, value in a.samples().items():
+            assert torch.allclose(value, b.samples()[site], rtol=TOL, atol=TOL)
+            assert not torch.allclose(value, c.samples()[site], rtol=TOL, atol=TOL)

@@ -7,12 +7,8 @@ import torch
 import torch.nn as nn
 
 import bnn_pyro as bp
-from bnn_pyro.training.stacked import (
-    StackedModels,
-    elementwise_optimizer,
-    stackable,
-    stacked_batches,
-)
+from bnn_pyro.training.stacked import StackedModels, elementwise_optimizer, stackable
+from bnn_pyro.training.stacked_batches import stacked_batches
 
 
 def _data(task: str, n: int = 96):

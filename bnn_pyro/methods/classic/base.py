@@ -40,8 +40,8 @@ from bnn_pyro.training.resume import ResumePath, open_resume
 __all__ = ["ClassicMethod"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
-# the settings that fix a run's trajectory, compared with a resume file's
-_RUN_KEYS = (
+#: The ``fit`` settings that fix a run's trajectory, compared with a resume file's.
+RUN_KEYS = (
     "epochs",
     "batch_size",
     "lr",
@@ -180,7 +180,7 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
             compile=compile,
         )
         if resume is not None:
-            run = {**{k: getattr(settings, k) for k in _RUN_KEYS}, **options}
+            run = {**{k: getattr(settings, k) for k in RUN_KEYS}, **options}
             constant = lr_schedule in (None, "constant") and average is None
             extendable = self._resume_extendable and constant
             opened = open_resume(resume, self, settings.callbacks, run, None, extendable)

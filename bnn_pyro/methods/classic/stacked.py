@@ -15,22 +15,21 @@ float rounding (tested).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+import torch.nn as nn
 
-from bnn_pyro._rng import noise_generators, order_generators
+from bnn_pyro.methods.classic.base import RUN_KEYS
+from bnn_pyro.methods.classic.stacked_engine import train_stacked
 from bnn_pyro.methods.classic.training import check_fit_args
 from bnn_pyro.registry import method_specs
-from bnn_pyro.training import History, make_optimizer, train
-from bnn_pyro.training.stacked import (
-    StackedLossStep,
-    StackedModels,
-    elementwise_optimizer,
-    stackable,
-    stacked_batches,
-)
+from bnn_pyro.training import Callback, History
+from bnn_pyro.training.callbacks import SeenAs
+from bnn_pyro.training.resume import ResumePath, open_resume
+from bnn_pyro.training.stacked import elementwise_optimizer, stackable
+from bnn_pyro.training.stacked_batches import member_data
 
 __all__ = ["fit_classic_stacked", "stacked_classes"]
 
@@ -59,9 +58,15 @@ def fit_classic_stacked(
     weight_decay: float = 0.0,
     optimizer: Any = None,
     lr_schedule: Any = None,
+    average: float | None = None,
+    callbacks: Iterable[Callback] = (),
+    validation_data: tuple[Any, Any] | None = None,
+    resume: ResumePath = None,
+    compile: bool = False,
     progress: bool = True,
 ) -> History:
-    """Train K models of one classic method as one (see the module docstring).
+    """Train K models of one classic method as one (see the module docstring), with the
+    options of their own ``fit``.
 
     Args:
         methods: K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation`` of one class, one
@@ -69,9 +74,19 @@ def fit_classic_stacked(
         X: ``(N, D)`` shared, or ``(K, N, D)`` one set per member; y: ``(N, ...)`` or
             ``(K, N, ...)``.
         seeds: one per member, as ``fit(seed=)``.
-        epochs, batch_size, lr, weight_decay, optimizer, lr_schedule, progress: as the
-            class's ``fit`` (``optimizer``: an elementwise one; default the class's: Adam,
-            SWAG's SGD with momentum 0.9).
+        epochs, batch_size, lr, weight_decay, optimizer, lr_schedule: as the class's ``fit``
+            (``optimizer``: an elementwise one; default the class's: Adam, SWAG's SGD with
+            momentum 0.9).
+        average, compile, progress: as the class's ``fit``.
+        callbacks: ``fn(models, epoch, history)`` after each epoch, ``models`` the K models
+            (an ``nn.ModuleList``) as trained so far; ``True`` stops them all. What a callback
+            puts in the models (``EarlyStopping(restore_best=True)``) is what they end with.
+        validation_data: ``(x_val, y_val)``, ``(Nv, D)`` shared or ``(K, Nv, D)`` one set per
+            member: adds ``val_loss`` (the members' mean) and ``member_val_loss`` to the
+            history, each member's as its own ``fit`` scores it.
+        resume: a file path: the run writes its state there after each epoch, and a call with
+            the same path, models and settings goes on from it to the numbers of a run never
+            interrupted (see :mod:`bnn_pyro.training.resume`).
 
     Returns:
         The :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean), ``member_loss``.
@@ -85,8 +100,8 @@ def fit_classic_stacked(
         >>> models = [bp.SWAG(make(), likelihood="regression") for _ in range(3)]
         >>> X = torch.randn(64, 2); y = X.sum(-1)
         >>> history = fit_classic_stacked(models, X, y, seeds=[0, 1, 2], epochs=4,
-        ...                               progress=False)
-        >>> len(history["member_loss"][-1]), [m.n_models for m in models]
+        ...                               validation_data=(X[:16], y[:16]), progress=False)
+        >>> len(history["member_val_loss"][-1]), [m.n_models for m in models]
         (3, [2, 2, 2])
     """
     classes = stacked_classes()
@@ -103,10 +118,14 @@ def fit_classic_stacked(
     if not elementwise_optimizer(optimizer):
         raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
     per_member = X.dim() == 3
-    if len(methods) == 1:  # one model: its own fit
+    owner = nn.ModuleList(methods)
+    if len(methods) == 1:  # one model: its own fit, its callbacks seeing the models
         return first.fit(X[0] if per_member else X, y[0] if per_member else y, epochs=epochs,
                          batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                         optimizer=optimizer, lr_schedule=lr_schedule, progress=progress,
+                         optimizer=optimizer, lr_schedule=lr_schedule, average=average,
+                         callbacks=[SeenAs(cb, owner) for cb in callbacks],
+                         validation_data=member_data(validation_data, 0),
+                         resume=resume, compile=compile, progress=progress,
                          seed=int(seeds[0]))  # fmt: skip
     nets = [m.model for m in methods]
     reason = stackable(nets, dropout=True)
@@ -114,51 +133,47 @@ def fit_classic_stacked(
         raise ValueError(f"these models cannot be trained stacked: {reason}")
     lr = first.fit_defaults["lr"] if lr is None else lr
     settings = check_fit_args(
-        epochs, batch_size, lr, weight_decay, optimizer, progress, None, lr_schedule=lr_schedule
-    )
+        epochs, batch_size, lr, weight_decay, optimizer, progress, None,
+        callbacks=callbacks, validation_data=validation_data, lr_schedule=lr_schedule,
+        average=average, compile=compile,
+    )  # fmt: skip
     data = [
-        m.fit_data(X[k] if per_member else X, y[k] if per_member else y, m.model, m.model, None)
+        m.fit_data(
+            X[k] if per_member else X,
+            y[k] if per_member else y,
+            m.model,
+            m.model,
+            member_data(validation_data, k),
+        )
         for k, m in enumerate(methods)
     ]
-    xs = torch.stack([d[0] for d in data])
-    ys = torch.stack([d[1] for d in data])
-    member_seeds = [int(s) for s in seeds]
-    generators = order_generators(member_seeds)
-    noise = noise_generators(generators, member_seeds, xs.device)  # dropout masks
+    validation = None
+    if validation_data is not None:
+        validation = tuple(torch.stack([d[2][i] for d in data]) for i in (0, 1))
+    if resume is not None:
+        run = {k: getattr(settings, k) for k in RUN_KEYS}
+        run["seeds"] = [int(s) for s in seeds]
+        opened = open_resume(resume, owner, settings.callbacks, run, None, extendable=False)
+        settings = dataclasses.replace(settings, resume=opened)
     # each member's own epoch callbacks (SWAG's snapshots), the members written back first
-    member_callbacks = [m.epoch_callbacks(settings.epochs) for m in methods]
-    stacked = StackedModels(nets, xs[0], noise)
-
-    def per_member_callbacks(_: Any, epoch: int, history: History) -> None:
-        if any(member_callbacks):
-            stacked.write_back(nets)
-        for m, callbacks in zip(methods, member_callbacks, strict=True):
-            for callback in callbacks:
-                callback(m, epoch, history)
-
-    opt = make_optimizer(
-        settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
+    member_callbacks = [
+        lambda epoch, history, m=m, cb=cb: cb(m, epoch, history)
+        for m in methods
+        for cb in m.epoch_callbacks(settings.epochs)
+    ]
+    history = train_stacked(
+        nets,
+        lambda out, yb: first.likelihood.point_loss(out, yb).mean(-1),
+        (torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])),
+        settings,
+        seeds,
+        owner=owner,
+        name=kind.__name__,
+        desc=f"{kind.__name__}, {len(nets)} models stacked",
+        per_member=True,
+        validation=validation,  # type: ignore[arg-type]
+        member_callbacks=member_callbacks,
     )
-    name = kind.__name__
-    step = StackedLossStep(
-        lambda xb, yb: first.likelihood.point_loss(stacked(xb), yb).mean(-1),
-        opt,
-        desc=f"{name} (lr={lr})",
-    )
-    stacked.train()
-    try:
-        history = train(
-            stacked,
-            step,
-            stacked_batches(xs, ys, settings.batch_size, generators, per_member=True, noise=noise),
-            epochs=settings.epochs,
-            callbacks=[per_member_callbacks],
-            progress=settings.progress,
-            desc=f"{name}, {len(nets)} models stacked",
-            lr_schedule=settings.lr_schedule,
-        )
-    finally:
-        stacked.write_back(nets)
     for m, (x, yt, _), seed in zip(methods, data, seeds, strict=True):
         m.complete_training(x, yt, dataclasses.replace(settings, seed=int(seed)))
     return history

@@ -15,23 +15,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bnn_pyro._rng import noise_generators, order_generators
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods.classic.training import (
-    TrainSettings,
-    modes,
-    module_device,
-)
+from bnn_pyro.methods.classic.stacked_engine import train_stacked
+from bnn_pyro.methods.classic.training import TrainSettings, module_device
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
-from bnn_pyro.training import History, distributed, make_optimizer, train
-from bnn_pyro.training.compiled import compile_loss
-from bnn_pyro.training.stacked import (
-    StackedLossStep,
-    StackedModels,
-    elementwise_optimizer,
-    stackable,
-    stacked_batches,
-)
+from bnn_pyro.training import History, distributed
+from bnn_pyro.training.stacked import elementwise_optimizer, stackable
 
 __all__ = ["fit_stacked", "why_not_stacked"]
 
@@ -59,66 +48,31 @@ def fit_stacked(
     settings: TrainSettings,
     validation: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> History:
-    """All members in one pass of the loop (see :mod:`bnn_pyro.training.stacked`).
+    """All members in one pass of the loop (the classic family's stacked engine,
+    :func:`~bnn_pyro.methods.classic.stacked_engine.train_stacked`), member ``i`` seeded with
+    ``seed + i`` as its one-by-one run.
 
     The members are written back after every epoch, so callbacks (``fn(ensemble, epoch,
     history)``, a ``True`` stops every member) see them as trained so far; the history has
     ``loss`` (the members' mean) and ``member_loss`` per epoch, with ``validation`` also
     ``val_loss`` and ``member_val_loss``."""
     members = list(ensemble.models)
+    k = len(members)
     device = module_device(members[0])
-    x, yt = x.to(device), yt.to(device)
-    seeds = _member_seeds(settings.seed, len(members))
-    # each member's generators of its minibatch order and dropout masks, as its own seeded run
-    # draws them: one CPU stream for both on the CPU, the device's for the masks on a GPU
-    generators = order_generators(seeds)
-    noise = noise_generators(generators, seeds, device)
-    stacked = StackedModels(members, x, noise)
-    batches = stacked_batches(x, yt, settings.batch_size, generators, noise=noise)
-    if settings.resume is not None:  # the run's state is the stacked parameters, not the members
-        for name, p in stacked.named_parameters():
-            settings.resume.extra[name] = p
-    loss = partial(_stacked_loss, stacked, ensemble.likelihood, ensemble.gaussian_nll, split_heads)
-    loss = compile_loss(loss) if settings.compile else loss
-    optimizer = make_optimizer(
-        settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
+    if validation is not None:  # every member scores the one validation set
+        xv, yv = (t.to(device) for t in validation)
+        validation = xv.expand(k, *xv.shape), yv.expand(k, *yv.shape)
+    return train_stacked(
+        members,
+        partial(_output_loss, ensemble.likelihood, ensemble.gaussian_nll, split_heads),
+        (x.to(device), yt.to(device)),
+        settings,
+        _member_seeds(settings.seed, k),
+        owner=ensemble,
+        name="DeepEnsemble",
+        desc=f"DeepEnsemble, {k} members stacked",
+        validation=validation,
     )
-    step = StackedLossStep(loss, optimizer, desc=f"DeepEnsemble (lr={settings.lr})")
-
-    def write_back(_: Any, epoch: int, history: History) -> None:
-        stacked.write_back(members)
-
-    seen = [lambda _, epoch, h, cb=cb: cb(ensemble, epoch, h) for cb in settings.callbacks]
-
-    def val_loss() -> dict[str, Any]:
-        xv, yv = validation  # type: ignore[misc]
-        k = len(members)
-        stacked.eval()
-        try:
-            with torch.no_grad(), modes(ensemble, lambda m: False):
-                per_member = loss(xv.expand(k, *xv.shape), yv.expand(k, *yv.shape)).tolist()
-        finally:
-            stacked.train()
-        return {"val_loss": sum(per_member) / k, "member_val_loss": per_member}
-
-    stacked.train()
-    try:
-        with modes(ensemble, lambda m: True):
-            return train(
-                stacked,
-                step,
-                batches,
-                epochs=settings.epochs,
-                callbacks=[write_back, *seen],
-                validation=None if validation is None else val_loss,
-                progress=settings.progress,
-                desc=f"DeepEnsemble, {len(members)} members stacked",
-                lr_schedule=settings.lr_schedule,
-                average=settings.average,
-                resume=settings.resume,
-            )
-    finally:
-        stacked.write_back(members)
 
 
 def _member_seeds(seed: int | None, count: int) -> list[int]:
@@ -128,17 +82,16 @@ def _member_seeds(seed: int | None, count: int) -> list[int]:
     return [seed + i for i in range(count)]
 
 
-def _stacked_loss(
-    stacked: StackedModels,
+def _output_loss(
     likelihood: Likelihood,
     gaussian_nll: bool,
     split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-    xb: torch.Tensor,
+    out: torch.Tensor,
     yb: torch.Tensor,
 ) -> torch.Tensor:
-    """The members' mean losses ``(K,)`` on their minibatches ``xb (K, B, D)``, ``yb (K, B, ...)``:
-    per member what :meth:`bnn_pyro.DeepEnsemble._loss` computes."""
-    out = stacked(xb)
+    """The members' mean losses ``(K,)`` from their outputs ``out (K, B, O)`` on their
+    minibatches, targets ``yb (K, B, ...)``: per member what :meth:`bnn_pyro.DeepEnsemble._loss`
+    computes."""
     if gaussian_nll:
         mean, var = split(out)
         nll = F.gaussian_nll_loss(mean, yb, var, eps=VAR_FLOOR, reduction="none")

@@ -276,7 +276,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
                 self.bnn.prepare_inputs,
                 lambda t, x: self.bnn.prepare_targets(t, x, "y_val"),
             )
-            validation = self._validation(xv, yv)
+            validation = self.validation_score(xv, yv)
         with seeded(seed, self.device):
             step = self.start_run(X, y, steps=epochs * math.ceil(n / batch), lr=lr, mdecay=mdecay)
             self._step = step

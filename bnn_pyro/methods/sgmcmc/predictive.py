@@ -4,6 +4,7 @@ under a seed and evaluated by the inner model's vectorized ``predict``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,19 +39,22 @@ class SamplePredictive(BaseBayesianMethod):
         True
     """
 
-    hooks = (*BaseBayesianMethod.hooks, "check_in_sample")
+    hooks = (*BaseBayesianMethod.hooks, "check_in_sample", "validation_score")
     bnn: VariationalBNN
     potential: PyroPotential | None
     kept_samples: torch.Tensor
     _step: Any  # the run's ChainStep while ``fit`` runs, else None
 
-    def _validation(self, xv: torch.Tensor, yv: torch.Tensor) -> Any:
+    def validation_score(
+        self, xv: torch.Tensor, yv: torch.Tensor, run: Any = None
+    ) -> Callable[[], dict[str, float]]:
         """The score ``fit`` reads after each epoch with ``validation_data``: ``val_nll``, the
         negative log predictive density of ``(xv, yv)`` under the run's last 20 kept samples
-        (its position alone before it keeps one)."""
+        (its position alone before it keeps one). ``run``: the chain's step (``start_run``'s),
+        where it is not the one ``fit`` is running (a chain of the stacked fit)."""
 
         def score() -> dict[str, float]:
-            step = self._step
+            step = self._step if run is None else run
             if step is not None and step.collector.kept:
                 flat = step.collector.samples[-20:]
             else:

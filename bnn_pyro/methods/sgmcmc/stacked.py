@@ -23,16 +23,17 @@ from typing import Any
 
 import torch
 
-from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._checks import as_tensor, check_bool, check_float, check_int
 from bnn_pyro._rng import order_generators, seeded
 from bnn_pyro.methods.sgmcmc.chain import ChainStep
 from bnn_pyro.methods.sgmcmc.dense import check_dense_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
 from bnn_pyro.nn.pyro_net import site_prior
-from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.batches import validation_pair
+from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
-from bnn_pyro.training.stacked import shuffled_member_batches
+from bnn_pyro.training.stacked_batches import member_data, shuffled_member_batches
 
 __all__ = ["StackedPotential", "fit_stacked_sgmcmc"]
 
@@ -204,7 +205,9 @@ def fit_stacked_sgmcmc(
     epochs: int = 100,
     batch_size: int | None = None,
     lr: float | str | None = None,
+    shuffle: bool = True,
     callbacks: Iterable[Callback] = (),
+    validation_data: tuple[Any, Any] | None = None,
     progress: bool = True,
 ) -> History:
     """Run K SG-MCMC chains as one: what :func:`bnn_pyro.fit_stacked` does with K
@@ -217,10 +220,13 @@ def fit_stacked_sgmcmc(
         X: ``(N, D)`` shared by the chains, or ``(K, N, D)`` each its own.
         y: ``(N,)``/``(N, O)``, or ``(K, N)``/``(K, N, O)``.
         seeds: K seeds, each as ``fit(seed=)``.
-        epochs, batch_size, lr, progress: as :meth:`SGMCMC.fit
+        epochs, batch_size, lr, shuffle, progress: as :meth:`SGMCMC.fit
             <bnn_pyro.methods.sgmcmc.method.SGMCMC.fit>` (``lr``: the sampler's default).
         callbacks: ``fn(models, epoch, history)`` after each epoch (the kept samples are
             written back at the end); ``True`` stops.
+        validation_data: ``(Nv, D)`` shared or ``(K, Nv, D)`` one set per chain: adds
+            ``val_nll`` (the chains' mean) and ``member_val_nll``, each chain's as its own
+            ``fit`` scores it (its last 20 kept samples).
 
     Returns:
         A :class:`~bnn_pyro.training.History`: ``loss`` (the chains' mean ``U``) and
@@ -264,6 +270,16 @@ def fit_stacked_sgmcmc(
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every chain needs the same number of rows")
+    check_bool("shuffle", shuffle)
+    callbacks = check_callbacks(callbacks, validation_data is not None)
+    validation = [
+        validation_pair(
+            member_data(validation_data, i),
+            m.bnn.prepare_inputs,
+            lambda t, x, m=m: m.bnn.prepare_targets(t, x, "y_val"),
+        )
+        for i, m in enumerate(models)
+    ] if validation_data is not None else []  # fmt: skip
     batch_size = None if batch_size is None else check_int("batch_size", batch_size)
     lr, batch, mdecay = run_step(first.sampler, lr, batch_size, n, first.mdecay)
     steps = []
@@ -274,7 +290,12 @@ def fit_stacked_sgmcmc(
     potential = StackedPotential(models, [s.potential for s in steps])
     x_all, y_all = torch.stack(xs), torch.stack(ys)
     theta = torch.stack([s.theta for s in steps])
-    batches = shuffled_member_batches(x_all, y_all, batch, order_generators(seeds))
+    batches = shuffled_member_batches(x_all, y_all, batch, order_generators(seeds), None, shuffle)
+    scores = []
+    for i, (m, own) in enumerate(zip(models, steps, strict=True)):
+        own.theta = theta[i]  # a view: the chain's position as the stacked run moves it
+        if validation:
+            scores.append(m.validation_score(*validation[i], own))
     modes = [m.bnn.training for m in models]
     for m in models:
         m.bnn.eval()  # as fit: dropout off
@@ -298,6 +319,11 @@ def fit_stacked_sgmcmc(
             dense=steps[0].use_dense,
         )
         seen = [lambda _, epoch, h, cb=cb: cb(models, epoch, h) for cb in callbacks]
+
+        def validate() -> dict[str, Any]:
+            per_chain = [score()["val_nll"] for score in scores]
+            return {"val_nll": sum(per_chain) / k, "member_val_nll": per_chain}
+
         chains = torch.nn.Module()  # what the loop snapshots (and restores on a divergence)
         chains.register_buffer("theta", theta)
         history = train(
@@ -306,6 +332,7 @@ def fit_stacked_sgmcmc(
             batches,
             epochs=epochs,
             callbacks=seen,
+            validation=validate if scores else None,
             progress=progress,
             desc=f"{first.sampler.upper()}, {k} chains stacked",
         )

@@ -193,3 +193,13 @@ class StackedVI(nn.Module):
                 key = b.guide.param_key(spec.name)
                 b.guide.locs[key].copy_(loc[k])
                 b.guide.rhos[key].copy_(rho[k])
+
+    @torch.no_grad()
+    def read_from(self) -> None:
+        """Copy ``bnns[k]``'s guide into member k's slice (the inverse of :meth:`write_back`:
+        a guide changed from outside, e.g. restored to its best epoch by a callback)."""
+        for spec, loc, rho in zip(self.specs, self.locs, self.rhos, strict=True):
+            for k, b in enumerate(self.bnns):
+                key = b.guide.param_key(spec.name)
+                loc[k].copy_(b.guide.locs[key])
+                rho[k].copy_(b.guide.rhos[key])

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bnn_pyro._checks import as_tensor, check_float, check_int
+from bnn_pyro._checks import as_tensor, check_bool, check_float, check_int
 from bnn_pyro._rng import global_rng_state, order_generators, seeded
 from bnn_pyro.elbos.alpha import alpha_particles
 from bnn_pyro.methods.vi.map_init import check_init, map_phase
@@ -24,16 +24,14 @@ from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
 from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
 from bnn_pyro.methods.vi.svi import DEFAULT_SCHEDULE
 from bnn_pyro.methods.vi.svi_model import check_fit_in_sample
-from bnn_pyro.training.batches import shuffled_batches
-from bnn_pyro.training.callbacks import History
+from bnn_pyro.training.batches import shuffled_batches, validation_nll
+from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
-from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
-from bnn_pyro.training.stacked import (
-    StackedLossStep,
-    elementwise_optimizer,
-    shuffled_member_batches,
-)
+from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
+from bnn_pyro.training.schedules import KLWeightSpec, check_schedule_args, kl_weight_at
+from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer
+from bnn_pyro.training.stacked_batches import member_data, shuffled_member_batches
 
 __all__ = ["fit_stacked_vi"]
 
@@ -52,6 +50,10 @@ def fit_stacked_vi(
     kl_weight: KLWeightSpec = 1.0,
     lr_schedule: Any = None,
     callbacks: Iterable[Callback] = (),
+    validation_data: tuple[Any, Any] | None = None,
+    shuffle: bool = True,
+    average: float | None = None,
+    resume: ResumePath = None,
     progress: bool = True,
     init: str | None = None,
     map_epochs: int | None = None,
@@ -61,6 +63,12 @@ def fit_stacked_vi(
     """Train K ``VariationalBNN`` models as one: what :func:`bnn_pyro.fit_stacked` does with
     them (see there for the arguments); each ends as its own ``fit(X_k, y_k, seed=seeds[k],
     ...)`` would (up to float rounding).
+
+    ``callbacks`` are called as ``fn(models, epoch, history)``, ``models`` the K models (an
+    ``nn.ModuleList``) as trained so far; what a callback puts in their guides
+    (``EarlyStopping(restore_best=True)``) is what training goes on from. ``validation_data``:
+    ``(Nv, D)`` shared or ``(K, Nv, D)`` one set per member, adding ``val_nll`` (the members'
+    mean) and ``member_val_nll``, each member's as its own ``fit`` scores it.
 
     Example:
         >>> import bnn_pyro as bp
@@ -106,12 +114,21 @@ def fit_stacked_vi(
         raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
     if not elementwise_optimizer(optimizer):
         raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
+    check_bool("shuffle", shuffle)
+    check_schedule_args(lr_schedule, average)
+    callbacks = check_callbacks(callbacks, validation_data is not None)
+    owner = nn.ModuleList(bnns)
+    run = {**{k: v for k, v in locals().items() if k in SVI_SETTINGS}, "seeds": list(seeds)}
+    resume = open_resume(resume, owner, callbacks, run, extendable=False)
     per_member = X.dim() == 3
     xs = [b.prepare_inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
     ys = [b.prepare_targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every member needs the same number of rows")
+    scores = [
+        validation_nll(b, member_data(validation_data, i)) for i, b in enumerate(bnns)
+    ] if validation_data is not None else []  # fmt: skip
     generators = []
     for b, x, t, seed in zip(bnns, xs, ys, seeds, strict=True):
         with seeded(int(seed), b.device):  # what fit does before its first step
@@ -124,7 +141,7 @@ def fit_stacked_vi(
     order = order_generators([int(s) for s in seeds])
     if map_epochs:  # as fit(init="map"): each member's MAP phase on its own minibatch order
         for b, x, t, g, seed in zip(bnns, xs, ys, order, seeds, strict=True):
-            member_batches = shuffled_batches(x, t, min(batch_size, n), True, int(seed))
+            member_batches = shuffled_batches(x, t, min(batch_size, n), shuffle, int(seed))
             map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
             g.set_state(member_batches.generator.get_state())
     if elbo == "alpha":
@@ -132,7 +149,12 @@ def fit_stacked_vi(
         stacked: StackedVI = StackedAlphaVI(bnns, generators, n, num_particles=p)
     else:
         stacked = StackedVI(bnns, generators, n)
-    batches = shuffled_member_batches(torch.stack(xs), torch.stack(ys), batch_size, order)
+    batches = shuffled_member_batches(
+        torch.stack(xs), torch.stack(ys), batch_size, order, generators, shuffle
+    )
+    if resume is not None:  # the run's state is the stacked guides, not the members'
+        for name, p in stacked.named_parameters():
+            resume.extra[name] = p
     opt = make_optimizer(optimizer, stacked.parameters(), lr)
 
     def set_kl_weight(epoch: int) -> None:  # as fit: the schedule's value at each epoch
@@ -141,10 +163,18 @@ def fit_stacked_vi(
     desc = f"fit_stacked (lr={lr})"
     step = StackedLossStep(stacked.member_losses, opt, desc, False, on_epoch=set_kl_weight)
 
-    def write_back(_: Any, epoch: int, history: History) -> None:
+    def after_epoch(_: Any, epoch: int, history: History) -> bool:
         stacked.write_back()
+        stop = any([bool(cb(owner, epoch, history)) for cb in callbacks])
+        if callbacks:  # what a callback put in the guides is what training goes on from
+            stacked.read_from()
+        return stop
 
-    seen = [lambda _, epoch, h, cb=cb: cb(bnns, epoch, h) for cb in callbacks]
+    def validation() -> dict[str, Any]:
+        stacked.write_back()
+        per_member = [score() for score in scores]
+        return {"val_nll": sum(per_member) / k, "member_val_nll": per_member}
+
     modes = [b.training for b in bnns]
     for b in bnns:
         b.train()
@@ -154,10 +184,13 @@ def fit_stacked_vi(
             step,
             batches,
             epochs=epochs,
-            callbacks=[write_back, *seen],
+            callbacks=[after_epoch],
+            validation=validation if scores else None,
             progress=progress,
             desc=f"VariationalBNN, {k} models stacked",
             lr_schedule=DEFAULT_SCHEDULE if lr_schedule is None else lr_schedule,
+            average=average,
+            resume=resume,
         )
     finally:
         stacked.write_back()

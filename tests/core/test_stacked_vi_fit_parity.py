@@ -1,0 +1,122 @@
+"""``fit_stacked`` of ``VariationalBNN`` models takes what their own ``fit`` takes besides:
+validation data, ``shuffle``, an iterate average and a resume file; each does for every member
+what it does in that member's own ``fit``, and ``EarlyStopping(restore_best=True)`` leaves the
+members at their best epoch.
+
+The oracle, as in ``test_stacked_vi_fit_values.py``, is each member's own ``fit`` with the same
+arguments: a stacked fit ends where the one-by-one fits end, up to float round-off.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from stacked_vi_helpers import assert_same_fits, small_data, small_models
+
+import bnn_pyro as bp
+import bnn_pyro.training.resume as resume_module
+
+FIT = {"epochs": 3, "batch_size": 16, "progress": False}
+
+
+def _alone(X, y, **options) -> tuple[list, list]:
+    models, histories = small_models(), []
+    for i, bnn in enumerate(models):
+        histories.append(bnn.fit(X, y, seed=i, **FIT, **options))
+    return models, histories
+
+
+@pytest.mark.parametrize("per_member", [False, True], ids=["shared set", "own sets"])
+def test_validation_scores_each_member_as_its_own_fit(per_member):
+    X, y = small_data()
+    xv, yv = small_data(12, members=2 if per_member else None)
+    models, histories = small_models(), []
+    for i, bnn in enumerate(models):
+        pair = (xv[i], yv[i]) if per_member else (xv, yv)
+        histories.append(bnn.fit(X, y, seed=i, validation_data=pair, **FIT))
+    together = small_models()
+    history = bp.fit_stacked(together, X, y, seeds=[0, 1], validation_data=(xv, yv), **FIT)
+    assert_same_fits(models, together)
+    for epoch in range(FIT["epochs"]):
+        expected = [h["val_nll"][epoch] for h in histories]
+        # the members' guides match to round-off (above), and the score is a 20-draw
+        # predictive under one seed: round-off again
+        assert history["member_val_nll"][epoch] == pytest.approx(expected, rel=1e-4)
+        assert history["val_nll"][epoch] == pytest.approx(sum(expected) / 2, rel=1e-4)
+
+
+def test_an_unshuffled_fit_is_each_members_own():
+    X, y = small_data()
+    alone, _ = _alone(X, y, shuffle=False)
+    together = small_models()
+    bp.fit_stacked(together, X, y, seeds=[0, 1], shuffle=False, **FIT)
+    assert_same_fits(alone, together)
+    shuffled = small_models()
+    bp.fit_stacked(shuffled, X, y, seeds=[0, 1], **FIT)
+    gap = shuffled[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
+    assert gap.abs().max() > 1e-3
+
+
+def test_an_iterate_average_is_each_members_own():
+    X, y = small_data()
+    alone, _ = _alone(X, y, average=0.5)
+    together = small_models()
+    bp.fit_stacked(together, X, y, seeds=[0, 1], average=0.5, **FIT)
+    assert_same_fits(alone, together)
+    last = small_models()
+    bp.fit_stacked(last, X, y, seeds=[0, 1], **FIT)
+    gap = last[0].guide.locs["net__0__weight"] - together[0].guide.locs["net__0__weight"]
+    assert gap.abs().max() > 1e-4
+
+
+def test_restore_best_leaves_the_best_epoch():
+    """A loss that never improves by 1e9 stops after one more epoch and restores the first:
+    the members end as a one-epoch run."""
+    X, y = small_data()
+    constant = {**FIT, "lr_schedule": "constant"}
+    stop = bp.EarlyStopping("loss", patience=1, min_delta=1e9, restore_best=True)
+    restored = small_models()
+    bp.fit_stacked(restored, X, y, seeds=[0, 1], callbacks=[stop], **{**constant, "epochs": 5})
+    assert stop.best_epoch == 0
+    one, two = small_models(), small_models()
+    bp.fit_stacked(one, X, y, seeds=[0, 1], **{**constant, "epochs": 1})
+    bp.fit_stacked(two, X, y, seeds=[0, 1], **{**constant, "epochs": 2})
+    for a, b, c in zip(restored, one, two, strict=True):
+        for p, q, r in zip(a.parameters(), b.parameters(), c.parameters(), strict=True):
+            assert torch.equal(p, q)
+            assert not torch.equal(p, r)
+
+
+class Interrupted(Exception):
+    """Raised by a callback to stop a run as a crash would."""
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch):
+    monkeypatch.setattr(resume_module, "SAVE_SECONDS", 0.0)  # a file after every epoch
+    X, y = small_data()
+    path = tmp_path / "run.pt"
+    options = dict(FIT, epochs=5, init="map", map_epochs=2)
+    calls = []
+
+    def interrupt(models, epoch, history):
+        calls.append(epoch)
+        if len(calls) == 3:
+            raise Interrupted
+
+    full = small_models()
+    expected = bp.fit_stacked(full, X, y, seeds=[0, 1], callbacks=[lambda *a: None], **options)
+    with pytest.raises(Interrupted):
+        bp.fit_stacked(
+            small_models(), X, y, seeds=[0, 1], callbacks=[interrupt], resume=path, **options
+        )
+    resumed = small_models()
+    history = bp.fit_stacked(
+        resumed, X, y, seeds=[0, 1], callbacks=[interrupt], resume=path, **options
+    )
+    assert calls == [0, 1, 2, 2, 3, 4]  # epoch 2's file was not written: it runs again
+    assert history["member_loss"] == expected["member_loss"]
+    for a, b in zip(full, resumed, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="seeds"):  # another run's file is refused
+        bp.fit_stacked(small_models(), X, y, seeds=[5, 6], resume=path, **options)
