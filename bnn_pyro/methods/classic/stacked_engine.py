@@ -134,14 +134,10 @@ def train_stacked(
                 stacked,
                 step,
                 batches,
-                epochs=settings.epochs,
                 callbacks=[after_epoch],
                 validation=None if validation is None else val_loss,
-                progress=settings.progress,
                 desc=desc,
-                lr_schedule=settings.lr_schedule,
-                average=settings.average,
-                resume=settings.resume,
+                **settings.loop_options(),
             )
     finally:
         stacked.write_back(nets)

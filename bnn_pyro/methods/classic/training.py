@@ -43,6 +43,16 @@ class TrainSettings:
     resume: Any = None  # a bnn_pyro.training.resume.Resume, or None
     compile: bool = False  # the step's loss compiled (bnn_pyro.training.compiled)
 
+    def loop_options(self) -> dict[str, Any]:
+        """What the one loop (:func:`bnn_pyro.training.train`) takes of these settings."""
+        return {
+            "epochs": self.epochs,
+            "progress": self.progress,
+            "lr_schedule": self.lr_schedule,
+            "average": self.average,
+            "resume": self.resume,
+        }
+
 
 def check_fit_args(
     epochs: object,
@@ -158,14 +168,10 @@ def train_epochs(
             module,
             step,
             permuted_batches(x, y, settings.batch_size),
-            epochs=settings.epochs,
             callbacks=seen_by_owner,
             validation=None if validation is None else val_loss,
-            progress=settings.progress,
             desc=desc,
-            lr_schedule=settings.lr_schedule,
-            average=settings.average,
-            resume=settings.resume,
+            **settings.loop_options(),
         )
 
 
