@@ -23,6 +23,8 @@ sampled weight: ``(*S, N, out)`` / ``(*S, N, out, H', W')``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 from torch.autograd.function import once_differentiable
@@ -30,6 +32,8 @@ from torch.autograd.function import once_differentiable
 from bnn_pyro.nn.layers import batched_conv2d, batched_linear, sample_dims
 
 __all__ = [
+    "Noise",
+    "draw_noise",
     "preactivation_std",
     "local_reparam_linear",
     "flipout_linear",
@@ -134,8 +138,34 @@ def _noise_shape(
     return shape
 
 
+#: ``noise(shape, like, signs)``: standard normal draws of ``shape`` (random signs where
+#: ``signs``) in ``like``'s dtype and device. The estimators draw theirs through it: by default
+#: from the global generator (:func:`draw_noise`); K stacked models pass their own
+#: (:mod:`bnn_pyro.methods.vi.stacked_lrt`: member ``k``'s slice from its generator).
+Noise = Callable[[torch.Size, torch.Tensor, bool], torch.Tensor]
+
+
+def draw_noise(
+    shape: torch.Size, like: torch.Tensor, signs: bool, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """The estimators' default :data:`Noise`: standard normals, or random signs ``±1``, drawn
+    from ``generator`` (default: the global generator).
+
+    Example:
+        >>> draw_noise(torch.Size((2, 3)), torch.zeros(1), signs=True).abs().unique()
+        tensor([1.])
+    """
+    if signs:
+        return (
+            torch.randint(0, 2, shape, generator=generator, dtype=like.dtype, device=like.device)
+            .mul_(2)
+            .sub_(1)
+        )
+    return torch.randn(shape, generator=generator, dtype=like.dtype, device=like.device)
+
+
 def _signs(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
-    return torch.randint(0, 2, shape, dtype=like.dtype, device=like.device).mul_(2).sub_(1)
+    return draw_noise(shape, like, True)
 
 
 def _linear_shape(x: torch.Tensor, weight: torch.Tensor, out: int) -> torch.Size:
@@ -150,6 +180,7 @@ def local_reparam_linear(
     bias_loc: torch.Tensor | None = None,
     bias_scale: torch.Tensor | None = None,
     sample_shape: torch.Size | None = None,
+    noise: Noise = draw_noise,
 ) -> torch.Tensor:
     """Sample ``x @ W.T + b`` for ``W ~ Normal(loc, scale)``, ``b ~ Normal(bias_loc, bias_scale)``.
 
@@ -161,6 +192,7 @@ def local_reparam_linear(
         bias_scale: ``None`` or the shape of ``bias_loc``.
         sample_shape: the leading dims of the output (default: those of ``x`` and ``loc``);
             pass the sample dims of the drawn weight to get one draw per particle.
+        noise: what draws the ``(*S, N, out)`` standard normals (:data:`Noise`).
 
     Returns:
         ``(*S, N, out)``, fresh noise for every entry.
@@ -180,11 +212,15 @@ def local_reparam_linear(
         b_scale = b_scale.unsqueeze(-2) if b_scale.dim() > 1 else b_scale
     std = preactivation_std(x, scale.transpose(-1, -2), b_scale)
     shape = _noise_shape(mean, std, sample_shape, 2)
-    return mean + torch.randn(shape, dtype=mean.dtype, device=mean.device) * std
+    return mean + noise(shape, mean, False) * std
 
 
 def flipout_linear(
-    x: torch.Tensor, loc: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    loc: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    noise: Noise = draw_noise,
 ) -> torch.Tensor:
     """Flipout: ``x @ loc.T + b + ((x ∘ s_in) @ (weight - loc).T) ∘ s_out`` with random signs.
 
@@ -193,6 +229,7 @@ def flipout_linear(
         loc: ``(out, in)`` (or ``(*S, out, in)``), the weight mean.
         weight: the drawn weight ``(out, in)`` or ``(*S, out, in)`` (one per particle).
         bias: ``None`` or the drawn bias, ``(out,)``/``(*S, out)``.
+        noise: what draws the input signs, then the output signs (:data:`Noise`).
 
     Returns:
         ``(*S, N, out)``: each example sees a perturbation with the law of ``weight - loc``.
@@ -205,8 +242,8 @@ def flipout_linear(
     loc = _base(loc, 2)
     delta = sample_dims(weight, 2) - loc
     shape = _linear_shape(x, weight, loc.shape[-2])
-    s_in = _signs(shape[:-1] + (x.shape[-1],), x)
-    s_out = _signs(shape, x)
+    s_in = noise(shape[:-1] + (x.shape[-1],), x, True)
+    s_out = noise(shape, x, True)
     return batched_linear(x, loc, bias) + batched_linear(x * s_in, delta) * s_out
 
 

@@ -1,10 +1,11 @@
 """Local reparameterization and flipout for K stacked models, each member's noise its own.
 
 :func:`reparameterized_forward` runs a stacked twin net (:mod:`bnn_pyro.methods.vi.stacked`)
-with its linear layers sampling pre-activations, as
-:func:`bnn_pyro.poutine.estimators.local_reparam_linear` and ``flipout_linear`` do for one model,
-except that member ``k``'s noise comes from ``generators[k]`` with the shapes and in the order
-its own fit draws it from the global generator: so a stacked fit ends where the K fits end.
+with its linear layers sampling pre-activations by the one model's estimators,
+:func:`bnn_pyro.poutine.estimators.local_reparam_linear` and ``flipout_linear``, handed a
+noise source that draws member ``k``'s slice from ``generators[k]`` with the shapes and in the
+order its own fit draws it from the global generator: so a stacked fit ends where the K fits
+end.
 """
 
 from __future__ import annotations
@@ -15,26 +16,20 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from bnn_pyro.nn.layers import LAYER_HOOKS, batched_linear
-from bnn_pyro.poutine.estimators import preactivation_std
+from bnn_pyro.nn.layers import LAYER_HOOKS
+from bnn_pyro.poutine.estimators import Noise, draw_noise, flipout_linear, local_reparam_linear
 
 __all__ = ["reparameterized_forward"]
 
 
-def _noise(
-    shape: torch.Size, like: torch.Tensor, generators: Sequence[torch.Generator], signs: bool
-) -> torch.Tensor:
-    """``(K, *shape)``: standard normal draws, or random signs, one generator per member."""
-    if signs:
-        draws = [
-            torch.randint(0, 2, shape, generator=g, dtype=like.dtype, device=like.device)
-            for g in generators
-        ]
-        return torch.stack(draws).mul_(2).sub_(1)
-    draws = [
-        torch.randn(shape, generator=g, dtype=like.dtype, device=like.device) for g in generators
-    ]
-    return torch.stack(draws)
+def _member_noise(generators: Sequence[torch.Generator]) -> Noise:
+    """The estimators' :data:`~bnn_pyro.poutine.estimators.Noise` for K stacked members: a
+    ``(K, *shape)`` draw is member ``k``'s ``shape`` draw from ``generators[k]``, stacked."""
+
+    def noise(shape: torch.Size, like: torch.Tensor, signs: bool) -> torch.Tensor:
+        return torch.stack([draw_noise(shape[1:], like, signs, g) for g in generators])
+
+    return noise
 
 
 def reparameterized_forward(
@@ -69,23 +64,19 @@ def reparameterized_forward(
         torch.Size([2, 4, 2])
     """
 
+    noise = _member_noise(generators)
+
     def hook(
         h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, conv: Any
     ) -> torch.Tensor | None:
         w = guide.get(id(weight))
         if w is None or conv is not None:
             return None
-        b = None if bias is None else guide.get(id(bias))
-        rows, out = h.shape[1], weight.shape[1]
         if estimator == "flipout":  # per member: the input signs, then the output signs
-            s_in = _noise(torch.Size((rows, h.shape[-1])), h, generators, True)
-            s_out = _noise(torch.Size((rows, out)), h, generators, True)
-            return batched_linear(h, w[0], bias) + batched_linear(h * s_in, weight - w[0]) * s_out
+            return flipout_linear(h, w[0], weight, bias, noise)
+        b = None if bias is None else guide.get(id(bias))
         bias_loc, bias_scale = (bias, None) if b is None else b
-        mean = batched_linear(h, w[0], bias_loc)
-        b_scale = None if bias_scale is None else bias_scale.unsqueeze(-2)
-        std = preactivation_std(h, w[1].transpose(-1, -2), b_scale)
-        return mean + _noise(torch.Size((rows, out)), mean, generators, False) * std
+        return local_reparam_linear(h, w[0], w[1], bias_loc, bias_scale, noise=noise)
 
     LAYER_HOOKS.append(hook)
     try:
