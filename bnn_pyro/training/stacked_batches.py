@@ -12,7 +12,7 @@ import torch
 
 from bnn_pyro._checks import check_int
 
-__all__ = ["member_data", "shuffled_member_batches", "stacked_batches"]
+__all__ = ["check_member_sets", "member_data", "shuffled_member_batches", "stacked_batches"]
 
 
 def stacked_batches(
@@ -97,19 +97,62 @@ def shuffled_member_batches(
     return whole
 
 
-def member_data(data: Any, k: int) -> Any:
+def check_member_sets(
+    x: torch.Tensor, y: torch.Tensor, count: int, names: tuple[str, str] = ("X", "y")
+) -> bool:
+    """Whether ``x`` holds one set per member (three dimensions, ``(K, N, D)``, as
+    ``fit_stacked`` reads it), checked to hold ``count`` of them, and ``y`` as many.
+
+    Raises:
+        ValueError: ``count`` members and another number of sets in ``x`` or ``y`` (``names``).
+
+    Example:
+        >>> check_member_sets(torch.zeros(2, 5, 3), torch.zeros(2, 5), 2)
+        True
+        >>> check_member_sets(torch.zeros(5, 3), torch.zeros(5), 2)
+        False
+        >>> check_member_sets(torch.zeros(3, 5, 3), torch.zeros(3, 5), 2)
+        Traceback (most recent call last):
+          ...
+        ValueError: X holds 3 sets (K, N, D) for 2 models: pass one set per model, or one (N, D) set for all
+        >>> check_member_sets(torch.zeros(2, 5, 3), torch.zeros(3, 5), 2)
+        Traceback (most recent call last):
+          ...
+        ValueError: y holds 3 sets for the 2 sets of X: one set of targets per model
+    """  # noqa: E501
+    if x.dim() != 3:
+        return False
+    if x.shape[0] != count:
+        raise ValueError(
+            f"{names[0]} holds {x.shape[0]} sets (K, N, D) for {count} models: pass one set per "
+            "model, or one (N, D) set for all"
+        )
+    sets = y.shape[0] if y.dim() > 0 else 0
+    if sets != count:
+        raise ValueError(
+            f"{names[1]} holds {sets} sets for the {count} sets of {names[0]}: one set of "
+            "targets per model"
+        )
+    return True
+
+
+def member_data(data: Any, k: int, count: int) -> Any:
     """Member ``k``'s part of a stacked fit's ``(x, y)`` pair (validation data): its own slice
     where ``x`` has three dimensions ``(K, N, D)`` (one set per member, as ``fit_stacked``
-    reads ``X``), else the pair itself, shared by the members (``None`` stays ``None``).
+    reads ``X``; checked to hold ``count``), else the pair itself, shared by the members
+    (``None`` stays ``None``).
 
     Example:
         >>> x, y = torch.zeros(2, 5, 3), torch.ones(2, 5)
-        >>> [t.shape for t in member_data((x, y), 1)]
+        >>> [t.shape for t in member_data((x, y), 1, 2)]
         [torch.Size([5, 3]), torch.Size([5])]
-        >>> member_data((x[0], y[0]), 1)[0].shape
+        >>> member_data((x[0], y[0]), 1, 2)[0].shape
         torch.Size([5, 3])
     """
-    if data is None or torch.as_tensor(data[0]).dim() != 3:
+    if data is None or not isinstance(data, tuple | list) or len(data) != 2:
+        return data  # (the fit's own check of validation_data names what is wrong)
+    x, y = (torch.as_tensor(t) for t in data)
+    if not check_member_sets(x, y, count, ("x_val", "y_val")):
         return data
     return data[0][k], data[1][k]
 

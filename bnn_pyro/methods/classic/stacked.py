@@ -29,7 +29,7 @@ from bnn_pyro.training import Callback, History
 from bnn_pyro.training.callbacks import SeenAs
 from bnn_pyro.training.resume import ResumePath, open_resume
 from bnn_pyro.training.stacked import elementwise_optimizer, stackable
-from bnn_pyro.training.stacked_batches import member_data
+from bnn_pyro.training.stacked_batches import check_member_sets, member_data
 
 __all__ = ["fit_classic_stacked", "stacked_classes"]
 
@@ -117,14 +117,14 @@ def fit_classic_stacked(
     optimizer = first.fit_defaults["optimizer"] if optimizer is None else optimizer
     if not elementwise_optimizer(optimizer):
         raise ValueError(f"fit_stacked needs an elementwise optimizer, got {optimizer!r}")
-    per_member = X.dim() == 3
+    per_member = check_member_sets(X, y, len(methods))
     owner = nn.ModuleList(methods)
     if len(methods) == 1:  # one model: its own fit, its callbacks seeing the models
         return first.fit(X[0] if per_member else X, y[0] if per_member else y, epochs=epochs,
                          batch_size=batch_size, lr=lr, weight_decay=weight_decay,
                          optimizer=optimizer, lr_schedule=lr_schedule, average=average,
                          callbacks=[SeenAs(cb, owner) for cb in callbacks],
-                         validation_data=member_data(validation_data, 0),
+                         validation_data=member_data(validation_data, 0, len(methods)),
                          resume=resume, compile=compile, progress=progress,
                          seed=int(seeds[0]))  # fmt: skip
     nets = [m.model for m in methods]
@@ -143,7 +143,7 @@ def fit_classic_stacked(
             y[k] if per_member else y,
             m.model,
             m.model,
-            member_data(validation_data, k),
+            member_data(validation_data, k, len(methods)),
         )
         for k, m in enumerate(methods)
     ]

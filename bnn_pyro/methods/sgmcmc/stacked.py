@@ -33,7 +33,11 @@ from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.training.batches import validation_pair
 from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
-from bnn_pyro.training.stacked_batches import member_data, shuffled_member_batches
+from bnn_pyro.training.stacked_batches import (
+    check_member_sets,
+    member_data,
+    shuffled_member_batches,
+)
 
 __all__ = ["StackedPotential", "fit_stacked_sgmcmc"]
 
@@ -264,7 +268,7 @@ def fit_stacked_sgmcmc(
     if lr is not None and lr != MEASURED:
         lr = check_float("lr", lr, minimum=0.0, strict=True)
     check_dense_step(first.preconditioner, lr)
-    per_member = X.dim() == 3
+    per_member = check_member_sets(X, y, k)
     xs = [m.bnn.prepare_inputs(X[i] if per_member else X) for i, m in enumerate(models)]
     ys = [m.bnn.prepare_targets(y[i] if per_member else y, xs[i]) for i, m in enumerate(models)]
     n = xs[0].shape[0]
@@ -274,7 +278,7 @@ def fit_stacked_sgmcmc(
     callbacks = check_callbacks(callbacks, validation_data is not None)
     validation = [
         validation_pair(
-            member_data(validation_data, i),
+            member_data(validation_data, i, k),
             m.bnn.prepare_inputs,
             lambda t, x, m=m: m.bnn.prepare_targets(t, x, "y_val"),
         )

@@ -31,7 +31,11 @@ from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import KLWeightSpec, check_schedule_args, kl_weight_at
 from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer
-from bnn_pyro.training.stacked_batches import member_data, shuffled_member_batches
+from bnn_pyro.training.stacked_batches import (
+    check_member_sets,
+    member_data,
+    shuffled_member_batches,
+)
 
 __all__ = ["fit_stacked_vi"]
 
@@ -120,14 +124,14 @@ def fit_stacked_vi(
     owner = nn.ModuleList(bnns)
     run = {**{k: v for k, v in locals().items() if k in SVI_SETTINGS}, "seeds": list(seeds)}
     resume = open_resume(resume, owner, callbacks, run, extendable=False)
-    per_member = X.dim() == 3
+    per_member = check_member_sets(X, y, k)
     xs = [b.prepare_inputs(X[i] if per_member else X) for i, b in enumerate(bnns)]
     ys = [b.prepare_targets(y[i] if per_member else y, xs[i]) for i, b in enumerate(bnns)]
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError("every member needs the same number of rows")
     scores = [
-        validation_nll(b, member_data(validation_data, i)) for i, b in enumerate(bnns)
+        validation_nll(b, member_data(validation_data, i, k)) for i, b in enumerate(bnns)
     ] if validation_data is not None else []  # fmt: skip
     generators = []
     for b, x, t, seed in zip(bnns, xs, ys, seeds, strict=True):
