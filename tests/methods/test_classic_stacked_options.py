@@ -11,6 +11,8 @@ import torch.nn as nn
 
 import bnn_pyro as bp
 import bnn_pyro.training.resume as resume_module
+from bnn_pyro.methods.classic import stacked_engine
+from bnn_pyro.training.compiled import compile_loss
 
 G = torch.Generator().manual_seed(0)
 X = torch.randn(60, 3, generator=G)
@@ -168,12 +170,39 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path, monke
         bp.fit_stacked(_models("swag"), X, Y, seeds=[5, 6, 7], resume=path, **options)
 
 
-def test_a_compiled_stacked_fit_follows_the_eager_one():
+def test_a_compiled_stacked_fit_follows_the_eager_one(monkeypatch):
+    compiled_losses = []
+
+    def spy(loss):  # the engine's compile_loss, counted
+        compiled_losses.append(loss)
+        return compile_loss(loss)
+
+    monkeypatch.setattr(stacked_engine, "compile_loss", spy)
     eager, compiled = _models(), _models()
     a = bp.fit_stacked(eager, X, Y, seeds=SEEDS, **FIT)
+    assert compiled_losses == []  # the eager fit compiles nothing
     b = bp.fit_stacked(compiled, X, Y, seeds=SEEDS, compile=True, **FIT)
+    assert len(compiled_losses) == 1
     # the compiled graph sums in another order: float32 round-off over 16 steps
     got, expected = torch.tensor(b["member_loss"]), torch.tensor(a["member_loss"])
     assert torch.allclose(got, expected, rtol=1e-4)
     for m, n in zip(eager, compiled, strict=True):
         assert torch.allclose(_weights(m), _weights(n), rtol=1e-4, atol=1e-5)
+
+
+def test_a_models_own_epoch_callbacks_see_the_history_so_far():
+    """What a method runs after each epoch of its fit (SWAG's snapshot collector) is run per
+    member with the stacked run's history."""
+    seen = []
+    models = _models("swag")
+    for k, m in enumerate(models):
+        own = m.epoch_callbacks
+
+        def callbacks(epochs, own=own, k=k):
+            record = lambda method, epoch, history: seen.append((k, len(history["loss"])))  # noqa: E731
+            return [*own(epochs), record]
+
+        m.epoch_callbacks = callbacks
+    bp.fit_stacked(models, X, Y, seeds=SEEDS, **FIT)
+    assert seen == [(k, e) for e in range(1, 5) for k in range(3)]
+    assert [m.n_models for m in models] == [2, 2, 2]  # SWAG's own callbacks ran too
