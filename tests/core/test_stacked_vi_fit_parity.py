@@ -85,11 +85,14 @@ class Interrupted(Exception):
     """Raised by a callback to stop a run as a crash would."""
 
 
-def test_an_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch):
+@pytest.mark.parametrize("batch_size", [16, 64], ids=["minibatches", "the whole set"])
+def test_an_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch, batch_size):
+    """Minibatches or one batch of the whole set (where the members' noise generators are all
+    the run's state besides the guides): the resumed run ends where the unbroken one ends."""
     monkeypatch.setattr(resume_module, "SAVE_SECONDS", 0.0)  # a file after every epoch
     X, y = small_data()
     path = tmp_path / "run.pt"
-    options = dict(FIT, epochs=5, init="map", map_epochs=2)
+    options = dict(FIT, epochs=5, init="map", map_epochs=2, batch_size=batch_size)
     calls = []
 
     def interrupt(models, epoch, history):

@@ -248,3 +248,28 @@ def test_a_compiled_fit_on_cuda_follows_the_eager_fit():
         fits.append(bnn.state_dict())
     for key, value in fits[0].items():
         torch.testing.assert_close(fits[1][key], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dropout", "vi"])
+def test_a_resumed_stacked_fit_on_cuda_ends_where_an_unbroken_one_does(name, tmp_path, monkeypatch):
+    """On a GPU each member's dropout masks (and VI's weight noise) come from generators of the
+    device, apart from the CPU generators of the minibatch order: the resume file must hold
+    both, or the resumed members draw other masks than the unbroken run."""
+    from bnn_pyro.training import resume
+
+    monkeypatch.setattr(resume, "SAVE_SECONDS", 0.0)
+    X, y = _data("regression", CUDA)
+    options = {"epochs": 4, "batch_size": 16, "lr": 1e-2, "seeds": [0, 1], "progress": False}
+    whole = [_method(name, "regression").to(CUDA) for _ in range(2)]
+    bp.fit_stacked(whole, X, y, callbacks=[lambda *a: None], **options)
+    run = tmp_path / "run.pt"
+    with pytest.raises(_Interrupted):
+        bp.fit_stacked(
+            [_method(name, "regression").to(CUDA) for _ in range(2)], X, y,
+            callbacks=[_stop_at(3)], resume=run, **options,
+        )  # fmt: skip
+    part = [_method(name, "regression").to(CUDA) for _ in range(2)]
+    bp.fit_stacked(part, X, y, callbacks=[lambda *a: None], resume=run, **options)
+    for a, b in zip(whole, part, strict=True):
+        for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+            torch.testing.assert_close(p, q)

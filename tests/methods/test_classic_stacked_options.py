@@ -64,16 +64,44 @@ def test_validation_scores_each_member_as_its_own_fit(per_member):
     assert len(set(history["member_val_loss"][-1])) == 3
 
 
-def test_an_iterate_average_is_each_members_own():
+@pytest.mark.parametrize(
+    "option", [{"average": 0.5}, {"lr_schedule": "cosine"}], ids=["average", "lr schedule"]
+)
+def test_an_option_does_for_each_member_what_its_own_fit_does(option):
     alone, together = _models("swag"), _models("swag")
     for m, s in zip(alone, SEEDS, strict=True):
-        m.fit(X, Y, seed=s, average=0.5, **FIT)
-    bp.fit_stacked(together, X, Y, seeds=SEEDS, average=0.5, **FIT)
-    last = _models("swag")
-    bp.fit_stacked(last, X, Y, seeds=SEEDS, **FIT)
-    for a, b, c in zip(alone, together, last, strict=True):
+        m.fit(X, Y, seed=s, **option, **FIT)
+    bp.fit_stacked(together, X, Y, seeds=SEEDS, **option, **FIT)
+    default = _models("swag")
+    bp.fit_stacked(default, X, Y, seeds=SEEDS, **FIT)
+    for a, b, c in zip(alone, together, default, strict=True):
         assert _close(_weights(a), _weights(b))
-        assert not _close(_weights(b), _weights(c))  # the average is not the last iterate
+        assert not _close(_weights(b), _weights(c))  # the option changed the run
+
+
+def test_the_defaults_are_each_models_own_fits():
+    """No options: each member is its own ``fit`` with the class's defaults (100 epochs of
+    minibatches of 32 rows, Adam at 1e-3), on a set larger than one minibatch."""
+    x, y = torch.cat([X, X[:10]]), torch.cat([Y, Y[:10]])  # 70 rows: 3 minibatches of 32
+    alone, together = _models(), _models()
+    for m, s in zip(alone, SEEDS, strict=True):
+        m.fit(x, y, seed=s, progress=False)
+    bp.fit_stacked(together, x, y, seeds=SEEDS, progress=False)
+    for a, b in zip(alone, together, strict=True):
+        assert torch.allclose(_weights(a), _weights(b), rtol=1e-4, atol=1e-5)  # 300 steps
+
+
+def test_a_validation_monitor_may_stop_the_run():
+    stop = bp.EarlyStopping("val_loss", patience=1, min_delta=1e9)
+    history = bp.fit_stacked(
+        _models(), X, Y, seeds=SEEDS, validation_data=(XV, YV), callbacks=[stop], **FIT
+    )
+    assert len(history["val_loss"]) == 2  # epoch 0 the best, epoch 1 no better by 1e9: stop
+
+
+def test_a_diverging_run_names_the_method():
+    with pytest.raises(bp.TrainingDivergedError, match=r"MCDropout \(lr=1000000.0\)"):
+        bp.fit_stacked(_models(), X, Y * 1e30, seeds=SEEDS, **{**FIT, "lr": 1e6})
 
 
 def test_callbacks_see_the_models_as_trained_so_far_and_can_stop_them():
@@ -166,8 +194,12 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path, monke
     for a, b in zip(full, resumed, strict=True):
         assert torch.equal(_weights(a), _weights(b))
         assert torch.equal(a.swag_mean, b.swag_mean) and a.n_models == b.n_models == 3
-    with pytest.raises(ValueError, match="seeds"):  # another run's file is refused
+    with pytest.raises(ValueError, match=r"with seeds=\[0, 1, 2\], this fit has seeds=\[5, 6, 7\]"):
         bp.fit_stacked(_models("swag"), X, Y, seeds=[5, 6, 7], resume=path, **options)
+    # a finished stacked run does not go on to more epochs (SWAG's snapshots are planned
+    # over the run's epochs): refused, as for an ensemble's own fit
+    with pytest.raises(ValueError, match="epochs=6, this fit has epochs=8"):
+        bp.fit_stacked(_models("swag"), X, Y, seeds=SEEDS, resume=path, **{**options, "epochs": 8})
 
 
 def test_a_compiled_stacked_fit_follows_the_eager_one(monkeypatch):
@@ -199,10 +231,39 @@ def test_a_models_own_epoch_callbacks_see_the_history_so_far():
         own = m.epoch_callbacks
 
         def callbacks(epochs, own=own, k=k):
-            record = lambda method, epoch, history: seen.append((k, len(history["loss"])))  # noqa: E731
+            def record(method, epoch, history, k=k):
+                assert method is models[k]
+                seen.append((k, len(history["loss"])))
+
             return [*own(epochs), record]
 
         m.epoch_callbacks = callbacks
     bp.fit_stacked(models, X, Y, seeds=SEEDS, **FIT)
     assert seen == [(k, e) for e in range(1, 5) for k in range(3)]
     assert [m.n_models for m in models] == [2, 2, 2]  # SWAG's own callbacks ran too
+
+
+def test_one_model_hands_resume_compile_progress_and_its_validation_set_to_its_fit(
+    tmp_path, monkeypatch, capsys
+):
+    from bnn_pyro.methods.classic import base
+
+    compiled = []
+    monkeypatch.setattr(base, "compile_loss", lambda loss: compiled.append(loss) or loss)
+    path = tmp_path / "one.pt"
+    (one,) = _models()[:1]
+    history = bp.fit_stacked(
+        [one], X[None], Y[None], seeds=[0], resume=path, compile=True,
+        validation_data=(XV[None], YV[None]), **FIT,
+    )  # fmt: skip
+    assert path.exists() and len(compiled) == 1 and capsys.readouterr().err == ""
+    (own,) = _models()[:1]
+    expected = own.fit(X, Y, seed=0, validation_data=(XV, YV), **FIT)
+    assert history["val_loss"] == expected["val_loss"]
+
+
+def test_no_models_is_refused_by_the_stacked_fit_itself():
+    from bnn_pyro.methods.classic.stacked import fit_classic_stacked
+
+    with pytest.raises(ValueError, match="^fit_stacked trains models of one of MCDropout"):
+        fit_classic_stacked([], X, Y, seeds=[])

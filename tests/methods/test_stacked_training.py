@@ -8,7 +8,7 @@ import torch.nn as nn
 
 import bnn_pyro as bp
 from bnn_pyro.training.stacked import StackedModels, elementwise_optimizer, stackable
-from bnn_pyro.training.stacked_batches import stacked_batches
+from bnn_pyro.training.stacked_batches import shuffled_member_batches, stacked_batches
 
 
 def _data(task: str, n: int = 96):
@@ -254,3 +254,18 @@ def test_mixed_classic_methods_are_refused():
     X, y = _data("regression")
     with pytest.raises(ValueError, match="of one of MCDropout, SWAG, LaplaceApproximation"):
         bp.fit_stacked([_classic("swag"), _classic("laplace")], X, y, seeds=[0, 1])
+
+
+def test_member_batches_are_shuffled_unless_told_not_to():
+    x = torch.arange(12.0).view(2, 6)
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (0, 1)]  # noqa: E731
+    first = [xb for xb, _ in shuffled_member_batches(x, x, 3, gens())()]
+    assert not torch.equal(torch.cat(first, 1), x)  # the default draws each member's order
+    plain = [xb for xb, _ in shuffled_member_batches(x, x, 3, gens(), shuffle=False)()]
+    assert torch.equal(torch.cat(plain, 1), x)
+
+
+def test_a_generator_state_of_the_wrong_size_is_refused_by_name():
+    batches = stacked_batches(torch.zeros(4, 1), torch.zeros(4), 2, [torch.Generator()])
+    with pytest.raises(ValueError, match=r"^a state of 3 bytes for generators of \[\d+\]$"):
+        batches.generator.set_state(torch.zeros(3, dtype=torch.uint8))
