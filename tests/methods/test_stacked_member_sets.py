@@ -53,3 +53,24 @@ def test_one_set_per_model_trains_each_on_its_own(family):
     assert len(history["member_loss"][-1]) == 3
     key = "member_val_loss" if family == "dropout" else "member_val_nll"
     assert len(history[key][-1]) == 3
+
+
+@pytest.mark.parametrize(
+    "y, sets",
+    [(torch.tensor(1.0), 0), (torch.zeros(3), 3), (torch.zeros(1, 20), 1)],
+    ids=["a scalar", "a vector of 3", "one set"],
+)
+def test_targets_are_counted_as_sets_whatever_their_shape(y, sets):
+    from bnn_pyro.training.stacked_batches import check_member_sets
+
+    with pytest.raises(ValueError, match=rf"^y holds {sets} sets for the 2 sets of X: "):
+        check_member_sets(X[:2], y, 2)
+
+
+@pytest.mark.parametrize("validation", [(X, Y, Y), "ab"], ids=["three items", "a string"])
+def test_validation_data_that_is_not_a_pair_is_named_by_the_fit(validation):
+    with pytest.raises(ValueError, match=r"^validation_data must be a pair \(x_val, y_val\)"):
+        bp.fit_stacked(
+            [MAKERS["dropout"]() for _ in range(2)], X[:2], Y[:2], seeds=[0, 1], epochs=1,
+            progress=False, validation_data=validation,
+        )  # fmt: skip
