@@ -117,3 +117,47 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_numbers(tmp_path, monke
             assert torch.equal(p, q)
     with pytest.raises(ValueError, match="seeds"):  # another run's file is refused
         bp.fit_stacked(small_models(), X, y, seeds=[5, 6], resume=path, **options)
+
+
+@pytest.mark.parametrize(
+    "option, error, message",
+    [
+        ({"shuffle": "yes"}, TypeError, r"^shuffle must be a bool, got str \('yes'\)$"),
+        ({"lr_schedule": "bogus"}, ValueError, r"^lr_schedule must be one of \("),
+        ({"average": 2.0}, ValueError, r"^average must be a fraction of the epochs in \(0, 1\]"),
+    ],
+    ids=["shuffle", "lr_schedule", "average"],
+)
+def test_a_bad_option_is_refused_by_name_before_any_work(option, error, message):
+    from bnn_pyro.methods.vi.stacked_fit import fit_stacked_vi
+
+    X, y = small_data()
+    models = small_models()
+    with pytest.raises(error, match=message):
+        fit_stacked_vi(models, X, y, seeds=[0, 1], **option, **FIT)
+    assert not any(b.is_fitted() for b in models)
+    with pytest.raises(ValueError, match=r"^X must have at least 2 dimension\(s\)"):
+        fit_stacked_vi(models, X[:, 0], y, seeds=[0, 1], **FIT)
+
+
+def test_a_validation_monitor_may_stop_the_run_and_none_is_recorded_without_data():
+    X, y = small_data()
+    stop = bp.EarlyStopping("val_nll", patience=1, min_delta=1e9)
+    history = bp.fit_stacked(
+        small_models(), X, y, seeds=[0, 1], validation_data=(X, y), callbacks=[stop],
+        **{**FIT, "epochs": 5},
+    )  # fmt: skip
+    assert len(history["val_nll"]) == 2  # epoch 0 the best, epoch 1 no better by 1e9: stop
+    plain = bp.fit_stacked(small_models(), X, y, seeds=[0, 1], **FIT)
+    assert "val_nll" not in plain and "member_val_nll" not in plain
+
+
+def test_a_finished_resume_file_is_not_extended_nor_taken_for_other_seeds(tmp_path):
+    X, y = small_data()
+    path = tmp_path / "run.pt"
+    options = {**FIT, "lr_schedule": "constant"}  # a run a single fit could extend
+    bp.fit_stacked(small_models(), X, y, seeds=[0, 1], resume=path, **options)
+    with pytest.raises(ValueError, match="epochs=3, this fit has epochs=4"):
+        bp.fit_stacked(small_models(), X, y, seeds=[0, 1], resume=path, **{**options, "epochs": 4})
+    with pytest.raises(ValueError, match=r"with seeds=\[0, 1\], this fit has seeds=\[5, 6\]"):
+        bp.fit_stacked(small_models(), X, y, seeds=[5, 6], resume=path, **options)
