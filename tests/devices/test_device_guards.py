@@ -60,7 +60,12 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("estimators/_persistence.py", "Persistence.state_dict.tensor", "as_tensor"): _CONFIG,
     ("likelihoods/gaussian.py", "Gaussian._own_config", "as_tensor"): _CONFIG,
     ("priors/iid.py", "IIDPrior._own_config", "as_tensor"): _CONFIG,
-    ("training/stacked.py", "stacked_batches.batches", "randperm"): _ORDER,
+    ("training/stacked_batches.py", "stacked_batches.batches", "randperm"): _ORDER,
+    ("training/stacked_batches.py", "stacked_batches.batches", "arange"): _ORDER,
+    ("training/stacked_batches.py", "member_data", "as_tensor"): (
+        "reads only the number of dimensions of the user's validation pair, which is handed on "
+        "unchanged (each fit's own check moves it to the model's device)"
+    ),
     ("training/batches.py", "shuffled_batches.batches", "randperm"): _ORDER,
     ("training/batches.py", "shuffled_batches.batches", "arange"): _ORDER,
     ("training/batches.py", "permuted_batches.batches", "randperm"): _ORDER,
