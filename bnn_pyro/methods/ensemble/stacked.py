@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.stacked_engine import train_stacked
-from bnn_pyro.methods.classic.training import TrainSettings, module_device
+from bnn_pyro.methods.classic.training import TrainSettings
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
 from bnn_pyro.training import History, distributed
 from bnn_pyro.training.stacked import elementwise_optimizer, stackable
@@ -55,17 +55,17 @@ def fit_stacked(
     The members are written back after every epoch, so callbacks (``fn(ensemble, epoch,
     history)``, a ``True`` stops every member) see them as trained so far; the history has
     ``loss`` (the members' mean) and ``member_loss`` per epoch, with ``validation`` also
-    ``val_loss`` and ``member_val_loss``."""
+    ``val_loss`` and ``member_val_loss``. ``x``, ``yt`` and ``validation`` are on the members'
+    device, as ``fit_data`` returns them."""
     members = list(ensemble.models)
     k = len(members)
-    device = module_device(members[0])
     if validation is not None:  # every member scores the one validation set
-        xv, yv = (t.to(device) for t in validation)
+        xv, yv = validation
         validation = xv.expand(k, *xv.shape), yv.expand(k, *yv.shape)
     return train_stacked(
         members,
         partial(_output_loss, ensemble.likelihood, ensemble.gaussian_nll, split_heads),
-        (x.to(device), yt.to(device)),
+        (x, yt),
         settings,
         _member_seeds(settings.seed, k),
         owner=ensemble,
