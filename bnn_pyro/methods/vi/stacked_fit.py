@@ -168,13 +168,15 @@ def fit_stacked_vi(
     step = StackedLossStep(stacked.member_losses, opt, desc, False, on_epoch=set_kl_weight)
 
     def after_epoch(_: Any, epoch: int, history: History) -> bool:
-        stacked.write_back()
+        if not callbacks:  # nobody looks at the members before the end (it writes them back)
+            return False
+        if not scores:  # (the validation has written them back this epoch)
+            stacked.write_back()
         stop = any([bool(cb(owner, epoch, history)) for cb in callbacks])
-        if callbacks:  # what a callback put in the guides is what training goes on from
-            stacked.read_from()
+        stacked.read_from()  # what a callback put in the guides is what training goes on from
         return stop
 
-    def validation() -> dict[str, Any]:
+    def validation() -> dict[str, Any]:  # each member scored on its guide of this epoch
         stacked.write_back()
         per_member = [score() for score in scores]
         return {"val_nll": sum(per_member) / k, "member_val_nll": per_member}
