@@ -164,10 +164,6 @@ def draw_noise(
     return torch.randn(shape, generator=generator, dtype=like.dtype, device=like.device)
 
 
-def _signs(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
-    return draw_noise(shape, like, True)
-
-
 def _linear_shape(x: torch.Tensor, weight: torch.Tensor, out: int) -> torch.Size:
     lead = torch.broadcast_shapes(x.shape[:-2], sample_dims(weight, 2).shape[:-2])
     return lead + (x.shape[-2], out)
@@ -300,7 +296,7 @@ def local_reparam_conv2d(
     var = _conv(x.square(), scale.square(), b_var, conv)
     std = var.clamp_min(torch.finfo(var.dtype).tiny).sqrt()
     shape = _noise_shape(mean, std, sample_shape, 4)
-    return mean + torch.randn(shape, dtype=mean.dtype, device=mean.device) * std
+    return mean + draw_noise(shape, mean, False) * std
 
 
 def flipout_conv2d(
@@ -331,7 +327,7 @@ def flipout_conv2d(
     loc = _base(loc, 4)
     delta = sample_dims(weight, 4) - loc
     lead = torch.broadcast_shapes(x.shape[:-4], delta.shape[:-4])
-    s_in = _signs(lead + (x.shape[-4], x.shape[-3], 1, 1), x)
-    s_out = _signs(lead + (x.shape[-4], loc.shape[0], 1, 1), x)
+    s_in = draw_noise(lead + (x.shape[-4], x.shape[-3], 1, 1), x, True)
+    s_out = draw_noise(lead + (x.shape[-4], loc.shape[0], 1, 1), x, True)
     mean = _conv(x, loc, bias, conv)
     return mean + _conv(x * s_in, delta, None, conv) * s_out
