@@ -58,9 +58,9 @@ def fit_stacked(
               each epoch, the models written back), ``validation_data`` (``(Nv, D)`` shared or
               ``(K, Nv, D)``, adding ``val_nll`` and ``member_val_nll``), ``resume``,
               ``progress``, ``init``/``map_epochs`` (with ``init="map"`` each member runs its
-              own MAP phase first), ``elbo``/``num_particles`` (``"trace"`` or ``"alpha"``,
-              :class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI`, for nets without
-              dropout);
+              own MAP phase first), ``elbo``/``num_particles`` (``"trace"``, ``"stl"`` or
+              ``"meanfield"`` with one particle, or ``"alpha"`` for nets without dropout: the
+              objectives of :class:`~bnn_pyro.methods.vi.objective.VIObjective`);
             - MC dropout, SWAG, Laplace
               (:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`): ``epochs``,
               ``batch_size``, ``lr``, ``weight_decay``, ``optimizer``, ``lr_schedule``,

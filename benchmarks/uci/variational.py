@@ -388,14 +388,15 @@ def vi_train_stacked(
     :func:`vi_train` ends (up to float rounding).
 
     Args:
-        config: as :func:`vi_train` (``elbo`` ``"trace"`` or ``"alpha"``).
+        config: as :func:`vi_train` (``elbo`` ``"trace"``, ``"stl"``, ``"meanfield"`` or
+            ``"alpha"``).
         xs: ``(K, N, D)``; ys: ``(K, N, 1)`` normalised rows of each split.
         y_stds, seeds, reports: one per split.
         hidden, checkpoints, num_samples, method: as :func:`vi_train`.
 
     Raises:
-        ValueError: the configuration cannot be stacked (``elbo`` ``"meanfield"``, ``"stl"``:
-            :func:`~bnn_pyro.fit_stacked` refuses it before any training).
+        ValueError: the configuration cannot be stacked (several particles of a one-particle
+            objective: :func:`~bnn_pyro.fit_stacked` refuses it before any training).
 
     Example:
         >>> xs, ys = torch.randn(2, 40, 3), torch.randn(2, 40, 1)

@@ -37,10 +37,20 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
 
-__all__ = ["DEFAULT_PARTICLES", "AlphaELBO", "alpha_particles", "check_alpha", "log_mean_exp"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_PARTICLES",
+    "AlphaELBO",
+    "alpha_particles",
+    "check_alpha",
+    "log_mean_exp",
+]
 
 #: Draws per step unless told otherwise (Li & Gal's choice; see the module docstring).
 DEFAULT_PARTICLES = 10
+
+#: The ``alpha`` of ``fit(elbo="alpha")`` (Hernandez-Lobato et al.'s and Li & Gal's choice).
+DEFAULT_ALPHA = 0.5
 
 _PARTICLES = "num_particles_vectorized"  # the name of Pyro's particle plate
 
@@ -72,7 +82,7 @@ class AlphaELBO(Trace_ELBO):
 
     def __init__(
         self,
-        alpha: float = 0.5,
+        alpha: float = DEFAULT_ALPHA,
         num_particles: int = DEFAULT_PARTICLES,
         max_plate_nesting: int = 1,
     ):

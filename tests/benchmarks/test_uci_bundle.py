@@ -102,7 +102,7 @@ def test_an_alpha_energy_grid_bundles_as_it_runs_split_by_split(toy, monkeypatch
 def test_an_objective_that_does_not_stack_is_refused_before_training():
     """The bundle falls back to split-by-split fits on this ValueError (fit_stacked's check)."""
     info = variational.DatasetInfo("toy", 40, 3)
-    config = {**variational.vi_grid(info, quick=True)[0], "elbo": "meanfield"}
+    config = {**variational.vi_grid(info, quick=True)[0], "elbo": "meanfield", "num_particles": 2}
     seen = []
     with pytest.raises(ValueError, match="fit_stacked takes elbo"):
         variational.vi_train_stacked(

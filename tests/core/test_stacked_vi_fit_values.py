@@ -167,14 +167,15 @@ def test_refusals_name_the_problem():
     )
     refused(
         small_models(),
-        "fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
-        "got elbo='stl', num_particles=1",
-        elbo="stl",
+        "fit_stacked takes elbo='trace', 'stl' or 'meanfield' (one particle) or 'alpha' (any "
+        "num_particles), got elbo='renyi', num_particles=1",
+        elbo="renyi",
     )
     refused(
         small_models(),
-        "fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
-        "got elbo='trace', num_particles=2",
+        "fit_stacked takes elbo='trace', 'stl' or 'meanfield' (one particle) or 'alpha' (any "
+        "num_particles), got elbo='meanfield', num_particles=2",
+        elbo="meanfield",
         num_particles=2,
     )
     refused(

@@ -5,8 +5,8 @@ The oracle is :class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss` (itself checked
 ``StackedVI.member_losses`` must be the loss its own model computes on its own minibatch, with
 the global generator seeded as member ``k``'s generator is. Each case picks a model that the
 stacked fit tests do not build (a prior with a non-zero mean, a prior that reads the site's
-name and parameter, several outputs with a learned noise, a bare layer as the net, float64
-weights, a single member).
+name and parameter, priors with no shared loc and scale, several outputs with a learned noise,
+a bare layer as the net, float64 weights, a single member).
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from stacked_vi_helpers import Gain
 import bnn_pyro as bp
 from bnn_pyro.methods.vi.fast_loss import direct_loss_for
 from bnn_pyro.methods.vi.stacked import StackedVI
-from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
 from bnn_pyro.priors.base import Prior
-from bnn_pyro.stacking import fit_stacked
-from bnn_pyro.weight_distributions import SharedNormal
+from bnn_pyro.weight_distributions import ScaleMixtureNormal, SharedNormal
 
 N, B, D = 96, 12, 4  # N != B: the likelihood term is scaled by N / B
 
@@ -56,6 +54,22 @@ CASES = {
     ),
     "prior reading the name and parameter": (
         lambda k: bp.VariationalBNN(bp.nn.mlp(D, [6], 1), bp.Gaussian(0.3), prior=_ByName()),
+        1,
+    ),
+    "a Laplace prior": (  # no shared loc and scale: each member's own density
+        lambda k: bp.VariationalBNN(
+            bp.nn.mlp(D, [6], 1),
+            bp.Gaussian(0.3),
+            prior=bp.IIDPrior(dist.Laplace(0.1 * k, 1.0 + 0.2 * k)),
+        ),
+        1,
+    ),
+    "a scale-mixture prior": (  # Blundell et al.'s: a density of the library's own
+        lambda k: bp.VariationalBNN(
+            bp.nn.mlp(D, [6], 1),
+            bp.Gaussian(0.3),
+            prior=bp.IIDPrior(ScaleMixtureNormal(0.5, 1.0 + 0.5 * k, 0.1)),
+        ),
         1,
     ),
     "fixed noise, two outputs": (
@@ -187,30 +201,18 @@ def test_float64_members_are_scored_in_float64(case):
 
 
 def test_the_alpha_energy_weighs_its_kl_as_the_elbo_unless_told():
-    """StackedAlphaVI's kl_weight defaults to 1 (the energy of Hernandez-Lobato et al.) and
-    keeps a weight it is given, as StackedVI does: a stacked fit sets it every epoch, a direct
-    caller relies on the default."""
+    """The stacked alpha energy's kl_weight defaults to 1 (the energy of Hernandez-Lobato et
+    al.) and keeps a weight it is given, as the ELBO's does: a stacked fit sets it every epoch,
+    a direct caller relies on the default; its alpha defaults to fit(elbo="alpha")'s 0.5."""
     models, _, _ = _members("prior with a non-zero mean", 2)
     gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
-    assert StackedAlphaVI(models, gens, N).kl_weight == 1.0
-    assert StackedAlphaVI(models, gens, N, 0.25).kl_weight == 0.25
-    assert StackedAlphaVI(models, gens, N, kl_weight=0.5, num_particles=3).num_particles == 3
-
-
-def test_a_prior_that_is_not_a_shared_normal_is_refused_by_name():
-    """A Laplace prior has no Normal loc and scale to stack: refused naming the distribution
-    and the first site, before any step."""
-    X = torch.randn(2, 20, D)
-    make = lambda: bp.VariationalBNN(  # noqa: E731
-        bp.nn.mlp(D, [6], 1), bp.Gaussian(0.3), prior=bp.IIDPrior(dist.Laplace(0.0, 1.0))
+    alpha = StackedVI(models, gens, N, mode="alpha", particles=3)
+    assert alpha.kl_weight == 1.0 and alpha.objective.alpha == 0.5
+    assert StackedVI(models, gens, N, 0.25, mode="alpha", particles=3).kl_weight == 0.25
+    assert (
+        StackedVI(models, gens, N, kl_weight=0.5, mode="alpha", particles=3).objective.particles
+        == 3
     )
-    expected = (
-        "fit_stacked needs Normal priors with one loc and scale per layer, "
-        "got Laplace for 'net.0.weight'"
-    )
-    with pytest.raises(ValueError) as info:
-        fit_stacked([make(), make()], X, X[..., :1], seeds=[0, 1], epochs=1, progress=False)
-    assert str(info.value) == expected
 
 
 def test_a_scalar_sites_prior_is_read_unwrapped():

@@ -284,7 +284,7 @@ def test_stacked_local_reparameterization_draws_on_the_inputs_device(estimator):
 
     def forward():  # noqa: ANN202
         gens = [torch.Generator().manual_seed(s) for s in (5, 6)]
-        return reparameterized_forward(net, x, {id(w): (loc, scale)}, estimator, gens)
+        return reparameterized_forward(net, x, {"w": w}, {"w": (loc, scale)}, estimator, gens)
 
     want = forward()
     got = _on_cpu_under_meta(forward)

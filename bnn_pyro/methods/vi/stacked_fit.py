@@ -2,9 +2,9 @@
 :func:`bnn_pyro.fit_stacked`.
 
 The members' guides are set up as their own ``fit`` would set them up (each under its seed), then
-stacked (:class:`~bnn_pyro.methods.vi.stacked.StackedVI`, or
-:class:`~bnn_pyro.methods.vi.stacked_alpha.StackedAlphaVI` for the black-box alpha energy) and
-trained by the one loop, the models written back after every epoch.
+stacked (:class:`~bnn_pyro.methods.vi.stacked.StackedVI`, under the objective their own fits
+minimise: the ELBO, its sticking-the-landing or closed-form-KL estimator, or the black-box alpha
+energy) and trained by the one loop, the models written back after every epoch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from bnn_pyro._rng import global_rng_state, order_generators, seeded
 from bnn_pyro.elbos.alpha import alpha_particles
 from bnn_pyro.methods.vi.map_init import check_init, map_phase
 from bnn_pyro.methods.vi.stacked import StackedVI
-from bnn_pyro.methods.vi.stacked_alpha import StackedAlphaVI
 from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
 from bnn_pyro.methods.vi.svi import DEFAULT_SCHEDULE
 from bnn_pyro.methods.vi.svi_model import check_fit_in_sample
@@ -38,6 +37,9 @@ from bnn_pyro.training.stacked_batches import (
 )
 
 __all__ = ["fit_stacked_vi"]
+
+#: The one-particle objectives a stacked fit takes by name, as ``fit(elbo=...)`` does.
+ONE_PARTICLE = ("trace", "stl", "meanfield")
 
 
 def fit_stacked_vi(
@@ -95,10 +97,10 @@ def fit_stacked_vi(
     lr = 1e-2 if lr is None else lr  # VariationalBNN.fit's default
     num_particles = check_int("num_particles", num_particles)
     elbo = elbo if elbo is not None else members_elbo(bnns)
-    if (elbo, num_particles) != ("trace", 1) and elbo != "alpha":
+    if not (elbo in ONE_PARTICLE and num_particles == 1) and elbo != "alpha":
         raise ValueError(
-            f"fit_stacked takes elbo='trace' (one particle) or 'alpha' (any num_particles), "
-            f"got elbo={elbo!r}, num_particles={num_particles!r}"
+            f"fit_stacked takes elbo='trace', 'stl' or 'meanfield' (one particle) or 'alpha' "
+            f"(any num_particles), got elbo={elbo!r}, num_particles={num_particles!r}"
         )
     if elbo == "alpha" and any(b.local_reparameterization for b in bnns):
         raise ValueError("elbo='alpha' is stacked for the weight-space estimator only")
@@ -148,11 +150,11 @@ def fit_stacked_vi(
             member_batches = shuffled_batches(x, t, min(batch_size, n), shuffle, int(seed))
             map_phase(b, member_batches, dataset_size=n, epochs=map_epochs, lr=lr, progress=False)
             g.set_state(member_batches.generator.get_state())
-    if elbo == "alpha":
-        p = alpha_particles(num_particles)  # as fit(elbo="alpha")
-        stacked: StackedVI = StackedAlphaVI(bnns, generators, n, num_particles=p)
+    if elbo == "alpha":  # as fit(elbo="alpha")
+        p = alpha_particles(num_particles)
+        stacked = StackedVI(bnns, generators, n, mode=elbo, particles=p)
     else:
-        stacked = StackedVI(bnns, generators, n)
+        stacked = StackedVI(bnns, generators, n, mode=elbo)
     batches = shuffled_member_batches(
         torch.stack(xs), torch.stack(ys), batch_size, order, generators, shuffle
     )

@@ -1,6 +1,6 @@
 """Per-row log-likelihoods of K stacked nets (:mod:`bnn_pyro.methods.vi.stacked`): the sum over
 a minibatch is the ELBO's data term, the rows one by one the black-box alpha energy's
-(:mod:`bnn_pyro.methods.vi.stacked_alpha`). The density is the likelihood's own
+(:mod:`bnn_pyro.methods.vi.objective`). The density is the likelihood's own
 (:meth:`~bnn_pyro.likelihoods.Likelihood.log_prob`); what this adds is each member's noise."""
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""Local reparameterization and flipout for K stacked models, each member's noise its own.
+"""Local reparameterization and flipout in the plain-torch VI objective
+(:mod:`bnn_pyro.methods.vi.objective`), for one model or K stacked.
 
-:func:`reparameterized_forward` runs a stacked twin net (:mod:`bnn_pyro.methods.vi.stacked`)
-with its linear layers sampling pre-activations by the one model's estimators,
-:func:`bnn_pyro.poutine.estimators.local_reparam_linear` and ``flipout_linear``, handed a
-noise source that draws member ``k``'s slice from ``generators[k]`` with the shapes and in the
-order its own fit draws it from the global generator: so a stacked fit ends where the K fits
-end.
+:func:`reparameterized_forward` runs the twin net with its layers sampling pre-activations. One
+model's layers use :class:`~bnn_pyro.poutine.LocalReparameterization`'s own hook, so they draw
+what the effect handler draws under Pyro's ELBO. K stacked members' linear layers run the one
+model's estimators, :func:`bnn_pyro.poutine.estimators.local_reparam_linear` and
+``flipout_linear``, handed a noise source that draws member ``k``'s slice from
+``generators[k]`` with the shapes and in the order its own fit draws it from the global
+generator: so a stacked fit ends where the K fits end.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch.nn as nn
 
 from bnn_pyro.nn.layers import LAYER_HOOKS
 from bnn_pyro.poutine.estimators import Noise, draw_noise, flipout_linear, local_reparam_linear
+from bnn_pyro.poutine.local_reparameterization import LocalReparameterization
 
 __all__ = ["reparameterized_forward"]
 
@@ -35,21 +38,30 @@ def _member_noise(generators: Sequence[torch.Generator]) -> Noise:
 def reparameterized_forward(
     net: nn.Module,
     x: torch.Tensor,
-    guide: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    values: dict[str, torch.Tensor],
+    guide: dict[str, tuple[torch.Tensor, torch.Tensor]],
     estimator: str,
-    generators: Sequence[torch.Generator],
+    generators: Sequence[torch.Generator] | None = None,
 ) -> torch.Tensor:
-    """``net(x)`` for ``x (K, B, in)`` with local reparameterization (``"local"``) or flipout.
+    """``net(x)`` with its layers sampling pre-activations by local reparameterization
+    (``"local"``) or flipout from the guide's ``(loc, scale)`` of each drawn weight.
+
+    One model (``generators=None``): the layer hook of
+    :class:`~bnn_pyro.poutine.LocalReparameterization`, fed the guide's parameters directly
+    instead of from Pyro's effect stack, so the same estimator draws the same noise from the
+    global generator (linear and conv layers). K stacked members: the linear layers' noise of
+    member ``k`` from ``generators[k]``.
 
     Args:
-        net: the stacked twin, its weights set to the drawn ``(K, ...)`` values.
-        x: ``(K, B, in)`` inputs, one block per member.
-        guide: ``{id(drawn value): (loc (K, ...), scale (K, ...))}`` of each Bayesian tensor.
+        net: the twin net, its weights set to the drawn values (one model's, or ``(K, ...)``).
+        x: ``(B, in)`` for one model, ``(K, B, in)`` for K members.
+        values: ``{site: drawn value}``, the tensors the net's layers hold.
+        guide: ``{site: (loc, scale)}``, each broadcastable against the site's value.
         estimator: ``"local"`` or ``"flipout"``.
-        generators: one per member.
+        generators: one per member, or ``None`` for one model.
 
     Returns:
-        ``(K, B, O)``.
+        ``(B, O)``, or ``(K, B, O)``.
 
     Example:
         >>> from bnn_pyro.nn.layers import Linear
@@ -59,11 +71,31 @@ def reparameterized_forward(
         >>> net[0].__dict__["weight"] = w; net[0]._parameters.pop("weight")  # doctest: +ELLIPSIS
         Parameter...
         >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
-        >>> reparameterized_forward(net, torch.ones(2, 4, 3), {id(w): (loc, scale)}, "local",
-        ...                         gens).shape
+        >>> reparameterized_forward(net, torch.ones(2, 4, 3), {"w": w}, {"w": (loc, scale)},
+        ...                         "local", gens).shape
         torch.Size([2, 4, 2])
     """
+    if generators is None:
+        handler = LocalReparameterization(estimator)
+        for name, (loc, scale) in guide.items():
+            handler.register_weight(values[name], name, loc, scale)
+        hook: Any = handler.forward_layer
+    else:
+        hook = _member_hook({id(values[n]): p for n, p in guide.items()}, estimator, generators)
+    LAYER_HOOKS.append(hook)
+    try:
+        return net(x)
+    finally:
+        LAYER_HOOKS.remove(hook)
 
+
+def _member_hook(
+    guide: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    estimator: str,
+    generators: Sequence[torch.Generator],
+) -> Any:
+    """The layer hook of K stacked members: ``guide`` keyed by the identity of each drawn
+    weight, member ``k``'s noise from ``generators[k]``."""
     noise = _member_noise(generators)
 
     def hook(
@@ -78,8 +110,4 @@ def reparameterized_forward(
         bias_loc, bias_scale = (bias, None) if b is None else b
         return local_reparam_linear(h, w[0], w[1], bias_loc, bias_scale, noise=noise)
 
-    LAYER_HOOKS.append(hook)
-    try:
-        return net(x)
-    finally:
-        LAYER_HOOKS.remove(hook)
+    return hook

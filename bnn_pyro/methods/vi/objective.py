@@ -1,0 +1,384 @@
+"""The VI objective of mean-field :class:`~bnn_pyro.VariationalBNN` models in plain torch, written
+once: :class:`VIObjective`.
+
+One model (what its ``fit`` hands its ELBO: :class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`)
+or K models of one architecture stacked (what :func:`bnn_pyro.fit_stacked` trains:
+:class:`~bnn_pyro.methods.vi.stacked.StackedVI`), each member drawing P particles where the
+objective averages over several. Its modes are the estimators of Pyro's ELBOs:
+
+- ``"trace"``: ``Trace_ELBO``'s single-particle loss,
+  ``-(N/B sum_n log p(y_n | f(x_n; w)) + beta (log p(w) - log q(w)))``;
+- ``"stl"``: the same with ``log q`` scored at detached guide parameters
+  (``StickingTheLanding_ELBO``);
+- ``"meanfield"``: ``TraceMeanField_ELBO``'s, ``beta KL(q || p)`` in closed form site by site
+  where Pyro's ``kl_divergence`` has one (one dot product per site for the default
+  ``N(m, s^2)`` prior) and ``log q - log p`` of the draw where it has none;
+- ``"alpha"``: :class:`~bnn_pyro.elbos.alpha.AlphaELBO`'s black-box alpha energy over P
+  particles, ``-(N/B sum_n (1/alpha) log mean_p p(y_n | w_p)^alpha + beta mean_p (log p(w_p) -
+  log q(w_p)))``.
+
+The weights ``w = loc + softplus(rho) * eps`` are drawn site by site in the guide's order, one
+model's ``eps`` with the ``torch.randn`` calls its guide makes, member k's from its own
+generator with the shapes and in the order its own fit draws them; so the loss of member k is
+its own model's under the same draws (tested against Pyro's ELBOs and against each member's own
+fit). The net runs as a plain-torch twin (:class:`~bnn_pyro.nn.batched.BatchedTwin`) on the
+drawn weights, one member's or K members' stacked; with local reparameterization or flipout its
+layers sample their pre-activations (:mod:`bnn_pyro.methods.vi.stacked_lrt`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pyro.distributions import Independent, constraints
+from pyro.distributions.kl import kl_divergence
+
+from bnn_pyro._checks import check_choice
+from bnn_pyro.elbos.alpha import DEFAULT_ALPHA, check_alpha, log_mean_exp
+from bnn_pyro.elbos.recorder import Recorder
+from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
+from bnn_pyro.methods.vi.stacked_lrt import reparameterized_forward
+from bnn_pyro.nn.pyro_net import site_prior
+from bnn_pyro.training.member_dropout import member_dropout
+from bnn_pyro.weight_distributions import LOG_SQRT_2PI, SharedNormal
+
+__all__ = ["MODES", "VIObjective"]
+
+#: The objectives :class:`VIObjective` computes (see the module docstring).
+MODES = ("trace", "stl", "meanfield", "alpha")
+
+
+class VIObjective:
+    """The negative ELBO (or alpha energy) of one mean-field ``VariationalBNN`` or of K stacked.
+
+    Call it with the guide's parameters, one ``loc`` and one ``rho`` per site of
+    ``bnns[0].guide.site_specs`` (one model: each the site's shape; K stacked: ``(K, *shape)``),
+    and a minibatch: one model ``x (B, *features)``, ``y`` as the likelihood's
+    ``check_targets`` returns it; K stacked ``x (K, B, *features)``, ``y (K, B, ...)``. It
+    returns ``(loss, nll)``: one model's scalars, or ``(K,)`` each, ``nll`` the detached data
+    term (minus the scaled log-likelihood, averaged over particles).
+
+    Args:
+        bnns: the models, guides set up: one, or K of one architecture (what
+            :func:`~bnn_pyro.methods.vi.stacked_support.why_not_stacked_vi` accepts).
+        generators: ``None`` for one model (its draws come from torch's global generator, as its
+            guide's do), else one generator per member.
+        mode: one of :data:`MODES`.
+        alpha: the alpha energy's ``alpha`` (``mode="alpha"``).
+        particles: the alpha energy's draws per member and step (K stacked models; 0 otherwise).
+
+    Example:
+        >>> import bnn_pyro as bp, pyro
+        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
+        >>> X, y = torch.randn(8, 2), torch.randn(8, 1)
+        >>> bnn.setup_guide(X, y)
+        >>> g = bnn.guide
+        >>> locs = [g.locs[g.param_key(s.name)] for s in g.site_specs]
+        >>> rhos = [g.rhos[g.param_key(s.name)] for s in g.site_specs]
+        >>> pyro.set_rng_seed(0); loss, nll = VIObjective([bnn])(locs, rhos, X, y, 8)
+        >>> pyro.set_rng_seed(0)
+        >>> ref = pyro.infer.Trace_ELBO().differentiable_loss(bnn.model, bnn.guide, X, y, 8)
+        >>> bool(torch.isclose(loss, ref))
+        True
+    """
+
+    def __init__(
+        self,
+        bnns: Sequence[Any],
+        generators: Sequence[torch.Generator] | None = None,
+        *,
+        mode: str = "trace",
+        alpha: float = DEFAULT_ALPHA,
+        particles: int = 0,
+    ) -> None:
+        check_choice("mode", mode, MODES)
+        self.bnns = list(bnns)
+        self.generators = None if generators is None else list(generators)
+        if self.generators is None and len(self.bnns) != 1:
+            raise ValueError("K stacked models need one generator each (generators=)")
+        if mode == "alpha":
+            if self.generators is None:
+                raise ValueError("the alpha energy is written here for stacked models only")
+            alpha, particles = check_alpha(alpha, particles)
+        elif particles:
+            raise ValueError(f"mode={mode!r} draws one particle, got particles={particles!r}")
+        self.mode, self.alpha, self.particles = mode, float(alpha), int(particles)
+        first = self.bnns[0]
+        self.guide = first.guide
+        self.specs = list(first.guide.site_specs)
+        self._paths = dict(first.evaluator.paths)
+        self._twin = first.evaluator.twin
+        self._sites = list(first.evaluator.sites)
+        self._others = [s.name for s in self.specs if s.name not in self._paths]
+        self._modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
+        self._dropout = any(type(m) is nn.Dropout for m in self._twin.module.modules())
+        self._constants: dict[tuple, dict[str, tuple]] = {}  # see _shared_normals
+        self._fixed_latents: dict[tuple, dict[str, torch.Tensor]] = {}  # row_log_likelihood's
+
+    @property
+    def stacked(self) -> bool:
+        """Whether the draws carry a leading member dimension (K models, generators given)."""
+        return self.generators is not None
+
+    def _lead(self) -> int:
+        """How many leading dimensions a draw has before the site's own: 0, K, or K and P."""
+        return 0 if not self.stacked else 2 if self.particles else 1
+
+    def _eps(self, loc: torch.Tensor) -> torch.Tensor:
+        """Standard normal noise for a site whose ``loc`` is given (one model: the site's shape,
+        from the global generator; stacked: ``(K, *shape)``, or ``(K, P, *shape)``, member k's
+        from ``generators[k]``)."""
+        if self.generators is None:
+            return torch.randn_like(loc)
+        extra = (self.particles,) if self.particles else ()
+        shape = extra + loc.shape[1:]
+        return torch.stack(
+            [
+                torch.randn(shape, generator=g, dtype=loc.dtype, device=loc.device)
+                for g in self.generators
+            ]
+        )
+
+    def _draw(
+        self, locs: Sequence[torch.Tensor], rhos: Sequence[torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], Any, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        """The guide's draws ``{site: value}``, ``log q`` of them (``0.0`` in the mean-field
+        mode, which scores ``KL(q || p)`` instead) and ``{site: (loc, scale)}`` of every site,
+        broadcastable against its value (what the KL terms and the estimators need)."""
+        lead, stl = self._lead(), self.mode == "stl"
+        values: dict[str, torch.Tensor] = {}
+        params: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        log_q: Any = 0.0
+        for spec, loc, rho in zip(self.specs, locs, rhos, strict=True):
+            scale = F.softplus(rho)
+            eps = self._eps(loc)
+            if self.particles:
+                loc, scale = loc.unsqueeze(1), scale.unsqueeze(1)
+            z = loc + eps * scale
+            params[spec.name] = (loc, scale)
+            real = not spec.exp and spec.support is constraints.real
+            values[spec.name] = z if real else z.exp() if spec.exp else spec.transform(z)
+            if self.mode == "meanfield":
+                continue
+            if not real:  # a LogNormal or transformed site: its own density
+                q = self._q(spec, *((loc.detach(), scale.detach()) if stl else (loc, scale)))
+                log_q = log_q + _sum_site(q.log_prob(values[spec.name]), lead)
+                continue
+            if stl:  # scored with detached parameters (StickingTheLanding_ELBO)
+                s = scale.detach()
+                e = (z - loc.detach()) / s
+            else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
+                s, e = scale, eps
+            log_q = log_q - 0.5 * _sum_sq(e, lead) - _sum_site(s.log(), lead)
+            log_q = log_q - eps.shape[lead:].numel() * LOG_SQRT_2PI
+        return values, log_q, params
+
+    def _q(self, spec: Any, loc: torch.Tensor, scale: torch.Tensor) -> Any:
+        return self.guide.site_distribution(spec, loc, scale)
+
+    def _site_priors(self, site: Any) -> list[Any]:
+        """Each member's prior distribution of net site ``site``."""
+        path = f"net.{site.module_name}".rstrip(".")
+        at = dict(param_name=site.param_name, shape=site.shape, name=site.name)
+        return [
+            site_prior(mods[path], prior=b.prior, **at)
+            for b, mods in zip(self.bnns, self._modules, strict=True)
+        ]
+
+    def _shared_normals(self, like: torch.Tensor) -> dict[str, tuple]:
+        """Per net site, ``("normal", (loc0, scale0, log_norm, log(scale0)))`` where every
+        member's prior is the library's ``SharedNormal`` (one loc and scale for the layer: one
+        model's as numbers, K members' as ``(K,)`` tensors viewed to broadcast), else
+        ``("any", distributions)``.
+        Kept per device, dtype and prior objects where every prior is fixed (as the priors
+        keep their own distributions); a learned prior's are read afresh, as it changes every
+        step."""
+        key = (like.device, like.dtype, *(id(b.prior) for b in self.bnns))
+        out = self._constants.get(key)
+        if out is not None:
+            return out
+        out = {}
+        for site in self._sites:
+            priors = self._site_priors(site)
+            bases = [d.base_dist if isinstance(d, Independent) else d for d in priors]
+            if not all(type(b) is SharedNormal for b in bases):
+                out[site.name] = ("any", priors)
+                continue
+            rows = [(b.loc0, b.scale0, b.log_norm, math.log(b.scale0)) for b in bases]
+            if self.stacked:  # viewed: the loc against the draw, the rest against its sums
+                lead = self._lead()
+                cols = [
+                    torch.tensor(c, dtype=like.dtype, device=like.device)
+                    for c in zip(*rows, strict=True)
+                ]
+                sums = (-1,) + (1,) * (lead - 1)
+                loc = cols[0].view((-1,) + (1,) * (lead - 1 + len(site.shape)))
+                rows = [(loc, *(c.view(sums) for c in cols[1:]))]
+            out[site.name] = ("normal", rows[0])
+        if all(b.prior.cached is not False for b in self.bnns):
+            self._constants[key] = out
+        return out
+
+    def _log_prior(self, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
+        """The net sites' prior log-density of the draws: one model's scalar, ``(K,)`` or
+        ``(K, P)``."""
+        lead, log_p = self._lead(), 0.0
+        for name, (kind, c) in self._shared_normals(like).items():
+            w = values[name]
+            if kind == "any":  # any other prior: its own density, member by member
+                log_p = log_p + self._each(self._site_log_prob, c, w)
+                continue
+            m, s, norm, _ = c
+            centred = w if isinstance(m, float) and m == 0.0 else w - m
+            size = w.shape[lead:].numel()
+            log_p = log_p - 0.5 / s**2 * _sum_sq(centred, lead) - size * norm
+        return log_p
+
+    def _kl(self, params: dict, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
+        """The net sites' ``KL(q || p)``: closed form where Pyro has one, else ``log q - log p``
+        of the draw (as ``TraceMeanField_ELBO`` scores a site); a scalar or ``(K,)``."""
+        lead, kl = self._lead(), 0.0
+        constants = self._shared_normals(like)
+        for site in self._sites:
+            kind, c = constants[site.name]
+            loc, scale = params[site.name]
+            if kind == "any":
+                spec = next(s for s in self.specs if s.name == site.name)
+                kl = kl + self._each(
+                    lambda p, v, m, s, spec=spec: _site_kl(self._q(spec, m, s), p, v),
+                    c,
+                    *(values[site.name], loc, scale),
+                )
+                continue
+            m, s, _, log_s = c
+            centred = loc if isinstance(m, float) and m == 0.0 else loc - m
+            n = loc.shape[lead:].numel()
+            quad = 0.5 / s**2 * (_sum_sq(scale, lead) + _sum_sq(centred, lead))
+            kl = kl + (quad - _sum_site(scale.log(), lead) + n * (log_s - 0.5))
+        return kl
+
+    def _site_log_prob(self, d: Any, value: torch.Tensor) -> torch.Tensor:
+        """``d.log_prob(value)`` summed over the site (a member's P particles kept apart)."""
+        return _sum_site(d.log_prob(value), 1 if self.particles else 0)
+
+    def _member(self, t: torch.Tensor, k: int | None) -> torch.Tensor:
+        """Member ``k``'s slice of a stacked tensor (``k=None``: one model's, ``t`` itself)."""
+        return t if k is None else t[k]
+
+    def _each(self, fn: Any, dists: Sequence[Any], *tensors: torch.Tensor) -> Any:
+        """``fn(dist_k, *tensors_k)`` member by member (one model's: the tensors themselves):
+        a scalar, or the members' stacked ``(K,)`` / ``(K, P)``."""
+        if not self.stacked:
+            return fn(dists[0], *tensors)
+        return torch.stack([fn(d, *(t[k] for t in tensors)) for k, d in enumerate(dists)])
+
+    def _latent_terms(self, values: dict, params: dict, f: torch.Tensor) -> tuple[Any, dict]:
+        """The likelihood's own latent sites (a learned noise scale) at the guide's values:
+        their term of the objective (``log p``, or ``-KL(q || p)`` in the mean-field mode; a
+        scalar or ``(K,)`` / ``(K, P)``) and, for one model, ``{site: value}`` for its
+        likelihood."""
+        extra = 1 if self.particles else 0
+        specs = {s.name: s for s in self.specs if s.name in self._others}
+        terms, latents = [], {}
+        for k in range(len(self.bnns)) if self.stacked else [None]:
+            replay = {n: {"value": self._member(values[n], k), "infer": {}} for n in specs}
+            with Recorder(replay) as recorder:
+                latents = self.bnns[k or 0].likelihood.sample_latents(f)
+            term: Any = torch.zeros((), dtype=f.dtype, device=f.device)
+            for name, site in recorder.sites.items():
+                value = replay[name]["value"]
+                if self.mode == "meanfield":
+                    loc, scale = (self._member(t, k) for t in params[name])
+                    term = term - _site_kl(self._q(specs[name], loc, scale), site["fn"], value)
+                else:
+                    term = term + _sum_site(site["fn"].log_prob(value), extra)
+            terms.append(term)
+        return terms[0] if not self.stacked else torch.stack(terms), latents
+
+    def _forward(self, x: torch.Tensor, values: dict, params: dict, shared: dict) -> torch.Tensor:
+        """The net's output on the draws: ``(B, O)`` for one model, ``(K, B, O)`` stacked,
+        ``(K * P, B, O)`` with particles (member k's P draws consecutive)."""
+        stacked = {
+            self._paths[n]: v.flatten(0, 1) if self.particles else v
+            for n, v in values.items()
+            if n in self._paths
+        }
+        net = self._twin.load(shared, stacked)
+        if self.particles:
+            k, p = len(self.bnns), self.particles
+            x = x.unsqueeze(1).expand(k, p, *x.shape[1:]).flatten(0, 1)
+        first = self.bnns[0]
+        estimator = first.local_reparameterization if first.training else None
+        dropout = self.stacked and self._dropout
+        # dropout masks: member k's from its own generator, as its own fit draws them
+        with member_dropout(net, self.generators) if dropout else nullcontext():
+            if estimator is None:
+                return net(x)
+            guide = {n: params[n] for n in self._paths if n in params}
+            return reparameterized_forward(net, x, values, guide, estimator, self.generators)
+
+    def __call__(
+        self,
+        locs: Sequence[torch.Tensor],
+        rhos: Sequence[torch.Tensor],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        dataset_size: int | None = None,
+        kl_weight: float = 1.0,
+        shared: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        values, log_q, params = self._draw(locs, rhos)
+        like = locs[0]
+        f = self._forward(x, values, params, shared or {})
+        latent, latents = self._latent_terms(values, params, f) if self._others else (0.0, {})
+        if self.mode == "meanfield":
+            penalty = latent - self._kl(params, values, like)  # -KL of every site
+        else:
+            penalty = self._log_prior(values, like) + latent - log_q
+        rows = f.shape[-2]
+        n_over_b = 1.0 if dataset_size is None else dataset_size / rows
+        if not self.stacked:
+            data = self.bnns[0].likelihood.log_prob(f, y, latents).sum() * n_over_b
+            return -(data + kl_weight * penalty), -data.detach()
+        noise = values[self._others[0]] if self._others else None
+        lik = self.bnns[0].likelihood
+        if self.particles:
+            k, p = len(self.bnns), self.particles
+            y = y.unsqueeze(1).expand(k, p, *y.shape[1:]).flatten(0, 1)
+            noise = None if noise is None else noise.flatten(0, 1)
+        rows_ll = row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents)
+        if self.particles:
+            per_row = rows_ll.view(k, p, -1).transpose(0, 1)
+            data = (log_mean_exp(self.alpha * per_row) / self.alpha).sum(-1) * n_over_b
+            return -(data + kl_weight * penalty.mean(1)), -data.detach()
+        data = rows_ll.sum(1) * n_over_b
+        return -(data + kl_weight * penalty), -data.detach()
+
+
+def _sum_site(t: torch.Tensor, lead: int) -> torch.Tensor:
+    """``t`` summed over every dimension after the first ``lead``."""
+    return t.sum() if lead == 0 else t.reshape(t.shape[:lead] + (-1,)).sum(-1)
+
+
+def _sum_sq(t: torch.Tensor, lead: int) -> torch.Tensor:
+    """``sum(t ** 2)`` over every dimension after the first ``lead``: one dot product of the
+    flat tensor with itself for one model."""
+    if lead == 0:
+        flat = t.reshape(-1)
+        return torch.dot(flat, flat)
+    return (t * t).reshape(t.shape[:lead] + (-1,)).sum(-1)
+
+
+def _site_kl(q: Any, p: Any, value: torch.Tensor) -> torch.Tensor:
+    """``KL(q || p)`` summed, where Pyro's ``kl_divergence`` knows the pair (as
+    ``TraceMeanField_ELBO`` scores a site); ``log q(value) - log p(value)`` where it does not."""
+    try:
+        return kl_divergence(q, p).sum()
+    except NotImplementedError:
+        return q.log_prob(value).sum() - p.log_prob(value).sum()
