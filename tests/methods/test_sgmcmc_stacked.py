@@ -144,6 +144,10 @@ def test_full_batch_chains_equal_their_own_fits():
             lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [4], 1).double(), bp.Gaussian(0.3))],
             "latent sites",
         ),  # fmt: skip
+        (  # one output each, the same sites: the chains differ only in what they score
+            lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Bernoulli())],
+            r"the chains' likelihoods must be of one class; got \['Bernoulli', 'Gaussian'\]",
+        ),  # fmt: skip
     ],
 )
 def test_what_cannot_run_stacked_is_refused_by_name(change, message):
@@ -172,7 +176,7 @@ def test_a_potential_that_differs_from_the_pyro_model_is_refused(monkeypatch):
 
     def no_prior(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        self.priors = {}
+        self.joint.log_prior = lambda values, like: 0.0
 
     monkeypatch.setattr(StackedPotential, "__init__", no_prior)
     with pytest.raises(ValueError, match="stacked potential of chain 1 differs"):

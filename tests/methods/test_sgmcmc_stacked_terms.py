@@ -93,7 +93,7 @@ def test_each_row_is_its_chains_pyro_potential(kind):
     """Two outputs, each with a learned noise scale (a (2,) site through ``exp``), on a
     minibatch of 6 rows standing for 20: every chain's ``U`` and ``∇U / N``."""
     stacked, theta, x, y = _stacked(_models(kind))
-    assert stacked.one_prior is (kind != "own") and stacked.one_likelihood is (kind != "own")
+    assert stacked.joint.one_prior is (kind != "own")  # one call on all chains, or one each
     _assert_rows_are_each_chains_own(stacked, theta, x, y, 20)
 
 

@@ -5,14 +5,15 @@ A chain's step is mostly fixed cost: one trace of the Pyro model per minibatch. 
 chains' positions are one ``(K, P)`` tensor, the net runs once on a ``(K, B, ...)`` block of
 minibatches with each chain's weights (the batched twin of
 :class:`~bnn_pyro.methods.vi.posterior.NetEvaluator`), and :class:`StackedPotential` adds each
-chain's prior, likelihood and Jacobian terms in plain torch, so the gradient of the sum is each
-chain's own. The update rules are elementwise and draw each chain's noise from its own
-generator (:func:`~bnn_pyro.methods.sgmcmc.samplers.standard_normal`); every chain is set up by
-its own :meth:`~bnn_pyro.methods.sgmcmc.method.SGMCMC.start_run` under its seed and sees its
+chain's prior and likelihood terms (:class:`~bnn_pyro.methods.vi.log_joint.LogJoint`, the log joint
+the VI objective scores too) and its transforms' Jacobians in plain torch, so the gradient of the
+sum is each chain's own. The update rules are elementwise and draw each chain's noise from its own
+generator (:func:`~bnn_pyro.methods.sgmcmc.samplers.standard_normal`); every chain is set up by its
+own :meth:`~bnn_pyro.methods.sgmcmc.method.SGMCMC.start_run` under its seed and sees its
 minibatches in the order its own ``fit`` would. Each chain thus ends as its own ``fit(X_k, y_k,
-seed=seeds[k])`` would, up to float rounding (tested). The plain-torch potential is checked
-against each chain's Pyro potential (value and gradient) on the first minibatch, and the fit is
-refused where the two differ.
+seed=seeds[k])`` would, up to float rounding (tested). The plain-torch potential is checked against
+each chain's Pyro potential (value and gradient) on the first minibatch, and the fit is refused
+where the two differ.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from bnn_pyro.methods.sgmcmc.chain import ChainStep
 from bnn_pyro.methods.sgmcmc.dense import check_dense_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
-from bnn_pyro.nn.pyro_net import site_prior
+from bnn_pyro.methods.vi.log_joint import LogJoint
 from bnn_pyro.training.batches import validation_pair
 from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
@@ -92,28 +93,9 @@ class StackedPotential:
         self.sites = first.sites
         evaluator = self.models[0].bnn.evaluator
         self.twin, self.paths = evaluator.twin, evaluator.paths
-        # chains with one prior (one likelihood) are scored by one call on all of them: the
-        # value then carries the chains' dimension in front, which the distributions broadcast
-        lead = self.models[0]
-        self.one_prior = all(m.prior.config() == lead.prior.config() for m in self.models)
-        self.one_likelihood = all(
-            m.likelihood.config() == lead.likelihood.config() for m in self.models
-        )
-        scored = self.models[:1] if self.one_prior else self.models
-        modules = [dict(m.bnn.net.named_modules(prefix="net")) for m in scored]
-        self.priors: dict[str, list[Any]] = {}
-        for site in evaluator.sites:
-            path = f"net.{site.module_name}".rstrip(".")
-            self.priors[site.name] = [
-                site_prior(
-                    mods[path],
-                    prior=m.prior,
-                    param_name=site.param_name,
-                    shape=site.shape,
-                    name=site.name,
-                )
-                for m, mods in zip(scored, modules, strict=True)
-            ]
+        # the model's terms as the VI objective scores them: the chains' priors (one call on
+        # all of them where they share one), the likelihood's latents and each row's density
+        self.joint = LogJoint([m.bnn for m in self.models], stacked=True)
 
     def constrain(self, theta: torch.Tensor) -> torch.Tensor:
         """``(..., P)`` unconstrained → the sites' own spaces (as every chain's potential)."""
@@ -144,35 +126,12 @@ class StackedPotential:
             training=self.models[0].bnn.training,  # as each chain's own net: fit runs it in eval
         )
         f = net(x)  # (K, B, O)
-        log_joint = log_det
-        for name, priors in self.priors.items():
-            w = values[name]
-            if self.one_prior:
-                log_joint = log_joint + priors[0].log_prob(w).reshape(k, -1).sum(-1)
-            else:
-                log_joint = log_joint + torch.stack(
-                    [d.log_prob(w[i]).sum() for i, d in enumerate(priors)]
-                )
-        latents = {n: v for n, v in values.items() if n not in self.paths}
-        scale = dataset_size / x.shape[1]
-        if self.one_likelihood:
-            own = self.models[0].likelihood
-            log_joint = log_joint + scale * own.log_prob(
-                f, y, {n: v.unsqueeze(1) for n, v in latents.items()}
-            ).reshape(k, -1).sum(-1)
-            for v in latents.values():  # each chain's draw of the likelihood's own latents
-                log_joint = log_joint + own.noise_prior(f).log_prob(v).reshape(k, -1).sum(-1)
-        else:
-            rows = []
-            for i, m in enumerate(self.models):
-                own, mine = m.likelihood, {n: v[i] for n, v in latents.items()}
-                prior = sum(
-                    (own.noise_prior(f[i]).log_prob(v).sum() for v in mine.values()),
-                    start=f.new_zeros(()),
-                )
-                rows.append(prior + scale * own.log_prob(f[i], y[i], mine).sum())
-            log_joint = log_joint + torch.stack(rows)
-        potential = -log_joint
+        joint = self.joint
+        log_joint = log_det + joint.log_prior(values, theta)
+        if len(values) > len(self.paths):  # each chain's draw of the likelihood's own latents
+            log_joint = log_joint + joint.latent_terms(values, f)[0]
+        rows = joint.row_log_likelihood(f, y, values)  # (K, B)
+        potential = -(log_joint + dataset_size / x.shape[1] * rows.sum(-1))
         (grad,) = torch.autograd.grad(potential.sum(), theta)
         return potential.detach(), grad / dataset_size
 
@@ -263,6 +222,9 @@ def fit_stacked_sgmcmc(
         settings = {getattr(m, name) for m in models}
         if len(settings) > 1:
             raise ValueError(f"the chains must share {name}; got {sorted(settings, key=str)}")
+    kinds = sorted({type(m.likelihood).__name__ for m in models})
+    if len(kinds) > 1:
+        raise ValueError(f"the chains' likelihoods must be of one class; got {kinds}")
     epochs = check_int("epochs", epochs)
     first = models[0]
     if lr is not None and lr != MEASURED:

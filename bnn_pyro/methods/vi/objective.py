@@ -28,7 +28,6 @@ layers sample their pre-activations (:mod:`bnn_pyro.methods.vi.stacked_lrt`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -36,17 +35,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pyro.distributions import Independent, constraints
+from pyro.distributions import constraints
 from pyro.distributions.kl import kl_divergence
 
 from bnn_pyro._checks import check_choice
 from bnn_pyro.elbos.alpha import DEFAULT_ALPHA, check_alpha, log_mean_exp
-from bnn_pyro.elbos.recorder import Recorder
-from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
+from bnn_pyro.methods.vi.log_joint import LogJoint, sum_site, sum_sq
 from bnn_pyro.methods.vi.stacked_lrt import reparameterized_forward
-from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.training.member_dropout import member_dropout
-from bnn_pyro.weight_distributions import LOG_SQRT_2PI, SharedNormal
+from bnn_pyro.weight_distributions import LOG_SQRT_2PI
 
 __all__ = ["MODES", "VIObjective"]
 
@@ -112,14 +109,11 @@ class VIObjective:
         first = self.bnns[0]
         self.guide = first.guide
         self.specs = list(first.guide.site_specs)
-        self._paths = dict(first.evaluator.paths)
+        self.joint = LogJoint(self.bnns, self.generators is not None, self.particles)
+        self._paths = self.joint.paths
         self._twin = first.evaluator.twin
-        self._sites = list(first.evaluator.sites)
         self._others = [s.name for s in self.specs if s.name not in self._paths]
-        self._modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
         self._dropout = any(type(m) is nn.Dropout for m in self._twin.module.modules())
-        self._constants: dict[tuple, dict[str, tuple]] = {}  # see _shared_normals
-        self._fixed_latents: dict[tuple, dict[str, torch.Tensor]] = {}  # row_log_likelihood's
 
     @property
     def stacked(self) -> bool:
@@ -128,7 +122,7 @@ class VIObjective:
 
     def _lead(self) -> int:
         """How many leading dimensions a draw has before the site's own: 0, K, or K and P."""
-        return 0 if not self.stacked else 2 if self.particles else 1
+        return self.joint.lead
 
     def _eps(self, loc: torch.Tensor) -> torch.Tensor:
         """Standard normal noise for a site whose ``loc`` is given (one model: the site's shape,
@@ -168,89 +162,31 @@ class VIObjective:
                 continue
             if not real:  # a LogNormal or transformed site: its own density
                 q = self._q(spec, *((loc.detach(), scale.detach()) if stl else (loc, scale)))
-                log_q = log_q + _sum_site(q.log_prob(values[spec.name]), lead)
+                log_q = log_q + sum_site(q.log_prob(values[spec.name]), lead)
                 continue
             if stl:  # scored with detached parameters (StickingTheLanding_ELBO)
                 s = scale.detach()
                 e = (z - loc.detach()) / s
             else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
                 s, e = scale, eps
-            log_q = log_q - 0.5 * _sum_sq(e, lead) - _sum_site(s.log(), lead)
+            log_q = log_q - 0.5 * sum_sq(e, lead) - sum_site(s.log(), lead)
             log_q = log_q - eps.shape[lead:].numel() * LOG_SQRT_2PI
         return values, log_q, params
 
     def _q(self, spec: Any, loc: torch.Tensor, scale: torch.Tensor) -> Any:
         return self.guide.site_distribution(spec, loc, scale)
 
-    def _site_priors(self, site: Any) -> list[Any]:
-        """Each member's prior distribution of net site ``site``."""
-        path = f"net.{site.module_name}".rstrip(".")
-        at = dict(param_name=site.param_name, shape=site.shape, name=site.name)
-        return [
-            site_prior(mods[path], prior=b.prior, **at)
-            for b, mods in zip(self.bnns, self._modules, strict=True)
-        ]
-
-    def _shared_normals(self, like: torch.Tensor) -> dict[str, tuple]:
-        """Per net site, ``("normal", (loc0, scale0, log_norm, log(scale0)))`` where every
-        member's prior is the library's ``SharedNormal`` (one loc and scale for the layer: one
-        model's as numbers, K members' as ``(K,)`` tensors viewed to broadcast), else
-        ``("any", distributions)``.
-        Kept per device, dtype and prior objects where every prior is fixed (as the priors
-        keep their own distributions); a learned prior's are read afresh, as it changes every
-        step."""
-        key = (like.device, like.dtype, *(id(b.prior) for b in self.bnns))
-        out = self._constants.get(key)
-        if out is not None:
-            return out
-        out = {}
-        for site in self._sites:
-            priors = self._site_priors(site)
-            bases = [d.base_dist if isinstance(d, Independent) else d for d in priors]
-            if not all(type(b) is SharedNormal for b in bases):
-                out[site.name] = ("any", priors)
-                continue
-            rows = [(b.loc0, b.scale0, b.log_norm, math.log(b.scale0)) for b in bases]
-            if self.stacked:  # viewed: the loc against the draw, the rest against its sums
-                lead = self._lead()
-                cols = [
-                    torch.tensor(c, dtype=like.dtype, device=like.device)
-                    for c in zip(*rows, strict=True)
-                ]
-                sums = (-1,) + (1,) * (lead - 1)
-                loc = cols[0].view((-1,) + (1,) * (lead - 1 + len(site.shape)))
-                rows = [(loc, *(c.view(sums) for c in cols[1:]))]
-            out[site.name] = ("normal", rows[0])
-        if all(b.prior.cached is not False for b in self.bnns):
-            self._constants[key] = out
-        return out
-
-    def _log_prior(self, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
-        """The net sites' prior log-density of the draws: one model's scalar, ``(K,)`` or
-        ``(K, P)``."""
-        lead, log_p = self._lead(), 0.0
-        for name, (kind, c) in self._shared_normals(like).items():
-            w = values[name]
-            if kind == "any":  # any other prior: its own density, member by member
-                log_p = log_p + self._each(self._site_log_prob, c, w)
-                continue
-            m, s, norm, _ = c
-            centred = w if isinstance(m, float) and m == 0.0 else w - m
-            size = w.shape[lead:].numel()
-            log_p = log_p - 0.5 / s**2 * _sum_sq(centred, lead) - size * norm
-        return log_p
-
     def _kl(self, params: dict, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
         """The net sites' ``KL(q || p)``: closed form where Pyro has one, else ``log q - log p``
         of the draw (as ``TraceMeanField_ELBO`` scores a site); a scalar or ``(K,)``."""
         lead, kl = self._lead(), 0.0
-        constants = self._shared_normals(like)
-        for site in self._sites:
+        constants = self.joint.priors(like)
+        for site in self.joint.sites:
             kind, c = constants[site.name]
             loc, scale = params[site.name]
             if kind == "any":
                 spec = next(s for s in self.specs if s.name == site.name)
-                kl = kl + self._each(
+                kl = kl + self.joint.each(
                     lambda p, v, m, s, spec=spec: _site_kl(self._q(spec, m, s), p, v),
                     c,
                     *(values[site.name], loc, scale),
@@ -259,47 +195,24 @@ class VIObjective:
             m, s, _, log_s = c
             centred = loc if isinstance(m, float) and m == 0.0 else loc - m
             n = loc.shape[lead:].numel()
-            quad = 0.5 / s**2 * (_sum_sq(scale, lead) + _sum_sq(centred, lead))
-            kl = kl + (quad - _sum_site(scale.log(), lead) + n * (log_s - 0.5))
+            quad = 0.5 / s**2 * (sum_sq(scale, lead) + sum_sq(centred, lead))
+            kl = kl + (quad - sum_site(scale.log(), lead) + n * (log_s - 0.5))
         return kl
 
-    def _site_log_prob(self, d: Any, value: torch.Tensor) -> torch.Tensor:
-        """``d.log_prob(value)`` summed over the site (a member's P particles kept apart)."""
-        return _sum_site(d.log_prob(value), 1 if self.particles else 0)
+    def _latent_kl(self, params: dict) -> Any:
+        """The mean-field mode's score of a likelihood latent, ``-KL(q || p)``, as
+        :meth:`LogJoint.latent_terms <bnn_pyro.methods.vi.log_joint.LogJoint.latent_terms>`
+        calls it (member ``k``, ``None`` for one model); ``None`` in the other modes (its
+        ``log p``)."""
+        if self.mode != "meanfield":
+            return None
+        specs = {s.name: s for s in self.specs}
 
-    def _member(self, t: torch.Tensor, k: int | None) -> torch.Tensor:
-        """Member ``k``'s slice of a stacked tensor (``k=None``: one model's, ``t`` itself)."""
-        return t if k is None else t[k]
+        def score(k: int | None, name: str, prior: Any, value: torch.Tensor) -> torch.Tensor:
+            loc, scale = (t if k is None else t[k] for t in params[name])
+            return -_site_kl(self._q(specs[name], loc, scale), prior, value)
 
-    def _each(self, fn: Any, dists: Sequence[Any], *tensors: torch.Tensor) -> Any:
-        """``fn(dist_k, *tensors_k)`` member by member (one model's: the tensors themselves):
-        a scalar, or the members' stacked ``(K,)`` / ``(K, P)``."""
-        if not self.stacked:
-            return fn(dists[0], *tensors)
-        return torch.stack([fn(d, *(t[k] for t in tensors)) for k, d in enumerate(dists)])
-
-    def _latent_terms(self, values: dict, params: dict, f: torch.Tensor) -> tuple[Any, dict]:
-        """The likelihood's own latent sites (a learned noise scale) at the guide's values:
-        their term of the objective (``log p``, or ``-KL(q || p)`` in the mean-field mode; a
-        scalar or ``(K,)`` / ``(K, P)``) and, for one model, ``{site: value}`` for its
-        likelihood."""
-        extra = 1 if self.particles else 0
-        specs = {s.name: s for s in self.specs if s.name in self._others}
-        terms, latents = [], {}
-        for k in range(len(self.bnns)) if self.stacked else [None]:
-            replay = {n: {"value": self._member(values[n], k), "infer": {}} for n in specs}
-            with Recorder(replay) as recorder:
-                latents = self.bnns[k or 0].likelihood.sample_latents(f)
-            term: Any = torch.zeros((), dtype=f.dtype, device=f.device)
-            for name, site in recorder.sites.items():
-                value = replay[name]["value"]
-                if self.mode == "meanfield":
-                    loc, scale = (self._member(t, k) for t in params[name])
-                    term = term - _site_kl(self._q(specs[name], loc, scale), site["fn"], value)
-                else:
-                    term = term + _sum_site(site["fn"].log_prob(value), extra)
-            terms.append(term)
-        return terms[0] if not self.stacked else torch.stack(terms), latents
+        return score
 
     def _forward(self, x: torch.Tensor, values: dict, params: dict, shared: dict) -> torch.Tensor:
         """The net's output on the draws: ``(B, O)`` for one model, ``(K, B, O)`` stacked,
@@ -334,45 +247,26 @@ class VIObjective:
         shared: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         values, log_q, params = self._draw(locs, rhos)
-        like = locs[0]
+        like, joint = locs[0], self.joint
         f = self._forward(x, values, params, shared or {})
-        latent, latents = self._latent_terms(values, params, f) if self._others else (0.0, {})
+        latent, latents = (0.0, {})
+        if self._others:
+            latent, latents = joint.latent_terms(values, f, self._latent_kl(params))
         if self.mode == "meanfield":
             penalty = latent - self._kl(params, values, like)  # -KL of every site
         else:
-            penalty = self._log_prior(values, like) + latent - log_q
-        rows = f.shape[-2]
-        n_over_b = 1.0 if dataset_size is None else dataset_size / rows
-        if not self.stacked:
-            data = self.bnns[0].likelihood.log_prob(f, y, latents).sum() * n_over_b
-            return -(data + kl_weight * penalty), -data.detach()
-        noise = values[self._others[0]] if self._others else None
-        lik = self.bnns[0].likelihood
+            penalty = joint.log_prior(values, like) + latent - log_q
+        n_over_b = 1.0 if dataset_size is None else dataset_size / f.shape[-2]
         if self.particles:
             k, p = len(self.bnns), self.particles
             y = y.unsqueeze(1).expand(k, p, *y.shape[1:]).flatten(0, 1)
-            noise = None if noise is None else noise.flatten(0, 1)
-        rows_ll = row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents)
+        rows = joint.row_log_likelihood(f, y, values, latents)
         if self.particles:
-            per_row = rows_ll.view(k, p, -1).transpose(0, 1)
+            per_row = rows.view(k, p, -1).transpose(0, 1)
             data = (log_mean_exp(self.alpha * per_row) / self.alpha).sum(-1) * n_over_b
             return -(data + kl_weight * penalty.mean(1)), -data.detach()
-        data = rows_ll.sum(1) * n_over_b
+        data = rows.sum(-1) * n_over_b
         return -(data + kl_weight * penalty), -data.detach()
-
-
-def _sum_site(t: torch.Tensor, lead: int) -> torch.Tensor:
-    """``t`` summed over every dimension after the first ``lead``."""
-    return t.sum() if lead == 0 else t.reshape(t.shape[:lead] + (-1,)).sum(-1)
-
-
-def _sum_sq(t: torch.Tensor, lead: int) -> torch.Tensor:
-    """``sum(t ** 2)`` over every dimension after the first ``lead``: one dot product of the
-    flat tensor with itself for one model."""
-    if lead == 0:
-        flat = t.reshape(-1)
-        return torch.dot(flat, flat)
-    return (t * t).reshape(t.shape[:lead] + (-1,)).sum(-1)
 
 
 def _site_kl(q: Any, p: Any, value: torch.Tensor) -> torch.Tensor:

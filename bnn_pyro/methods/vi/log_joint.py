@@ -1,0 +1,219 @@
+"""The log joint of a ``VariationalBNN``'s Pyro model in plain torch, for one model or K of one
+architecture stacked: :class:`LogJoint`.
+
+What the model scores at given weights, term by term: the prior of the net's weight sites
+(:meth:`LogJoint.log_prior`), the prior of the likelihood's own latent sites such as a learned
+noise scale (:meth:`LogJoint.latent_terms`) and each row's log-likelihood
+(:meth:`LogJoint.row_log_likelihood`). The VI objective adds the guide's terms to it
+(:mod:`bnn_pyro.methods.vi.objective`); the stacked SG-MCMC potential its transforms' Jacobians
+(:mod:`bnn_pyro.methods.sgmcmc.stacked`). Each is checked against Pyro's own scoring of the model
+(``Trace_ELBO``, the chains' Pyro potentials).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from pyro.distributions import Independent
+
+from bnn_pyro.elbos.recorder import Recorder
+from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
+from bnn_pyro.nn.pyro_net import site_prior
+from bnn_pyro.weight_distributions import SharedNormal
+
+__all__ = ["LogJoint", "sum_site", "sum_sq"]
+
+
+class LogJoint:
+    """The model's log-density terms at given weights, for one model or K stacked.
+
+    Values carry ``lead`` leading dimensions before each site's own shape: none for one model,
+    ``(K,)`` for K stacked, ``(K, P)`` with P particles per member. Each term comes back with
+    those leading dimensions (a scalar for one model).
+
+    Args:
+        bnns: one ``VariationalBNN``, or K of one architecture (each keeps its own prior and
+            likelihood settings; their likelihoods of one class).
+        stacked: whether the values carry the members' dimension (K models; ``True`` for a
+            stack of one too).
+        particles: P, where each member's values carry P draws (stacked only; 0 otherwise).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(1.0)) for _ in range(3)]
+        >>> joint = LogJoint(bnns, stacked=True)
+        >>> values = {s.name: torch.zeros(3, *s.shape) for s in bnns[0].evaluator.sites}
+        >>> joint.log_prior(values, torch.zeros(())).shape  # N(0, 1) per weight: -3 log(2 pi)/2
+        torch.Size([3])
+    """
+
+    def __init__(self, bnns: Sequence[Any], stacked: bool, particles: int = 0) -> None:
+        self.bnns, self.stacked, self.particles = list(bnns), bool(stacked), int(particles)
+        if not self.stacked and (len(self.bnns) != 1 or self.particles):
+            raise ValueError("one model's log joint takes one model and no particles")
+        if len({type(b.likelihood) for b in self.bnns}) > 1:
+            raise ValueError("the models' likelihoods must be of one class")
+        first = self.bnns[0]
+        self.sites = list(first.evaluator.sites)
+        self.paths = dict(first.evaluator.paths)
+        self.lead = 0 if not self.stacked else 2 if self.particles else 1
+        self._modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
+        self.one_prior = _one_prior([b.prior for b in self.bnns])
+        self._priors: dict[tuple, dict[str, tuple]] = {}  # see priors
+        self._fixed_latents: dict[tuple, dict[str, torch.Tensor]] = {}  # row_log_likelihood's
+
+    def site_priors(self, site: Any) -> list[Any]:
+        """Each member's prior distribution of net site ``site`` (one of ``self.sites``)."""
+        path = f"net.{site.module_name}".rstrip(".")
+        at = dict(param_name=site.param_name, shape=site.shape, name=site.name)
+        return [
+            site_prior(mods[path], prior=b.prior, **at)
+            for b, mods in zip(self.bnns, self._modules, strict=True)
+        ]
+
+    def priors(self, like: torch.Tensor) -> dict[str, tuple]:
+        """Per net site, ``("normal", (loc0, scale0, log_norm, log(scale0)))`` where every
+        member's prior is the library's ``SharedNormal`` (one loc and scale for the layer: one
+        model's as numbers, K members' as ``(K,)`` tensors viewed to broadcast against the
+        site's values and their sums), else ``("any", distributions)``. Kept per device,
+        dtype and prior objects where every prior is fixed (as the priors keep their own
+        distributions); a learned prior's are read afresh, as it changes every step."""
+        key = (like.device, like.dtype, *(id(b.prior) for b in self.bnns))
+        out = self._priors.get(key)
+        if out is not None:
+            return out
+        out = {}
+        for site in self.sites:
+            priors = self.site_priors(site)
+            bases = [d.base_dist if isinstance(d, Independent) else d for d in priors]
+            if not all(type(b) is SharedNormal for b in bases):
+                out[site.name] = ("any", priors)
+                continue
+            rows = [(b.loc0, b.scale0, b.log_norm, math.log(b.scale0)) for b in bases]
+            if self.stacked:  # viewed: the loc against the values, the rest against their sums
+                cols = [
+                    torch.tensor(c, dtype=like.dtype, device=like.device)
+                    for c in zip(*rows, strict=True)
+                ]
+                sums = (-1,) + (1,) * (self.lead - 1)
+                loc = cols[0].view((-1,) + (1,) * (self.lead - 1 + len(site.shape)))
+                rows = [(loc, *(c.view(sums) for c in cols[1:]))]
+            out[site.name] = ("normal", rows[0])
+        if all(b.prior.cached is not False for b in self.bnns):
+            self._priors[key] = out
+        return out
+
+    def log_prior(self, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
+        """``log p(w)`` of the net's weight sites at ``values`` (``{site: value}``): one
+        model's scalar, ``(K,)`` or ``(K, P)``. ``like``: a tensor on the values' device and
+        dtype."""
+        log_p: Any = 0.0
+        for name, (kind, c) in self.priors(like).items():
+            w = values[name]
+            if kind == "any":  # its own density: one call where the members share the prior
+                if self.one_prior:
+                    log_p = log_p + sum_site(c[0].log_prob(w), self.lead)
+                else:
+                    log_p = log_p + self.each(self.site_log_prob, c, w)
+                continue
+            m, s, norm, _ = c
+            centred = w if isinstance(m, float) and m == 0.0 else w - m
+            size = w.shape[self.lead :].numel()
+            log_p = log_p - 0.5 / s**2 * sum_sq(centred, self.lead) - size * norm
+        return log_p
+
+    def site_log_prob(self, d: Any, value: torch.Tensor) -> torch.Tensor:
+        """``d.log_prob(value)`` summed over the site (a member's P particles kept apart)."""
+        return sum_site(d.log_prob(value), 1 if self.particles else 0)
+
+    def each(self, fn: Callable[..., Any], dists: Sequence[Any], *tensors: torch.Tensor) -> Any:
+        """``fn(dist_k, *tensors_k)`` member by member (one model's: the tensors themselves):
+        a scalar, or the members' stacked ``(K,)`` / ``(K, P)``."""
+        if not self.stacked:
+            return fn(dists[0], *tensors)
+        return torch.stack([fn(d, *(t[k] for t in tensors)) for k, d in enumerate(dists)])
+
+    def latent_terms(
+        self,
+        values: dict[str, torch.Tensor],
+        f: torch.Tensor,
+        score: Callable[[int | None, str, Any, torch.Tensor], torch.Tensor] | None = None,
+    ) -> tuple[Any, dict[str, torch.Tensor]]:
+        """The likelihood's own latent sites (a learned noise scale) at ``values`` (every value
+        whose name is not a net site), given net output ``f``: their term, ``log p`` summed
+        over each site (or ``score(k, name, prior, value)``, member ``k`` or ``None`` for one
+        model), and one model's ``{site: value}`` as its likelihood reads them."""
+        names = [n for n in values if n not in self.paths]
+        terms, latents = [], {}
+        for k in range(len(self.bnns)) if self.stacked else [None]:
+            replay = {
+                n: {"value": values[n] if k is None else values[n][k], "infer": {}} for n in names
+            }
+            with Recorder(replay) as recorder:
+                latents = self.bnns[k or 0].likelihood.sample_latents(f)
+            term: Any = torch.zeros((), dtype=f.dtype, device=f.device)
+            for name, site in recorder.sites.items():
+                value = replay[name]["value"]
+                if score is not None:
+                    term = term + score(k, name, site["fn"], value)
+                else:
+                    term = term + self.site_log_prob(site["fn"], value)
+            terms.append(term)
+        return terms[0] if not self.stacked else torch.stack(terms), latents
+
+    def row_log_likelihood(
+        self,
+        f: torch.Tensor,
+        y: torch.Tensor,
+        values: dict[str, torch.Tensor],
+        latents: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Each row's ``log p(y | f)``: one model's ``(B,)`` at its ``latents``
+        (:meth:`latent_terms`), K members' ``(K', B)`` (``K' = K * P``, member k's draws
+        consecutive) at the learned noise in ``values``, else each member's fixed one."""
+        if not self.stacked:
+            return self.bnns[0].likelihood.log_prob(f, y, latents or {})
+        noise = next((v for n, v in values.items() if n not in self.paths), None)
+        if noise is not None and self.particles:
+            noise = noise.flatten(0, 1)
+        lik = self.bnns[0].likelihood
+        return row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents)
+
+
+def _one_prior(priors: Sequence[Any]) -> bool:
+    """Whether the priors are one: the same object, or equal settings (a prior whose settings
+    cannot be written out, e.g. one typed by a custom layer class, counts as its own)."""
+    if all(p is priors[0] for p in priors):
+        return True
+    try:
+        configs = [p.config() for p in priors]
+        return all(bool(c == configs[0]) for c in configs)
+    except (ValueError, RuntimeError):  # (settings holding tensors of several elements)
+        return False
+
+
+def sum_site(t: torch.Tensor, lead: int) -> torch.Tensor:
+    """``t`` summed over every dimension after the first ``lead``.
+
+    Example:
+        >>> sum_site(torch.ones(2, 3, 4), 1)
+        tensor([12., 12.])
+    """
+    return t.sum() if lead == 0 else t.reshape(t.shape[:lead] + (-1,)).sum(-1)
+
+
+def sum_sq(t: torch.Tensor, lead: int) -> torch.Tensor:
+    """``sum(t ** 2)`` over every dimension after the first ``lead``: one dot product of the
+    flat tensor with itself where there is no leading dimension.
+
+    Example:
+        >>> sum_sq(torch.full((2, 3), 2.0), 0), sum_sq(torch.full((2, 3), 2.0), 1)
+        (tensor(24.), tensor([12., 12.]))
+    """
+    if lead == 0:
+        flat = t.reshape(-1)
+        return torch.dot(flat, flat)
+    return (t * t).reshape(t.shape[:lead] + (-1,)).sum(-1)
