@@ -30,7 +30,7 @@ from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 
 from bnn_pyro.elbos.recorder import Recorder
 
-__all__ = ["FastTrace_ELBO", "RecordingMeanField_ELBO", "OBS_SITE"]
+__all__ = ["ChecksDirectLoss", "FastTrace_ELBO", "RecordingMeanField_ELBO", "OBS_SITE"]
 
 OBS_SITE = "obs"
 
@@ -74,14 +74,30 @@ def _fast_path_applies(model_trace: Any, guide_trace: Any) -> bool:
     return True
 
 
-class _ChecksDirectLoss:
+class ChecksDirectLoss:
     """ELBO mixin: a method's own plain-torch loss (``fast_loss=``), checked against the ELBO
     itself on the first call and used from then on only if the two agree.
 
-    ``fast_loss`` is called once with ``stl`` (whether the guide's entropy is scored with
-    detached parameters), and with ``analytic_kl=True`` for an ELBO that scores each site by its
-    closed-form KL; it returns ``None`` or a callable ``loss(*args, **kwargs) -> (loss, nll)``
-    with a ``params`` list.
+    ``fast_loss`` is called once (:meth:`direct_from`) with ``stl`` (whether the guide's entropy
+    is scored with detached parameters), and with ``analytic_kl=True`` for an ELBO that scores
+    each site by its closed-form KL (the alpha energy: with its ``alpha`` and ``particles``); it
+    returns ``None`` or a callable ``loss(*args, **kwargs) -> (loss, nll)`` with a ``params``
+    list.
+
+    Example:
+        >>> import pyro, pyro.distributions as dist
+        >>> loc = torch.tensor(0.5, requires_grad=True)
+        >>> def direct(*args):  # the guide's draw, scored as Trace_ELBO scores it
+        ...     w = loc + torch.randn(())
+        ...     lq = dist.Normal(loc, 1.0).log_prob(w)
+        ...     return lq - dist.Normal(0.0, 1.0).log_prob(w), torch.zeros(())
+        >>> direct.params = [loc]
+        >>> elbo = FastTrace_ELBO(fast_loss=lambda stl: direct)
+        >>> model = lambda: pyro.sample("w", dist.Normal(0.0, 1.0))
+        >>> guide = lambda: pyro.sample("w", dist.Normal(loc, 1.0))
+        >>> _ = elbo.differentiable_loss(model, guide)  # checked against Trace_ELBO
+        >>> elbo.uses_direct_loss
+        True
     """
 
     #: Whether the guide's entropy is scored with detached parameters (STL, a subclass).
@@ -115,9 +131,7 @@ class _ChecksDirectLoss:
         loss is returned and used from then on, so every step of every run (a resumed one too)
         takes the same path; otherwise the ELBO's loss, and the ELBO's own path after."""
         make = self._fast_loss_for
-        direct = None
-        if make is not None and self.num_particles == 1:
-            direct = make(self._stl, analytic_kl=True) if self._analytic_kl else make(self._stl)
+        direct = None if make is None else self.direct_from(make)
         device = direct.params[0].device if direct is not None and direct.params else None
         before = None if device is None else _rng_state(device)
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
@@ -138,6 +152,18 @@ class _ChecksDirectLoss:
         self._direct, self.last_nll = direct, got_nll
         return got
 
+    def direct_from(self, make: Callable[..., Any]) -> Any:
+        """The direct loss this ELBO asks ``make`` (the method's ``fast_loss``) for: one
+        particle's, ``None`` for several (a subclass with an objective of its own asks for it)."""
+        if self.num_particles != 1:
+            return None
+        return make(self._stl, analytic_kl=True) if self._analytic_kl else make(self._stl)
+
+    @property
+    def uses_direct_loss(self) -> bool:
+        """Whether the method's plain-torch loss passed the first call's check and is used."""
+        return bool(self._direct)
+
     def _without_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
         """A call after the direct loss was refused: the ELBO's own path (a subclass may have a
         leaner one)."""
@@ -154,7 +180,7 @@ class _ChecksDirectLoss:
         return self._without_direct(model, guide, args, kwargs)
 
 
-class RecordingMeanField_ELBO(_ChecksDirectLoss, _RecordsNLL, TraceMeanField_ELBO):
+class RecordingMeanField_ELBO(ChecksDirectLoss, _RecordsNLL, TraceMeanField_ELBO):
     """``TraceMeanField_ELBO`` that records the NLL part (see ``_RecordsNLL``) and takes a
     method's plain-torch loss with closed-form KL terms (``fast_loss=``, checked on the first
     call as :class:`FastTrace_ELBO` checks its own).
@@ -172,12 +198,12 @@ class RecordingMeanField_ELBO(_ChecksDirectLoss, _RecordsNLL, TraceMeanField_ELB
     _analytic_kl = True
 
 
-class FastTrace_ELBO(_ChecksDirectLoss, _RecordsNLL, Trace_ELBO):
+class FastTrace_ELBO(ChecksDirectLoss, _RecordsNLL, Trace_ELBO):
     """``pyro.infer.Trace_ELBO`` with a fast path for fully reparameterized guides.
 
     Same constructor and results as ``Trace_ELBO``; see the module docstring. ``fast_loss``, if
     given, is the model's own plain-torch implementation of this loss (see
-    ``_ChecksDirectLoss``), checked on the first call and used from then on only if it agrees.
+    ``ChecksDirectLoss``), checked on the first call and used from then on only if it agrees.
 
     Example:
         >>> import pyro, pyro.distributions as dist
@@ -236,6 +262,18 @@ class FastTrace_ELBO(_ChecksDirectLoss, _RecordsNLL, Trace_ELBO):
             loss, nll = loss + out[0], nll + out[1]
         self.last_nll = nll / self.num_particles
         return loss / self.num_particles
+
+    def direct_from(self, make: Callable[..., Any]) -> Any:
+        """The direct loss this ELBO asks ``make`` (the method's ``fast_loss``) for: one
+        particle's, ``None`` for several (a subclass with an objective of its own asks for it)."""
+        if self.num_particles != 1:
+            return None
+        return make(self._stl, analytic_kl=True) if self._analytic_kl else make(self._stl)
+
+    @property
+    def uses_direct_loss(self) -> bool:
+        """Whether the method's plain-torch loss passed the first call's check and is used."""
+        return bool(self._direct)
 
     def _without_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
         if self.fast:

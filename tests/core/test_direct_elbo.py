@@ -11,6 +11,7 @@ from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from pyro.infer.util import is_validation_enabled
 
 import bnn_pyro as bp
+from bnn_pyro.elbos.alpha import AlphaELBO
 from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
 from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
@@ -143,12 +144,68 @@ def test_direct_loss_is_pyros_elbo_under_the_same_draws(case, kl_weight, referen
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
 
 
-def test_stl_and_the_closed_form_kl_are_not_one_loss():
+@pytest.mark.parametrize("kl_weight", [1.0, 0.3])
+@pytest.mark.parametrize("case", sorted(c for c in CASES if len(CASES[c]) == 3))
+def test_the_direct_alpha_energy_is_the_alpha_elbo_under_the_same_draws(case, kl_weight):
+    """``alpha`` with ``particles``: the black-box alpha energy of ``AlphaELBO``, whose P draws
+    Pyro's vectorized particle plate makes site by site as one ``(P, *shape)`` tensor, which the
+    direct loss draws the same way. Tolerance as above: the same sums in another order."""
+    bnn, X, y = _bnn(case)
+    direct = direct_loss_for(bnn, alpha=0.5, particles=4)
+    assert isinstance(direct, DirectLoss)
+    kwargs = dict(dataset_size=N, kl_weight=kl_weight)
+    elbo = AlphaELBO(0.5, num_particles=4)
+    for seed in (1, 2):
+        got, got_grads = _loss_and_grads(lambda: direct(X, y, **kwargs)[0], bnn, seed)
+        ref, ref_grads = _loss_and_grads(
+            lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, **kwargs), bnn, seed
+        )
+        assert torch.allclose(got, ref, rtol=1e-5), (float(got), float(ref))
+        for a, b in zip(got_grads, ref_grads, strict=True):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
+        pyro.set_rng_seed(seed)  # the data term (fit's nll) of the same draws
+        torch.testing.assert_close(direct(X, y, **kwargs)[1], elbo.last_nll, rtol=1e-5, atol=0)
+
+
+def test_fit_with_the_alpha_energy_steps_with_the_direct_loss():
+    """``fit(elbo="alpha")``'s ELBO is handed the model's plain-torch energy, checks it on the
+    first step and keeps it (an autoguide's model keeps Pyro's vectorized path)."""
+    from bnn_pyro.methods.vi.svi import make_elbo
+
+    for guide, uses in [("meanfield", True), ("normal", False)]:
+        bnn, X, y = _bnn("learned noise") if guide == "meanfield" else (None, None, None)
+        if bnn is None:
+            X, y, _ = _data("regression")
+            bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3), guide=guide)
+            y = bnn.prepare_targets(y, X)
+            bnn.setup_guide(X, y, (X, y))
+        elbo = make_elbo("alpha", 1, vectorize=True, fast_loss=bnn.fast_loss)
+        elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
+        assert elbo.uses_direct_loss is uses
+
+
+def test_the_alpha_energy_with_local_reparameterization_keeps_the_pyro_path():
+    """Each particle's pre-activations under local reparameterization are Pyro's vectorized
+    path's to draw: no direct alpha energy for such a model (the ELBO runs its own)."""
+    bnn, _, _ = _bnn("local reparameterization")
+    assert direct_loss_for(bnn, alpha=0.5, particles=4) is None
+    assert direct_loss_for(bnn) is not None  # the ELBO's direct loss stays
+
+
+@pytest.mark.parametrize(
+    "both",
+    [
+        dict(stl=True, analytic_kl=True),
+        dict(stl=True, alpha=0.5),
+        dict(analytic_kl=True, alpha=1.0),
+    ],
+)
+def test_stl_the_closed_form_kl_and_alpha_are_not_one_loss(both):
     bnn, _, _ = _bnn("gaussian")
     with pytest.raises(
-        ValueError, match=r"^stl and analytic_kl are two different ELBOs: choose one$"
+        ValueError, match=r"^stl, analytic_kl and alpha are different objectives: choose one$"
     ):
-        DirectLoss(bnn, stl=True, analytic_kl=True)
+        DirectLoss(bnn, particles=3, **both)
 
 
 def test_the_meanfield_elbo_checks_then_uses_the_closed_form_direct_loss():
@@ -233,7 +290,7 @@ def test_models_it_does_not_cover_keep_the_pyro_path(guide):
 def _fit(monkeypatch, direct: bool, elbo: str):
     if not direct:
         monkeypatch.setattr(
-            bp.VariationalBNN, "fast_loss", lambda self, stl=False, analytic_kl=False: None
+            bp.VariationalBNN, "fast_loss", lambda self, stl=False, **objective: None
         )
     X, y, _ = _data("regression")
     torch.manual_seed(0)
@@ -243,7 +300,7 @@ def _fit(monkeypatch, direct: bool, elbo: str):
     return bnn, history
 
 
-@pytest.mark.parametrize("elbo", ["trace", "stl", "meanfield"])
+@pytest.mark.parametrize("elbo", ["trace", "stl", "meanfield", "alpha"])
 def test_fit_is_the_same_with_and_without_the_direct_loss(monkeypatch, elbo):
     fast, fast_history = _fit(monkeypatch, True, elbo)
     slow, slow_history = _fit(monkeypatch, False, elbo)

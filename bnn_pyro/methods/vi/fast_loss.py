@@ -59,13 +59,23 @@ class DirectLoss:
         True
     """
 
-    def __init__(self, bnn: SVIModel, stl: bool = False, analytic_kl: bool = False) -> None:
-        if stl and analytic_kl:
-            raise ValueError("stl and analytic_kl are two different ELBOs: choose one")
+    def __init__(
+        self,
+        bnn: SVIModel,
+        stl: bool = False,
+        analytic_kl: bool = False,
+        *,
+        alpha: float | None = None,
+        particles: int = 0,
+    ) -> None:
+        if (stl, analytic_kl, alpha is not None).count(True) > 1:
+            raise ValueError("stl, analytic_kl and alpha are different objectives: choose one")
         self.bnn, self.stl, self.analytic_kl = bnn, stl, analytic_kl
         self.params = [p for p in bnn.parameters() if p.requires_grad]
         mode = "stl" if stl else "meanfield" if analytic_kl else "trace"
-        self.objective = VIObjective([bnn], mode=mode)
+        if alpha is not None:
+            mode, options = "alpha", {"alpha": alpha, "particles": particles}
+        self.objective = VIObjective([bnn], mode=mode, **(options if alpha is not None else {}))
         guide = bnn.guide
         keys = [guide.param_key(spec.name) for spec in guide.site_specs]
         self._locs = [guide.locs[k] for k in keys]
@@ -91,12 +101,20 @@ class DirectLoss:
         )
 
 
-def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> DirectLoss | None:
+def direct_loss_for(
+    bnn: Any,
+    stl: bool = False,
+    analytic_kl: bool = False,
+    *,
+    alpha: float | None = None,
+    particles: int = 0,
+) -> DirectLoss | None:
     """A :class:`DirectLoss` for ``bnn`` (a :class:`~bnn_pyro.VariationalBNN`, whose
     ``fast_loss`` calls this), or ``None`` when the model is not one it covers: the library's
     mean-field guide (set up), no forward or backward hooks on the net's modules (the
     plain-torch twin would not call them), a prior without latent sites of its own (a
-    hierarchical scale: its prior and the weights' prior given it are Pyro's to score).
+    hierarchical scale: its prior and the weights' prior given it are Pyro's to score), and for
+    the alpha energy (``alpha`` with ``particles``) the weight-space estimator.
 
     Example:
         >>> import bnn_pyro as bp
@@ -106,7 +124,9 @@ def direct_loss_for(bnn: Any, stl: bool = False, analytic_kl: bool = False) -> D
     """
     if why_no_direct_loss(bnn) is not None or not bnn.guide.is_setup:
         return None
-    return DirectLoss(bnn, stl, analytic_kl)
+    if alpha is not None and bnn.local_reparameterization:
+        return None  # (each particle's pre-activations: Pyro's vectorized path)
+    return DirectLoss(bnn, stl, analytic_kl, alpha=alpha, particles=particles)
 
 
 def why_no_direct_loss(bnn: Any) -> str | None:

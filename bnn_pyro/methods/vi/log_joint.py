@@ -31,15 +31,16 @@ class LogJoint:
     """The model's log-density terms at given weights, for one model or K stacked.
 
     Values carry ``lead`` leading dimensions before each site's own shape: none for one model,
-    ``(K,)`` for K stacked, ``(K, P)`` with P particles per member. Each term comes back with
-    those leading dimensions (a scalar for one model).
+    ``(K,)`` for K stacked, ``(P,)`` or ``(K, P)`` with P particles per model. Each term comes
+    back with those leading dimensions (a scalar for one model without particles).
 
     Args:
         bnns: one ``VariationalBNN``, or K of one architecture (each keeps its own prior and
             likelihood settings; their likelihoods of one class).
         stacked: whether the values carry the members' dimension (K models; ``True`` for a
             stack of one too).
-        particles: P, where each member's values carry P draws (stacked only; 0 otherwise).
+        particles: P, where each model's values carry P draws (after the members' dimension;
+            0 otherwise).
 
     Example:
         >>> import bnn_pyro as bp
@@ -52,14 +53,14 @@ class LogJoint:
 
     def __init__(self, bnns: Sequence[Any], stacked: bool, particles: int = 0) -> None:
         self.bnns, self.stacked, self.particles = list(bnns), bool(stacked), int(particles)
-        if not self.stacked and (len(self.bnns) != 1 or self.particles):
-            raise ValueError("one model's log joint takes one model and no particles")
+        if not self.stacked and len(self.bnns) != 1:
+            raise ValueError("one model's log joint takes one model")
         if len({type(b.likelihood) for b in self.bnns}) > 1:
             raise ValueError("the models' likelihoods must be of one class")
         first = self.bnns[0]
         self.sites = list(first.evaluator.sites)
         self.paths = dict(first.evaluator.paths)
-        self.lead = 0 if not self.stacked else 2 if self.particles else 1
+        self.lead = int(self.stacked) + int(self.particles > 0)
         self._modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
         self.one_prior = _one_prior([b.prior for b in self.bnns])
         self._priors: dict[tuple, dict[str, tuple]] = {}  # see priors
@@ -171,8 +172,8 @@ class LogJoint:
         values: dict[str, torch.Tensor],
         latents: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Each row's ``log p(y | f)``: one model's ``(B,)`` at its ``latents``
-        (:meth:`latent_terms`), K members' ``(K', B)`` (``K' = K * P``, member k's draws
+        """Each row's ``log p(y | f)``: one model's ``(B,)`` (``(P, B)`` with particles) at its
+        ``latents`` (:meth:`latent_terms`), K members' ``(K', B)`` (``K' = K * P``, member k's draws
         consecutive) at the learned noise in ``values``, else each member's fixed one."""
         if not self.stacked:
             return self.bnns[0].likelihood.log_prob(f, y, latents or {})

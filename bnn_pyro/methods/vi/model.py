@@ -228,16 +228,24 @@ class VariationalBNN(SVIModel):
         finally:
             self.net.train(was_training)
 
-    def fast_loss(self, stl: bool = False, analytic_kl: bool = False) -> DirectLoss | None:
+    def fast_loss(
+        self,
+        stl: bool = False,
+        analytic_kl: bool = False,
+        *,
+        alpha: float | None = None,
+        particles: int = 0,
+    ) -> DirectLoss | None:
         """This model's ELBO in plain torch
         (:class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`; ``analytic_kl``: the
-        ``TraceMeanField_ELBO`` form), which ``fit`` hands to its ELBO: ``None`` for a subclass
-        (its model may differ), a Pyro autoguide, or a net with hooks. The ELBO checks it
-        against itself (``Trace_ELBO``, ``TraceMeanField_ELBO``) on the first step and uses it
-        only if the two agree."""
+        ``TraceMeanField_ELBO`` form; ``alpha`` with ``particles``: the black-box alpha energy),
+        which ``fit`` hands to its ELBO: ``None`` for a subclass (its model may differ), a Pyro
+        autoguide, a net with hooks, or the alpha energy with local reparameterization. The
+        ELBO checks it against itself (``Trace_ELBO``, ``TraceMeanField_ELBO``, ``AlphaELBO``)
+        on the first step and uses it only if the two agree."""
         if type(self) is not VariationalBNN:
             return None
-        return direct_loss_for(self, stl, analytic_kl)
+        return direct_loss_for(self, stl, analytic_kl, alpha=alpha, particles=particles)
 
     def why_no_fast_loss(self) -> str | None:
         """``None`` where :meth:`fast_loss` gives a loss once the guide is set up; else why not

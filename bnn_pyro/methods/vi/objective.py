@@ -68,7 +68,7 @@ class VIObjective:
             guide's do), else one generator per member.
         mode: one of :data:`MODES`.
         alpha: the alpha energy's ``alpha`` (``mode="alpha"``).
-        particles: the alpha energy's draws per member and step (K stacked models; 0 otherwise).
+        particles: the alpha energy's draws per model and step (``P >= 2``; 0 otherwise).
 
     Example:
         >>> import bnn_pyro as bp, pyro
@@ -100,8 +100,6 @@ class VIObjective:
         if self.generators is None and len(self.bnns) != 1:
             raise ValueError("K stacked models need one generator each (generators=)")
         if mode == "alpha":
-            if self.generators is None:
-                raise ValueError("the alpha energy is written here for stacked models only")
             alpha, particles = check_alpha(alpha, particles)
         elif particles:
             raise ValueError(f"mode={mode!r} draws one particle, got particles={particles!r}")
@@ -128,9 +126,9 @@ class VIObjective:
         """Standard normal noise for a site whose ``loc`` is given (one model: the site's shape,
         from the global generator; stacked: ``(K, *shape)``, or ``(K, P, *shape)``, member k's
         from ``generators[k]``)."""
-        if self.generators is None:
-            return torch.randn_like(loc)
         extra = (self.particles,) if self.particles else ()
+        if self.generators is None:
+            return torch.randn(extra + loc.shape, dtype=loc.dtype, device=loc.device)
         shape = extra + loc.shape[1:]
         return torch.stack(
             [
@@ -152,8 +150,8 @@ class VIObjective:
         for spec, loc, rho in zip(self.specs, locs, rhos, strict=True):
             scale = F.softplus(rho)
             eps = self._eps(loc)
-            if self.particles:
-                loc, scale = loc.unsqueeze(1), scale.unsqueeze(1)
+            if self.particles:  # (the particles' dimension after the members')
+                loc, scale = (t.unsqueeze(int(self.stacked)) for t in (loc, scale))
             z = loc + eps * scale
             params[spec.name] = (loc, scale)
             real = not spec.exp and spec.support is constraints.real
@@ -217,13 +215,14 @@ class VIObjective:
     def _forward(self, x: torch.Tensor, values: dict, params: dict, shared: dict) -> torch.Tensor:
         """The net's output on the draws: ``(B, O)`` for one model, ``(K, B, O)`` stacked,
         ``(K * P, B, O)`` with particles (member k's P draws consecutive)."""
+        flat = self.particles and self.stacked  # member k's P draws consecutive
         stacked = {
-            self._paths[n]: v.flatten(0, 1) if self.particles else v
+            self._paths[n]: v.flatten(0, 1) if flat else v
             for n, v in values.items()
             if n in self._paths
         }
         net = self._twin.load(shared, stacked)
-        if self.particles:
+        if flat:
             k, p = len(self.bnns), self.particles
             x = x.unsqueeze(1).expand(k, p, *x.shape[1:]).flatten(0, 1)
         first = self.bnns[0]
@@ -257,14 +256,14 @@ class VIObjective:
         else:
             penalty = joint.log_prior(values, like) + latent - log_q
         n_over_b = 1.0 if dataset_size is None else dataset_size / f.shape[-2]
-        if self.particles:
+        if self.particles and self.stacked:
             k, p = len(self.bnns), self.particles
             y = y.unsqueeze(1).expand(k, p, *y.shape[1:]).flatten(0, 1)
         rows = joint.row_log_likelihood(f, y, values, latents)
-        if self.particles:
-            per_row = rows.view(k, p, -1).transpose(0, 1)
+        if self.particles:  # each row's P draws first: (P, B), or (P, K, B)
+            per_row = rows.view(k, p, -1).transpose(0, 1) if self.stacked else rows
             data = (log_mean_exp(self.alpha * per_row) / self.alpha).sum(-1) * n_over_b
-            return -(data + kl_weight * penalty.mean(1)), -data.detach()
+            return -(data + kl_weight * penalty.mean(-1)), -data.detach()
         data = rows.sum(-1) * n_over_b
         return -(data + kl_weight * penalty), -data.detach()
 

@@ -91,7 +91,7 @@ def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -
 
 
 #: The objectives that take a method's own plain-torch loss (``fast_loss``).
-FAST_LOSS_ELBOS = (FastTrace_ELBO, RecordingMeanField_ELBO)
+FAST_LOSS_ELBOS = (FastTrace_ELBO, RecordingMeanField_ELBO, AlphaELBO)
 
 #: The objectives :func:`make_elbo` (and so ``fit``) builds by name.
 ELBO_CLASSES: dict[str, type[ELBO]] = {
@@ -115,8 +115,8 @@ def make_elbo(
     energy at ``alpha = 0.5`` (:class:`~bnn_pyro.elbos.alpha.AlphaELBO`; ``num_particles`` 1
     becomes its default 10: one draw has no ``log mean exp``), all recording the NLL part for
     the history; or an ``ELBO`` instance used as given. ``fast_loss`` is the model's own
-    plain-torch loss, handed to ``"trace"``, ``"stl"`` and ``"meanfield"`` (see
-    :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`), which check it on the first step.
+    plain-torch loss, handed to ``"trace"``, ``"stl"``, ``"meanfield"`` and ``"alpha"`` (see
+    :class:`~bnn_pyro.elbos.trace.ChecksDirectLoss`), which check it on the first step.
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
@@ -136,7 +136,7 @@ def make_elbo(
     if not isinstance(num_particles, int) or num_particles < 1:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
     if elbo == "alpha":
-        return AlphaELBO(num_particles=alpha_particles(num_particles))
+        return AlphaELBO(num_particles=alpha_particles(num_particles), fast_loss=fast_loss)
     cls = ELBO_CLASSES[elbo]
     fast = {"fast_loss": fast_loss} if issubclass(cls, FAST_LOSS_ELBOS) else {}
     return cls(

@@ -121,10 +121,11 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         """Create the guide's parameters (before the optimizer lists them); ``data``: ``(X, y)``
         (or a first batch) for initial values read from the data."""
 
-    def fast_loss(self, stl: bool = False) -> Any:
+    def fast_loss(self, stl: bool = False, **objective: Any) -> Any:
         """A plain-torch implementation of this model's ``Trace_ELBO`` loss for ``fit`` to hand
-        to its ELBO, or ``None`` (the default: Pyro's own path). See
-        :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`."""
+        to its ELBO, or ``None`` (the default: Pyro's own path). ``objective``: what else the
+        ELBO asks for (``analytic_kl``, ``alpha`` and ``particles``). See
+        :class:`~bnn_pyro.elbos.trace.ChecksDirectLoss`."""
         return None
 
     def why_no_fast_loss(self) -> str | None:
@@ -317,7 +318,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                 )
             finally:
                 self.train(was_training)
-        if compile and not getattr(loss, "_direct", None):
+        if compile and not getattr(loss, "uses_direct_loss", False):
             warn_user(
                 "compile=True: the compiled loss did not agree with the ELBO on the first step, "
                 "so the fit ran the ELBO uncompiled"
