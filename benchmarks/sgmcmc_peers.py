@@ -1,6 +1,6 @@
 """SG-MCMC side by side with posteriors' and torch-uncertainty's, on a posterior known exactly.
 
-Issue 33's problem (that of ``tests/methods/test_method_sgmcmc.py``): Bayesian linear regression,
+Issue 33's problem (that of ``tests/methods/sgmcmc/test_sgmcmc.py``): Bayesian linear regression,
 200 rows × 3 inputs, noise sd 0.5 (known), prior N(0, 1) on the weights and the bias, whose
 posterior is Gaussian in closed form. Every contender starts from the same ``mlp(3, [], 1)``,
 takes minibatches of 128 rows reshuffled each epoch, 5000 epochs (10,000 steps), and keeps

@@ -26,7 +26,7 @@ from bnn_pyro.methods.sgmcmc.spec import SPECS as SAMPLERS
 TINY = dict(hidden_sizes=(16,), epochs=10, batch_size=None, lr=0.1, num_samples=10, ensemble_size=2)
 # The samplers share one class and one estimator path (SGMCMC; `csghmc` and `sgld` are `sghmc`
 # with another schedule or update rule, which scikit-learn's API checks cannot tell apart), so
-# `sghmc` stands for the three; their fits are tested in tests/methods/test_method_sgmcmc.py.
+# `sghmc` stands for the three; their fits are tested in tests/methods/sgmcmc/test_sgmcmc.py.
 # A sampler's first quarter of steps is burn-in and its samples follow a chain: 10 full-batch
 # steps leave it near its start, 30 reach the checks' scores.
 CHECKED = [m for m in METHODS if m not in {s.name for s in SAMPLERS} - {"sghmc"}]

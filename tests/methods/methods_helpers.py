@@ -1,4 +1,4 @@
-"""Small nets shared by the method tests (imported by name: tests/methods is on sys.path)."""
+"""Small nets shared by the method tests (``from tests.methods.methods_helpers import ...``)."""
 
 import torch
 import torch.nn as nn

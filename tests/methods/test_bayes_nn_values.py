@@ -16,13 +16,13 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
-from methods_helpers import deterministic
 from torch.distributions import Normal
 
 import bnn_pyro as bp
 from bnn_pyro.checkpoint import read_checkpoint
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods import VariationalBayesNN
+from tests.methods.methods_helpers import deterministic
 
 
 def _mean_net(vb, x):

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp, trained
 
 from bnn_pyro.methods import (
     SWAG,
@@ -19,6 +18,7 @@ from bnn_pyro.methods import (
     MCDropout,
     VariationalBayesNN,
 )
+from tests.methods.methods_helpers import relu_mlp, trained
 
 FIT = dict(epochs=300, batch_size=80, lr=1e-2, progress=False, seed=0)
 

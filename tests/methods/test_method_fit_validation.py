@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from methods_helpers import relu_mlp, trained
 
 from bnn_pyro.methods import SWAG, DeepEnsemble, LaplaceApproximation, MCDropout, VariationalBayesNN
+from tests.methods.methods_helpers import relu_mlp, trained
 
 FACTORIES = {
     "mc_dropout": lambda lik: MCDropout(

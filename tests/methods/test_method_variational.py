@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from methods_helpers import deterministic, trained
 from torch.distributions import Normal
 
 from bnn_pyro.methods import GaussianLinear, VariationalBayesNN
+from tests.methods.methods_helpers import deterministic, trained
 
 
 def test_loss_is_mean_nll_plus_kl_over_dataset_size():

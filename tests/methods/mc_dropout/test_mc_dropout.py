@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from methods_helpers import relu_mlp
 
 from bnn_pyro.methods import MCDropout
+from tests.methods.methods_helpers import relu_mlp
 
 
 class _Probe(nn.Module):

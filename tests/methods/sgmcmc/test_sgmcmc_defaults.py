@@ -153,7 +153,7 @@ def test_cyclical_sghmc_is_too_narrow_on_a_unimodal_posterior_as_documented():
 def test_the_benchmark_script_prints_a_table_per_sampler():
     """``benchmarks/sgmcmc_defaults.py --quick`` (here with few epochs and repetitions: a smoke
     run; the figures are the tests above's): one table per sampler and the exact control."""
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sgmcmc_defaults.py"
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "sgmcmc_defaults.py"
     args = ["--quick", "--epochs", "40", "--repeats", "100"]
     run = subprocess.run(
         [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600

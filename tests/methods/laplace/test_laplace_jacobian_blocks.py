@@ -3,7 +3,7 @@ numbers under JACOBIAN_BLOCK_BYTES): the same numbers whatever the block, and no
 
 import pytest
 import torch
-from test_method_laplace import _data, _loop_ggn, _net
+from test_laplace import _data, _loop_ggn, _net
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.methods import LaplaceApproximation

@@ -6,7 +6,11 @@ import torch
 import torch.nn as nn
 
 import bnn_pyro as bp
-from tests.methods.test_laplace_layerwise_prior import _dense, _fitted, assert_same_as_laplace_torch
+from tests.methods.laplace.test_laplace_layerwise_prior import (
+    _dense,
+    _fitted,
+    assert_same_as_laplace_torch,
+)
 
 P = 32  # the coordinates of Linear(2, 6) -> Tanh -> Linear(6, 2)
 

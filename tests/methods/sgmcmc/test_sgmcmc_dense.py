@@ -24,9 +24,9 @@ from bnn_pyro.methods.sgmcmc.dense import (
     linear_in_weights,
 )
 from bnn_pyro.methods.sgmcmc.samplers import sgld_step
-from tests.methods.test_sgmcmc_measured_step import Quadratic, _data, _rounded
-from tests.methods.test_sgmcmc_stacked import _assert_each_chain_is_its_own_fit
-from tests.methods.test_sgmcmc_stacked import _data as _stacked_data
+from tests.methods.sgmcmc.test_sgmcmc_measured_step import Quadratic, _data, _rounded
+from tests.methods.sgmcmc.test_sgmcmc_stacked import _assert_each_chain_is_its_own_fit
+from tests.methods.sgmcmc.test_sgmcmc_stacked import _data as _stacked_data
 
 D = torch.float64
 #: Condition number about 1,000: plain SGLD's slow direction would relax 1,000 times slower.

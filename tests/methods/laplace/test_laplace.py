@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp, trained
 from torch.distributions import MultivariateNormal
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods import LaplaceApproximation
+from tests.methods.methods_helpers import relu_mlp, trained
 
 
 def _net(d_out):

@@ -3,10 +3,10 @@
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.methods import DeepEnsemble
+from tests.methods.methods_helpers import relu_mlp
 
 
 def _bn_member():

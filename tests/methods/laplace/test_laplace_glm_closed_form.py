@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import bnn_pyro as bp
 from bnn_pyro.methods.laplace import curvature
 from bnn_pyro.methods.laplace.probit import probit_moments
-from tests.methods.test_laplace_glm_variance import _trained
+from tests.methods.laplace.test_laplace_glm_variance import _trained
 
 SIGMA, LAM = 0.3, 2.0
 

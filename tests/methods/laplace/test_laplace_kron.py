@@ -7,7 +7,7 @@ its GLM variance against the covariance it reports. laplace-torch side by side:
 import pytest
 import torch
 import torch.nn as nn
-from test_method_laplace import _loop_ggn
+from test_laplace import _loop_ggn
 from torch.utils.data import DataLoader, TensorDataset
 
 from bnn_pyro.methods import LaplaceApproximation

@@ -6,9 +6,9 @@ alone and gives the same noise whatever state the global RNG is in."""
 from __future__ import annotations
 
 import torch
-from methods_helpers import relu_mlp
 
 import bnn_pyro as bp
+from tests.methods.methods_helpers import relu_mlp
 
 
 def _data(outputs: int) -> tuple[torch.Tensor, torch.Tensor]:

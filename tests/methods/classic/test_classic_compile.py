@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from methods_helpers import relu_mlp
 
 import bnn_pyro as bp
 from bnn_pyro.methods import VariationalBayesNN
 from bnn_pyro.methods.classic.training import check_fit_args
 from bnn_pyro.training.compiled import compile_loss
+from tests.methods.methods_helpers import relu_mlp
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
 
