@@ -28,7 +28,8 @@ Sampler = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 def data() -> tuple[torch.Tensor, torch.Tensor]:
-    """The tests' data (``tests/core/test_exact_posterior.py``): ``X (200, 3)``, ``y (200, 1)``.
+    """The tests' data (``tests/methods/vi/test_exact_posterior.py``): ``X (200, 3)``,
+    ``y (200, 1)``.
 
     Example:
         >>> X, y = data()

@@ -197,7 +197,7 @@ plt.show()
 #   (the training curves: the fit comes first, the KL is paid later) more than the end point;
 #   so do the convergence options at 200 epochs: a constant rate, averaging, the STL gradient
 #   and a MAP start all land within a few hundredths of the base's log-likelihood. What the
-#   default schedule buys is convergence (`tests/core/test_exact_posterior.py`: the exact
+#   default schedule buys is convergence (`tests/methods/vi/test_exact_posterior.py`: the exact
 #   posterior of a linear model, which a constant rate misses), not a better model.
 # * Tempering gives the best test log-likelihood and calibration of all, better than MAP
 #   (β = 0.1 and 0.01 about equal): with a factorised guide and a broad prior, the full KL

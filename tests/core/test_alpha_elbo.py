@@ -177,7 +177,7 @@ def test_fit_with_alpha_reaches_the_closed_form_optimum():
     """``fit(elbo="alpha")`` on Bayesian linear regression ends at the minimiser of the exact
     energy, which for alpha = 0.5 has stds ~1.4x the mean-field VI ones (so a fit of the ELBO
     instead would fail this test by far)."""
-    from tests.core.test_exact_posterior import _data, _exact, _posterior
+    from tests.methods.vi.test_exact_posterior import _data, _exact, _posterior
 
     X, y = _data()
     phi = torch.cat([X, torch.ones(len(X), 1)], 1)

@@ -1,10 +1,10 @@
 """The mean-field guide's predictive draws have the guide's spread.
 
-``tests/core/test_exact_posterior.py`` checks the guide's *parameters* (loc, softplus(rho)); this
-file checks what ``VariationalBNN.predict`` and ``sample_posterior`` *draw* from them. With the
-guide set by hand to known means ``m`` and standard deviations ``s`` (``rho`` the inverse
-softplus of ``s``), the linear net ``f(x) = w . x + b`` with independent ``w_i ~ N(m_i, s_i^2)``
-and ``b ~ N(m_b, s_b^2)`` has the closed-form predictive
+``tests/methods/vi/test_exact_posterior.py`` checks the guide's *parameters* (loc,
+softplus(rho)); this file checks what ``VariationalBNN.predict`` and ``sample_posterior`` *draw*
+from them. With the guide set by hand to known means ``m`` and standard deviations ``s``
+(``rho`` the inverse softplus of ``s``), the linear net ``f(x) = w . x + b`` with independent
+``w_i ~ N(m_i, s_i^2)`` and ``b ~ N(m_b, s_b^2)`` has the closed-form predictive
 
     E[f(x)] = m . x + m_b,    Var[f(x)] = sum_i x_i^2 s_i^2 + s_b^2,
 

@@ -25,7 +25,7 @@ import pyro  # noqa: E402
 import bnn_pyro as bp  # noqa: E402
 from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim, make_elbo  # noqa: E402
 from bnn_pyro.training import Checkpoint, distributed  # noqa: E402
-from tests.core.test_exact_posterior import NOISE, _data, _posterior  # noqa: E402
+from tests.methods.vi.test_exact_posterior import NOISE, _data, _posterior  # noqa: E402
 
 
 def _blr() -> bp.VariationalBNN:

@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 import bnn_pyro as bp
-from tests.core.test_exact_posterior import _data, _exact
 from tests.distributed.launch import launch, run_past_exit_race
+from tests.methods.vi.test_exact_posterior import _data, _exact
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
 

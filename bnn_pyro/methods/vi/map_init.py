@@ -28,8 +28,8 @@ mean-field guide starts there:
 **How long.** ``map_epochs`` defaults to ``epochs // 4``. A MAP epoch costs less than an SVI
 epoch (no guide to sample), so the default adds a fraction of a fit's time. On the regression
 above, a short MAP phase barely helped the test log-likelihood and a longer one held the gain; a
-quarter of the epochs is past that point and keeps the cost small (``tests/core/test_map_init.py``
-checks that a MAP start helps there).
+quarter of the epochs is past that point and keeps the cost small
+(``tests/methods/vi/test_map_init.py`` checks that a MAP start helps there).
 Measured: ``benchmarks/results/library_measurements.md``, section 'Length of the MAP phase'.
 
 Only the mean-field guide (``guide="meanfield"``) holds one mean per weight to set; other guides

@@ -37,8 +37,8 @@ from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 
 #: The learning rate of an SVI fit unless told otherwise: cosine decay from ``lr`` to 0 over the
 #: epochs. With a constant step, Adam's iterates keep jittering around the optimum, far off the
-#: exact posterior of the Bayesian linear regression of ``tests/core/test_exact_posterior.py``;
-#: decayed to 0 they settle within the tolerance that
+#: exact posterior of the Bayesian linear regression of
+#: ``tests/methods/vi/test_exact_posterior.py``; decayed to 0 they settle within the tolerance that
 #: ``test_default_fit_recovers_the_exact_posterior`` asks. Averaging the iterates as well
 #: (``average=0.5``) did no better (the scales are still moving in the averaged half), so it
 #: stays an option.

@@ -21,7 +21,7 @@ import torch
 
 import bnn_pyro as bp
 from bnn_pyro.methods.sgmcmc.samplers import sgld_step
-from tests.core.test_exact_posterior import NOISE, _data
+from tests.methods.vi.test_exact_posterior import NOISE, _data
 
 
 def _discretised_covariance(precision: torch.Tensor, eps: float, temperature: float):

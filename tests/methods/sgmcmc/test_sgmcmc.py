@@ -10,7 +10,7 @@ import bnn_pyro as bp
 from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods.sgmcmc import SampleCollector
 from bnn_pyro.methods.sgmcmc.step_sizes import run_step
-from tests.core.test_exact_posterior import NOISE, _data
+from tests.methods.vi.test_exact_posterior import NOISE, _data
 
 
 def _exact_posterior(X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,7 @@ validation data, ``shuffle``, an iterate average and a resume file; each does fo
 what it does in that member's own ``fit``, and ``EarlyStopping(restore_best=True)`` leaves the
 members at their best epoch.
 
-The oracle, as in ``test_stacked_vi_fit_values.py``, is each member's own ``fit`` with the same
+The oracle, as in ``test_stacked_fit_values.py``, is each member's own ``fit`` with the same
 arguments: a stacked fit ends where the one-by-one fits end, up to float round-off.
 """
 

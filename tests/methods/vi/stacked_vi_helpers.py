@@ -1,6 +1,6 @@
-"""What the stacked-VI tests share (imported by name: tests/core is on sys.path): a layer, a
-small regression set, K models that differ in their initial weights only, and the round-off
-comparison of two sets of fitted models."""
+"""What the stacked-VI tests share (imported by name: tests/methods/vi is on sys.path): a
+layer, a small regression set, K models that differ in their initial weights only, and the
+round-off comparison of two sets of fitted models."""
 
 import torch
 import torch.nn as nn

@@ -13,8 +13,8 @@ from pyro.infer.autoguide import AutoDelta
 import bnn_pyro as bp
 from bnn_pyro.datasets import load_digits_split
 from bnn_pyro.poutine import LocalReparameterization
-from tests.core.test_exact_posterior import NOISE as EXACT_NOISE
-from tests.core.test_exact_posterior import _data as exact_data
+from tests.methods.vi.test_exact_posterior import NOISE as EXACT_NOISE
+from tests.methods.vi.test_exact_posterior import _data as exact_data
 
 
 @pytest.fixture(autouse=True)
@@ -156,7 +156,7 @@ def test_bad_settings_raise_before_any_work(kwargs, error, match):
 
 def test_lowrank_autoguide_is_accepted_without_lrt_and_trains_to_the_posterior():
     """The low-rank autoguide (no local reparameterization, no warning) on the Bayesian linear
-    regression of ``tests/core/test_exact_posterior.py`` (200 rows, prior N(0, I), noise 0.5),
+    regression of ``tests/methods/vi/test_exact_posterior.py`` (200 rows, prior N(0, I), noise 0.5),
     whose posterior ``N(mu, A^-1)`` and evidence ``Z`` are known in closed form.
 
     * The loss is the negative ELBO of the whole data set, ``-log Z + KL(q || p) >= -log Z``,

@@ -2,7 +2,7 @@
 the callbacks' history, the MAP phase's progress flag, and the input shape a fitted model keeps
 for its checks.
 
-The oracle is, as in ``test_stacked_vi_fit_values.py``, each member's own ``fit`` with the same
+The oracle is, as in ``test_stacked_fit_values.py``, each member's own ``fit`` with the same
 arguments: a stacked fit ends where the one-by-one fits end, up to float round-off.
 """
 

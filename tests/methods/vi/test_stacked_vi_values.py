@@ -1,7 +1,7 @@
 """StackedVI's loss, member by member, against each member's own single-model loss.
 
 The oracle is :class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss` (itself checked against Pyro's
-``Trace_ELBO`` in ``test_direct_elbo.py``): member ``k``'s entry of
+``Trace_ELBO`` in ``test_fast_loss.py``): member ``k``'s entry of
 ``StackedVI.member_losses`` must be the loss its own model computes on its own minibatch, with
 the global generator seeded as member ``k``'s generator is. Each case picks a model that the
 stacked fit tests do not build (a prior with a non-zero mean, a prior that reads the site's

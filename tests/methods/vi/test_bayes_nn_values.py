@@ -1,4 +1,4 @@
-"""VariationalBayesNN values that test_method_variational.py leaves open.
+"""VariationalBayesNN values that test_bayes_nn.py leaves open.
 
 Pins: the defaults of the constructor (``prior_std=1.0``, ``num_samples=20``), of
 ``variational_loss`` (``num_samples=10``) and of ``fit`` (``train_samples=1``,
