@@ -10,7 +10,7 @@ particles' mean of ``log q - log p``, or by the caller's ``kl_weight`` times it)
 ELBO; ``alpha = 1`` is the predictive's own log-likelihood (an EP-like fit); ``alpha = 0.5``,
 the value both papers recommend, makes the mean-field fit mass-covering rather than
 mode-seeking: it no longer pays for every draw's error at every row, and keeps a wider posterior
-(``tests/core/test_alpha_elbo.py`` checks it on a Bayesian linear regression).
+(``tests/elbos/test_alpha.py`` checks it on a Bayesian linear regression).
 The ``P`` draws are the estimator's: ``log mean exp`` over them falls short of ``log E`` by
 about ``alpha^2 Var(log p(y_n | w)) / (2P)`` per row, a penalty on the posterior's variance of
 ``alpha / P`` times the data term's own, so ``num_particles`` is part of the method (10 in Li &
