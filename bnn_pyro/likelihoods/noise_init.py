@@ -8,9 +8,9 @@ posterior collapses onto the prior while a large noise explains the data).
 The rule: the residual standard deviation of an ordinary least-squares fit of ``y`` on the
 flattened inputs (with an intercept), with the unbiased ``N - D - 1`` denominator — the noise a
 *linear* model leaves. A net can do at least as well, so it is an upper bound that is usually
-far below ``std(y)`` (see ``tests/core/test_noise_init.py`` for how it is checked). With too few
-rows for a linear fit (``N <= D + 1``) it is ``std(y)``. Floored at ``1e-3 std(y)`` (a perfectly
-linear target must not start the scale at 0, where its log is -inf).
+far below ``std(y)`` (see ``tests/likelihoods/test_noise_init.py`` for how it is checked). With
+too few rows for a linear fit (``N <= D + 1``) it is ``std(y)``. Floored at ``1e-3 std(y)`` (a
+perfectly linear target must not start the scale at 0, where its log is -inf).
 Measured: ``benchmarks/results/library_measurements.md``, section 'Noise-scale start'.
 """
 
