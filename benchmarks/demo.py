@@ -10,7 +10,7 @@ one torch thread and writes
   ``mean ± 2 sd`` of ``f`` on the same problem drawn over it (``results/no_data/demo.pt``,
   made by ``benchmarks/no_data_judge.py``) where that file is present.
 
-The demo is seeded, so a run prints the same table every time; ``tests/core/test_demo_cli.py``
+The demo is seeded, so a run prints the same table every time; ``tests/cli/test_demo_cli.py``
 runs it and compares the table with the committed ``demo.md``.
 
 Run from the repository root: ``python benchmarks/demo.py [--output PATH]``, then

@@ -31,7 +31,7 @@ benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``), ``suite_time`` (how long ``make test`` and ``make
 test-quick`` take, ``benchmarks/suite_time.py``; in the README) and ``demo`` (the table ``make
 demo`` prints, written
-by ``benchmarks/demo.py``; ``tests/core/test_demo_cli.py`` checks the demo still prints it).
+by ``benchmarks/demo.py``; ``tests/cli/test_demo_cli.py`` checks the demo still prints it).
 
 Run: ``python benchmarks/update_readme.py [--check]`` after a benchmark run.
 """

@@ -74,7 +74,7 @@ def test_stacked_chains_quick_runs_each_chain_as_its_own_fit():
 
 
 def test_demo_script_runs_as_a_script():
-    # the full run is tests/core/test_demo_cli.py's (it compares a fresh demo with the committed
+    # the full run is tests/cli/test_demo_cli.py's (it compares a fresh demo with the committed
     # benchmarks/results/demo.md); here only that the script starts from the command line
     text = _run("demo.py", "--help")
     assert "--output" in text

@@ -64,7 +64,7 @@ What CI re-derives, per results block of ``benchmarks/update_readme.py``:
   least-squares projection and verdict from the printed figures it is computed from (interval
   arithmetic on their printed precision), and local_reparam's largest-intermediate column from
   the shapes (< 0.1 s each).
-* ``demo``: ``tests/core/test_demo_cli.py`` (not here).
+* ``demo``: ``tests/cli/test_demo_cli.py`` (not here).
 
 What CI cannot re-derive, and why:
 
