@@ -41,7 +41,7 @@ test-quick: $(STAMP)
 
 # Mutation testing of one module (benchmarks/mutation.py; needs pip install mutmut): the share of
 # small bugs its tests catch, and every survivor, into benchmarks/results/mutation.md, e.g.
-#   make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/test_metrics_ood.py
+#   make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/metrics/test_metrics_ood.py
 mutate: $(STAMP)
 	$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install --quiet mutmut
 	$(PY) benchmarks/mutation.py --module $(MODULE) --tests $(TESTS) $(if $(SURVIVORS),--survivors) $(if $(NO_DOCTESTS),--no-doctests) $(if $(JOBS),--jobs $(JOBS))

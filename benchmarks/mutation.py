@@ -32,8 +32,8 @@ CPU; on one thread it fails in 5 s), so the run keeps torch to one thread
 The report (``--output``, default ``benchmarks/results/mutation.md``) holds one section per
 module, replaced when the module is run again: the counts, the kill rate
 ``(killed + timeout) / (mutants - equivalent)`` and every survivor not listed as equivalent,
-with its diff. ``make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/test_metrics_ood.py``
-runs it.
+with its diff.
+``make mutate MODULE=bnn_pyro/metrics/ood.py TESTS=tests/metrics/test_metrics_ood.py`` runs it.
 
 Run: ``python benchmarks/mutation.py --module PATH --tests PATH [PATH ...] [--output PATH]``
 (needs ``pip install mutmut``). After writing the tests that kill a run's survivors, add
@@ -74,13 +74,13 @@ def setup_cfg(module: str, tests: list[str], doctests: bool = True) -> str:
     ``benchmarks`` too, which tests import (a benchmark's judge, its problems).
 
     Example:
-        >>> print(setup_cfg("bnn_pyro/metrics/ood.py", ["tests/test_metrics_ood.py"]))
+        >>> print(setup_cfg("bnn_pyro/metrics/ood.py", ["tests/metrics/test_metrics_ood.py"]))
         [mutmut]
         source_paths=bnn_pyro
         only_mutate=bnn_pyro/metrics/ood.py
         also_copy=benchmarks
         pytest_add_cli_args=-p no:xdist -p no:cacheprovider -q
-        pytest_add_cli_args_test_selection=tests/test_metrics_ood.py
+        pytest_add_cli_args_test_selection=tests/metrics/test_metrics_ood.py
             bnn_pyro/metrics/ood.py
         <BLANKLINE>
         >>> setup_cfg("benchmarks/uci/protocol.py", ["t.py"]).splitlines()[1:3]
