@@ -4,8 +4,8 @@ They follow scikit-learn's conventions: the constructor only stores its argument
 validates them (a ``ValueError``/``TypeError`` naming the argument, before any work) and the
 data, attributes learned by ``fit`` end in ``_``, and the same ``random_state`` gives the same
 model and the same predictions. They work in ``Pipeline``, ``cross_val_score`` and
-``GridSearchCV`` and pass ``sklearn.utils.estimator_checks`` (see ``tests/test_sklearn_checks.py``
-for the two checks skipped for ``method="dropout"``).
+``GridSearchCV`` and pass ``sklearn.utils.estimator_checks`` (see
+``tests/estimators/test_sklearn_checks.py`` for the two checks skipped for ``method="dropout"``).
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from bnn_pyro.estimators import METHODS, BNNClassifier, BNNRegressor
 from bnn_pyro.likelihoods.noise_init import residual_scale
 
 ROOT = Path(__file__).resolve().parents[2]
-# the configurations of tests/test_sklearn.py: every method, as a regressor (learned noise)
-# and as a classifier
+# the configurations of tests/estimators/test_sklearn.py: every method, as a regressor (learned
+# noise) and as a classifier
 TINY = dict(hidden_sizes=(16,), epochs=15, batch_size=None, lr=0.05, num_samples=20)
 CONFIGS = [(cls, m) for cls in (BNNRegressor, BNNClassifier) for m in METHODS]
 
