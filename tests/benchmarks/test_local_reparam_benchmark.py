@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "local_reparam.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "local_reparam.py")
 
 
 def test_quick_benchmark_writes_its_three_tables(tmp_path):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 
 
 def _run(script: str, *args: str) -> str:
