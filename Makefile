@@ -34,10 +34,12 @@ TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
-# The edit-run loop: the library's doctests and its core, layer and Pyro-idiom tests, without the
-# benchmarks, notebooks, documentation build, distributed runs and peer comparisons.
+# The edit-run loop: the library's doctests and the tests of its core (ELBOs, guides, likelihoods,
+# priors, the training engine, layers, checkpoints, threads), of VI, of the demo and of the Pyro
+# idioms, without the benchmarks, notebooks, documentation build, distributed runs and peer
+# comparisons.
 test-quick: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) bnn_pyro tests/core tests/nn tests/pyro_idioms
+	$(PY) -m pytest -q -n $(TEST_WORKERS) bnn_pyro tests/elbos tests/guides tests/likelihoods tests/priors tests/training tests/nn tests/methods/vi tests/test_checkpoint.py tests/test_threads.py tests/test_learned_prior.py tests/cli/test_demo_cli.py tests/pyro_idioms
 
 # Mutation testing of one module (benchmarks/mutation.py; needs pip install mutmut): the share of
 # small bugs its tests catch, and every survivor, into benchmarks/results/mutation.md, e.g.
