@@ -1,5 +1,5 @@
 """The package's shape: files under 400 lines, no import cycle, the core free of ``methods/``,
-and no module using another module's underscored names.
+no module using another module's underscored names, and ``tests/`` a mirror of the package.
 
 Every import counts: at module level, inside functions and under ``if TYPE_CHECKING`` alike (a
 function-level import is still a dependency, and only hides a cycle from the interpreter).
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bnn_pyro"
+TESTS = Path(__file__).resolve().parent
 MAX_LINES = 400
 # The core: what every method builds on. It may not import a method.
 CORE = (
@@ -211,4 +212,77 @@ def test_the_checker_sees_a_foreign_private_name(tmp_path):
     assert uses == [
         "line 1: imports _helper from bnn_pyro.priors.base",
         "line 4: method._fit_data (defined in x)",
+    ]
+
+
+#: Test folders organised by concern rather than by module: the benchmark scripts and the UCI
+#: harness, the devices, the 2-process runs, the test data, Pyro's idioms, bad input and
+#: recovery. Their tests cut across the package; any other folder of tests/ mirrors one of it.
+BY_CONCERN = ("benchmarks", "devices", "distributed", "fixtures", "pyro_idioms", "reliability")
+#: The top-level tests of the whole package (``test_<name>.py``), not of one module.
+WHOLE_PACKAGE = (
+    "contract",
+    "docs",
+    "layout",
+    "new_method",
+    "notebooks",
+    "packaging",
+    "public_api",
+    "readme",
+    "user_pages",
+    "wheel",
+)
+
+
+def _misplaced_tests(tests: Path, package: Path) -> list[str]:
+    """Where ``tests`` stops mirroring ``package``: a folder holding files that is neither the
+    twin of a package folder (``tests/methods/vi`` of ``bnn_pyro/methods/vi``) nor inside a
+    folder by concern, and a top-level ``test_<name>.py`` that is neither of a top-level module
+    (``test_losses.py`` of ``losses.py``) nor of the whole package. A folder that a move left
+    with no file of its own (a ``__pycache__`` at most) holds no test and is passed over."""
+    bad = []
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        parts = folder.relative_to(tests).parts
+        if "__pycache__" in parts or parts[0].startswith(".") or parts[0] in BY_CONCERN:
+            continue
+        if any(f.is_file() for f in folder.iterdir()) and not package.joinpath(*parts).is_dir():
+            where = "/".join(parts)
+            bad.append(f"{tests.name}/{where}/ mirrors no {package.name}/{where}/")
+    for path in sorted(tests.glob("test_*.py")):
+        name = path.stem.removeprefix("test_")
+        if name not in WHOLE_PACKAGE and not (package / f"{name}.py").is_file():
+            bad.append(f"{tests.name}/{path.name} tests no module {package.name}/{name}.py")
+    return bad
+
+
+def test_the_tests_mirror_the_package():
+    """A test of ``bnn_pyro/<folder>/<module>.py`` lives in ``tests/<folder>/``, one of a
+    top-level module in ``tests/test_<module>.py``: whoever changes a module finds its tests
+    where the module is. A new folder of tests by concern goes into ``BY_CONCERN``."""
+    bad = _misplaced_tests(TESTS, PACKAGE)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_a_test_out_of_place(tmp_path):
+    """A folder with no package twin and a top-level test of no top-level module are caught; a
+    twin, a folder by concern (and what is under it), a top-level module's test, one of the
+    whole package's and a folder holding only a ``__pycache__`` are not."""
+    package = tmp_path / "bnn_pyro"
+    (package / "methods" / "vi").mkdir(parents=True)
+    (package / "losses.py").touch()
+    tests = tmp_path / "tests"
+    for name in (
+        "methods/vi/test_model.py",
+        "core/test_model.py",
+        "reliability/deep/test_x.py",
+        "old/__pycache__/test_y.pyc",
+        "test_losses.py",
+        "test_docs.py",
+        "test_metrics_ood.py",
+    ):
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).touch()
+    assert _misplaced_tests(tests, package) == [
+        "tests/core/ mirrors no bnn_pyro/core/",
+        "tests/test_metrics_ood.py tests no module bnn_pyro/metrics_ood.py",
     ]
