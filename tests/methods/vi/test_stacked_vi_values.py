@@ -166,6 +166,25 @@ def test_member_losses_are_each_members_own_loss(case, k):
     torch.testing.assert_close(got2, torch.stack(want2), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "case", sorted(c for c in CASES if c not in ("local reparameterization", "flipout", "dropout"))
+)
+def test_the_alpha_energy_of_each_member_is_its_own(case):
+    """``mode="alpha"`` with P particles: member k's energy is its own model's alpha energy
+    (its DirectLoss with ``alpha`` and ``particles``, itself checked against Pyro's vectorized
+    AlphaELBO) under its own generator's draws. Tolerance as above: float32 round-off."""
+    models, X, y = _members(case, 3)
+    seeds = [21, 22, 23]
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    got = StackedVI(models, gens, N, 0.7, mode="alpha", particles=3).member_losses(X, y)
+    want = []
+    for bnn, xk, yk, seed in zip(models, X, y, seeds, strict=True):
+        torch.manual_seed(seed)
+        own = direct_loss_for(bnn, alpha=0.5, particles=3)
+        want.append(own(xk, yk, dataset_size=N, kl_weight=0.7)[0])
+    torch.testing.assert_close(got, torch.stack(want), rtol=1e-5, atol=1e-4)
+
+
 def test_the_weight_space_estimator_is_used_outside_training_mode():
     """A local-reparameterization model in eval mode scores its sampled weights (the weight-
     space estimator), as its own DirectLoss does then; in training mode the two estimators

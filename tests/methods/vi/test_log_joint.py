@@ -1,0 +1,219 @@
+"""LogJoint, the model's log joint at given weights (one model or K stacked), term by term:
+against Pyro's own distributions on the same values, its refusals word for word, which priors
+it takes as one, its caches, and its tensors on the values' device (a ``meta`` default device
+standing in for a GPU).
+
+Tolerances: float64 values throughout, the same sums in another order, so 1e-12 relative."""
+
+from __future__ import annotations
+
+import pyro.distributions as dist
+import pytest
+import torch
+
+import bnn_pyro as bp
+from bnn_pyro.methods.vi.log_joint import LogJoint, _one_prior
+
+K, D = 3, 4
+
+
+def _bnns(likelihood=lambda k: bp.Gaussian(0.3 + 0.1 * k), prior=lambda k: None, k=K):
+    models = []
+    for i in range(k):
+        torch.manual_seed(i)
+        models.append(
+            bp.VariationalBNN(bp.nn.mlp(D, [5], 2), likelihood(i), prior=prior(i)).double()
+        )
+    return models
+
+
+def _values(bnns, lead=(K,), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        s.name: torch.randn(*lead, *s.shape, generator=g, dtype=torch.float64)
+        for s in bnns[0].evaluator.sites
+    }
+
+
+def _own_log_prior(bnn, values):
+    """Pyro's own density of one model's weights: each site's prior distribution, summed."""
+    from bnn_pyro.nn.pyro_net import site_prior
+
+    modules = dict(bnn.net.named_modules(prefix="net"))
+    total = 0.0
+    for s in bnn.evaluator.sites:
+        d = site_prior(
+            modules[f"net.{s.module_name}".rstrip(".")],
+            prior=bnn.prior,
+            param_name=s.param_name,
+            shape=s.shape,
+            name=s.name,
+        )
+        total = total + dist.Normal(d.mean, d.stddev).log_prob(values[s.name]).sum()
+    return total
+
+
+@pytest.mark.parametrize("particles", [0, 2])
+def test_the_stacked_prior_is_each_members_own(particles):
+    """K members with their own Normal priors (another loc and scale each), with and without
+    particles: row k (and particle p) is member k's prior density of its own values, as
+    ``torch.distributions.Normal`` scores them."""
+    bnns = _bnns(prior=lambda k: bp.IIDPrior(dist.Normal(0.1 * k, 0.5 + k)))
+    joint = LogJoint(bnns, stacked=True, particles=particles)
+    lead = (K, particles) if particles else (K,)
+    values = _values(bnns, lead)
+    got = joint.log_prior(values, values["net.0.weight"])
+    assert got.shape == lead
+    for k in range(K):
+        for p in range(particles or 1):
+            own = {n: v[k, p] if particles else v[k] for n, v in values.items()}
+            want = _own_log_prior(bnns[k], own)
+            torch.testing.assert_close(got[k, p] if particles else got[k], want, rtol=1e-12, atol=0)
+    assert all(kind == "normal" for kind, _ in joint.priors(values["net.0.weight"]).values())
+
+
+def test_one_models_prior_and_its_particles():
+    bnn = _bnns(k=1)[0]
+    one, particles = LogJoint([bnn], stacked=False), LogJoint([bnn], stacked=False, particles=3)
+    values = _values([bnn], ())
+    torch.testing.assert_close(one.log_prior(values, values["net.0.weight"]),
+                               _own_log_prior(bnn, values), rtol=1e-12, atol=0)  # fmt: skip
+    draws = _values([bnn], (3,), seed=1)
+    got = particles.log_prior(draws, draws["net.0.weight"])
+    want = [_own_log_prior(bnn, {n: v[p] for n, v in draws.items()}) for p in range(3)]
+    torch.testing.assert_close(got, torch.stack(want), rtol=1e-12, atol=0)
+    assert (one.lead, particles.lead, LogJoint(_bnns(), stacked=True, particles=2).lead) == (
+        0,
+        1,
+        2,
+    )
+
+
+def test_refusals_name_the_problem():
+    with pytest.raises(ValueError) as info:
+        LogJoint(_bnns(k=2), stacked=False)
+    assert str(info.value) == "one model's log joint takes one model"
+    mixed = _bnns(likelihood=lambda k: bp.Gaussian(0.3) if k == 0 else bp.Bernoulli(), k=2)
+    with pytest.raises(ValueError) as info:
+        LogJoint(mixed, stacked=True)
+    assert str(info.value) == "the models' likelihoods must be of one class"
+
+
+def test_which_priors_count_as_one():
+    """One object, or equal settings; other settings, settings that hold several-element
+    tensors, or settings that cannot be written out count as the members' own."""
+    a = bp.IIDPrior(dist.Laplace(0.0, 1.0))
+    assert _one_prior([a, a]) and _one_prior([a, bp.IIDPrior(dist.Laplace(0.0, 1.0))])
+    assert not _one_prior([a, bp.IIDPrior(dist.Laplace(0.0, 2.0))])
+    assert not _one_prior([bp.IIDPrior(dist.Laplace(0.0, 2.0)), a, a])  # the first against all
+
+    class Vector(bp.IIDPrior):  # settings with a two-element tensor: no one truth value
+        def config(self):
+            return {"loc": torch.zeros(2)}
+
+    assert not _one_prior([Vector(dist.Normal(0.0, 1.0)), Vector(dist.Normal(0.0, 1.0))])
+
+    class Unwritable(bp.IIDPrior):
+        def config(self):
+            raise ValueError("cannot be saved")
+
+    assert not _one_prior([Unwritable(dist.Normal(0.0, 1.0)), Unwritable(dist.Normal(0.0, 1.0))])
+    laplace = _bnns(prior=lambda k: bp.IIDPrior(dist.Laplace(0.0, 1.0)))
+    assert LogJoint(laplace, stacked=True).one_prior
+    own = _bnns(prior=lambda k: bp.IIDPrior(dist.Laplace(0.0, 1.0 + k)))
+    assert not LogJoint(own, stacked=True).one_prior
+    values = _values(own)
+    got = LogJoint(own, stacked=True).log_prior(values, values["net.0.weight"])
+    from bnn_pyro.nn.pyro_net import site_prior
+
+    for k, bnn in enumerate(own):
+        modules = dict(bnn.net.named_modules(prefix="net"))
+        want = sum(
+            site_prior(modules[f"net.{s.module_name}"], prior=bnn.prior, param_name=s.param_name,
+                       shape=s.shape, name=s.name).log_prob(values[s.name][k]).sum()
+            for s in bnn.evaluator.sites
+        )  # fmt: skip
+        torch.testing.assert_close(got[k], want, rtol=1e-12, atol=0)
+
+
+def test_the_priors_are_read_once_per_device_dtype_and_prior():
+    """Fixed priors are kept (site_priors is not called again), per dtype and per prior
+    object: a dtype of its own gets constants of its own, and another prior object is read
+    anew (the distributions themselves are the prior's, cached on the layers)."""
+    bnns = _bnns()
+    joint = LogJoint(bnns, stacked=True)
+    calls = []
+    read = joint.site_priors
+    joint.site_priors = lambda site: calls.append(site.name) or read(site)
+    values = _values(bnns)
+    first = joint.log_prior(values, values["net.0.weight"])
+    sites = len(calls)
+    again = joint.log_prior(values, values["net.0.weight"])
+    assert len(calls) == sites and torch.equal(first, again)
+    single = {n: v.float() for n, v in values.items()}
+    assert joint.log_prior(single, single["net.0.weight"]).dtype == torch.float32
+    assert len(calls) == 2 * sites
+    bnns[1].prior = bp.IIDPrior(dist.Normal(0.0, 1.0))
+    joint.log_prior(values, values["net.0.weight"])
+    assert len(calls) == 3 * sites
+
+
+def test_the_members_fixed_noise_is_stacked_once():
+    calls = []
+
+    class Counted(bp.Gaussian):
+        def fixed_latents(self, f):
+            calls.append(f.shape)
+            return super().fixed_latents(f)
+
+    bnns = _bnns(likelihood=lambda k: Counted(0.2 + 0.1 * k))
+    joint = LogJoint(bnns, stacked=True)
+    f, y = torch.randn(K, 5, 2, dtype=torch.float64), torch.randn(K, 5, 2, dtype=torch.float64)
+    first = joint.row_log_likelihood(f, y, {})
+    assert len(calls) == K
+    torch.testing.assert_close(joint.row_log_likelihood(f, y, {}), first, rtol=0, atol=0)
+    assert len(calls) == K
+    for k in range(K):
+        want = dist.Normal(f[k], 0.2 + 0.1 * k).log_prob(y[k]).sum(-1)
+        torch.testing.assert_close(first[k], want, rtol=1e-12, atol=0)
+
+
+def test_a_learned_noise_with_particles_is_each_draws_own():
+    """K members x P particles of a learned noise ``(K, P, O)``: row ``k * P + p`` of the
+    rows' log-likelihood is scored at draw ``(k, p)``, and the latent term is each draw's
+    prior density."""
+    bnns = _bnns(likelihood=lambda k: bp.Gaussian("learned"))
+    joint = LogJoint(bnns, stacked=True, particles=2)
+    g = torch.Generator().manual_seed(3)
+    noise = torch.rand(K, 2, 2, generator=g, dtype=torch.float64) + 0.5
+    f = torch.randn(K * 2, 5, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(K * 2, 5, 2, generator=g, dtype=torch.float64)
+    values = {**_values(bnns, (K, 2)), "likelihood.scale": noise}
+    rows = joint.row_log_likelihood(f, y, values)
+    latent, _ = joint.latent_terms(values, f)
+    assert rows.shape == (K * 2, 5) and latent.shape == (K, 2)
+    for k in range(K):
+        for p in range(2):
+            want = dist.Normal(f[k * 2 + p], noise[k, p]).log_prob(y[k * 2 + p]).sum(-1)
+            torch.testing.assert_close(rows[k * 2 + p], want, rtol=1e-12, atol=0)
+            prior = bnns[k].likelihood.noise_prior(f).log_prob(noise[k, p])
+            torch.testing.assert_close(latent[k, p], prior, rtol=1e-12, atol=0)
+
+
+def test_its_tensors_follow_the_values_not_the_default_device():
+    """The stacked prior constants and the latent term are made on the values' device and
+    dtype: under a ``meta`` default device the same float64 CPU numbers as outside it."""
+    bnns = _bnns(likelihood=lambda k: bp.Gaussian("learned"))
+    values = {**_values(bnns), "likelihood.scale": torch.full((K, 2), 0.7, dtype=torch.float64)}
+    f = torch.zeros(K, 5, 2, dtype=torch.float64)
+
+    def terms():
+        joint = LogJoint(bnns, stacked=True)
+        return joint.log_prior(values, f), joint.latent_terms(values, f)[0]
+
+    want = terms()
+    with torch.device("meta"):
+        got = terms()
+    for a, b in zip(got, want, strict=True):
+        assert a.device.type == "cpu" and a.dtype == torch.float64
+        assert torch.equal(a, b)
