@@ -263,18 +263,6 @@ class FastTrace_ELBO(ChecksDirectLoss, _RecordsNLL, Trace_ELBO):
         self.last_nll = nll / self.num_particles
         return loss / self.num_particles
 
-    def direct_from(self, make: Callable[..., Any]) -> Any:
-        """The direct loss this ELBO asks ``make`` (the method's ``fast_loss``) for: one
-        particle's, ``None`` for several (a subclass with an objective of its own asks for it)."""
-        if self.num_particles != 1:
-            return None
-        return make(self._stl, analytic_kl=True) if self._analytic_kl else make(self._stl)
-
-    @property
-    def uses_direct_loss(self) -> bool:
-        """Whether the method's plain-torch loss passed the first call's check and is used."""
-        return bool(self._direct)
-
     def _without_direct(self, model: Any, guide: Any, args: Any, kwargs: Any) -> torch.Tensor:
         if self.fast:
             loss = self._fast_loss(model, guide, args, kwargs)

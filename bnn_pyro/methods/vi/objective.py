@@ -71,18 +71,18 @@ class VIObjective:
         particles: the alpha energy's draws per model and step (``P >= 2``; 0 otherwise).
 
     Example:
-        >>> import bnn_pyro as bp, pyro
-        >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
-        >>> X, y = torch.randn(8, 2), torch.randn(8, 1)
-        >>> bnn.setup_guide(X, y)
-        >>> g = bnn.guide
-        >>> locs = [g.locs[g.param_key(s.name)] for s in g.site_specs]
-        >>> rhos = [g.rhos[g.param_key(s.name)] for s in g.site_specs]
-        >>> pyro.set_rng_seed(0); loss, nll = VIObjective([bnn])(locs, rhos, X, y, 8)
-        >>> pyro.set_rng_seed(0)
-        >>> ref = pyro.infer.Trace_ELBO().differentiable_loss(bnn.model, bnn.guide, X, y, 8)
-        >>> bool(torch.isclose(loss, ref))
-        True
+        >>> import bnn_pyro as bp
+        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5)) for _ in range(2)]
+        >>> X, y = torch.randn(2, 8, 2), torch.randn(2, 8, 1)  # one minibatch per member
+        >>> for bnn, x, t in zip(bnns, X, y):
+        ...     bnn.setup_guide(x, t)
+        >>> guides, specs = [b.guide for b in bnns], bnns[0].guide.site_specs
+        >>> locs = [torch.stack([g.locs[g.param_key(s.name)] for g in guides]) for s in specs]
+        >>> rhos = [torch.stack([g.rhos[g.param_key(s.name)] for g in guides]) for s in specs]
+        >>> gens = [torch.Generator().manual_seed(k) for k in range(2)]
+        >>> loss, nll = VIObjective(bnns, gens, mode="meanfield")(locs, rhos, X, y, 64)
+        >>> loss.shape, nll.shape
+        (torch.Size([2]), torch.Size([2]))
     """
 
     def __init__(
