@@ -178,8 +178,6 @@ class LogJoint:
         if not self.stacked:
             return self.bnns[0].likelihood.log_prob(f, y, latents or {})
         noise = next((v for n, v in values.items() if n not in self.paths), None)
-        if noise is not None and self.particles:
-            noise = noise.flatten(0, 1)
         lik = self.bnns[0].likelihood
         return row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents)
 

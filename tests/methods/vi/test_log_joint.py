@@ -82,11 +82,8 @@ def test_one_models_prior_and_its_particles():
     got = particles.log_prior(draws, draws["net.0.weight"])
     want = [_own_log_prior(bnn, {n: v[p] for n, v in draws.items()}) for p in range(3)]
     torch.testing.assert_close(got, torch.stack(want), rtol=1e-12, atol=0)
-    assert (one.lead, particles.lead, LogJoint(_bnns(), stacked=True, particles=2).lead) == (
-        0,
-        1,
-        2,
-    )
+    leads = [one.lead, particles.lead, LogJoint([bnn], stacked=False, particles=1).lead]
+    assert leads + [LogJoint(_bnns(), stacked=True, particles=2).lead] == [0, 1, 1, 2]
 
 
 def test_refusals_name_the_problem():
@@ -117,7 +114,9 @@ def test_which_priors_count_as_one():
         def config(self):
             raise ValueError("cannot be saved")
 
-    assert not _one_prior([Unwritable(dist.Normal(0.0, 1.0)), Unwritable(dist.Normal(0.0, 1.0))])
+    unwritable = Unwritable(dist.Normal(0.0, 1.0))
+    assert not _one_prior([unwritable, Unwritable(dist.Normal(0.0, 1.0))])
+    assert _one_prior([unwritable, unwritable])  # one object: its settings are not read
     laplace = _bnns(prior=lambda k: bp.IIDPrior(dist.Laplace(0.0, 1.0)))
     assert LogJoint(laplace, stacked=True).one_prior
     own = _bnns(prior=lambda k: bp.IIDPrior(dist.Laplace(0.0, 1.0 + k)))
@@ -217,3 +216,23 @@ def test_its_tensors_follow_the_values_not_the_default_device():
     for a, b in zip(got, want, strict=True):
         assert a.device.type == "cpu" and a.dtype == torch.float64
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_latent_score_is_told_whose_value_it_scores(stacked):
+    """``latent_terms(score=...)`` (the mean-field objective's KL of a learned noise) hands the
+    score member k's value with ``k`` (``None`` for one model), and stacks what it returns."""
+    bnns = _bnns(likelihood=lambda k: bp.Gaussian("learned"), k=K if stacked else 1)
+    joint = LogJoint(bnns, stacked=stacked)
+    noise = torch.rand(K, 2, dtype=torch.float64) + 0.5
+    values = {"likelihood.scale": noise if stacked else noise[0]}
+    seen = []
+
+    def score(k, name, prior, value):
+        seen.append((k, name))
+        return value.sum()
+
+    term, _ = joint.latent_terms(values, torch.zeros(5, 2, dtype=torch.float64), score)
+    members = list(range(K)) if stacked else [None]
+    assert seen == [(k, "likelihood.scale") for k in members]
+    torch.testing.assert_close(term, noise.sum(-1) if stacked else noise[0].sum())
