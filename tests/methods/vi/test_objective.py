@@ -1,0 +1,100 @@
+"""VIObjective called directly: its defaults (the ELBO at kl_weight 1), its refusals word for
+word, a parameter list that does not match the guide's sites, and its draws on the parameters'
+device whatever the default device (``meta`` standing in for a GPU). Its values against Pyro's
+ELBOs and against each member's own fit are in ``test_fast_loss.py`` and ``test_stacked_vi*.py``.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pytest
+import torch
+
+import bnn_pyro as bp
+from bnn_pyro.methods.vi.objective import MODES, VIObjective
+
+
+def _models(k: int, likelihood=lambda: bp.Gaussian("learned")):
+    models = []
+    X = torch.randn(k, 16, 3, dtype=torch.float64)
+    y = X[..., :1] - X[..., 1:2]
+    for i in range(k):
+        torch.manual_seed(i)
+        bnn = bp.VariationalBNN(bp.nn.mlp(3, [4], 1), likelihood()).double()
+        bnn.setup_guide(X[i], y[i], (X[i], y[i]))
+        models.append(bnn)
+    return models, X, y
+
+
+def _params(models, stacked: bool):
+    guides, specs = [b.guide for b in models], models[0].guide.site_specs
+    locs = [[g.locs[g.param_key(s.name)] for g in guides] for s in specs]
+    rhos = [[g.rhos[g.param_key(s.name)] for g in guides] for s in specs]
+    if not stacked:
+        return [t[0] for t in locs], [t[0] for t in rhos]
+    return [torch.stack(t) for t in locs], [torch.stack(t) for t in rhos]
+
+
+def test_the_defaults_are_the_elbo_at_kl_weight_one():
+    """Left unset, the mode is Trace_ELBO's estimator and the KL weight 1: the same number as
+    ``mode="trace", kl_weight=1.0`` under the same draws, and another at kl_weight 2."""
+    models, X, y = _models(1)
+    locs, rhos = _params(models, False)
+
+    def loss(**kw):
+        pyro.set_rng_seed(0)
+        return VIObjective(models, **kw.pop("build", {}))(locs, rhos, X[0], y[0], 64, **kw)[0]
+
+    default = loss()
+    assert torch.equal(default, loss(build={"mode": "trace"}, kl_weight=1.0))
+    assert not torch.equal(default, loss(kl_weight=2.0))
+    assert MODES == ("trace", "stl", "meanfield", "alpha")
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (dict(mode="renyi"),
+         "mode must be one of ('trace', 'stl', 'meanfield', 'alpha'), got 'renyi'"),
+        (dict(mode="trace", particles=3), "mode='trace' draws one particle, got particles=3"),
+        (dict(mode="alpha", particles=1), "num_particles must be an int >= 2, got 1"),
+        (dict(k=2), "K stacked models need one generator each (generators=)"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_problem(build, message):
+    models, _, _ = _models(build.pop("k", 1))
+    with pytest.raises(ValueError) as info:
+        VIObjective(models, **build)
+    assert str(info.value) == message
+
+
+def test_a_parameter_list_that_misses_a_site_is_refused():
+    """One ``loc`` and one ``rho`` per guide site, in order: a list one short is an error, not
+    a loss without that site."""
+    models, X, y = _models(1)
+    locs, rhos = _params(models, False)
+    with pytest.raises(ValueError, match="zip"):
+        VIObjective(models)(locs[:-1], rhos[:-1], X[0], y[0], 64)
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+@pytest.mark.parametrize("mode", ["trace", "alpha"])
+def test_the_draws_follow_the_parameters_not_the_default_device(stacked, mode):
+    """Under a ``meta`` default device the loss is the same float64 CPU number as outside it:
+    every ``eps`` is drawn on the parameters' device (one model's from the global generator,
+    stacked members' from theirs)."""
+    models, X, y = _models(2 if stacked else 1)
+    locs, rhos = _params(models, stacked)
+    particles = 3 if mode == "alpha" else 0
+
+    def loss():
+        gens = [torch.Generator().manual_seed(s) for s in (4, 5)] if stacked else None
+        objective = VIObjective(models, gens, mode=mode, particles=particles)
+        pyro.set_rng_seed(0)
+        return objective(locs, rhos, X if stacked else X[0], y if stacked else y[0], 64)[0]
+
+    want = loss()
+    with torch.device("meta"):
+        got = loss()
+    assert got.device.type == "cpu" and got.dtype == torch.float64
+    assert torch.equal(got, want)
