@@ -76,7 +76,8 @@ class LogJoint:
         ]
 
     def priors(self, like: torch.Tensor) -> dict[str, tuple]:
-        """Per net site, ``("normal", (loc0, scale0, log_norm, log(scale0)))`` where every
+        """Per net site, ``("normal", (loc0, 1 / (2 scale0^2), the site's normaliser
+        size * log(scale0 sqrt(2 pi)), log(scale0)))`` where every
         member's prior is the library's ``SharedNormal`` (one loc and scale for the layer: one
         model's as numbers, K members' as ``(K,)`` tensors viewed to broadcast against the
         site's values and their sums), else ``("any", distributions)``. Kept per device,
@@ -93,7 +94,10 @@ class LogJoint:
             if not all(type(b) is SharedNormal for b in bases):
                 out[site.name] = ("any", priors)
                 continue
-            rows = [(b.loc0, b.scale0, b.log_norm, math.log(b.scale0)) for b in bases]
+            size = site.shape.numel()
+            rows = [
+                (b.loc0, 0.5 / b.scale0**2, size * b.log_norm, math.log(b.scale0)) for b in bases
+            ]
             if self.stacked:  # viewed: the loc against the values, the rest against their sums
                 cols = [
                     torch.tensor(c, dtype=like.dtype, device=like.device)
@@ -120,10 +124,9 @@ class LogJoint:
                 else:
                     log_p = log_p + self.each(self.site_log_prob, c, w)
                 continue
-            m, s, norm, _ = c
+            m, half_precision, norm, _ = c
             centred = w if isinstance(m, float) and m == 0.0 else w - m
-            size = w.shape[self.lead :].numel()
-            log_p = log_p - 0.5 / s**2 * sum_sq(centred, self.lead) - size * norm
+            log_p = log_p - half_precision * sum_sq(centred, self.lead) - norm
         return log_p
 
     def site_log_prob(self, d: Any, value: torch.Tensor) -> torch.Tensor:

@@ -126,6 +126,8 @@ class VIObjective:
         """Standard normal noise for a site whose ``loc`` is given (one model: the site's shape,
         from the global generator; stacked: ``(K, *shape)``, or ``(K, P, *shape)``, member k's
         from ``generators[k]``)."""
+        if self.generators is None and not self.particles:
+            return torch.randn_like(loc)  # (a shape of its own costs more to parse)
         extra = (self.particles,) if self.particles else ()
         if self.generators is None:
             return torch.randn(extra + loc.shape, dtype=loc.dtype, device=loc.device)
@@ -190,10 +192,10 @@ class VIObjective:
                     *(values[site.name], loc, scale),
                 )
                 continue
-            m, s, _, log_s = c
+            m, half_precision, _, log_s = c
             centred = loc if isinstance(m, float) and m == 0.0 else loc - m
             n = loc.shape[lead:].numel()
-            quad = 0.5 / s**2 * (sum_sq(scale, lead) + sum_sq(centred, lead))
+            quad = half_precision * (sum_sq(scale, lead) + sum_sq(centred, lead))
             kl = kl + (quad - sum_site(scale.log(), lead) + n * (log_s - 0.5))
         return kl
 
