@@ -62,7 +62,8 @@ class LogJoint:
         self.paths = dict(first.evaluator.paths)
         self.lead = int(self.stacked) + int(self.particles > 0)
         self._modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
-        self.one_prior = _one_prior([b.prior for b in self.bnns])
+        self.one_prior = _one_setting([b.prior for b in self.bnns])
+        self.one_likelihood = _one_setting([b.likelihood for b in self.bnns])
         self._priors: dict[tuple, dict[str, tuple]] = {}  # see priors
         self._fixed_latents: dict[tuple, dict[str, torch.Tensor]] = {}  # row_log_likelihood's
 
@@ -151,22 +152,25 @@ class LogJoint:
         over each site (or ``score(k, name, prior, value)``, member ``k`` or ``None`` for one
         model), and one model's ``{site: value}`` as its likelihood reads them."""
         names = [n for n in values if n not in self.paths]
+        # members with one likelihood score their latents in one pass, the values stacked
+        whole = not self.stacked or (score is None and self.one_likelihood)
         terms, latents = [], {}
-        for k in range(len(self.bnns)) if self.stacked else [None]:
+        for k in [None] if whole else range(len(self.bnns)):
             replay = {
                 n: {"value": values[n] if k is None else values[n][k], "infer": {}} for n in names
             }
             with Recorder(replay) as recorder:
                 latents = self.bnns[k or 0].likelihood.sample_latents(f)
             term: Any = torch.zeros((), dtype=f.dtype, device=f.device)
+            lead = self.lead if k is None else self.lead - 1
             for name, site in recorder.sites.items():
                 value = replay[name]["value"]
                 if score is not None:
                     term = term + score(k, name, site["fn"], value)
-                else:
-                    term = term + self.site_log_prob(site["fn"], value)
+                else:  # (summed over the site: each member's and particle's own)
+                    term = term + sum_site(site["fn"].log_prob(value), lead)
             terms.append(term)
-        return terms[0] if not self.stacked else torch.stack(terms), latents
+        return terms[0] if whole else torch.stack(terms), latents
 
     def row_log_likelihood(
         self,
@@ -185,13 +189,14 @@ class LogJoint:
         return row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents)
 
 
-def _one_prior(priors: Sequence[Any]) -> bool:
-    """Whether the priors are one: the same object, or equal settings (a prior whose settings
-    cannot be written out, e.g. one typed by a custom layer class, counts as its own)."""
-    if all(p is priors[0] for p in priors):
+def _one_setting(parts: Sequence[Any]) -> bool:
+    """Whether the priors (or likelihoods) are one: the same object, or equal settings (one whose
+    settings cannot be written out, e.g. a prior typed by a custom layer class, counts as its
+    own)."""
+    if all(p is parts[0] for p in parts):
         return True
     try:
-        configs = [p.config() for p in priors]
+        configs = [p.config() for p in parts]
         return all(bool(c == configs[0]) for c in configs)
     except (ValueError, RuntimeError):  # (settings holding tensors of several elements)
         return False

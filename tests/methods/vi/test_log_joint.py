@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import bnn_pyro as bp
-from bnn_pyro.methods.vi.log_joint import LogJoint, _one_prior
+from bnn_pyro.methods.vi.log_joint import LogJoint, _one_setting
 
 K, D = 3, 4
 
@@ -100,23 +100,23 @@ def test_which_priors_count_as_one():
     """One object, or equal settings; other settings, settings that hold several-element
     tensors, or settings that cannot be written out count as the members' own."""
     a = bp.IIDPrior(dist.Laplace(0.0, 1.0))
-    assert _one_prior([a, a]) and _one_prior([a, bp.IIDPrior(dist.Laplace(0.0, 1.0))])
-    assert not _one_prior([a, bp.IIDPrior(dist.Laplace(0.0, 2.0))])
-    assert not _one_prior([bp.IIDPrior(dist.Laplace(0.0, 2.0)), a, a])  # the first against all
+    assert _one_setting([a, a]) and _one_setting([a, bp.IIDPrior(dist.Laplace(0.0, 1.0))])
+    assert not _one_setting([a, bp.IIDPrior(dist.Laplace(0.0, 2.0))])
+    assert not _one_setting([bp.IIDPrior(dist.Laplace(0.0, 2.0)), a, a])  # the first against all
 
     class Vector(bp.IIDPrior):  # settings with a two-element tensor: no one truth value
         def config(self):
             return {"loc": torch.zeros(2)}
 
-    assert not _one_prior([Vector(dist.Normal(0.0, 1.0)), Vector(dist.Normal(0.0, 1.0))])
+    assert not _one_setting([Vector(dist.Normal(0.0, 1.0)), Vector(dist.Normal(0.0, 1.0))])
 
     class Unwritable(bp.IIDPrior):
         def config(self):
             raise ValueError("cannot be saved")
 
     unwritable = Unwritable(dist.Normal(0.0, 1.0))
-    assert not _one_prior([unwritable, Unwritable(dist.Normal(0.0, 1.0))])
-    assert _one_prior([unwritable, unwritable])  # one object: its settings are not read
+    assert not _one_setting([unwritable, Unwritable(dist.Normal(0.0, 1.0))])
+    assert _one_setting([unwritable, unwritable])  # one object: its settings are not read
     laplace = _bnns(prior=lambda k: bp.IIDPrior(dist.Laplace(0.0, 1.0)))
     assert LogJoint(laplace, stacked=True).one_prior
     own = _bnns(prior=lambda k: bp.IIDPrior(dist.Laplace(0.0, 1.0 + k)))
@@ -177,12 +177,20 @@ def test_the_members_fixed_noise_is_stacked_once():
         torch.testing.assert_close(first[k], want, rtol=1e-12, atol=0)
 
 
-def test_a_learned_noise_with_particles_is_each_draws_own():
+@pytest.mark.parametrize("own", [False, True], ids=["one noise prior", "one each"])
+def test_a_learned_noise_with_particles_is_each_draws_own(own):
     """K members x P particles of a learned noise ``(K, P, O)``: row ``k * P + p`` of the
     rows' log-likelihood is scored at draw ``(k, p)``, and the latent term is each draw's
-    prior density."""
-    bnns = _bnns(likelihood=lambda k: bp.Gaussian("learned"))
+    prior density: in one pass where the members' likelihoods are one, member by member where
+    each has its own noise prior."""
+
+    def likelihood(k):
+        scale_prior = dist.LogNormal(0.0, 0.5 + k) if own else None
+        return bp.Gaussian("learned", **({"scale_prior": scale_prior} if own else {}))
+
+    bnns = _bnns(likelihood=likelihood)
     joint = LogJoint(bnns, stacked=True, particles=2)
+    assert joint.one_likelihood is not own
     g = torch.Generator().manual_seed(3)
     noise = torch.rand(K, 2, 2, generator=g, dtype=torch.float64) + 0.5
     f = torch.randn(K * 2, 5, 2, generator=g, dtype=torch.float64)
