@@ -190,7 +190,7 @@ def test_a_learned_noise_with_particles_is_each_draws_own(own):
 
     bnns = _bnns(likelihood=likelihood)
     joint = LogJoint(bnns, stacked=True, particles=2)
-    assert joint.one_likelihood is not own
+    assert joint.one_likelihood is (not own)
     g = torch.Generator().manual_seed(3)
     noise = torch.rand(K, 2, 2, generator=g, dtype=torch.float64) + 0.5
     f = torch.randn(K * 2, 5, 2, generator=g, dtype=torch.float64)
