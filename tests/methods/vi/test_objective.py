@@ -62,6 +62,7 @@ def test_the_defaults_are_the_elbo_at_kl_weight_one():
     ],
 )  # fmt: skip
 def test_refusals_name_the_problem(build, message):
+    build = dict(build)  # (the parameter is shared by every run of the test: not popped)
     models, _, _ = _models(build.pop("k", 1))
     with pytest.raises(ValueError) as info:
         VIObjective(models, **build)
