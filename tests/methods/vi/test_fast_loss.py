@@ -66,8 +66,24 @@ class _Contaminated(bp.Gaussian):
         return f, 0.2 + (c.unsqueeze(-1) if c.dim() else c)
 
 
+class _TwoLatents(bp.Gaussian):
+    """A user's Gaussian with two latents of its own, one on the unit interval and one
+    positive (a sigmoid site, then a LogNormal one): each drawn and scored in its turn."""
+
+    def sample_latents(self, f):
+        beta, lognormal = pyro.distributions.Beta(2.0, 2.0), pyro.distributions.LogNormal(0.0, 0.5)
+        return {
+            "likelihood.c": pyro.sample("likelihood.c", beta),
+            "likelihood.s": pyro.sample("likelihood.s", lognormal),
+        }
+
+    def loc_scale(self, f, latents):
+        return f, 0.2 + latents["likelihood.c"] * latents["likelihood.s"]
+
+
 CASES = {
     "a latent on the unit interval": (_Contaminated, None, "regression"),
+    "two latents of a user's likelihood": (_TwoLatents, None, "regression"),
     "gaussian": (lambda: bp.Gaussian(0.3), None, "regression"),
     "learned noise": (lambda: bp.Gaussian("learned"), None, "regression"),
     "categorical": (bp.Categorical, None, "categorical"),
@@ -160,7 +176,13 @@ def test_direct_loss_is_pyros_elbo_under_the_same_draws(case, kl_weight, referen
 
 @pytest.mark.parametrize("kl_weight", [1.0, 0.3])
 @pytest.mark.parametrize(
-    "case", sorted(c for c in CASES if len(CASES[c]) == 3 and c != "a latent on the unit interval")
+    "case",
+    sorted(
+        c
+        for c in CASES
+        if len(CASES[c]) == 3
+        and c not in ("a latent on the unit interval", "two latents of a user's likelihood")
+    ),
 )
 def test_the_direct_alpha_energy_is_the_alpha_elbo_under_the_same_draws(case, kl_weight):
     """``alpha`` with ``particles``: the black-box alpha energy of ``AlphaELBO``, whose P draws
