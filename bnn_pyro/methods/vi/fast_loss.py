@@ -72,10 +72,11 @@ class DirectLoss:
             raise ValueError("stl, analytic_kl and alpha are different objectives: choose one")
         self.bnn, self.stl, self.analytic_kl = bnn, stl, analytic_kl
         self.params = [p for p in bnn.parameters() if p.requires_grad]
-        mode = "stl" if stl else "meanfield" if analytic_kl else "trace"
-        if alpha is not None:
+        if alpha is None:
+            mode, options = ("stl" if stl else "meanfield" if analytic_kl else "trace"), {}
+        else:
             mode, options = "alpha", {"alpha": alpha, "particles": particles}
-        self.objective = VIObjective([bnn], mode=mode, **(options if alpha is not None else {}))
+        self.objective = VIObjective([bnn], mode=mode, **options)
         guide = bnn.guide
         keys = [guide.param_key(spec.name) for spec in guide.site_specs]
         self._locs = [guide.locs[k] for k in keys]

@@ -77,11 +77,11 @@ class LogJoint:
         ]
 
     def priors(self, like: torch.Tensor) -> dict[str, tuple]:
-        """Per net site, ``("normal", (loc0, 1 / (2 scale0^2), the site's normaliser
-        size * log(scale0 sqrt(2 pi)), log(scale0)))`` where every
-        member's prior is the library's ``SharedNormal`` (one loc and scale for the layer: one
-        model's as numbers, K members' as ``(K,)`` tensors viewed to broadcast against the
-        site's values and their sums), else ``("any", distributions)``. Kept per device,
+        """Per net site, ``("normal", (loc0, 1 / (2 scale0^2), size * log(scale0 sqrt(2 pi)),
+        log(scale0)))`` (the last two: the site's normaliser and its prior's log scale) where
+        every member's prior is the library's ``SharedNormal`` (one loc and scale for the
+        layer: one model's as numbers, K members' as ``(K,)`` tensors viewed to broadcast
+        against the site's values and their sums), else ``("any", distributions)``. Kept per device,
         dtype and prior objects where every prior is fixed (as the priors keep their own
         distributions); a learned prior's are read afresh, as it changes every step."""
         key = (like.device, like.dtype, *(id(b.prior) for b in self.bnns))

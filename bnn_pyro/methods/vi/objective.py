@@ -107,6 +107,7 @@ class VIObjective:
         first = self.bnns[0]
         self.guide = first.guide
         self.specs = list(first.guide.site_specs)
+        self._specs = {s.name: s for s in self.specs}
         self.joint = LogJoint(self.bnns, self.generators is not None, self.particles)
         self._paths = self.joint.paths
         self._twin = first.evaluator.twin
@@ -185,7 +186,7 @@ class VIObjective:
             kind, c = constants[site.name]
             loc, scale = params[site.name]
             if kind == "any":
-                spec = next(s for s in self.specs if s.name == site.name)
+                spec = self._specs[site.name]
                 kl = kl + self.joint.each(
                     lambda p, v, m, s, spec=spec: _site_kl(self._q(spec, m, s), p, v),
                     c,
@@ -206,7 +207,7 @@ class VIObjective:
         ``log p``)."""
         if self.mode != "meanfield":
             return None
-        specs = {s.name: s for s in self.specs}
+        specs = self._specs
 
         def score(k: int | None, name: str, prior: Any, value: torch.Tensor) -> torch.Tensor:
             loc, scale = (t if k is None else t[k] for t in params[name])
