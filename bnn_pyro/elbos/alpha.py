@@ -28,7 +28,6 @@ model of this library has).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,7 +36,6 @@ from pyro.infer import Trace_ELBO
 from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._checks import check_float, check_int
-from bnn_pyro.elbos.trace import ChecksDirectLoss
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -57,9 +55,46 @@ DEFAULT_ALPHA = 0.5
 _PARTICLES = "num_particles_vectorized"  # the name of Pyro's particle plate
 
 
-class _AlphaEnergy(Trace_ELBO):
-    """The black-box alpha energy from Pyro's vectorized traces (what :class:`AlphaELBO` checks a
-    method's plain-torch loss against, and runs where there is none)."""
+class AlphaELBO(Trace_ELBO):
+    """The black-box alpha energy as a Pyro ELBO (see the module docstring).
+
+    Args:
+        alpha: the divergence's ``alpha`` in ``(0, 1]`` (0.5: Hernandez-Lobato et al.'s and Li &
+            Gal's choice; near 0 it is ``Trace_ELBO``).
+        num_particles: ``P >= 2`` joint draws per step, vectorized.
+        max_plate_nesting: plates in the model besides the particles' (1: the data plate).
+
+    ``last_nll`` is minus the ``N / B``-scaled data term (what ``fit`` reports as ``nll``).
+
+    Example:
+        >>> import pyro, pyro.distributions as dist
+        >>> def model(y):
+        ...     w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        ...     with pyro.plate("data", len(y)):
+        ...         pyro.sample("obs", dist.Normal(w, 1.0), obs=y)
+        >>> loc = torch.tensor(0.3, requires_grad=True)
+        >>> def guide(y):
+        ...     pyro.sample("w", dist.Normal(loc, 0.5))
+        >>> loss = AlphaELBO(0.5, num_particles=20).differentiable_loss(model, guide, torch.ones(4))
+        >>> loss.shape, loss.requires_grad
+        (torch.Size([]), True)
+    """
+
+    def __init__(
+        self,
+        alpha: float = DEFAULT_ALPHA,
+        num_particles: int = DEFAULT_PARTICLES,
+        max_plate_nesting: int = 1,
+    ):
+        alpha, num_particles = check_alpha(alpha, num_particles)
+        max_plate_nesting = check_int("max_plate_nesting", max_plate_nesting, minimum=1)
+        super().__init__(
+            num_particles=num_particles,
+            vectorize_particles=True,
+            max_plate_nesting=max_plate_nesting,
+        )
+        self.alpha = alpha
+        self.last_nll = torch.tensor(float("nan"))
 
     def _energy(self, model_trace: Any, guide_trace: Any) -> torch.Tensor:
         """``L_alpha`` from one vectorized trace pair (log-densities computed)."""
@@ -103,58 +138,6 @@ class _AlphaEnergy(Trace_ELBO):
         if loss.requires_grad:
             loss.backward()
         return float(loss.detach())
-
-
-class AlphaELBO(ChecksDirectLoss, _AlphaEnergy):
-    """The black-box alpha energy as a Pyro ELBO (see the module docstring).
-
-    Args:
-        alpha: the divergence's ``alpha`` in ``(0, 1]`` (0.5: Hernandez-Lobato et al.'s and Li &
-            Gal's choice; near 0 it is ``Trace_ELBO``).
-        num_particles: ``P >= 2`` joint draws per step, vectorized.
-        max_plate_nesting: plates in the model besides the particles' (1: the data plate).
-        fast_loss: a method's plain-torch energy (its ``fast_loss``, asked with ``alpha`` and
-            ``particles``), checked against this ELBO on the first call under the same draws
-            and used from then on only if the two agree
-            (:class:`~bnn_pyro.elbos.trace.ChecksDirectLoss`).
-
-    ``last_nll`` is minus the ``N / B``-scaled data term (what ``fit`` reports as ``nll``).
-
-    Example:
-        >>> import pyro, pyro.distributions as dist
-        >>> def model(y):
-        ...     w = pyro.sample("w", dist.Normal(0.0, 1.0))
-        ...     with pyro.plate("data", len(y)):
-        ...         pyro.sample("obs", dist.Normal(w, 1.0), obs=y)
-        >>> loc = torch.tensor(0.3, requires_grad=True)
-        >>> def guide(y):
-        ...     pyro.sample("w", dist.Normal(loc, 0.5))
-        >>> loss = AlphaELBO(0.5, num_particles=20).differentiable_loss(model, guide, torch.ones(4))
-        >>> loss.shape, loss.requires_grad
-        (torch.Size([]), True)
-    """
-
-    def __init__(
-        self,
-        alpha: float = DEFAULT_ALPHA,
-        num_particles: int = DEFAULT_PARTICLES,
-        max_plate_nesting: int = 1,
-        fast_loss: Callable[..., Any] | None = None,
-    ):
-        alpha, num_particles = check_alpha(alpha, num_particles)
-        max_plate_nesting = check_int("max_plate_nesting", max_plate_nesting, minimum=1)
-        super().__init__(
-            num_particles=num_particles,
-            vectorize_particles=True,
-            max_plate_nesting=max_plate_nesting,
-            fast_loss=fast_loss,
-        )
-        self.alpha = alpha
-        self.last_nll = torch.tensor(float("nan"))
-
-    def direct_from(self, make: Callable[..., Any]) -> Any:
-        """The method's plain-torch energy at this ``alpha`` and ``num_particles``."""
-        return make(False, alpha=self.alpha, particles=self.num_particles)
 
 
 def check_alpha(alpha: float, num_particles: int) -> tuple[float, int]:

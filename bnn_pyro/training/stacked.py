@@ -226,20 +226,15 @@ def _loop(nets: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
 
 class StackedLossStep(TrainingStep):
     """One step of K stacked models: ``member_losses(xb, yb) -> (K,)`` mean losses, summed for
-    the gradient; the epoch row is ``loss`` (the members' mean) and ``member_loss`` (a list),
-    and ``kl_weight`` where ``member_losses`` is a method of an object with a ``kl_weight``
-    (the stacked VI's: the blow-up guard of :mod:`bnn_pyro.training.blowup` compares epochs of
-    one KL weight only).
+    the gradient; the epoch row is ``loss`` (the members' mean loss per point, each minibatch
+    weighted by its rows, as :class:`~bnn_pyro.training.TrainingStep`) and ``member_loss`` (a
+    list). (The stacked VI fit steps with the VI engine's
+    :class:`~bnn_pyro.methods.vi.engine.ObjectiveStep` instead.)
 
     Args:
         member_losses: ``(xb (K, B, ...), yb (K, B, ...)) -> (K,)``.
         optimizer: an elementwise torch optimizer over the stacked parameters.
         desc: names the run in the divergence error.
-        weighted: an epoch's loss weights each minibatch by its rows (the loss per point, as
-            :class:`~bnn_pyro.training.TrainingStep`); ``False``: the plain mean of the
-            minibatch losses (an SVI step's negative ELBO estimates).
-        on_epoch: called with the epoch (0-based) before its first step, e.g. to set a
-            scheduled ``kl_weight``.
 
     Example:
         >>> w = nn.Parameter(torch.zeros(2, 1))
@@ -256,18 +251,13 @@ class StackedLossStep(TrainingStep):
         member_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         optimizer: torch.optim.Optimizer,
         desc: str = "fit",
-        weighted: bool = True,
-        on_epoch: Callable[[int], None] | None = None,
     ) -> None:
         self.member_losses, self.optimizer, self.desc = member_losses, optimizer, desc
-        self.weighted, self.on_epoch = weighted, on_epoch
         self._epoch: list[torch.Tensor] = []
         self._rows = 0
 
     def start_epoch(self, epoch: int) -> None:
         self._epoch, self._rows = [], 0
-        if self.on_epoch is not None:
-            self.on_epoch(epoch)
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
         self.optimizer.zero_grad(set_to_none=True)
@@ -282,15 +272,11 @@ class StackedLossStep(TrainingStep):
             )
         total.backward()
         self.optimizer.step()
-        rows = xb.shape[1] if self.weighted else 1
+        rows = xb.shape[1]
         self._epoch.append(values * rows)
         self._rows += rows
         return value / len(values)
 
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
         per_member = (torch.stack(self._epoch).sum(0) / self._rows).tolist()
-        row = {"loss": sum(per_member) / len(per_member), "member_loss": per_member}
-        beta = getattr(getattr(self.member_losses, "__self__", None), "kl_weight", None)
-        if beta is not None:
-            row["kl_weight"] = float(beta)
-        return row
+        return {"loss": sum(per_member) / len(per_member), "member_loss": per_member}

@@ -53,7 +53,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "scale is the calibrated (K, 1) tensor on theta's device: as_tensor only wraps it"
     ),
     ("elbos/alpha.py", "AlphaELBO.__init__", "tensor"): "a NaN placeholder until the first step",
-    ("elbos/alpha.py", "_AlphaEnergy._energy", "zeros"): "moved onto each site's log-density (.to)",
+    ("elbos/alpha.py", "AlphaELBO._energy", "zeros"): "moved onto each site's log-density (.to)",
     ("elbos/trace.py", "_RecordsNLL", "tensor"): "a NaN placeholder until the first step",
     ("elbos/trace.py", "_RecordsNLL._get_traces", "zeros"): _SCALAR,
     ("elbos/trace.py", "FastTrace_ELBO._one_pass", "zeros"): _SCALAR,

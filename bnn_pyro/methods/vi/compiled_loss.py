@@ -3,11 +3,10 @@
 backward, into one graph per batch shape.
 
 The compiled loss draws its random numbers with torch's own generator, in the eager order
-(inductor's ``fallback_random``): the same seed gives the same weights as the eager loss, so the
-ELBO's first-step check against ``Trace_ELBO`` holds for it as for the eager one, and a compiled
-fit follows the eager fit up to float rounding. ``dataset_size`` and ``kl_weight`` enter as
-tensors, so an annealed ``kl_weight`` is an input of the one graph, not a recompilation; a last,
-smaller batch is a second graph.
+(inductor's ``fallback_random``): the same seed gives the same weights as the eager loss, and a
+compiled fit follows the eager fit up to float rounding (tested). ``dataset_size`` and
+``kl_weight`` enter as tensors, so an annealed ``kl_weight`` is an input of the one graph, not a
+recompilation; a last, smaller batch is a second graph.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bnn_pyro._checks import check_bool
+from bnn_pyro.methods.vi.engine import why_not_direct
 from bnn_pyro.training.compiled import compile_loss
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class CompiledLoss:
 
 
 def compiled_factory(model: Any) -> Callable[..., CompiledLoss | None]:
-    """``model.fast_loss`` with its loss compiled: what ``fit(compile=True)`` hands its ELBO.
+    """``model.fast_loss`` with its loss compiled: what ``fit(compile=True)`` steps with.
 
     The compiled loss is kept on the model and handed out again while the guide's parameters
     are the same tensors, so a second ``fit`` (training on) runs the graph the first compiled
@@ -101,10 +101,13 @@ def compiled_factory(model: Any) -> Callable[..., CompiledLoss | None]:
     return factory
 
 
-def check_compile(model: object, compile: object, elbo: object, num_particles: int) -> None:
+def check_compile(
+    model: object, compile: object, elbo: object, num_particles: int, optimizer: Any = None
+) -> None:
     """Refuse ``fit(compile=True)`` before any work where there is no plain-torch loss to compile:
-    a model without one (``fast_loss`` is the library's), an ELBO other than
-    :data:`COMPILED_ELBOS`, or several particles.
+    an ELBO other than :data:`COMPILED_ELBOS`, several particles, or a fit that runs Pyro's
+    ``SVI`` (:func:`~bnn_pyro.methods.vi.engine.why_not_direct`: a model, likelihood or optimizer
+    the plain-torch objective does not cover).
 
     Example:
         >>> import bnn_pyro as bp
@@ -122,6 +125,6 @@ def check_compile(model: object, compile: object, elbo: object, num_particles: i
             f"compile=True compiles the ELBOs {COMPILED_ELBOS} of one particle, got "
             f"elbo={elbo!r}, num_particles={num_particles}"
         )
-    reason = model.why_no_fast_loss()  # type: ignore[attr-defined]
+    reason = why_not_direct(model, elbo, num_particles, optimizer)
     if reason is not None:
         raise ValueError(f"compile=True compiles the plain-torch loss, and here is none: {reason}")

@@ -1,21 +1,22 @@
 """``Trace_ELBO``'s loss of a mean-field :class:`~bnn_pyro.VariationalBNN`, in plain torch.
 
-After its first, fully checked step, :class:`~bnn_pyro.elbos.trace.FastTrace_ELBO` already skips
-Pyro's trace bookkeeping; what remains of a small net's step is one ``pyro.sample`` call per
-weight (the messenger stack, a distribution object, ``PyroModule`` attribute look-ups) in the
-guide and again in the model. :class:`DirectLoss` computes the same single-particle estimator
-with none of that: the library's one VI objective (:class:`~bnn_pyro.methods.vi.objective.
-VIObjective`) of one model, on the guide's own parameters,
+What remains of a small net's step on Pyro's path (even :class:`~bnn_pyro.elbos.trace.
+FastTrace_ELBO`'s lean one) is one ``pyro.sample`` call per weight (the messenger stack, a
+distribution object, ``PyroModule`` attribute look-ups) in the guide and again in the model.
+:class:`DirectLoss` computes the same single-particle estimator with none of that: the library's
+one VI objective (:class:`~bnn_pyro.methods.vi.objective.VIObjective`) of one model, on the
+guide's own parameters,
 
     loss = -( N/B * sum_n log p(y_n | f(x_n; w)) + beta * (log p(w) - log q(w)) ),
     w = loc + softplus(rho) * eps,  eps ~ N(0, I)
 
-drawing ``eps`` with the same ``torch.randn`` calls, in the same order, as the guide. The ELBO
-uses it only after checking, once, on the first step, that it gives the loss and the gradients
-of ``Trace_ELBO`` under the same random draws (see ``FastTrace_ELBO``); anything it does not
-know (a custom guide, several particles) keeps the Pyro path. With ``analytic_kl=True`` it is
+drawing ``eps`` with the same ``torch.randn`` calls, in the same order, as the guide. ``fit``
+steps with it where :func:`~bnn_pyro.methods.vi.engine.why_not_direct` passes the model (chosen
+by type, before any work; anything it does not know, a custom guide or several particles, keeps
+Pyro's ``SVI``); that it is ``Trace_ELBO``'s loss and gradients under the same draws is the
+parametrised test of ``tests/methods/vi/test_fast_loss.py``. With ``analytic_kl=True`` it is
 ``TraceMeanField_ELBO``'s loss instead (``elbo="meanfield"``), with ``stl=True``
-``StickingTheLanding_ELBO``'s.
+``StickingTheLanding_ELBO``'s, with ``alpha`` and ``particles`` ``AlphaELBO``'s energy.
 """
 
 from __future__ import annotations

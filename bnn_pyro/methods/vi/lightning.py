@@ -3,9 +3,10 @@
 Pyro's own recipe (``examples/svi_lightning.py``): the ELBO's differentiable loss is the
 ``training_step`` loss, a plain torch optimizer steps the guide's parameters, and Lightning
 runs the loop, the devices and ``strategy="ddp"``. Here the loss is exactly the one ``fit``
-minimises (:func:`bnn_pyro.methods.vi.svi.make_elbo`, the model and guide of the method, the data
-plate scaled to the *global* ``dataset_size``), so under DDP, where Lightning averages the
-gradients of the ranks' minibatches, the KL enters once per global step.
+minimises (the plain-torch objective of :mod:`bnn_pyro.methods.vi.engine` where it covers the
+model, else :func:`bnn_pyro.methods.vi.svi.make_elbo`'s ELBO on the model and guide of the
+method; the data scaled to the *global* ``dataset_size``), so under DDP, where Lightning
+averages the gradients of the ranks' minibatches, the KL enters once per global step.
 
 Needs the optional extra: ``pip install bnn_pyro[lightning]``. ``import bnn_pyro`` does not
 import Lightning; this module does.
@@ -36,6 +37,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     ) from err
 
 from bnn_pyro._checks import check_float, check_int
+from bnn_pyro.methods.vi.engine import direct_objective, why_not_direct
 from bnn_pyro.methods.vi.svi import make_elbo
 from bnn_pyro.methods.vi.svi_model import SVIModel
 from bnn_pyro.training.optim import make_optimizer
@@ -102,13 +104,23 @@ class BNNLightningModule(lightning.LightningModule):
         self.method = method
         method.dataset_size = dataset_size
         self.dataset_size, self.lr, self.optimizer_spec = dataset_size, lr, optimizer
-        self.elbo = make_elbo(elbo, num_particles, vectorize=True, fast_loss=method.fast_loss)
+        #: The objective as a Pyro ELBO (the reference, and the loss where ``direct`` is None).
+        self.elbo = make_elbo(elbo, num_particles, vectorize=True)
+        #: The plain-torch objective ``fit`` steps with, where it covers the model (chosen by
+        #: type: :func:`~bnn_pyro.methods.vi.engine.why_not_direct`), else ``None``.
+        self.direct = (
+            direct_objective(method, elbo, num_particles)
+            if why_not_direct(method, elbo, num_particles, optimizer) is None
+            else None
+        )
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The minibatch's negative ELBO, scaled to ``dataset_size`` (differentiable)."""
         method = self.method
         x = method.prepare_inputs(x, "x")
         y = method.prepare_targets(y, x, "y")
+        if self.direct is not None:
+            return self.direct(x, y, dataset_size=self.dataset_size)[0]
         return self.elbo.differentiable_loss(
             method.model, method.guide, x, y, dataset_size=self.dataset_size
         )

@@ -239,10 +239,11 @@ class VariationalBNN(SVIModel):
         """This model's ELBO in plain torch
         (:class:`~bnn_pyro.methods.vi.fast_loss.DirectLoss`; ``analytic_kl``: the
         ``TraceMeanField_ELBO`` form; ``alpha`` with ``particles``: the black-box alpha energy),
-        which ``fit`` hands to its ELBO: ``None`` for a subclass (its model may differ), a Pyro
-        autoguide, a net with hooks, or the alpha energy with local reparameterization. The
-        ELBO checks it against itself (``Trace_ELBO``, ``TraceMeanField_ELBO``, ``AlphaELBO``)
-        on the first step and uses it only if the two agree."""
+        which ``fit`` steps with where :func:`~bnn_pyro.methods.vi.engine.why_not_direct`
+        passes the model: ``None`` for a subclass (its model may differ), a Pyro autoguide, a
+        net with hooks, or the alpha energy with local reparameterization. It equals
+        ``Trace_ELBO``, ``TraceMeanField_ELBO`` and ``AlphaELBO`` under the same draws (the
+        parametrised test of ``tests/methods/vi/test_fast_loss.py``)."""
         if type(self) is not VariationalBNN:
             return None
         return direct_loss_for(self, stl, analytic_kl, alpha=alpha, particles=particles)

@@ -87,13 +87,19 @@ class StackedVI(nn.Module):
             [nn.Parameter(torch.stack([b.guide.rhos[k].detach() for b in self.bnns])) for k in keys]
         )
 
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, kl_weight: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``((K,), (K,))``: each member's loss, e.g. ``-(N/B log p(y | x, w_k) + beta (log
+        p(w_k) - log q(w_k)))``, and its data part ``-N/B log p(y | x, w_k)`` (detached), at
+        ``kl_weight`` (``None``: the module's); what the VI engine's
+        :class:`~bnn_pyro.methods.vi.engine.ObjectiveStep` steps with."""
+        beta = self.kl_weight if kl_weight is None else kl_weight
+        return self.objective(list(self.locs), list(self.rhos), x, y, self.dataset_size, beta)
+
     def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``(K,)``: each member's loss, e.g. ``-(N/B log p(y | x, w_k) + beta (log p(w_k) -
-        log q(w_k)))``."""
-        loss, _ = self.objective(
-            list(self.locs), list(self.rhos), x, y, self.dataset_size, self.kl_weight
-        )
-        return loss
+        """``(K,)``: each member's loss (:meth:`forward`'s first part)."""
+        return self(x, y)[0]
 
     @torch.no_grad()
     def write_back(self) -> None:

@@ -18,6 +18,7 @@ from torch import nn
 from bnn_pyro._checks import as_tensor, check_bool, check_float, check_int
 from bnn_pyro._rng import global_rng_state, order_generators, seeded
 from bnn_pyro.elbos.alpha import alpha_particles
+from bnn_pyro.methods.vi.engine import ObjectiveStep
 from bnn_pyro.methods.vi.map_init import check_init, map_phase
 from bnn_pyro.methods.vi.stacked import StackedVI
 from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
@@ -29,7 +30,7 @@ from bnn_pyro.training.loop import Callback, train
 from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import KLWeightSpec, check_schedule_args, kl_weight_at
-from bnn_pyro.training.stacked import StackedLossStep, elementwise_optimizer
+from bnn_pyro.training.stacked import elementwise_optimizer
 from bnn_pyro.training.stacked_batches import (
     check_member_sets,
     member_data,
@@ -162,12 +163,7 @@ def fit_stacked_vi(
         for name, p in stacked.named_parameters():
             resume.extra[name] = p
     opt = make_optimizer(optimizer, stacked.parameters(), lr)
-
-    def set_kl_weight(epoch: int) -> None:  # as fit: the schedule's value at each epoch
-        stacked.kl_weight = kl_weight_at(kl_weight, epoch)
-
-    desc = f"fit_stacked (lr={lr})"
-    step = StackedLossStep(stacked.member_losses, opt, desc, False, on_epoch=set_kl_weight)
+    step = ObjectiveStep(stacked, opt, kl_weight, desc=f"fit_stacked (lr={lr})")
 
     def after_epoch(_: Any, epoch: int, history: History) -> bool:
         if not callbacks:  # nobody looks at the members before the end (it writes them back)

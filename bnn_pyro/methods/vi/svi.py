@@ -90,9 +90,6 @@ def as_pyro_optim(optimizer: Any, params: list[torch.nn.Parameter], lr: float) -
     return _TorchOptim(make_optimizer(optimizer, params, lr))
 
 
-#: The objectives that take a method's own plain-torch loss (``fast_loss``).
-FAST_LOSS_ELBOS = (FastTrace_ELBO, RecordingMeanField_ELBO, AlphaELBO)
-
 #: The objectives :func:`make_elbo` (and so ``fit``) builds by name.
 ELBO_CLASSES: dict[str, type[ELBO]] = {
     "trace": FastTrace_ELBO,
@@ -106,7 +103,6 @@ def make_elbo(
     elbo: str | ELBO,
     num_particles: int,
     vectorize: bool,
-    fast_loss: Callable[..., Any] | None = None,
 ) -> ELBO:
     """``"trace"`` → ``Trace_ELBO`` (:class:`~bnn_pyro.elbos.trace.FastTrace_ELBO`),
     ``"meanfield"`` →
@@ -114,9 +110,9 @@ def make_elbo(
     (:class:`~bnn_pyro.elbos.stl.StickingTheLanding_ELBO`), ``"alpha"`` → the black-box alpha
     energy at ``alpha = 0.5`` (:class:`~bnn_pyro.elbos.alpha.AlphaELBO`; ``num_particles`` 1
     becomes its default 10: one draw has no ``log mean exp``), all recording the NLL part for
-    the history; or an ``ELBO`` instance used as given. ``fast_loss`` is the model's own
-    plain-torch loss, handed to ``"trace"``, ``"stl"``, ``"meanfield"`` and ``"alpha"`` (see
-    :class:`~bnn_pyro.elbos.trace.ChecksDirectLoss`), which check it on the first step.
+    the history; or an ``ELBO`` instance used as given. (These are ``fit``'s Pyro path; where the
+    plain-torch objective covers the model, ``fit`` steps with that instead:
+    :mod:`bnn_pyro.methods.vi.engine`.)
 
     Example:
         >>> type(make_elbo("meanfield", num_particles=4, vectorize=True)).__name__
@@ -136,14 +132,11 @@ def make_elbo(
     if not isinstance(num_particles, int) or num_particles < 1:
         raise ValueError(f"num_particles must be an int >= 1, got {num_particles!r}")
     if elbo == "alpha":
-        return AlphaELBO(num_particles=alpha_particles(num_particles), fast_loss=fast_loss)
-    cls = ELBO_CLASSES[elbo]
-    fast = {"fast_loss": fast_loss} if issubclass(cls, FAST_LOSS_ELBOS) else {}
-    return cls(
+        return AlphaELBO(num_particles=alpha_particles(num_particles))
+    return ELBO_CLASSES[elbo](
         num_particles=num_particles,
         vectorize_particles=vectorize and num_particles > 1,
         max_plate_nesting=1,
-        **fast,
     )
 
 
@@ -320,31 +313,32 @@ class SVIStep(TrainingStep):
 
 def run_svi(
     bnn: Any,
-    svi: GuardedSVI,
+    step: TrainingStep,
     batches: Callable[[], Iterable[Batch]],
     *,
     epochs: int,
-    dataset_size: int,
-    kl_weight: KLWeightSpec = 1.0,
     callbacks: Iterable[Callback] = (),
     validation: Callable[[], float] | None = None,
     progress: bool = True,
     lr_schedule: Any = None,
     average: float | None = None,
     resume: Any = None,
-    diagnostics: bool = True,
     null_nll: float | None = None,
 ) -> History:
-    """Run ``epochs`` passes of ``svi.step`` over ``batches()`` and return the :class:`History`
-    (:func:`bnn_pyro.training.train` with an :class:`SVIStep`).
+    """Run ``epochs`` passes of a VI ``step`` over ``batches()`` and return the :class:`History`
+    (:func:`bnn_pyro.training.train` with the VI defaults): what ``fit`` runs, with an
+    :class:`SVIStep` (Pyro's ``SVI``) or an :class:`~bnn_pyro.methods.vi.engine.ObjectiveStep`
+    (the plain-torch objective).
 
     Args:
         bnn: the module being trained (for snapshots and callbacks).
-        svi: the SVI object (model and guide take ``(x, y, dataset_size=, kl_weight=)``).
+        step: the step; its ``diagnostics`` (a
+            :class:`~bnn_pyro.methods.vi.diagnostics.LayerDiagnostics` or ``None``) record
+            ``kl/<site>`` and ``std/<site>`` after each epoch and warn
+            (:class:`~bnn_pyro.exceptions.PosteriorCollapseWarning`) at the end when a layer
+            learned nothing.
         batches: called once per epoch; yields ``(x, y)`` minibatches.
         epochs: number of passes.
-        dataset_size: the total number of training points ``N``.
-        kl_weight: beta, a float or a function of the epoch.
         callbacks: ``fn(bnn, epoch, history)``; a ``True`` return stops training.
         validation: returns the validation NLL per point, evaluated after each epoch.
         progress: show a tqdm progress bar.
@@ -352,10 +346,6 @@ def run_svi(
             (cosine decay to 0 over the run) with a torch optimizer, a constant rate with a
             ``pyro.optim`` one; ``"constant"`` asks for a constant rate.
         average, resume: see :func:`bnn_pyro.training.train`.
-        diagnostics: record ``kl/<site>`` and ``std/<site>`` after each epoch and warn
-            (:class:`~bnn_pyro.exceptions.PosteriorCollapseWarning`) at the end when a layer
-            learned nothing (mean-field ``VariationalBNN`` and ``HiddenLayerBNN``; see
-            :mod:`bnn_pyro.methods.vi.diagnostics`).
         null_nll: the training data's NLL under a prediction that ignores the inputs
             (:meth:`bnn_pyro.likelihoods.Likelihood.null_nll`): a layer at its prior is named
             underfitting only where the last epoch's NLL is no better; ``None``: always.
@@ -371,8 +361,6 @@ def run_svi(
         (['epoch', 'kl', 'kl/net.0.bias'], 3)
     """
     val = None if validation is None else (lambda: {"val_nll": validation()})
-    diag = LayerDiagnostics.for_model(bnn) if diagnostics else None
-    step = SVIStep(svi, dataset_size, kl_weight, diag)
     if lr_schedule is None and step.optimizer is not None:
         lr_schedule = DEFAULT_SCHEDULE
     history = train(
@@ -387,6 +375,7 @@ def run_svi(
         average=average,
         resume=resume,
     )
+    diag = getattr(step, "diagnostics", None)
     if diag is not None and history.get("epoch"):
         nll = history.get("nll", [None])[-1]
         diag.check(nll if nll is None or math.isfinite(nll) else None, null_nll)

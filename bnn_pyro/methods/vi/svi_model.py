@@ -17,15 +17,17 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.exceptions import warn_user
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods.vi.compiled_loss import check_compile, compiled_factory
+from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
+from bnn_pyro.methods.vi.engine import ObjectiveStep, direct_objective, why_not_direct
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
 from bnn_pyro.methods.vi.predictive import SVIPredictive
 from bnn_pyro.methods.vi.state_loading import LazyGuideLoading
 from bnn_pyro.methods.vi.svi import (
     ELBO_CLASSES,
     GuardedSVI,
+    SVIStep,
     as_pyro_optim,
     make_elbo,
     needs_param_sites,
@@ -35,6 +37,7 @@ from bnn_pyro.nn.param_scope import ParamScope
 from bnn_pyro.training import Callback, History, KLWeightSpec, check_callbacks, kl_weight_at
 from bnn_pyro.training.batches import loader_batches, shuffled_batches, validation_nll
 from bnn_pyro.training.in_sample import check_predictive_in_sample
+from bnn_pyro.training.optim import make_optimizer
 from bnn_pyro.training.resume import SVI_SETTINGS, ResumePath, open_resume
 from bnn_pyro.training.schedules import LRScheduleSpec, check_schedule_args
 
@@ -122,10 +125,10 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         (or a first batch) for initial values read from the data."""
 
     def fast_loss(self, stl: bool = False, **objective: Any) -> Any:
-        """A plain-torch implementation of this model's ``Trace_ELBO`` loss for ``fit`` to hand
-        to its ELBO, or ``None`` (the default: Pyro's own path). ``objective``: what else the
-        ELBO asks for (``analytic_kl``, ``alpha`` and ``particles``). See
-        :class:`~bnn_pyro.elbos.trace.ChecksDirectLoss`."""
+        """A plain-torch implementation of this model's ``Trace_ELBO`` loss, what ``fit``
+        steps with where :func:`~bnn_pyro.methods.vi.engine.why_not_direct` passes the model,
+        or ``None`` (the default: Pyro's path). ``objective``: what else the objective asks
+        for (``analytic_kl``, ``alpha`` and ``particles``)."""
         return None
 
     def why_no_fast_loss(self) -> str | None:
@@ -266,7 +269,7 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         if isinstance(elbo, str) and elbo not in self.elbos:
             raise ValueError(f"elbo must be one of {self.elbos} or a pyro ELBO, got {elbo!r}")
         callbacks = check_callbacks(callbacks, validation_data is not None)
-        check_compile(self, compile, elbo, num_particles)
+        check_compile(self, compile, elbo, num_particles, optimizer)
         resume = open_resume(resume, self, callbacks, locals(), SVI_SETTINGS)
         if isinstance(X, DataLoader):
             if y is not None:
@@ -284,18 +287,37 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
             batches = shuffled_batches(X, y, min(batch_size or n, n), shuffle, seed)
             first_x, first_y = X[:2], y[:2]
         validation = validation_nll(self, validation_data) if validation_data is not None else None
-        fast = compiled_factory(self) if compile else self.fast_loss
-        loss = make_elbo(elbo, num_particles, vectorize=True, fast_loss=fast)
-        self.param_sites_needed = needs_param_sites(loss)
+        # the engine, chosen by type before any work: the plain-torch objective where it covers
+        # the model, elbo and optimizer (bnn_pyro.methods.vi.engine), else Pyro's SVI
+        pyro_path = why_not_direct(self, elbo, num_particles, optimizer) is not None
+        loss = make_elbo(elbo, num_particles, vectorize=True) if pyro_path else None
+        self.param_sites_needed = loss is not None and needs_param_sites(loss)
         with seeded(seed, self.device), self._training_context(), self.param_scope():
             self.input_shape = tuple(first_x.shape[1:])
             self.setup_guide(first_x, first_y, (first_x, first_y) if y is None else (X, y))
             params = list(self.parameters())
-            optim = as_pyro_optim(optimizer, params, lr)
-            # one bound method per model: Pyro's JIT keys its compiled loss by id(model), and
-            # a fresh `self.model` each fit would compile it again on every call of fit
-            model = self.__dict__.setdefault("_model_fn", self.model)
-            svi = GuardedSVI(model, self.guide, optim, loss, params)
+            diagnostics = LayerDiagnostics.for_model(self)
+            step: SVIStep | ObjectiveStep
+            if loss is None:
+                stl, analytic_kl = elbo == "stl", elbo == "meanfield"
+                objective = (
+                    compiled_factory(self)(stl, analytic_kl)
+                    if compile
+                    else direct_objective(self, elbo, num_particles)
+                )
+                step = ObjectiveStep(
+                    lambda xb, yb, beta: objective(xb, yb, n, beta),
+                    make_optimizer(optimizer, params, lr),
+                    kl_weight,
+                    diagnostics=diagnostics,
+                )
+            else:
+                # one bound method per model: Pyro's JIT keys its compiled loss by id(model),
+                # and a fresh `self.model` each fit would compile it again on every call of fit
+                model = self.__dict__.setdefault("_model_fn", self.model)
+                optim = as_pyro_optim(optimizer, params, lr)
+                svi = GuardedSVI(model, self.guide, optim, loss, params)
+                step = SVIStep(svi, n, kl_weight, diagnostics)
             self.dataset_size = n
             was_training = self.training
             self.train()
@@ -303,11 +325,9 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                 start_from_map(self, batches, n, map_epochs, lr, progress, resume)
                 history = run_svi(
                     self,
-                    svi,
+                    step,
                     batches,
                     epochs=epochs,
-                    dataset_size=n,
-                    kl_weight=kl_weight,
                     callbacks=callbacks,
                     validation=validation,
                     progress=progress,
@@ -318,11 +338,6 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                 )
             finally:
                 self.train(was_training)
-        if compile and not getattr(loss, "uses_direct_loss", False):
-            warn_user(
-                "compile=True: the compiled loss did not agree with the ELBO on the first step, "
-                "so the fit ran the ELBO uncompiled"
-            )
         if y is not None:  # (a DataLoader's rows are not kept to be checked)
             check_fit_in_sample(self, X, y)
         return history

@@ -1,6 +1,6 @@
 """The plain-torch ELBO of bnn_pyro.methods.vi.fast_loss is Pyro's Trace_ELBO (and, with
 ``analytic_kl``, its TraceMeanField_ELBO): the same loss and gradients under the same draws,
-checked once before use, and the whole fit unchanged by it."""
+for every configuration the objective covers (``fit`` chooses it by type: test_engine.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import pyro
 import pytest
 import torch
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
-from pyro.infer.util import is_validation_enabled
 
 import bnn_pyro as bp
 from bnn_pyro.elbos.alpha import AlphaELBO
 from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
-from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.methods.vi.fast_loss import DirectLoss, direct_loss_for
 from bnn_pyro.priors import HierarchicalNormalPrior
 from bnn_pyro.priors.base import Prior
@@ -205,40 +203,6 @@ def test_the_direct_alpha_energy_is_the_alpha_elbo_under_the_same_draws(case, kl
         torch.testing.assert_close(direct(X, y, **kwargs)[1], elbo.last_nll, rtol=1e-5, atol=0)
 
 
-def test_fit_with_the_alpha_energy_steps_with_the_direct_loss():
-    """``fit(elbo="alpha")``'s ELBO is handed the model's plain-torch energy, checks it on the
-    first step and keeps it (an autoguide's model keeps Pyro's vectorized path)."""
-    from bnn_pyro.methods.vi.svi import make_elbo
-
-    for guide, uses in [("meanfield", True), ("normal", False)]:
-        bnn, X, y = _bnn("learned noise") if guide == "meanfield" else (None, None, None)
-        if bnn is None:
-            X, y, _ = _data("regression")
-            bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3), guide=guide)
-            y = bnn.prepare_targets(y, X)
-            bnn.setup_guide(X, y, (X, y))
-        elbo = make_elbo("alpha", 1, vectorize=True, fast_loss=bnn.fast_loss)
-        elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
-        assert elbo.uses_direct_loss is uses
-
-
-def test_a_users_latent_laid_out_otherwise_keeps_the_pyro_alpha_path():
-    """A user's scalar latent is ``(P, 1)`` under Pyro's particle plate (the data plate's
-    dimension kept) and ``(P,)`` in the direct energy, which this likelihood broadcasts
-    otherwise: the first step's check sees the difference and the ELBO keeps its own path, with
-    Pyro's energy."""
-    from bnn_pyro.methods.vi.svi import make_elbo
-
-    bnn, X, y = _bnn("a latent on the unit interval")
-    elbo = make_elbo("alpha", 4, vectorize=True, fast_loss=bnn.fast_loss)
-    pyro.set_rng_seed(0)
-    got = elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
-    pyro.set_rng_seed(0)
-    want = AlphaELBO(num_particles=4).differentiable_loss(bnn.model, bnn.guide, X, y, N)
-    assert not elbo.uses_direct_loss
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
-
-
 def test_the_alpha_energy_with_local_reparameterization_keeps_the_pyro_path():
     """Each particle's pre-activations under local reparameterization are Pyro's vectorized
     path's to draw: no direct alpha energy for such a model (the ELBO runs its own)."""
@@ -263,17 +227,6 @@ def test_stl_the_closed_form_kl_and_alpha_are_not_one_loss(both):
         DirectLoss(bnn, particles=3, **both)
 
 
-def test_the_meanfield_elbo_checks_then_uses_the_closed_form_direct_loss():
-    bnn, X, y = _bnn("learned noise")
-    elbo = RecordingMeanField_ELBO(max_plate_nesting=1, fast_loss=bnn.fast_loss)
-    first, _ = _loss_and_grads(
-        lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N), bnn, 6
-    )
-    assert isinstance(elbo._direct, DirectLoss) and elbo._direct.analytic_kl
-    ref, _ = _pyros_loss_and_grads(TraceMeanField_ELBO, bnn, X, y, 6, dataset_size=N)
-    assert torch.allclose(first, ref, rtol=1e-5)
-
-
 def test_direct_stl_loss_matches_the_stl_elbo():
     bnn, X, y = _bnn("learned noise")
     direct = direct_loss_for(bnn, stl=True)
@@ -287,49 +240,6 @@ def test_direct_stl_loss_matches_the_stl_elbo():
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()) + 1e-7)
 
 
-def test_the_elbo_checks_on_the_first_call_then_uses_the_direct_loss(monkeypatch):
-    bnn, X, y = _bnn("gaussian")
-    elbo = FastTrace_ELBO(max_plate_nesting=1, fast_loss=bnn.fast_loss)
-    seen = []
-    general = Trace_ELBO.differentiable_loss
-    monkeypatch.setattr(
-        Trace_ELBO,
-        "differentiable_loss",
-        lambda self, *a, **k: seen.append(is_validation_enabled()) or general(self, *a, **k),
-    )
-    with pyro.validation_enabled(True):  # the first call runs Trace_ELBO itself, validated
-        first, _ = _loss_and_grads(
-            lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N), bnn, 4
-        )
-    assert seen == [True] and isinstance(elbo._direct, DirectLoss)
-    for _ in range(2):
-        elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
-    assert seen == [True]  # later calls: the direct loss alone
-    monkeypatch.undo()
-    for seed, got in ((4, first), (5, None)):
-        if got is None:
-            got, _ = _loss_and_grads(
-                lambda: elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N),
-                bnn,
-                seed,
-            )
-        ref, _ = _pyros_loss_and_grads(Trace_ELBO, bnn, X, y, seed, dataset_size=N)
-        assert torch.allclose(got, ref, rtol=1e-5)
-
-
-@pytest.mark.parametrize("elbo_class", [FastTrace_ELBO, RecordingMeanField_ELBO])
-def test_a_direct_loss_that_disagrees_is_refused(monkeypatch, elbo_class):
-    bnn, X, y = _bnn("gaussian")
-    call = DirectLoss.__call__
-    monkeypatch.setattr(
-        DirectLoss, "__call__", lambda self, *a, **k: (call(self, *a, **k)[0] * 1.001, None)
-    )
-    elbo = elbo_class(max_plate_nesting=1, fast_loss=bnn.fast_loss)
-    for _ in range(3):
-        elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
-    assert elbo._direct is False  # the check saw the 0.1% error: the Pyro path stays
-
-
 @pytest.mark.parametrize("guide", ["normal"])
 def test_models_it_does_not_cover_keep_the_pyro_path(guide):
     bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian(0.3), guide=guide)
@@ -340,41 +250,6 @@ def test_models_it_does_not_cover_keep_the_pyro_path(guide):
     assert direct_loss_for(hooked) is not None
     hooked.net[0].register_forward_pre_hook(lambda module, inputs: None)  # a user's hook
     assert direct_loss_for(hooked) is None
-
-
-def _fit(monkeypatch, direct: bool, elbo: str):
-    if not direct:
-        monkeypatch.setattr(
-            bp.VariationalBNN, "fast_loss", lambda self, stl=False, **objective: None
-        )
-    X, y, _ = _data("regression")
-    torch.manual_seed(0)
-    bnn = bp.VariationalBNN(bp.nn.mlp(4, [6], 1), bp.Gaussian("learned"))
-    history = bnn.fit(X, y, epochs=6, batch_size=16, progress=False, seed=0, elbo=elbo)
-    monkeypatch.undo()
-    return bnn, history
-
-
-@pytest.mark.parametrize("elbo", ["trace", "stl", "meanfield", "alpha"])
-def test_fit_is_the_same_with_and_without_the_direct_loss(monkeypatch, elbo):
-    fast, fast_history = _fit(monkeypatch, True, elbo)
-    slow, slow_history = _fit(monkeypatch, False, elbo)
-    # 24 Adam steps from the same draws: only float32 rounding separates the two runs
-    for a, b in zip(fast.parameters(), slow.parameters(), strict=True):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
-    assert fast_history["loss"] == pytest.approx(slow_history["loss"], rel=1e-4)
-    assert fast_history["nll"] == pytest.approx(slow_history["nll"], rel=1e-4)
-
-
-def test_the_elbo_takes_the_direct_loss_only_when_handed_one():
-    """The ELBO knows no model: without ``fast_loss`` it stays on Pyro's path, and a fast loss
-    that is not callable is refused by name."""
-    bnn, X, y = _bnn("gaussian")
-    elbo = FastTrace_ELBO(max_plate_nesting=1)
-    elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=N)
-    assert elbo._direct is False
-    with pytest.raises(TypeError, match="fast_loss must be callable"):
-        FastTrace_ELBO(fast_loss=3)
 
 
 @pytest.mark.parametrize(
