@@ -9,7 +9,8 @@ Contenders, in one process, one thread, timed round-robin (``step_time.compare``
   (the largest difference of the members' final losses is printed).
 
 Also K ``VariationalBNN`` fits (5 seeds) one by one against ``bp.fit_stacked``
-(:mod:`bnn_pyro.methods.vi.stacked`).
+(:mod:`bnn_pyro.methods.vi.stacked`), and that stacked fit's step, eager against
+``compile=True`` once compiled (the steps after its first two epochs).
 
 Cases: 5 members at 13→50→1, batch 32, 40 epochs on 1,000 rows (the issue's target: stacked
 ≥ 3× faster), and 5 members at 784→400→400→10, batch 128, 1 epoch on 2,048 rows (reported:
@@ -122,6 +123,26 @@ def bench_vi(rows, epochs, members, repeats):
     )
 
 
+def bench_vi_compiled(rows: int, epochs: int, members: int) -> dict[str, float]:
+    """Milliseconds per step of the stacked VI fit, eager and ``compile=True``, after the first
+    two epochs (the compiled run compiles in its first step): one fit each, the steps of the
+    later epochs timed by the history's ``seconds``."""
+    X, y, _ = _data([13, 50, 1], rows)
+    out = {}
+    for name, compile in (("eager", False), ("compile=True", True)):
+        bnns = []
+        for k in range(members):
+            torch.manual_seed(k)
+            bnns.append(bp.VariationalBNN(bp.nn.mlp(13, [50], 1), bp.Gaussian("learned")))
+        fit = {"epochs": epochs, "batch_size": 32, "lr": 1e-2, "progress": False}
+        seconds = bp.fit_stacked(bnns, X, y, seeds=list(range(members)), compile=compile, **fit)[
+            "seconds"
+        ]
+        steps = (epochs - 2) * -(-rows // 32)
+        out[name] = (seconds[-1] - seconds[1]) / steps * 1e3
+    return out
+
+
 def child(rows: int, members: int) -> None:
     """In a fresh process: the K-member stacked fit; prints its peak RSS above the baseline."""
     torch.set_num_threads(1)
@@ -226,6 +247,15 @@ def main() -> None:
         f"| 5 seeds, 13→50→1, learned noise, 1,000 rows, batch 32, {vi_epochs} epochs | "
         f"{times['one by one']:.2f} s | {times['stacked']:.2f} s | "
         f"{times['one by one'] / times['stacked']:.1f}× | reported | {diff:.1e} |",
+    ]
+    step = bench_vi_compiled(1000, max(3, vi_epochs // 2), 5)
+    lines += [
+        "",
+        "| VariationalBNN seeds stacked: one step, after compiling | eager | compile=True | "
+        "compiled is faster by |",
+        "|---|---:|---:|---:|",
+        f"| 5 seeds, 13→50→1, learned noise, batch 32 | {step['eager']:.3f} ms | "
+        f"{step['compile=True']:.3f} ms | {step['eager'] / step['compile=True']:.2f}× |",
     ]
     members = 4 if args.quick else 20
     runs = 1 if args.quick else 3

@@ -60,7 +60,8 @@ def fit_stacked(
               ``progress``, ``init``/``map_epochs`` (with ``init="map"`` each member runs its
               own MAP phase first), ``elbo``/``num_particles`` (``"trace"``, ``"stl"`` or
               ``"meanfield"`` with one particle, or ``"alpha"`` for nets without dropout: the
-              objectives of :class:`~bnn_pyro.methods.vi.objective.VIObjective`);
+              objectives of :class:`~bnn_pyro.methods.vi.objective.VIObjective`), ``compile``
+              (weight-space draws: no local reparameterization, no dropout);
             - MC dropout, SWAG, Laplace
               (:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`): ``epochs``,
               ``batch_size``, ``lr``, ``weight_decay``, ``optimizer``, ``lr_schedule``,

@@ -23,7 +23,13 @@ from bnn_pyro.training.compiled import compile_loss
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["COMPILED_ELBOS", "CompiledLoss", "check_compile", "compiled_factory"]
+__all__ = [
+    "COMPILED_ELBOS",
+    "CompiledLoss",
+    "CompiledStackedLoss",
+    "check_compile",
+    "compiled_factory",
+]
 
 #: The objectives ``fit(compile=True)`` takes by name: those with a plain-torch loss.
 COMPILED_ELBOS = ("trace", "meanfield", "stl")
@@ -70,6 +76,51 @@ class CompiledLoss:
         n = None if dataset_size is None else ref.new_tensor(float(dataset_size))
         beta = ref.new_tensor(float(kl_weight))
         return self._fn(x, y, n, beta)
+
+
+class CompiledStackedLoss:
+    """``(x, y, kl_weight) -> (loss, nll)`` of a :class:`~bnn_pyro.methods.vi.stacked.StackedVI`
+    (each ``(K,)``), compiled: what ``fit_stacked(..., compile=True)`` steps with. The members'
+    weight noise is drawn eagerly from their own generators
+    (:meth:`~bnn_pyro.methods.vi.objective.VIObjective.noise`, the numbers the eager objective
+    draws, in its order) and handed to the one compiled graph of the rest: ``torch.compile``
+    cannot trace a draw from a generator object.
+
+    Args:
+        stacked: the stacked guides (weight-space draws: no local reparameterization, no
+            dropout, whose draws happen inside the net).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> from bnn_pyro.methods.vi.stacked import StackedVI
+        >>> bnns = [bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5)) for _ in range(2)]
+        >>> X, y = torch.randn(2, 8, 2), torch.randn(2, 8, 1)
+        >>> for bnn, x, t in zip(bnns, X, y):
+        ...     bnn.setup_guide(x, t)
+        >>> gens = lambda: [torch.Generator().manual_seed(k) for k in range(2)]
+        >>> compiled = CompiledStackedLoss(StackedVI(bnns, gens(), 64))
+        >>> loss, _ = compiled(X, y, 1.0)  # compiles: seconds
+        >>> ref, _ = StackedVI(bnns, gens(), 64)(X, y, 1.0)
+        >>> bool(torch.allclose(loss, ref, rtol=1e-5)), loss.shape
+        (True, torch.Size([2]))
+    """
+
+    def __init__(self, stacked: Any) -> None:
+        self.stacked = stacked
+        self._fn = compile_loss(self._loss)
+
+    def _loss(
+        self, x: torch.Tensor, y: torch.Tensor, beta: torch.Tensor, noise: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        st = self.stacked
+        return st.objective(list(st.locs), list(st.rhos), x, y, st.dataset_size, beta, noise=noise)
+
+    def __call__(
+        self, x: torch.Tensor, y: torch.Tensor, kl_weight: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        locs = list(self.stacked.locs)
+        noise = self.stacked.objective.noise(locs)  # eager: the members' generators
+        return self._fn(x, y, locs[0].new_tensor(float(kl_weight)), noise)
 
 
 def compiled_factory(model: Any) -> Callable[..., CompiledLoss | None]:

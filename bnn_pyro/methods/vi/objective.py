@@ -140,8 +140,17 @@ class VIObjective:
             ]
         )
 
+    def noise(self, locs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The standard normal noise of one call's weight draws, site by site (what the call
+        draws itself when not handed it): a compiled objective takes it as an input, drawn
+        eagerly from the members' generators, which ``torch.compile`` cannot trace."""
+        return [self._eps(loc) for loc in locs]
+
     def _draw(
-        self, locs: Sequence[torch.Tensor], rhos: Sequence[torch.Tensor]
+        self,
+        locs: Sequence[torch.Tensor],
+        rhos: Sequence[torch.Tensor],
+        noise: Sequence[torch.Tensor] | None = None,
     ) -> tuple[dict[str, torch.Tensor], Any, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
         """The guide's draws ``{site: value}``, ``log q`` of them (``0.0`` in the mean-field
         mode, which scores ``KL(q || p)`` instead) and ``{site: (loc, scale)}`` of every site,
@@ -150,9 +159,9 @@ class VIObjective:
         values: dict[str, torch.Tensor] = {}
         params: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         log_q: Any = 0.0
-        for spec, loc, rho in zip(self.specs, locs, rhos, strict=True):
+        for i, (spec, loc, rho) in enumerate(zip(self.specs, locs, rhos, strict=True)):
             scale = F.softplus(rho)
-            eps = self._eps(loc)
+            eps = self._eps(loc) if noise is None else noise[i]
             if self.particles:  # (the particles' dimension after the members')
                 loc, scale = (t.unsqueeze(int(self.stacked)) for t in (loc, scale))
             z = loc + eps * scale
@@ -247,8 +256,9 @@ class VIObjective:
         dataset_size: int | None = None,
         kl_weight: float = 1.0,
         shared: dict[str, torch.Tensor] | None = None,
+        noise: Sequence[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        values, log_q, params = self._draw(locs, rhos)
+        values, log_q, params = self._draw(locs, rhos, noise)
         like, joint = locs[0], self.joint
         f = self._forward(x, values, params, shared or {})
         latent, latents = (0.0, {})

@@ -18,6 +18,7 @@ from torch import nn
 from bnn_pyro._checks import as_tensor, check_bool, check_float, check_int
 from bnn_pyro._rng import global_rng_state, order_generators, seeded
 from bnn_pyro.elbos.alpha import alpha_particles
+from bnn_pyro.methods.vi.compiled_loss import CompiledStackedLoss
 from bnn_pyro.methods.vi.engine import ObjectiveStep
 from bnn_pyro.methods.vi.map_init import check_init, map_phase
 from bnn_pyro.methods.vi.stacked import StackedVI
@@ -66,6 +67,7 @@ def fit_stacked_vi(
     map_epochs: int | None = None,
     elbo: str | None = None,
     num_particles: int = 1,
+    compile: bool = False,
 ) -> History:
     """Train K ``VariationalBNN`` models as one: what :func:`bnn_pyro.fit_stacked` does with
     them (see there for the arguments); each ends as its own ``fit(X_k, y_k, seed=seeds[k],
@@ -75,7 +77,11 @@ def fit_stacked_vi(
     ``nn.ModuleList``) as trained so far; what a callback puts in their guides
     (``EarlyStopping(restore_best=True)``) is what training goes on from. ``validation_data``:
     ``(Nv, D)`` shared or ``(K, Nv, D)`` one set per member, adding ``val_nll`` (the members'
-    mean) and ``member_val_nll``, each member's as its own ``fit`` scores it.
+    mean) and ``member_val_nll``, each member's as its own ``fit`` scores it. ``compile``:
+    the stacked objective compiled by ``torch.compile``
+    (:class:`~bnn_pyro.methods.vi.compiled_loss.CompiledStackedLoss`; the first step compiles,
+    tens of seconds), the same draws as the eager one, for weight-space draws (no local
+    reparameterization, no dropout).
 
     Example:
         >>> import bnn_pyro as bp
@@ -116,6 +122,15 @@ def fit_stacked_vi(
     reason = why_not_stacked_vi(bnns)
     if reason is not None:
         raise ValueError(f"fit_stacked: {reason}")
+    if check_bool("compile", compile) and (
+        any(b.local_reparameterization for b in bnns)
+        or any(isinstance(m, nn.Dropout) for b in bnns for m in b.net.modules())
+    ):
+        raise ValueError(
+            "compile=True compiles the stacked objective of weight-space draws: local "
+            "reparameterization and dropout draw inside the net, from each member's generator, "
+            "which torch.compile cannot trace (fit them stacked uncompiled)"
+        )
     k = len(bnns)
     if len(seeds) != k:
         raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
@@ -163,7 +178,8 @@ def fit_stacked_vi(
         for name, p in stacked.named_parameters():
             resume.extra[name] = p
     opt = make_optimizer(optimizer, stacked.parameters(), lr)
-    step = ObjectiveStep(stacked, opt, kl_weight, desc=f"fit_stacked (lr={lr})")
+    objective = CompiledStackedLoss(stacked) if compile else stacked
+    step = ObjectiveStep(objective, opt, kl_weight, desc=f"fit_stacked (lr={lr})")
 
     def after_epoch(_: Any, epoch: int, history: History) -> bool:
         if not callbacks:  # nobody looks at the members before the end (it writes them back)
