@@ -119,6 +119,20 @@ class Likelihood(ABC):
         """Declare the likelihood's own latent sites (none by default) for net output ``f``."""
         return {}
 
+    def latent_priors(self, f: torch.Tensor) -> dict[str, dist.TorchDistribution] | None:
+        """The priors of this likelihood's own latent sites for net output ``f``, by site name,
+        read without running Pyro (what the plain-torch objectives score them by, inside a
+        compiled graph too), or ``None`` where only :meth:`sample_latents` knows them (a
+        subclass that draws latents of its own: the objectives replay it). ``{}`` by default,
+        where :meth:`sample_latents` draws nothing.
+
+        Example:
+            >>> from bnn_pyro.likelihoods import Categorical
+            >>> Categorical().latent_priors(torch.zeros(3, 2))
+            {}
+        """
+        return {} if type(self).sample_latents is Likelihood.sample_latents else None
+
     def initial_latents(self, X: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         """Initial values of the likelihood's latent sites read from training data ``X (N,
         ...)``, ``y`` (as :meth:`check_targets` returns it); none by default."""

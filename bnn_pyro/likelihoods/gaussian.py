@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from contextlib import nullcontext
 from typing import Any
 
 import pyro
@@ -244,18 +245,35 @@ class Gaussian(GaussianLikelihood):
             return {}
         return {NOISE_SITE: pyro.sample(NOISE_SITE, self.noise_prior(f))}
 
-    def noise_prior(self, f: torch.Tensor) -> dist.TorchDistribution:
+    def latent_priors(self, f: torch.Tensor) -> dict[str, dist.TorchDistribution] | None:
+        """``{"likelihood.scale": noise_prior(f)}`` for a learned noise, ``{}`` for a fixed one
+        (see :meth:`Likelihood.latent_priors`); ``None`` for a subclass that draws its own.
+
+        Example:
+            >>> sorted(Gaussian(scale="learned").latent_priors(torch.zeros(5, 2)))
+            ['likelihood.scale']
+        """
+        if type(self).sample_latents is not Gaussian.sample_latents:
+            return None
+        # not validating its draws: the objectives score their own values, and a check of
+        # them would break a compiled graph
+        return {NOISE_SITE: self.noise_prior(f, validate=False)} if self.learned else {}
+
+    def noise_prior(self, f: torch.Tensor, validate: bool = True) -> dist.TorchDistribution:
         """The prior of the learned noise site for net outputs ``f (..., O)``: ``scale_prior``
-        on ``f``'s device and dtype, one scale per output (event shape ``(O,)``), cached.
+        on ``f``'s device and dtype, one scale per output (event shape ``(O,)``), cached;
+        ``validate=False``: one that does not check the values it scores.
 
         Example:
             >>> Gaussian(scale="learned").noise_prior(torch.zeros(5, 2)).event_shape
             torch.Size([2])
         """
-        key = (f.shape[-1], f.device, f.dtype)
+        key = (f.shape[-1], f.device, f.dtype, validate)
         prior = self._prior_cache.get(key)
         if prior is None:
-            prior = rebuild_on(self.scale_prior, f.device, f.dtype).expand(key[:1]).to_event(1)
+            with nullcontext() if validate else pyro.validation_enabled(False):
+                prior = rebuild_on(self.scale_prior, f.device, f.dtype)
+                prior = prior.expand(key[:1]).to_event(1)
             self._prior_cache[key] = prior
         return prior
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 
+import pyro
 import pyro.distributions as dist
 import pytest
 import torch
@@ -128,3 +129,30 @@ def test_wrong_targets_are_refused_naming_the_gaussian_likelihood():
         match=r"^y must have shape \(N,\) or \(N, 2\) for a Gaussian likelihood with 2 output",
     ):
         bp.Gaussian().check_targets(torch.zeros(3, 3), 2)
+
+
+def test_latent_priors_are_the_noise_prior_read_without_pyro_and_unchecked():
+    """A learned noise's prior by its site's name, the density ``noise_prior`` gives, built not
+    to check the values it scores (a check would break a compiled objective's graph); a fixed
+    noise has none; a subclass drawing its own latents is replayed (``None``)."""
+    f = torch.zeros(4, 2)
+    learned = bp.Gaussian(scale="learned")
+    priors = learned.latent_priors(f)
+    assert list(priors) == ["likelihood.scale"]
+    value = torch.tensor([0.3, 2.0])
+    torch.testing.assert_close(
+        priors["likelihood.scale"].log_prob(value), learned.noise_prior(f).log_prob(value)
+    )
+    assert learned.latent_priors(f)["likelihood.scale"] is priors["likelihood.scale"]  # cached
+    with pyro.validation_enabled(True):
+        with pytest.raises(ValueError, match="support"):
+            learned.noise_prior(torch.zeros(4, 3)).log_prob(torch.tensor([-1.0, 1.0, 1.0]))
+        bad = learned.latent_priors(torch.zeros(4, 3))["likelihood.scale"]
+        assert not torch.isfinite(bad.log_prob(torch.tensor([-1.0, 1.0, 1.0])))  # unchecked
+    assert bp.Gaussian(0.3).latent_priors(f) == {}
+
+    class _OwnNoise(bp.Gaussian):
+        def sample_latents(self, f):
+            return {}
+
+    assert _OwnNoise(scale="learned").latent_priors(f) is None

@@ -288,3 +288,11 @@ class _OwnLatents(bp.Gaussian):
 )
 def test_why_not_plain_reads_which_class_defines_the_density(likelihood, particles, reason):
     assert likelihood.why_not_plain(particles=particles) == reason
+
+
+def test_latent_priors_are_none_by_default_and_unknown_for_a_class_that_draws_its_own():
+    f = torch.zeros(3, 1)
+    assert bp.Categorical().latent_priors(f) == {} and bp.Bernoulli().latent_priors(f) == {}
+    assert bp.HeteroscedasticGaussian().latent_priors(torch.zeros(3, 2)) == {}
+    assert _OnlyDistribution().latent_priors(f) == {}
+    assert _OwnLatents(0.1).latent_priors(f) is None

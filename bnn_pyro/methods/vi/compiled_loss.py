@@ -108,6 +108,7 @@ class CompiledStackedLoss:
     def __init__(self, stacked: Any) -> None:
         self.stacked = stacked
         self._fn = compile_loss(self._loss)
+        self._warm = False
 
     def _loss(
         self, x: torch.Tensor, y: torch.Tensor, beta: torch.Tensor, noise: list[torch.Tensor]
@@ -118,8 +119,13 @@ class CompiledStackedLoss:
     def __call__(
         self, x: torch.Tensor, y: torch.Tensor, kl_weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        locs = list(self.stacked.locs)
-        noise = self.stacked.objective.noise(locs)  # eager: the members' generators
+        st, locs = self.stacked, list(self.stacked.locs)
+        noise = st.objective.noise(locs)  # eager: the members' generators
+        if not self._warm:  # one eager pass on the same noise (no draws) fills the objective's
+            # caches (the priors' constants), so the graph traced next holds no cache miss
+            with torch.no_grad():
+                st.objective(locs, list(st.rhos), x, y, st.dataset_size, kl_weight, noise=noise)
+            self._warm = True
         return self._fn(x, y, locs[0].new_tensor(float(kl_weight)), noise)
 
 

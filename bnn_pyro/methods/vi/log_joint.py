@@ -156,19 +156,23 @@ class LogJoint:
         whole = not self.stacked or (score is None and self.one_likelihood)
         terms, latents = [], {}
         for k in [None] if whole else range(len(self.bnns)):
-            replay = {
-                n: {"value": values[n] if k is None else values[n][k], "infer": {}} for n in names
-            }
-            with Recorder(replay) as recorder:
-                latents = self.bnns[k or 0].likelihood.sample_latents(f)
+            at = {n: values[n] if k is None else values[n][k] for n in names}
+            likelihood = self.bnns[k or 0].likelihood
+            priors = likelihood.latent_priors(f)
+            if priors is None or set(priors) != set(names):  # its own latents: replayed
+                replay = {n: {"value": v, "infer": {}} for n, v in at.items()}
+                with Recorder(replay) as recorder:
+                    latents = likelihood.sample_latents(f)
+                priors = {name: site["fn"] for name, site in recorder.sites.items()}
+            else:  # the library's own, read without Pyro (a compiled graph does not break)
+                latents = dict(at)
             term: Any = torch.zeros((), dtype=f.dtype, device=f.device)
             lead = self.lead if k is None else self.lead - 1
-            for name, site in recorder.sites.items():
-                value = replay[name]["value"]
+            for name, prior in priors.items():
                 if score is not None:
-                    term = term + score(k, name, site["fn"], value)
+                    term = term + score(k, name, prior, at[name])
                 else:  # (summed over the site: each member's and particle's own)
-                    term = term + sum_site(site["fn"].log_prob(value), lead)
+                    term = term + sum_site(prior.log_prob(at[name]), lead)
             terms.append(term)
         return terms[0] if whole else torch.stack(terms), latents
 
