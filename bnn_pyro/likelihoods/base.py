@@ -4,7 +4,6 @@ subclasses (so a checkpoint names its likelihood's class), and the data plate.""
 from __future__ import annotations
 
 import math
-import sys
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -280,53 +279,6 @@ class Likelihood(ABC):
         under the best prediction that ignores the inputs (their mean, their class
         frequencies), summed over the rows: what a fit that learned nothing from ``X`` scores.
         ``None`` where it is not defined (the default)."""
-        return None
-
-    def why_not_plain(self, particles: bool = False) -> str | None:
-        """Why the library's plain-torch objectives (the VI engine's, stacked fits') cannot
-        score this likelihood as the Pyro model observes it, or ``None`` where they can. Read
-        off the class alone: the objectives call :meth:`log_prob` and :meth:`sample_latents`,
-        the model :meth:`observe`; a subclass of the library's own that changes
-        :meth:`loc_scale <bnn_pyro.likelihoods.gaussian.GaussianLikelihood.loc_scale>` or its
-        latents is read the same way by both, one that observes or scores its rows by code of
-        its own is not. ``particles``: several draws per step (the alpha energy), whose
-        layout of a user's own latent sites only Pyro's vectorized plate knows.
-
-        Example:
-            >>> from bnn_pyro.likelihoods import Gaussian
-            >>> Gaussian(0.1).why_not_plain() is None
-            True
-            >>> class Mine(Gaussian):
-            ...     def observe(self, f, y, latents, dataset_size=None):
-            ...         super().observe(f, y, latents, dataset_size)
-            >>> Mine(0.1).why_not_plain()
-            'Mine defines its own observe(), which the plain-torch objective does not read'
-        """
-        cls = type(self)
-
-        def owner(name: str) -> type:
-            return next(c for c in cls.__mro__ if name in c.__dict__)
-
-        def own(name: str) -> bool:  # defined in the library's own module, at its top level
-            found = owner(name)
-            module = sys.modules.get(found.__module__)
-            library = found.__module__.startswith("bnn_pyro.")
-            return library and getattr(module, found.__qualname__, None) is found
-
-        reads = "which the plain-torch objective does not read"
-        for name in ("observe", "log_prob"):
-            if not own(name):
-                return f"{cls.__name__} defines its own {name}(), {reads}"
-        if owner("log_prob") is not Likelihood and not own("distribution"):
-            return (
-                f"{cls.__name__} defines its own distribution(), which "
-                f"{owner('log_prob').__name__}.log_prob (the plain-torch density) does not read"
-            )
-        if particles and not own("sample_latents"):
-            return (
-                f"{cls.__name__} draws latent sites of its own, laid out under several particles "
-                "by Pyro's vectorized plate"
-            )
         return None
 
     _subclasses: dict[str, type[Likelihood]] = {}

@@ -1,8 +1,7 @@
 """The likelihood base module pinned value by value: the data plate's name, size, subsample,
 dim, device and the scale it gives the observed site; each target layout ``observed_targets``
 accepts and its refusal in full; ``float_targets``' cast and reshape; and the registry of
-subclasses, their repr and the refusals of ``likelihood_from_config``; which classes the
-plain-torch objectives can score (``why_not_plain``)."""
+subclasses, their repr and the refusals of ``likelihood_from_config``; ``latent_priors``."""
 
 from __future__ import annotations
 
@@ -223,76 +222,13 @@ def test_a_subclass_without_a_distribution_says_so_by_its_class_name():
         Likelihood._subclasses.pop("NoDistLik", None)
 
 
-class _OwnLocScale(bp.Gaussian):
-    def loc_scale(self, f, latents):
-        return f, f.new_tensor(0.5)
-
-
-class _OwnLogProb(bp.Gaussian):
-    def log_prob(self, f, y, latents):
-        return super().log_prob(f, y, latents)
-
-
-class _OwnDistribution(bp.Gaussian):
-    def distribution(self, f, latents):
-        return pyro.distributions.Laplace(f, 0.5).to_event(1)
-
-
-class _OnlyDistribution(Likelihood):
-    """A likelihood of a user's own with only a distribution: both paths read it."""
-
-    def check_targets(self, y, out_dim):
-        return y
-
-    def mean(self, f):
-        return f
-
-    def distribution(self, f, latents):
-        return pyro.distributions.Laplace(f, 0.5).to_event(1)
+def test_latent_priors_are_none_by_default_and_unknown_for_a_class_that_draws_its_own():
+    f = torch.zeros(3, 1)
+    assert bp.Categorical().latent_priors(f) == {} and bp.Bernoulli().latent_priors(f) == {}
+    assert bp.HeteroscedasticGaussian().latent_priors(torch.zeros(3, 2)) == {}
+    assert _OwnLatents(0.1).latent_priors(f) is None
 
 
 class _OwnLatents(bp.Gaussian):
     def sample_latents(self, f):
         return {"likelihood.c": pyro.sample("likelihood.c", pyro.distributions.Beta(2.0, 2.0))}
-
-
-@pytest.mark.parametrize(
-    ("likelihood", "particles", "reason"),
-    [
-        (bp.Gaussian(0.1), True, None),
-        (bp.Gaussian("learned"), True, None),
-        (bp.HeteroscedasticGaussian(), True, None),
-        (bp.Categorical(), True, None),
-        (bp.Bernoulli(), True, None),
-        (_OwnLocScale(0.1), True, None),  # read by log_prob and distribution alike
-        (_OnlyDistribution(), True, None),  # Likelihood.log_prob reads the distribution
-        (_OwnLatents(0.1), False, None),
-        (
-            _OwnLatents(0.1),
-            True,
-            "_OwnLatents draws latent sites of its own, laid out under several particles by "
-            "Pyro's vectorized plate",
-        ),
-        (
-            _OwnLogProb(0.1),
-            False,
-            "_OwnLogProb defines its own log_prob(), which the plain-torch objective does not read",
-        ),
-        (
-            _OwnDistribution(0.1),
-            False,
-            "_OwnDistribution defines its own distribution(), which Gaussian.log_prob (the "
-            "plain-torch density) does not read",
-        ),
-    ],
-)
-def test_why_not_plain_reads_which_class_defines_the_density(likelihood, particles, reason):
-    assert likelihood.why_not_plain(particles=particles) == reason
-
-
-def test_latent_priors_are_none_by_default_and_unknown_for_a_class_that_draws_its_own():
-    f = torch.zeros(3, 1)
-    assert bp.Categorical().latent_priors(f) == {} and bp.Bernoulli().latent_priors(f) == {}
-    assert bp.HeteroscedasticGaussian().latent_priors(torch.zeros(3, 2)) == {}
-    assert _OnlyDistribution().latent_priors(f) == {}
-    assert _OwnLatents(0.1).latent_priors(f) is None

@@ -8,7 +8,7 @@ minimised by a torch optimizer. ``fit`` runs Pyro's ``SVI`` instead wherever the
 not cover the model; :func:`why_not_direct` decides which, **by type, before any work**: a
 custom guide, a prior with latent sites of its own, hooks on the net, a user's ELBO instance,
 several particles of the ELBO, a ``pyro.optim`` optimizer, a likelihood whose class scores or
-observes its rows by code of its own (:meth:`~bnn_pyro.likelihoods.Likelihood.why_not_plain`).
+observes its rows by code of its own (:func:`~bnn_pyro.likelihoods.plain.why_not_plain`).
 That the two paths are one objective is the parametrised test of
 ``tests/methods/vi/test_fast_loss.py`` (loss and gradients against Pyro's ELBOs under the same
 draws, for every configuration the objective covers) and ``tests/methods/vi/test_engine.py``
@@ -27,6 +27,7 @@ from pyro.optim import PyroOptim
 
 from bnn_pyro.elbos.alpha import DEFAULT_ALPHA, alpha_particles
 from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.likelihoods.plain import why_not_plain
 from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
 from bnn_pyro.training import distributed
 from bnn_pyro.training.loop import TrainingStep
@@ -65,7 +66,7 @@ def why_not_direct(bnn: Any, elbo: Any, num_particles: int, optimizer: Any = Non
     if reason is None and elbo == "alpha" and bnn.local_reparameterization:
         reason = "elbo='alpha' with local reparameterization: Pyro's vectorized particles"
     if reason is None:
-        reason = bnn.likelihood.why_not_plain(particles=elbo == "alpha")
+        reason = why_not_plain(bnn.likelihood, particles=elbo == "alpha")
     return reason
 
 
