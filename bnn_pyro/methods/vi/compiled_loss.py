@@ -59,6 +59,7 @@ class CompiledLoss:
     def __init__(self, direct: Any) -> None:
         self.direct, self.params = direct, direct.params
         self._fn = compile_loss(self._loss)
+        self._warm = False
 
     def _loss(
         self, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor | None, beta: torch.Tensor
@@ -73,9 +74,21 @@ class CompiledLoss:
         kl_weight: float = 1.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         ref = self.params[0]  # the scalars on the parameters' device, in their dtype
+        if not self._warm:
+            _warm_up(ref.device, lambda: self.direct(x, y, dataset_size, kl_weight))
+            self._warm = True
         n = None if dataset_size is None else ref.new_tensor(float(dataset_size))
         beta = ref.new_tensor(float(kl_weight))
         return self._fn(x, y, n, beta)
+
+
+def _warm_up(device: torch.device, eager: Callable[[], Any]) -> None:
+    """One eager pass of a loss about to be compiled, without gradients and leaving the random
+    state as it found it: it fills the objective's caches (the priors' constants, a learned
+    noise's prior), so the graph traced next holds no cache miss, which would break it in two
+    and recompile it on the second call."""
+    with torch.random.fork_rng([device] if device.type == "cuda" else []), torch.no_grad():
+        eager()
 
 
 class CompiledStackedLoss:
@@ -121,10 +134,10 @@ class CompiledStackedLoss:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         st, locs = self.stacked, list(self.stacked.locs)
         noise = st.objective.noise(locs)  # eager: the members' generators
-        if not self._warm:  # one eager pass on the same noise (no draws) fills the objective's
-            # caches (the priors' constants), so the graph traced next holds no cache miss
-            with torch.no_grad():
-                st.objective(locs, list(st.rhos), x, y, st.dataset_size, kl_weight, noise=noise)
+        if not self._warm:
+            rhos, n = list(st.rhos), st.dataset_size
+            warm = lambda: st.objective(locs, rhos, x, y, n, kl_weight, noise=noise)  # noqa: E731
+            _warm_up(locs[0].device, warm)
             self._warm = True
         return self._fn(x, y, locs[0].new_tensor(float(kl_weight)), noise)
 
