@@ -133,9 +133,9 @@ class ObjectiveStep(TrainingStep):
         self.objective, self.optimizer, self.kl_weight = objective, optimizer, kl_weight
         self.desc, self.diagnostics = desc, diagnostics
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.beta = 1.0
-        self._losses: list[torch.Tensor] = []
-        self._nlls: list[torch.Tensor] = []
+        self._losses: list[torch.Tensor]
+        self._nlls: list[torch.Tensor]
+        self.start_epoch(0)  # (the loop calls it again before each epoch)
 
     def start_epoch(self, epoch: int) -> None:
         self.beta = kl_weight_at(self.kl_weight, epoch)

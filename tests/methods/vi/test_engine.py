@@ -69,6 +69,7 @@ CHOICES = {
     "meanfield": (_model, {"elbo": "meanfield"}, None),
     "stl": (_model, {"elbo": "stl"}, None),
     "alpha": (_model, {"elbo": "alpha"}, None),
+    "alpha, four particles": (_model, {"elbo": "alpha", "num_particles": 4}, None),
     "learned noise": (lambda: _model(bp.Gaussian("learned")), {}, None),
     "categorical": (lambda: _model(bp.Categorical()), {}, None),
     "local reparameterization": (lambda: _model(local_reparameterization=True), {}, None),
@@ -315,3 +316,31 @@ def test_direct_objective_builds_each_named_objective():
     assert [made[e].objective.mode for e in made] == ["trace", "stl", "meanfield", "alpha"]
     assert made["alpha"].objective.particles == 10  # num_particles 1: the alpha default
     assert direct_objective(bnn, "alpha", 4).objective.particles == 4
+
+
+def test_the_kl_weight_is_one_unless_told_and_read_from_construction_on():
+    objective = _Fixed([(1.0, 0.0), (1.0, 0.0)])
+    step = ObjectiveStep(objective, torch.optim.SGD([objective.w], lr=0.0))
+    step(None, None)  # before any start_epoch: epoch 0's weight
+    scheduled = _Fixed([(1.0, 0.0)])
+    ObjectiveStep(scheduled, torch.optim.SGD([scheduled.w], lr=0.0), lambda e: 0.25 + e)(None, None)
+    assert objective.betas == [1.0] and scheduled.betas == [0.25]
+    assert step.end_epoch([1.0], [1])["loss"] == 1.0  # what was stepped so far is the epoch
+
+
+def test_the_objectives_own_distributions_are_not_validated():
+    """A scale that underflowed to 0 inside the objective is a non-finite loss, which the step
+    refuses as a divergence, not a distribution's ValueError (Pyro's validation is on here, as
+    a user's session has it)."""
+    w = torch.nn.Parameter(torch.zeros(()))
+
+    def objective(x, y, beta):
+        loss = -dist.Normal(w, torch.zeros(())).log_prob(torch.ones(()))
+        return loss, loss.detach()
+
+    step = ObjectiveStep(objective, torch.optim.SGD([w], lr=0.1))
+    with pyro.validation_enabled(True):
+        with pytest.raises(TrainingDivergedError, match=r"^the loss is (inf|nan)$"):
+            step(None, None)
+        with pytest.raises(ValueError, match="scale"):  # what validation would have said
+            dist.Normal(w, torch.zeros(()))
