@@ -7,6 +7,7 @@ Tolerances: float64 values throughout, the same sums in another order, so 1e-12 
 
 from __future__ import annotations
 
+import pyro
 import pyro.distributions as dist
 import pytest
 import torch
@@ -244,3 +245,36 @@ def test_a_latent_score_is_told_whose_value_it_scores(stacked):
     members = list(range(K)) if stacked else [None]
     assert seen == [(k, "likelihood.scale") for k in members]
     torch.testing.assert_close(term, noise.sum(-1) if stacked else noise[0].sum())
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_the_librarys_latents_are_read_without_pyro_and_a_users_are_replayed(stacked):
+    """A learned noise's prior comes from ``latent_priors`` (no ``sample_latents`` call, so no
+    Pyro site inside a compiled graph); a user's likelihood drawing latents of its own is
+    replayed through its ``sample_latents``, handed the net output (its prior may read it)."""
+    k = K if stacked else 1
+    bnns = _bnns(likelihood=lambda i: bp.Gaussian("learned"), k=k)
+    for b in bnns:  # the instance's own attribute: the class is still the library's
+
+        def refuse(f):
+            raise AssertionError("sample_latents ran")
+
+        b.likelihood.sample_latents = refuse
+    noise = torch.rand(K, 2, dtype=torch.float64) + 0.5
+    values = {"likelihood.scale": noise if stacked else noise[0]}
+    f = torch.zeros(5, 2, dtype=torch.float64)
+    term, _ = LogJoint(bnns, stacked=stacked).latent_terms(values, f)
+    want = bp.Gaussian("learned").noise_prior(f).log_prob(noise)
+    torch.testing.assert_close(term, want if stacked else want[0], rtol=1e-12, atol=0)
+
+    class PerOutput(bp.Gaussian):  # a prior shaped by the net's output width
+        def sample_latents(self, f):
+            prior = dist.LogNormal(0.0, 1.0).expand([f.shape[-1]]).to_event(1)
+            return {"likelihood.s": pyro.sample("likelihood.s", prior)}
+
+    users = _bnns(likelihood=lambda i: PerOutput(0.3), k=k)
+    values = {"likelihood.s": noise if stacked else noise[0]}
+    term, latents = LogJoint(users, stacked=stacked).latent_terms(values, f)
+    want = dist.LogNormal(0.0, 1.0).log_prob(noise).sum(-1)
+    torch.testing.assert_close(term, want if stacked else want[0], rtol=1e-12, atol=0)
+    assert list(latents) == ["likelihood.s"]
