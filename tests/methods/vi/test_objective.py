@@ -117,3 +117,36 @@ def test_one_models_particles_are_drawn_in_its_dtype():
     )
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_noise_handed_in_is_the_noise_a_call_draws(stacked):
+    """``noise(locs)`` draws what a call draws itself, in its order: handed back, the same loss
+    and data term; zero noise puts every weight at its mean (the loss of the means, with no
+    draw made, whatever the seed)."""
+    k = 2 if stacked else 1
+    models, X, y = _models(k)
+    locs, rhos = _params(models, stacked)
+    x, t = (X, y) if stacked else (X[0], y[0])
+
+    def gens():
+        return [torch.Generator().manual_seed(7 + i) for i in range(k)] if stacked else None
+
+    def call(noise=None, generators=None):
+        pyro.set_rng_seed(5)
+        objective = VIObjective(models, generators or gens())
+        return objective(locs, rhos, x, t, 64, 0.5, noise=noise)
+
+    pyro.set_rng_seed(5)
+    noise = VIObjective(models, gens()).noise(locs)
+    drawn, given = call(), call(noise)
+    for a, b in zip(drawn, given, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+    zeros = [torch.zeros_like(n) for n in noise]
+    at_means = call(zeros)
+    assert not torch.allclose(at_means[0], drawn[0])
+    pyro.set_rng_seed(6)  # another seed, other generators: nothing is drawn
+    other = [torch.Generator().manual_seed(30 + i) for i in range(k)] if stacked else None
+    objective = VIObjective(models, other)
+    again = objective(locs, rhos, x, t, 64, 0.5, noise=zeros)
+    assert torch.equal(at_means[0], again[0]) and torch.equal(at_means[1], again[1])
