@@ -33,7 +33,7 @@ from bnn_pyro.training import distributed
 from bnn_pyro.training.loop import TrainingStep
 from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 
-__all__ = ["ONE_PARTICLE", "ObjectiveStep", "direct_objective", "why_not_direct"]
+__all__ = ["ONE_PARTICLE", "ObjectiveStep", "direct_objective", "vi_row", "why_not_direct"]
 
 #: The objectives of one particle that the plain-torch objective has, by ``fit``'s names.
 ONE_PARTICLE = ("trace", "stl", "meanfield")
@@ -133,9 +133,11 @@ class ObjectiveStep(TrainingStep):
         self.objective, self.optimizer, self.kl_weight = objective, optimizer, kl_weight
         self.desc, self.diagnostics = desc, diagnostics
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self._losses: list[torch.Tensor]
-        self._nlls: list[torch.Tensor]
-        self.start_epoch(0)  # (the loop calls it again before each epoch)
+        # a fixed weight holds from construction; a schedule is asked at each start_epoch only
+        # (once per epoch, as the loop promises it), so it reads NaN before the first
+        self.beta = math.nan if callable(kl_weight) else float(kl_weight)
+        self._losses: list[torch.Tensor] = []
+        self._nlls: list[torch.Tensor] = []
 
     def start_epoch(self, epoch: int) -> None:
         self.beta = kl_weight_at(self.kl_weight, epoch)
@@ -179,8 +181,23 @@ class ObjectiveStep(TrainingStep):
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
         member_loss = torch.stack(self._losses).double().mean(0)
         loss, nll = float(member_loss.mean()), float(torch.stack(self._nlls).double().mean())
-        kl = (loss - nll) / self.beta if self.beta > 0 else math.nan
-        row: dict[str, Any] = {"loss": loss, "nll": nll, "kl": kl, "kl_weight": self.beta}
+        row = vi_row(loss, nll, self.beta, self.diagnostics)
         if member_loss.dim():
             row["member_loss"] = member_loss.tolist()
-        return row if self.diagnostics is None else {**row, **self.diagnostics.row()}
+        return row
+
+
+def vi_row(
+    loss: float, nll: float, beta: float, diagnostics: LayerDiagnostics | None = None
+) -> dict[str, Any]:
+    """A VI fit's history row from an epoch's mean ``loss`` and ``nll``: ``loss``, ``nll``,
+    ``kl`` (``(loss - nll) / beta``; NaN at ``beta = 0``), ``kl_weight`` and the per-layer
+    ``diagnostics`` entries; what both engines' steps record.
+
+    Example:
+        >>> vi_row(10.0, 4.0, 0.5)
+        {'loss': 10.0, 'nll': 4.0, 'kl': 12.0, 'kl_weight': 0.5}
+    """
+    kl = (loss - nll) / beta if beta > 0 else math.nan
+    row: dict[str, Any] = {"loss": loss, "nll": nll, "kl": kl, "kl_weight": beta}
+    return row if diagnostics is None else {**row, **diagnostics.row()}

@@ -29,6 +29,7 @@ from bnn_pyro.elbos.stl import StickingTheLanding_ELBO
 from bnn_pyro.elbos.trace import FastTrace_ELBO, RecordingMeanField_ELBO
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
+from bnn_pyro.methods.vi.engine import vi_row
 from bnn_pyro.training import distributed
 from bnn_pyro.training.callbacks import History
 from bnn_pyro.training.loop import Batch, Callback, TrainingStep, train
@@ -306,9 +307,7 @@ class SVIStep(TrainingStep):
 
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, float]:
         loss, nll = sum(losses) / len(losses), self.nll_total / len(losses)
-        kl = (loss - nll) / self.beta if self.beta > 0 else math.nan
-        row = {"loss": loss, "nll": nll, "kl": kl, "kl_weight": self.beta}
-        return row if self.diagnostics is None else {**row, **self.diagnostics.row()}
+        return vi_row(loss, nll, self.beta, self.diagnostics)
 
 
 def run_svi(

@@ -318,14 +318,21 @@ def test_direct_objective_builds_each_named_objective():
     assert direct_objective(bnn, "alpha", 4).objective.particles == 4
 
 
-def test_the_kl_weight_is_one_unless_told_and_read_from_construction_on():
+def test_a_fixed_kl_weight_holds_from_construction_and_a_schedule_is_asked_per_epoch():
     objective = _Fixed([(1.0, 0.0), (1.0, 0.0)])
     step = ObjectiveStep(objective, torch.optim.SGD([objective.w], lr=0.0))
-    step(None, None)  # before any start_epoch: epoch 0's weight
-    scheduled = _Fixed([(1.0, 0.0)])
-    ObjectiveStep(scheduled, torch.optim.SGD([scheduled.w], lr=0.0), lambda e: 0.25 + e)(None, None)
-    assert objective.betas == [1.0] and scheduled.betas == [0.25]
+    step(None, None)  # before any start_epoch: the default weight, 1
+    assert objective.betas == [1.0]
     assert step.end_epoch([1.0], [1])["loss"] == 1.0  # what was stepped so far is the epoch
+    asked = []
+    scheduled = _Fixed([(1.0, 0.0)])
+    step = ObjectiveStep(
+        scheduled, torch.optim.SGD([scheduled.w], lr=0.0), lambda e: asked.append(e) or 0.25 + e
+    )
+    assert asked == [] and math.isnan(step.beta)  # not asked before its epoch starts
+    step.start_epoch(1)
+    step(None, None)
+    assert asked == [1] and scheduled.betas == [1.25]
 
 
 def test_the_objectives_own_distributions_are_not_validated():
