@@ -33,6 +33,8 @@ def why_not_plain(likelihood: Likelihood, particles: bool = False) -> str | None
         >>> why_not_plain(Mine(0.1))
         'Mine defines its own observe(), which the plain-torch objective does not read'
     """
+    if not isinstance(likelihood, Likelihood):
+        raise TypeError(f"likelihood must be a Likelihood, got {type(likelihood).__name__}")
     cls = type(likelihood)
 
     def owner(name: str) -> type:

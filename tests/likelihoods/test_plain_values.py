@@ -76,3 +76,14 @@ class _OwnLatents(bp.Gaussian):
 )
 def test_why_not_plain_reads_which_class_defines_the_density(likelihood, particles, reason):
     assert why_not_plain(likelihood, particles=particles) == reason
+
+
+def test_a_likelihood_is_asked_for():
+    with pytest.raises(TypeError, match=r"^likelihood must be a Likelihood, got str$"):
+        why_not_plain("regression")
+
+
+def test_one_particle_unless_told():
+    """Without ``particles``, a user's own latents are the plain-torch objective's to read."""
+    assert why_not_plain(_OwnLatents(0.1)) is None
+    assert why_not_plain(_OwnLatents(0.1), particles=True) is not None

@@ -84,6 +84,8 @@ def direct_objective(bnn: Any, elbo: str, num_particles: int) -> Any:
         >>> loss.shape, direct_objective(bnn, "alpha", 1).objective.particles
         (torch.Size([]), 10)
     """
+    if elbo not in (*ONE_PARTICLE, "alpha"):
+        raise ValueError(f"elbo must be one of {(*ONE_PARTICLE, 'alpha')}, got {elbo!r}")
     if elbo == "alpha":
         particles = alpha_particles(num_particles)
         return bnn.fast_loss(alpha=DEFAULT_ALPHA, particles=particles)
@@ -130,6 +132,10 @@ class ObjectiveStep(TrainingStep):
         desc: str | None = None,
         diagnostics: LayerDiagnostics | None = None,
     ) -> None:
+        if not callable(objective):
+            raise TypeError(f"objective must be callable, got {type(objective).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch optimizer, got {type(optimizer).__name__}")
         self.objective, self.optimizer, self.kl_weight = objective, optimizer, kl_weight
         self.desc, self.diagnostics = desc, diagnostics
         self.params = [p for group in optimizer.param_groups for p in group["params"]]

@@ -109,9 +109,12 @@ def fit_stacked_vi(
             f"fit_stacked takes elbo='trace', 'stl' or 'meanfield' (one particle) or 'alpha' "
             f"(any num_particles), got elbo={elbo!r}, num_particles={num_particles!r}"
         )
-    if elbo == "alpha" and any(b.local_reparameterization for b in bnns):
+    # the draws a member's net makes itself: its layers' pre-activation noise, dropout masks
+    local = any(b.local_reparameterization for b in bnns)
+    dropout = any(isinstance(m, nn.Dropout) for b in bnns for m in b.net.modules())
+    if elbo == "alpha" and local:
         raise ValueError("elbo='alpha' is stacked for the weight-space estimator only")
-    if elbo == "alpha" and any(isinstance(m, nn.Dropout) for b in bnns for m in b.net.modules()):
+    if elbo == "alpha" and dropout:
         # a member's own fit draws its particles' masks on the layout torch's matmul gives
         # them (a first layer's (P, B, H) output folded as (B, P, H) in memory), which one
         # stacked pass does not reproduce: the members would end elsewhere than their own fits
@@ -122,10 +125,7 @@ def fit_stacked_vi(
     reason = why_not_stacked_vi(bnns)
     if reason is not None:
         raise ValueError(f"fit_stacked: {reason}")
-    if check_bool("compile", compile) and (
-        any(b.local_reparameterization for b in bnns)
-        or any(isinstance(m, nn.Dropout) for b in bnns for m in b.net.modules())
-    ):
+    if check_bool("compile", compile) and (local or dropout):
         raise ValueError(
             "compile=True compiles the stacked objective of weight-space draws: local "
             "reparameterization and dropout draw inside the net, from each member's generator, "

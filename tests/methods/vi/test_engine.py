@@ -351,3 +351,17 @@ def test_the_objectives_own_distributions_are_not_validated():
             step(None, None)
         with pytest.raises(ValueError, match="scale"):  # what validation would have said
             dist.Normal(w, torch.zeros(()))
+
+
+def test_bad_arguments_are_refused_by_name_before_any_work():
+    w = torch.nn.Parameter(torch.zeros(()))
+    opt = torch.optim.SGD([w], lr=0.1)
+    with pytest.raises(TypeError, match=r"^objective must be callable, got int$"):
+        ObjectiveStep(3, opt)
+    with pytest.raises(TypeError, match=r"^optimizer must be a torch optimizer, got list$"):
+        ObjectiveStep(lambda x, y, beta: (w, w), [w])
+    with pytest.raises(
+        ValueError,
+        match=r"^elbo must be one of \('trace', 'stl', 'meanfield', 'alpha'\), got 'renyi'$",
+    ):
+        direct_objective(_model(), "renyi", 1)

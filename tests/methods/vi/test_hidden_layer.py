@@ -14,14 +14,6 @@ from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
 
 
-@pytest.fixture(autouse=True)
-def _seeded():
-    state = torch.get_rng_state()
-    torch.manual_seed(0)
-    yield
-    torch.set_rng_state(state)
-
-
 def _data(n=64):
     g = torch.Generator().manual_seed(5)
     X = torch.randn(n, 3, generator=g)

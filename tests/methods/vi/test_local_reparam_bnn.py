@@ -17,14 +17,6 @@ from tests.methods.vi.test_exact_posterior import NOISE as EXACT_NOISE
 from tests.methods.vi.test_exact_posterior import _data as exact_data
 
 
-@pytest.fixture(autouse=True)
-def _seeded():
-    state = torch.get_rng_state()
-    torch.manual_seed(0)
-    yield
-    torch.set_rng_state(state)
-
-
 def _data(n=48):
     g = torch.Generator().manual_seed(4)
     X = torch.randn(n, 3, generator=g)
