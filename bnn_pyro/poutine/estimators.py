@@ -128,16 +128,6 @@ def _base(t: torch.Tensor, base_dim: int) -> torch.Tensor:
     return t
 
 
-def _noise_shape(
-    mean: torch.Tensor, std: torch.Tensor, sample_shape: torch.Size | None, event_dim: int
-) -> torch.Size:
-    """The output shape: ``mean`` and ``std`` broadcast, with ``sample_shape`` in front."""
-    shape = mean.shape if mean.shape == std.shape else torch.broadcast_shapes(mean.shape, std.shape)
-    if sample_shape:  # torch.broadcast_shapes is slow: only when there are sample dims
-        shape = torch.broadcast_shapes(torch.Size(sample_shape) + shape[-event_dim:], shape)
-    return shape
-
-
 #: ``noise(shape, like, signs)``: standard normal draws of ``shape`` (random signs where
 #: ``signs``) in ``like``'s dtype and device. The estimators draw theirs through it: by default
 #: from the global generator (:func:`draw_noise`); K stacked models pass their own
@@ -162,6 +152,36 @@ def draw_noise(
             .sub_(1)
         )
     return torch.randn(shape, generator=generator, dtype=like.dtype, device=like.device)
+
+
+def _gaussian_draw(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    sample_shape: torch.Size | None,
+    event_dim: int,
+    noise: Noise = draw_noise,
+) -> torch.Tensor:
+    """The local reparameterization's draw of the pre-activations: ``mean + eps * std``, with
+    standard normals ``eps`` from ``noise`` over ``mean`` and ``std`` broadcast, with
+    ``sample_shape`` in front.
+
+    Args:
+        mean, std: broadcastable, ``(*S, N, out)`` (linear) or ``(*S, N, out, H', W')`` (conv).
+        sample_shape: leading dims of the draw (``None``/empty: those of ``mean`` and ``std``).
+        event_dim: the dims of one sample's output: 2 (linear) or 4 (conv).
+        noise: what draws ``eps`` (:data:`Noise`).
+
+    Returns:
+        ``(*sample_shape, N, out[, H', W'])``, fresh noise for every entry.
+
+    Example:
+        >>> _gaussian_draw(torch.zeros(4, 2), torch.ones(2), torch.Size([3]), 2).shape
+        torch.Size([3, 4, 2])
+    """
+    shape = mean.shape if mean.shape == std.shape else torch.broadcast_shapes(mean.shape, std.shape)
+    if sample_shape:  # torch.broadcast_shapes is slow: only when there are sample dims
+        shape = torch.broadcast_shapes(torch.Size(sample_shape) + shape[-event_dim:], shape)
+    return mean + noise(shape, mean, False) * std
 
 
 def _linear_shape(x: torch.Tensor, weight: torch.Tensor, out: int) -> torch.Size:
@@ -207,8 +227,7 @@ def local_reparam_linear(
         b_scale = _base(bias_scale, 1)
         b_scale = b_scale.unsqueeze(-2) if b_scale.dim() > 1 else b_scale
     std = preactivation_std(x, scale.transpose(-1, -2), b_scale)
-    shape = _noise_shape(mean, std, sample_shape, 2)
-    return mean + noise(shape, mean, False) * std
+    return _gaussian_draw(mean, std, sample_shape, 2, noise)
 
 
 def flipout_linear(
@@ -295,8 +314,7 @@ def local_reparam_conv2d(
     b_var = None if bias_scale is None else _base(bias_scale, 1).square()
     var = _conv(x.square(), scale.square(), b_var, conv)
     std = var.clamp_min(torch.finfo(var.dtype).tiny).sqrt()
-    shape = _noise_shape(mean, std, sample_shape, 4)
-    return mean + draw_noise(shape, mean, False) * std
+    return _gaussian_draw(mean, std, sample_shape, 4)
 
 
 def flipout_conv2d(
