@@ -84,12 +84,23 @@ class TrainingStep:
 
 
 class LossStep(TrainingStep):
-    """Minimise ``batch_loss(xb, yb)`` with a torch optimizer.
+    """Minimise ``losses(xb, yb)`` with a torch optimizer: one model's mean minibatch loss
+    ``()``, or K stacked members' ``(K,)``, whose sum is back-propagated (slice ``k`` of every
+    gradient is member ``k``'s own) so that an elementwise optimizer moves each member as it
+    would move that member alone.
+
+    The history row: one model, ``loss`` (the mean loss per point, each minibatch weighted by
+    its rows); K members, ``loss`` (their mean) and ``member_loss`` (a list), their minibatches
+    ``(K, B, ...)``. Every step starts and ends with the gradients cleared; a non-finite loss
+    raises :class:`~bnn_pyro.TrainingDivergedError` (naming the members that diverged) before
+    the optimizer moves. The VI engine's :class:`~bnn_pyro.methods.vi.engine.ObjectiveStep` is
+    this step on the VI objective.
 
     Args:
-        batch_loss: the mean loss of a minibatch, differentiable in the parameters.
-        optimizer: a ``torch.optim.Optimizer`` over the trainable parameters.
-        desc: the method's name, for the divergence error.
+        losses: ``(xb, yb) -> ()`` or ``(K,)``, differentiable in the parameters.
+        optimizer: a ``torch.optim.Optimizer`` over the trainable parameters (elementwise for
+            K > 1).
+        desc: names the run in the divergence error (``None``: unnamed).
 
     Example:
         >>> w = torch.nn.Parameter(torch.zeros(1))
@@ -97,31 +108,79 @@ class LossStep(TrainingStep):
         >>> x = torch.ones(4); losses = [step(x, 2 * x) for _ in range(50)]
         >>> round(w.detach().item(), 3)
         2.0
-    """
+        >>> v = torch.nn.Parameter(torch.zeros(2, 1))  # two members, a row of weights each
+        >>> step = LossStep(lambda x, y: ((x * v - y) ** 2).mean(-1), torch.optim.SGD([v], lr=0.1))
+        >>> x = torch.ones(2, 4); y = torch.tensor([[1.0], [3.0]]) * x
+        >>> step.start_epoch(0); losses = [step(x, y) for _ in range(60)]
+        >>> [round(t, 3) for t in v.detach().squeeze(-1).tolist()], len(step.end_epoch([], [])["member_loss"])
+        ([1.0, 3.0], 2)
+    """  # noqa: E501
 
     def __init__(
         self,
-        batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         optimizer: torch.optim.Optimizer,
-        desc: str = "fit",
+        desc: str | None = "fit",
     ) -> None:
-        self.batch_loss = batch_loss
-        self.optimizer = optimizer
-        self.desc = desc
+        if not callable(losses):
+            raise TypeError(f"the loss must be callable, got {type(losses).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch optimizer, got {type(optimizer).__name__}")
+        self.losses, self.optimizer, self.desc = losses, optimizer, desc
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self._members: list[torch.Tensor] = []  # K members: each step's losses times its rows
+        self._rows = 0
+
+    def start_epoch(self, epoch: int) -> None:
+        self._members, self._rows = [], 0
+
+    def _clear(self) -> None:
+        # what zero_grad(set_to_none=True) does, without its profiler record per call (a
+        # visible share of a small net's step)
+        # Measured: ``benchmarks/results/library_measurements.md``, section 'Clearing gradients
+        # by hand'.
+        for p in self.params:
+            p.grad = None
+
+    def loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """The minibatch's loss, ``()`` or ``(K,)`` (a subclass computes more beside it)."""
+        return self.losses(xb, yb)
+
+    def record(self, loss: torch.Tensor, xb: torch.Tensor) -> None:
+        """Keep what the epoch's row needs of a finished step (its detached ``loss``)."""
+        if loss.dim():
+            rows = xb.shape[1]
+            self._members.append(loss * rows)
+            self._rows += rows
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.batch_loss(xb, yb)
-        value = loss.item()
+        self._clear()
+        loss = self.loss(xb, yb)
+        total = loss if loss.dim() == 0 else loss.sum()
+        value = total.item()
         finite = math.isfinite(value)
         if finite:
-            loss.backward()
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        if not distributed.average_gradients(params, finite):  # (a no-op in one process)
-            self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDivergedError(f"{self.desc}: the loss is {value}")
+            total.backward()
+        if not distributed.average_gradients(self.params, finite):  # (no-op in one process)
+            self._clear()
+            raise TrainingDivergedError(self._diverged(loss.detach(), value))
         self.optimizer.step()
-        return value
+        self._clear()
+        self.record(loss.detach(), xb)
+        return value / loss.numel()
+
+    def _diverged(self, loss: torch.Tensor, value: float) -> str:
+        named = "" if self.desc is None else f"{self.desc}: "
+        if loss.dim() == 0:
+            return f"{named}the loss is {value}"
+        bad = [k + 1 for k, v in enumerate(loss.tolist()) if not math.isfinite(v)]
+        return f"{named}the loss of member(s) {bad} of {len(loss)} is not finite"
+
+    def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
+        if not self._members:
+            return super().end_epoch(losses, sizes)
+        per_member = (torch.stack(self._members).sum(0) / self._rows).tolist()
+        return {"loss": sum(per_member) / len(per_member), "member_loss": per_member}
 
 
 def _params_finite(module: torch.nn.Module) -> bool:

@@ -19,7 +19,6 @@ against the members' own forward passes. :func:`stackable` says why a net is not
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,14 +26,11 @@ import torch
 import torch.nn as nn
 from torch.func import stack_module_state
 
-from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
-from bnn_pyro.training.loop import TrainingStep
 from bnn_pyro.training.member_dropout import swap_member_dropout
 
 __all__ = [
     "ELEMENTWISE_OPTIMIZERS",
-    "StackedLossStep",
     "StackedModels",
     "elementwise_optimizer",
     "stackable",
@@ -222,61 +218,3 @@ def _same(stacked: Callable[[], torch.Tensor], expected: torch.Tensor) -> bool:
 
 def _loop(nets: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
     return torch.stack([net(x[k]) for k, net in enumerate(nets)])
-
-
-class StackedLossStep(TrainingStep):
-    """One step of K stacked models: ``member_losses(xb, yb) -> (K,)`` mean losses, summed for
-    the gradient; the epoch row is ``loss`` (the members' mean loss per point, each minibatch
-    weighted by its rows, as :class:`~bnn_pyro.training.TrainingStep`) and ``member_loss`` (a
-    list). (The stacked VI fit steps with the VI engine's
-    :class:`~bnn_pyro.methods.vi.engine.ObjectiveStep` instead.)
-
-    Args:
-        member_losses: ``(xb (K, B, ...), yb (K, B, ...)) -> (K,)``.
-        optimizer: an elementwise torch optimizer over the stacked parameters.
-        desc: names the run in the divergence error.
-
-    Example:
-        >>> w = nn.Parameter(torch.zeros(2, 1))
-        >>> step = StackedLossStep(lambda x, y: ((x * w - y) ** 2).mean(-1),
-        ...                        torch.optim.SGD([w], lr=0.1))
-        >>> x = torch.ones(2, 4); y = torch.tensor([[1.0], [3.0]]) * x
-        >>> losses = [step(x, y) for _ in range(60)]
-        >>> [round(v, 3) for v in w.detach().squeeze(-1).tolist()]
-        [1.0, 3.0]
-    """
-
-    def __init__(
-        self,
-        member_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-        optimizer: torch.optim.Optimizer,
-        desc: str = "fit",
-    ) -> None:
-        self.member_losses, self.optimizer, self.desc = member_losses, optimizer, desc
-        self._epoch: list[torch.Tensor] = []
-        self._rows = 0
-
-    def start_epoch(self, epoch: int) -> None:
-        self._epoch, self._rows = [], 0
-
-    def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
-        self.optimizer.zero_grad(set_to_none=True)
-        losses = self.member_losses(xb, yb)
-        values = losses.detach()
-        total = losses.sum()
-        value = total.item()
-        if not math.isfinite(value):
-            bad = [k + 1 for k, v in enumerate(values.tolist()) if not math.isfinite(v)]
-            raise TrainingDivergedError(
-                f"{self.desc}: the loss of member(s) {bad} of {len(values)} is not finite"
-            )
-        total.backward()
-        self.optimizer.step()
-        rows = xb.shape[1]
-        self._epoch.append(values * rows)
-        self._rows += rows
-        return value / len(values)
-
-    def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
-        per_member = (torch.stack(self._epoch).sum(0) / self._rows).tolist()
-        return {"loss": sum(per_member) / len(per_member), "member_loss": per_member}

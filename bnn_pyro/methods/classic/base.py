@@ -22,6 +22,7 @@ from bnn_pyro.base import BaseBayesianMethod
 from bnn_pyro.likelihoods import Likelihood, likelihood_from_config
 from bnn_pyro.likelihoods.resolve import resolve_likelihood
 from bnn_pyro.methods.classic.checks import check_inputs, check_targets, output_width
+from bnn_pyro.methods.classic.engine import train_epochs
 from bnn_pyro.methods.classic.noise import HomoscedasticNoise
 from bnn_pyro.methods.classic.predictive import ClassicPredictive
 from bnn_pyro.methods.classic.training import (
@@ -29,12 +30,10 @@ from bnn_pyro.methods.classic.training import (
     check_fit_args,
     module_device,
     probe,
-    train_epochs,
 )
 from bnn_pyro.nn.inputs import takes_indices
 from bnn_pyro.training import Callback, History, OptimizerSpec
 from bnn_pyro.training.batches import gather_loader, validation_pair
-from bnn_pyro.training.compiled import compile_loss
 from bnn_pyro.training.resume import ResumePath, open_resume
 
 __all__ = ["ClassicMethod"]
@@ -252,20 +251,20 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
         before: Iterable[Callback] = (),
     ) -> History:
         """The one training loop over ``data`` (see
-        :func:`~bnn_pyro.methods.classic.training.train_epochs`); callbacks (the method's own
+        :func:`~bnn_pyro.methods.classic.engine.train_epochs`); callbacks (the method's own
         ``before`` first, then the user's) see this method; the loss compiled where
         ``settings.compile``."""
         return train_epochs(
             params,
-            compile_loss(batch_loss) if settings.compile else batch_loss,
-            *data,
+            batch_loss,
+            data,
             settings,
             module=module,
-            desc=desc,
+            owner=self,
+            name=desc,
             seed=seed,
-            callbacks=[*before, *settings.callbacks],
             validation=validation,
-            history_module=self,
+            callbacks=tuple(before),
         )
 
     def _train_net(

@@ -1,34 +1,170 @@
-"""The classic family's one stacked engine: K nets trained as one with every option of a fit.
+"""The classic family's one training engine: one net, or K nets of one architecture stacked.
 
-``DeepEnsemble.fit`` (its members) and :func:`bnn_pyro.fit_stacked` (K models of MC dropout,
-SWAG or Laplace) both train K nets of one architecture on a loss of their outputs; this is the
-one place that does it (see :mod:`bnn_pyro.training.stacked` for how K nets train as one and
-why the numbers are those of K one-by-one runs). What a one-by-one run takes, this takes, from
-the same :class:`~bnn_pyro.methods.classic.training.TrainSettings`: the optimizer and its
+Every classic fit trains through :func:`train_nets`: a loss minimised by the one
+:class:`~bnn_pyro.training.LossStep` in the one loop (:func:`bnn_pyro.training.train`), with
+every option of :class:`~bnn_pyro.methods.classic.training.TrainSettings` (the optimizer and its
 learning-rate schedule, the iterate average, the compiled loss, callbacks, validation data and
-a resume file.
+a resume file). Two thin calls choose what trains and the order of the rows:
+
+- :func:`train_epochs`, one net (a method's own ``fit``): its loss ``()``, its rows in the order
+  of the global generator, forked and seeded with the run's seed;
+- :func:`train_stacked`, K nets as one (``DeepEnsemble.fit``'s members, and
+  :func:`bnn_pyro.fit_stacked` of MC dropout, SWAG or Laplace): their losses ``(K,)``, member
+  ``k``'s rows and dropout masks from a generator seeded as its own run's (see
+  :mod:`bnn_pyro.training.stacked` for why the numbers are those of K one-by-one runs; one
+  model is bit for bit its own fit, tested).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from bnn_pyro._rng import noise_generators, order_generators
+from bnn_pyro._rng import noise_generators, order_generators, seeded
 from bnn_pyro.methods.classic.training import TrainSettings, modes, module_device
-from bnn_pyro.training import History, make_optimizer, train
+from bnn_pyro.training import Callback, History, LossStep, make_optimizer, train
+from bnn_pyro.training.batches import permuted_batches
 from bnn_pyro.training.compiled import compile_loss
-from bnn_pyro.training.stacked import StackedLossStep, StackedModels
+from bnn_pyro.training.stacked import StackedModels
 from bnn_pyro.training.stacked_batches import stacked_batches
 
-__all__ = ["train_stacked"]
+__all__ = ["train_epochs", "train_nets", "train_stacked"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: ``(outputs (K, B, O), targets (K, B, ...)) -> (K,)``: each member's mean loss.
-OutputLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+OutputLoss = Loss
+
+
+def train_nets(
+    module: nn.Module,
+    params: Iterable[torch.Tensor],
+    losses: Loss,
+    batches: Callable[[], Iterable[Data]],
+    settings: TrainSettings,
+    *,
+    owner: nn.Module,
+    name: str,
+    desc: str,
+    validation: Data | None = None,
+    callbacks: Sequence[Callback] = (),
+    sync: tuple[Callable[[], None], Callable[[], None]] | None = None,
+) -> History:
+    """Minimise ``losses(xb, yb)`` (``()`` one net, ``(K,)`` K stacked) over ``batches()`` with
+    the options of ``settings``; return the :class:`~bnn_pyro.training.History`.
+
+    ``module`` trains in train mode (``owner``'s flags restored afterwards); the loop's
+    snapshots and iterate average hold it. After each epoch, ``callbacks`` and then the user's
+    (``settings.callbacks``) are called as ``fn(owner, epoch, history)``, a ``True`` stopping
+    the run; with ``sync = (write_back, read_from)``, the members are written back before them
+    and read back after (what a callback put in them is what training goes on from).
+
+    Args:
+        module: what trains (a net, or :class:`~bnn_pyro.training.stacked.StackedModels`).
+        params: the trainable tensors (the optimizer's).
+        losses: ``(xb, yb) -> ()`` or ``(K,)``; compiled where ``settings.compile``.
+        batches: the epoch's minibatches, called once per epoch.
+        settings: the checked options of the fit.
+        owner: what callbacks see.
+        name: names the run in the divergence error.
+        desc: the progress bar's label.
+        validation: ``(x_val, y_val)``: after each epoch ``val_loss`` (``losses`` in eval mode,
+            eager, without gradients; K members: their mean, and ``member_val_loss``).
+        callbacks: the method's own, before the user's.
+        sync: ``(write_back, read_from)`` around the callbacks, or ``None``.
+
+    Example:
+        >>> from bnn_pyro.methods.classic.training import check_fit_args
+        >>> net = nn.Linear(2, 1); x = torch.randn(16, 2); y = x.sum(-1, keepdim=True)
+        >>> settings = check_fit_args(40, 8, 0.1, 0.0, "adam", False, None)
+        >>> h = train_nets(net, net.parameters(), lambda xb, yb: ((net(xb) - yb) ** 2).mean(),
+        ...                permuted_batches(x, y, 8), settings, owner=net, name="fit", desc="fit")
+        >>> h["loss"][-1] < h["loss"][0]
+        True
+    """
+    step_losses = compile_loss(losses) if settings.compile else losses
+    optimizer = make_optimizer(settings.optimizer, params, settings.lr, settings.weight_decay)
+    step = LossStep(step_losses, optimizer, desc=f"{name} (lr={settings.lr})")
+    called = [*callbacks, *settings.callbacks]
+
+    def after_epoch(_: Any, epoch: int, history: History) -> bool:
+        if sync is not None and called:
+            sync[0]()
+        stop = any([bool(cb(owner, epoch, history)) for cb in called])
+        if sync is not None and called:
+            sync[1]()
+        return stop
+
+    def val_loss() -> dict[str, Any]:
+        xv, yv = validation  # type: ignore[misc]
+        module.train(False)
+        try:
+            with torch.no_grad():
+                value = losses(xv, yv)  # eager: no graph for one more shape
+        finally:
+            module.train(True)
+        if value.dim() == 0:
+            return {"val_loss": float(value)}
+        per_member = value.tolist()
+        return {"val_loss": sum(per_member) / len(per_member), "member_val_loss": per_member}
+
+    with modes(owner, lambda m: True):
+        module.train(True)
+        return train(
+            module,
+            step,
+            batches,
+            callbacks=[after_epoch],
+            validation=None if validation is None else val_loss,
+            desc=desc,
+            **settings.loop_options(),
+        )
+
+
+def train_epochs(
+    params: Iterable[torch.Tensor],
+    losses: Loss,
+    data: Data,
+    settings: TrainSettings,
+    *,
+    module: nn.Module,
+    owner: nn.Module,
+    name: str,
+    seed: int | None = None,
+    validation: Data | None = None,
+    callbacks: Sequence[Callback] = (),
+) -> History:
+    """:func:`train_nets` of one net: ``losses(xb, yb) -> ()`` over shuffled minibatches of
+    ``data`` (``(N, ...)`` each), on the global generator forked and seeded with ``seed``
+    (default ``settings.seed``; each epoch's order is ``torch.randperm`` of it, the net's
+    dropout masks drawn from the same stream; the caller's generator is left as it was).
+
+    Example:
+        >>> from bnn_pyro.methods.classic.training import check_fit_args
+        >>> net = nn.Linear(2, 1); x = torch.randn(16, 2); y = x.sum(-1, keepdim=True)
+        >>> settings = check_fit_args(40, 8, 0.1, 0.0, "adam", False, 0)
+        >>> h = train_epochs(net.parameters(), lambda xb, yb: ((net(xb) - yb) ** 2).mean(),
+        ...                  (x, y), settings, module=net, owner=net, name="fit")
+        >>> h["loss"][-1] < h["loss"][0]
+        True
+    """
+    x, y = data
+    with seeded(settings.seed if seed is None else seed, x.device):
+        return train_nets(
+            module,
+            params,
+            losses,
+            permuted_batches(x, y, settings.batch_size),
+            settings,
+            owner=owner,
+            name=name,
+            desc=name,
+            validation=validation,
+            callbacks=callbacks,
+        )
 
 
 def train_stacked(
@@ -43,9 +179,10 @@ def train_stacked(
     desc: str,
     per_member: bool = False,
     validation: Data | None = None,
-    member_callbacks: Sequence[Callable[[int, History], None]] = (),
+    callbacks: Sequence[Callback] = (),
 ) -> History:
-    """Train ``nets`` as one stacked net; each ends as its own run seeded with its seed would.
+    """:func:`train_nets` of ``nets`` stacked as one net; each ends as its own run seeded with
+    its seed would.
 
     Every epoch, the members are written back before any callback runs, so callbacks see them as
     trained so far; whatever a callback then puts in the members (``EarlyStopping``'s
@@ -66,8 +203,8 @@ def train_stacked(
         per_member: ``data`` holds each member's own rows.
         validation: ``(x (K, Nv, ...), y (K, Nv, ...))``: after each epoch, ``val_loss`` (the
             members' mean) and ``member_val_loss``, ``output_loss`` in eval mode.
-        member_callbacks: ``fn(epoch, history)`` after each epoch, the members written back,
-            before the user's callbacks (SWAG's snapshot collectors).
+        callbacks: ``fn(owner, epoch, history)`` after each epoch, the members written back,
+            before the user's callbacks (SWAG's snapshot collectors, each bound to its member).
 
     Returns:
         The :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and
@@ -92,52 +229,26 @@ def train_stacked(
     generators = order_generators(seeds)
     noise = noise_generators(generators, seeds, module_device(nets[0]))
     stacked = StackedModels(nets, x[0] if per_member else x, noise)
-    batches = stacked_batches(x, y, settings.batch_size, generators, per_member, noise)
     if settings.resume is not None:  # the run's state is the stacked parameters, not the members
-        for name, p in stacked.named_parameters():
-            settings.resume.extra[name] = p
+        for key, p in stacked.named_parameters():
+            settings.resume.extra[key] = p
 
-    def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+    def losses(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return output_loss(stacked(xb), yb)
 
-    member_losses = compile_loss(loss) if settings.compile else loss
-    optimizer = make_optimizer(
-        settings.optimizer, stacked.parameters(), settings.lr, settings.weight_decay
-    )
-    step = StackedLossStep(member_losses, optimizer, desc=f"{name} (lr={settings.lr})")
-    users = list(settings.callbacks)
-
-    def after_epoch(_: Any, epoch: int, history: History) -> bool:
-        if member_callbacks or users:
-            stacked.write_back(nets)
-        for callback in member_callbacks:
-            callback(epoch, history)
-        stop = any([bool(cb(owner, epoch, history)) for cb in users])
-        if users:  # what a callback put in the members is what training goes on from
-            stacked.read_from(nets)
-        return stop
-
-    def val_loss() -> dict[str, Any]:
-        xv, yv = validation  # type: ignore[misc]
-        stacked.eval()
-        try:
-            with torch.no_grad():
-                per_member_loss = loss(xv, yv).tolist()  # eager: no graph for one more shape
-        finally:
-            stacked.train()
-        return {"val_loss": sum(per_member_loss) / len(nets), "member_val_loss": per_member_loss}
-
-    stacked.train()
     try:
-        with modes(owner, lambda m: True):
-            return train(
-                stacked,
-                step,
-                batches,
-                callbacks=[after_epoch],
-                validation=None if validation is None else val_loss,
-                desc=desc,
-                **settings.loop_options(),
-            )
+        return train_nets(
+            stacked,
+            stacked.parameters(),
+            losses,
+            stacked_batches(x, y, settings.batch_size, generators, per_member, noise),
+            settings,
+            owner=owner,
+            name=name,
+            desc=desc,
+            validation=validation,
+            callbacks=callbacks,
+            sync=(lambda: stacked.write_back(nets), lambda: stacked.read_from(nets)),
+        )
     finally:
         stacked.write_back(nets)

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro.methods.classic.base import RUN_KEYS
-from bnn_pyro.methods.classic.stacked_engine import train_stacked
+from bnn_pyro.methods.classic.engine import train_stacked
 from bnn_pyro.methods.classic.training import check_fit_args
 from bnn_pyro.registry import method_specs
 from bnn_pyro.training import Callback, History
@@ -157,7 +157,7 @@ def fit_classic_stacked(
         settings = dataclasses.replace(settings, resume=opened)
     # each member's own epoch callbacks (SWAG's snapshots), the members written back first
     member_callbacks = [
-        lambda epoch, history, m=m, cb=cb: cb(m, epoch, history)
+        lambda _, epoch, history, m=m, cb=cb: cb(m, epoch, history)
         for m in methods
         for cb in m.epoch_callbacks(settings.epochs)
     ]
@@ -172,7 +172,7 @@ def fit_classic_stacked(
         desc=f"{kind.__name__}, {len(nets)} models stacked",
         per_member=True,
         validation=validation,  # type: ignore[arg-type]
-        member_callbacks=member_callbacks,
+        callbacks=member_callbacks,
     )
     for m, (x, yt, _), seed in zip(methods, data, seeds, strict=True):
         m.complete_training(x, yt, dataclasses.replace(settings, seed=int(seed)))

@@ -1,4 +1,5 @@
-"""The minibatch loop, optimizers, seeding and noise estimation shared by the methods' ``fit``."""
+"""What every classic ``fit`` shares around its training (:mod:`~bnn_pyro.methods.classic.engine`):
+its checked settings, the train/eval flags, the output probe and the noise estimate."""
 
 from __future__ import annotations
 
@@ -11,17 +12,11 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
-from bnn_pyro._rng import seeded
 from bnn_pyro.training import (
     Callback,
-    History,
-    LossStep,
     check_callbacks,
     check_optimizer,
-    make_optimizer,
-    train,
 )
-from bnn_pyro.training.batches import permuted_batches
 from bnn_pyro.training.schedules import check_schedule_args
 
 
@@ -124,55 +119,6 @@ def probe(model: Callable[[torch.Tensor], torch.Tensor], module: nn.Module, x: t
     """One forward pass on two rows in eval mode without gradients, to check output shapes."""
     with torch.no_grad(), modes(module, lambda m: False):
         return model(x[:2].to(module_device(module)))
-
-
-def train_epochs(
-    params: Iterable[torch.Tensor],
-    batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    settings: TrainSettings,
-    *,
-    module: nn.Module,
-    desc: str,
-    seed: int | None = None,
-    callbacks: Iterable[Callback] = (),
-    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
-    history_module: nn.Module | None = None,
-) -> History:
-    """Minimise ``batch_loss(xb, yb)`` over shuffled minibatches with the one loop
-    (:func:`bnn_pyro.training.train`); return the :class:`~bnn_pyro.training.History`.
-
-    ``module`` trains in train mode (every flag restored afterwards), on a forked RNG seeded
-    with ``seed`` (default ``settings.seed``); each epoch's order is ``torch.randperm`` of that
-    RNG. A NaN/inf batch loss raises :class:`TrainingDivergedError` naming the epoch.
-    ``validation``: ``(x_val, y_val)``, scored after each epoch as ``val_loss`` (``batch_loss``
-    in eval mode, without gradients). The loop's snapshots and iterate average hold
-    ``module`` alone (one ensemble member, not the whole ensemble); callbacks see
-    ``history_module`` (default ``module``).
-    """
-    seed = settings.seed if seed is None else seed
-    owner = module if history_module is None else history_module
-    seen_by_owner = [lambda _, epoch, history, cb=cb: cb(owner, epoch, history) for cb in callbacks]
-
-    def val_loss() -> dict[str, float]:
-        xv, yv = validation  # type: ignore[misc]
-        with torch.no_grad(), modes(module, lambda m: False):
-            score = float(batch_loss(xv, yv))
-        return {"val_loss": score}
-
-    opt = make_optimizer(settings.optimizer, params, settings.lr, settings.weight_decay)
-    step = LossStep(batch_loss, opt, desc=f"{desc} (lr={settings.lr})")
-    with seeded(seed, x.device), modes(module, lambda m: True):
-        return train(
-            module,
-            step,
-            permuted_batches(x, y, settings.batch_size),
-            callbacks=seen_by_owner,
-            validation=None if validation is None else val_loss,
-            desc=desc,
-            **settings.loop_options(),
-        )
 
 
 def residual_noise_scale(mean: torch.Tensor, y: torch.Tensor) -> float | torch.Tensor:

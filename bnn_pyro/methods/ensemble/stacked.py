@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods.classic.stacked_engine import train_stacked
+from bnn_pyro.methods.classic.engine import train_stacked
 from bnn_pyro.methods.classic.training import TrainSettings
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, split_heads
 from bnn_pyro.training import History, distributed
@@ -49,7 +49,7 @@ def fit_stacked(
     validation: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> History:
     """All members in one pass of the loop (the classic family's stacked engine,
-    :func:`~bnn_pyro.methods.classic.stacked_engine.train_stacked`), member ``i`` seeded with
+    :func:`~bnn_pyro.methods.classic.engine.train_stacked`), member ``i`` seeded with
     ``seed + i`` as its one-by-one run.
 
     The members are written back after every epoch, so callbacks (``fn(ensemble, epoch,

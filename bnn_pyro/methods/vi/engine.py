@@ -26,11 +26,9 @@ import torch
 from pyro.optim import PyroOptim
 
 from bnn_pyro.elbos.alpha import DEFAULT_ALPHA, alpha_particles
-from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.likelihoods.plain import why_not_plain
 from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
-from bnn_pyro.training import distributed
-from bnn_pyro.training.loop import TrainingStep
+from bnn_pyro.training.loop import LossStep
 from bnn_pyro.training.schedules import KLWeightSpec, kl_weight_at
 
 __all__ = ["ONE_PARTICLE", "ObjectiveStep", "direct_objective", "vi_row", "why_not_direct"]
@@ -92,11 +90,10 @@ def direct_objective(bnn: Any, elbo: str, num_particles: int) -> Any:
     return bnn.fast_loss(elbo == "stl", analytic_kl=elbo == "meanfield")
 
 
-class ObjectiveStep(TrainingStep):
-    """One step of a VI objective for :func:`bnn_pyro.training.train`: ``objective(xb, yb,
-    beta) -> (loss, nll)``, each ``()`` for one model or ``(K,)`` for K stacked members, the
-    members' sum back-propagated (slice k of every gradient is member k's own) and one torch
-    optimizer step.
+class ObjectiveStep(LossStep):
+    """One step of a VI objective for :func:`bnn_pyro.training.train`: the one
+    :class:`~bnn_pyro.training.LossStep` on ``objective(xb, yb, beta) -> (loss, nll)``, each
+    ``()`` for one model or ``(K,)`` for K stacked members, run with Pyro's validation off.
 
     The history row: ``loss`` (the negative ELBO of the whole data set: the mean of the epoch's
     minibatch estimates; K members: their mean), ``nll`` (its expected negative
@@ -134,11 +131,8 @@ class ObjectiveStep(TrainingStep):
     ) -> None:
         if not callable(objective):
             raise TypeError(f"objective must be callable, got {type(objective).__name__}")
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch optimizer, got {type(optimizer).__name__}")
-        self.objective, self.optimizer, self.kl_weight = objective, optimizer, kl_weight
-        self.desc, self.diagnostics = desc, diagnostics
-        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        super().__init__(objective, optimizer, desc)
+        self.objective, self.kl_weight, self.diagnostics = objective, kl_weight, diagnostics
         # a fixed weight holds from construction; a schedule is asked at each start_epoch only
         # (once per epoch, as the loop promises it), so it reads NaN before the first
         self.beta = math.nan if callable(kl_weight) else float(kl_weight)
@@ -149,40 +143,17 @@ class ObjectiveStep(TrainingStep):
         self.beta = kl_weight_at(self.kl_weight, epoch)
         self._losses, self._nlls = [], []
 
-    def _clear(self) -> None:
-        # what zero_grad(set_to_none=True) does, without its profiler record per call (a
-        # visible share of a small net's step)
-        # Measured: ``benchmarks/results/library_measurements.md``, section 'Clearing gradients
-        # by hand'.
-        for p in self.params:
-            p.grad = None
-
-    def __call__(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+    def loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         # the distributions the objective builds are its own, not a model's to check (as Pyro's
         # path validates its first step only): a scale that underflowed to 0 is a non-finite
-        # loss, refused below, not a distribution's ValueError
+        # loss, refused by the step, not a distribution's ValueError
         with pyro.validation_enabled(False):
-            loss, nll = self.objective(xb, yb, self.beta)
-        total = loss if loss.dim() == 0 else loss.sum()
-        value = total.item()
-        finite = math.isfinite(value)
-        if finite:
-            total.backward()
-        if not distributed.average_gradients(self.params, finite):  # (no-op in one process)
-            self._clear()
-            if loss.dim() == 0:
-                named = "" if self.desc is None else f"{self.desc}: "
-                raise TrainingDivergedError(f"{named}the loss is {value}")
-            values = loss.detach().tolist()
-            bad = [k + 1 for k, v in enumerate(values) if not math.isfinite(v)]
-            raise TrainingDivergedError(
-                f"{self.desc}: the loss of member(s) {bad} of {len(values)} is not finite"
-            )
-        self.optimizer.step()
-        self._clear()
-        self._losses.append(loss.detach())
-        self._nlls.append(nll.detach())
-        return value / max(loss.numel(), 1)
+            loss, self._nll = self.objective(xb, yb, self.beta)
+        return loss
+
+    def record(self, loss: torch.Tensor, xb: torch.Tensor) -> None:
+        self._losses.append(loss)
+        self._nlls.append(self._nll.detach())
 
     def end_epoch(self, losses: list[float], sizes: list[int]) -> dict[str, Any]:
         member_loss = torch.stack(self._losses).double().mean(0)

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import bnn_pyro as bp
 import bnn_pyro.training.resume as resume_module
-from bnn_pyro.methods.classic import stacked_engine
+from bnn_pyro.methods.classic import engine
 from bnn_pyro.training.compiled import compile_loss
 
 G = torch.Generator().manual_seed(0)
@@ -209,7 +209,7 @@ def test_a_compiled_stacked_fit_follows_the_eager_one(monkeypatch):
         compiled_losses.append(loss)
         return compile_loss(loss)
 
-    monkeypatch.setattr(stacked_engine, "compile_loss", spy)
+    monkeypatch.setattr(engine, "compile_loss", spy)
     eager, compiled = _models(), _models()
     a = bp.fit_stacked(eager, X, Y, seeds=SEEDS, **FIT)
     assert compiled_losses == []  # the eager fit compiles nothing
@@ -246,10 +246,8 @@ def test_a_models_own_epoch_callbacks_see_the_history_so_far():
 def test_one_model_hands_resume_compile_progress_and_its_validation_set_to_its_fit(
     tmp_path, monkeypatch, capsys
 ):
-    from bnn_pyro.methods.classic import base
-
     compiled = []
-    monkeypatch.setattr(base, "compile_loss", lambda loss: compiled.append(loss) or loss)
+    monkeypatch.setattr(engine, "compile_loss", lambda loss: compiled.append(loss) or loss)
     path = tmp_path / "one.pt"
     (one,) = _models()[:1]
     history = bp.fit_stacked(

@@ -1,7 +1,6 @@
 """The classic methods' shared training pieces (``methods/classic/training.py``), value by value:
 ``check_fit_args`` (each refusal word for word, each accepted value passed on), the residual
-noise scale against its closed form, the output probe, and ``train_epochs``'s validation score,
-callbacks, progress bar and divergence message."""
+noise scale against its closed form, and the output probe."""
 
 from __future__ import annotations
 
@@ -11,13 +10,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods.classic.training import (
     check_fit_args,
     module_device,
     probe,
     residual_noise_scale,
-    train_epochs,
 )
 from bnn_pyro.training.callbacks import EarlyStopping
 
@@ -119,67 +116,6 @@ def test_the_probe_runs_two_rows_in_eval_mode_without_gradients():
     assert out.shape == (2, 1)
     assert net.seen == [(2, False, False)]
     assert net.training  # its mode given back
-
-
-def _settings(**kw):
-    return check_fit_args(**{**OK, "epochs": 2, "batch_size": 4, **kw})
-
-
-def test_the_validation_loss_is_scored_in_eval_mode_and_callbacks_see_the_owner():
-    """train_epochs scores validation_data in eval mode (dropout off: the loss of the net as
-    it predicts), and each callback gets (history_module, epoch, history so far)."""
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(2, 8), nn.Dropout(0.5), nn.Linear(8, 1))
-    owner = nn.Linear(1, 1)  # e.g. the ensemble a member belongs to
-    x, y = torch.randn(16, 2), torch.randn(16, 1)
-    xv, yv = torch.randn(8, 2), torch.randn(8, 1)
-    seen = []
-    history = train_epochs(
-        net.parameters(), lambda xb, yb: ((net(xb) - yb) ** 2).mean(), x, y, _settings(),
-        module=net, desc="probe run", seed=0, validation=(xv, yv), history_module=owner,
-        callbacks=[lambda m, epoch, h: seen.append((m, epoch, list(h["loss"])))],
-    )  # fmt: skip
-    net.eval()
-    with torch.no_grad():
-        eval_loss = float(((net(xv) - yv) ** 2).mean())
-    assert history["val_loss"][-1] == pytest.approx(eval_loss, rel=1e-6)
-    assert [(m is owner, e) for m, e, _ in seen] == [(True, 0), (True, 1)]
-    assert [rows for _, _, rows in seen] == [history["loss"][:1], history["loss"][:2]]
-
-
-def test_the_bar_names_the_run_and_a_divergence_names_its_lr(capsys):
-    """progress=True shows a bar labelled desc; a non-finite loss is refused naming desc and
-    the learning rate."""
-    net = nn.Linear(2, 1)
-    x, y = torch.randn(8, 2), torch.randn(8, 1)
-    loss = lambda xb, yb: ((net(xb) - yb) ** 2).mean()  # noqa: E731
-    train_epochs(net.parameters(), loss, x, y, _settings(progress=True), module=net,
-                 desc="my run")  # fmt: skip
-    assert "my run" in capsys.readouterr().err
-    train_epochs(net.parameters(), loss, x, y, _settings(), module=net, desc="my run")
-    assert "my run" not in capsys.readouterr().err
-    with pytest.raises(TrainingDivergedError, match=r"^my run \(lr=0.1\)"):
-        train_epochs(net.parameters(), lambda xb, yb: loss(xb, yb) * float("inf"), x, y,
-                     _settings(), module=net, desc="my run")  # fmt: skip
-
-
-def test_an_iterate_average_ends_at_the_mean_of_the_last_share_of_steps():
-    """average=0.5 over 4 full-batch epochs (one step each): the parameters end at the mean of
-    their values after the steps of the last 2 epochs (read by a callback after each, which
-    is handed the trained module itself when no other owner is named)."""
-    torch.manual_seed(0)
-    net = nn.Linear(2, 1)
-    x, y = torch.randn(8, 2), torch.randn(8, 1)
-    after = []
-    train_epochs(
-        net.parameters(), lambda xb, yb: ((net(xb) - yb) ** 2).mean(), x, y,
-        _settings(epochs=4, batch_size=8, average=0.5), module=net, desc="avg", seed=0,
-        callbacks=[lambda m, epoch, h: after.append((m, net.weight.detach().clone()))],
-    )  # fmt: skip
-    assert all(m is net for m, _ in after)
-    after = [w for _, w in after]
-    torch.testing.assert_close(net.weight.detach(), (after[2] + after[3]) / 2)
-    assert not torch.allclose(after[2], after[3])  # the average is not one of them
 
 
 def test_a_module_is_on_its_first_tensors_device_and_one_without_tensors_on_the_cpu():
