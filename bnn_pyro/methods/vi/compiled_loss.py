@@ -28,7 +28,7 @@ __all__ = [
     "CompiledLoss",
     "CompiledStackedLoss",
     "check_compile",
-    "compiled_factory",
+    "compiled_objective",
 ]
 
 #: The objectives ``fit(compile=True)`` takes by name: those with a plain-torch loss.
@@ -142,33 +142,30 @@ class CompiledStackedLoss:
         return self._fn(x, y, locs[0].new_tensor(float(kl_weight)), noise)
 
 
-def compiled_factory(model: Any) -> Callable[..., CompiledLoss | None]:
-    """``model.fast_loss`` with its loss compiled: what ``fit(compile=True)`` steps with.
+def compiled_objective(model: Any, elbo: str, direct: Any) -> CompiledLoss:
+    """``direct``, ``model``'s plain-torch objective for ``elbo`` (what
+    :func:`~bnn_pyro.methods.vi.engine.direct_objective` returns), compiled: what
+    ``fit(compile=True)`` steps with.
 
-    The compiled loss is kept on the model and handed out again while the guide's parameters
-    are the same tensors, so a second ``fit`` (training on) runs the graph the first compiled
-    instead of compiling anew.
+    The compiled loss is kept on the model, one per ``elbo``, and handed out again while the
+    guide's parameters are the same tensors, so a second ``fit`` (training on) runs the graph
+    the first compiled instead of compiling anew.
 
     Example:
         >>> import bnn_pyro as bp
+        >>> from bnn_pyro.methods.vi.engine import direct_objective
         >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.5))
-        >>> compiled_factory(bnn)() is None  # no guide set up yet: no loss to compile
+        >>> bnn.setup_guide(torch.randn(8, 2), torch.randn(8, 1))
+        >>> first = compiled_objective(bnn, "trace", direct_objective(bnn, "trace", 1))
+        >>> compiled_objective(bnn, "trace", direct_objective(bnn, "trace", 1)) is first
         True
     """
-
-    def factory(stl: bool = False, analytic_kl: bool = False) -> CompiledLoss | None:
-        make = model.fast_loss
-        direct = make(stl, analytic_kl=analytic_kl) if analytic_kl else make(stl)
-        if direct is None:
-            return None
-        held = model.__dict__.setdefault("_compiled_losses", {})
-        compiled = held.get((stl, analytic_kl))
-        same = compiled is not None and len(compiled.params) == len(direct.params)
-        if not (same and all(map(operator.is_, compiled.params, direct.params))):
-            compiled = held[(stl, analytic_kl)] = CompiledLoss(direct)
-        return compiled
-
-    return factory
+    held = model.__dict__.setdefault("_compiled_losses", {})
+    compiled = held.get(elbo)
+    same = compiled is not None and len(compiled.params) == len(direct.params)
+    if not (same and all(map(operator.is_, compiled.params, direct.params))):
+        compiled = held[elbo] = CompiledLoss(direct)
+    return compiled
 
 
 def check_compile(

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import HeteroscedasticGaussian
-from bnn_pyro.methods.vi.compiled_loss import check_compile, compiled_factory
+from bnn_pyro.methods.vi.compiled_loss import check_compile, compiled_objective
 from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
 from bnn_pyro.methods.vi.engine import ObjectiveStep, direct_objective, why_not_direct
 from bnn_pyro.methods.vi.map_init import check_init, start_from_map
@@ -299,12 +299,9 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
             diagnostics = LayerDiagnostics.for_model(self)
             step: SVIStep | ObjectiveStep
             if loss is None:
-                stl, analytic_kl = elbo == "stl", elbo == "meanfield"
-                objective = (
-                    compiled_factory(self)(stl, analytic_kl)
-                    if compile
-                    else direct_objective(self, elbo, num_particles)
-                )
+                objective = direct_objective(self, elbo, num_particles)
+                if compile:
+                    objective = compiled_objective(self, elbo, objective)
                 step = ObjectiveStep(
                     lambda xb, yb, beta: objective(xb, yb, n, beta),
                     make_optimizer(optimizer, params, lr),

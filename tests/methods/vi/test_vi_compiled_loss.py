@@ -16,7 +16,13 @@ import torch
 from torch._dynamo.utils import counters
 
 import bnn_pyro as bp
-from bnn_pyro.methods.vi.compiled_loss import CompiledLoss, check_compile, compiled_factory
+from bnn_pyro.methods.vi.compiled_loss import (
+    COMPILED_ELBOS,
+    CompiledLoss,
+    check_compile,
+    compiled_objective,
+)
+from bnn_pyro.methods.vi.engine import direct_objective
 from bnn_pyro.methods.vi.fast_loss import direct_loss_for
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
@@ -88,10 +94,12 @@ def test_the_compiled_loss_and_its_gradients_are_the_eager_ones():
     bnn = _bnn()
     bnn.setup_guide(x, y)
     eager = direct_loss_for(bnn)
-    compiled = compiled_factory(bnn)()
+    compiled = compiled_objective(bnn, "trace", direct_objective(bnn, "trace", 1))
     assert isinstance(compiled, CompiledLoss) and compiled.params == eager.params
-    assert compiled_factory(bnn)() is compiled  # kept on the model: one compilation
-    assert compiled_factory(bnn)(analytic_kl=True) is not compiled  # another loss
+    again = compiled_objective(bnn, "trace", direct_objective(bnn, "trace", 1))
+    assert again is compiled  # kept on the model: one compilation
+    other = compiled_objective(bnn, "meanfield", direct_objective(bnn, "meanfield", 1))
+    assert other is not compiled  # another loss
     # the second weight: the same graph, another input; no dataset size: the rows unscaled
     for kl_weight, n in ((1.0, 640), (0.3, 640), (1.0, None)):
         pyro.set_rng_seed(1)
@@ -108,30 +116,32 @@ def test_the_compiled_loss_and_its_gradients_are_the_eager_ones():
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
 
 
-def test_the_factory_hands_on_each_elbos_own_loss():
+def test_each_elbo_keeps_its_own_compiled_loss_on_the_model():
+    """One compiled loss per elbo name, each wrapping the objective it was handed, kept on the
+    model while the guide's parameters are the same tensors, compiled anew once one is
+    replaced (a fit that set the guide up afresh)."""
     x, y = _data()
     bnn = _bnn()
     bnn.setup_guide(x, y)
-    factory = compiled_factory(bnn)
-    plain, stl, kl = factory(), factory(stl=True), factory(analytic_kl=True)
-    assert (plain.direct.stl, plain.direct.analytic_kl) == (False, False)
-    assert (stl.direct.stl, stl.direct.analytic_kl) == (True, False)
-    assert (kl.direct.stl, kl.direct.analytic_kl) == (False, True)
-    assert factory(stl=True) is stl and factory(analytic_kl=True) is kl  # each kept
-    # a model whose fast_loss takes no analytic_kl (the base class's) is asked without it
-    hidden = bp.HiddenLayerBNN(3, [8], 1, bp.Gaussian(0.5))
-    assert compiled_factory(hidden)() is None
-
-
-def test_a_model_without_a_plain_torch_loss_has_no_compiled_one():
-    bnn = _bnn()
-    assert compiled_factory(bnn)() is None  # the guide is not set up yet
-    x, y = _data()
-    bnn.setup_guide(x, y)
-    first = compiled_factory(bnn)()
+    made = {e: compiled_objective(bnn, e, direct_objective(bnn, e, 1)) for e in COMPILED_ELBOS}
+    assert [(c.direct.stl, c.direct.analytic_kl) for c in made.values()] == [
+        (False, False), (False, True), (True, False)
+    ]  # fmt: skip
+    for e, c in made.items():  # each kept, whatever objective object is handed in again
+        assert compiled_objective(bnn, e, direct_objective(bnn, e, 1)) is c
+    other = _bnn()
+    other.setup_guide(x, y)
+    assert (
+        compiled_objective(other, "trace", direct_objective(other, "trace", 1)) is not made["trace"]
+    )  # another model: its own
     key = next(iter(bnn.guide.locs))
     bnn.guide.locs[key] = torch.nn.Parameter(torch.zeros_like(bnn.guide.locs[key]))
-    assert compiled_factory(bnn)() is not first  # a parameter replaced: compiled anew
+    fresh = compiled_objective(bnn, "trace", direct_objective(bnn, "trace", 1))
+    assert fresh is not made["trace"] and fresh.params[0] is bnn.guide.locs[key]
+    # one parameter fewer (a guide over other sites) is not the same tensors either
+    shorter = direct_objective(bnn, "trace", 1)
+    shorter.params = shorter.params[1:]
+    assert compiled_objective(bnn, "trace", shorter).params == shorter.params
 
 
 @pytest.mark.parametrize(
