@@ -177,3 +177,61 @@ def test_train_nets_takes_any_module_and_compiles_only_when_asked(monkeypatch):
                        owner=net, name="n", desc="n")  # fmt: skip
         assert h["loss"][-1] < 0.1 * h["loss"][0] or compile
     assert len(compiled) == 1
+
+
+def _dropout_nets(count):
+    torch.manual_seed(3)
+    return [
+        nn.Sequential(nn.Linear(2, 16), nn.Dropout(0.5), nn.Tanh(), nn.Linear(16, 1))
+        for _ in range(count)
+    ]
+
+
+def _weights(nets):
+    return torch.cat([p.detach().reshape(-1) for net in nets for p in net.parameters()])
+
+
+def test_nets_handed_in_eval_mode_train_with_their_dropout_and_get_their_mode_back():
+    """A fit trains in train mode whatever mode the nets come in (dropout on, as the method's
+    own fit): nets handed over in eval mode end where nets in train mode end, not where a run
+    without dropout ends, and are handed back in eval mode. One net and two stacked."""
+    x, y = torch.randn(24, 2), torch.randn(24, 1)
+    settings = _settings(epochs=3, batch_size=8)
+    mse = lambda out, yb: ((out - yb) ** 2).mean((1, 2))  # noqa: E731
+    ends = {}
+    for mode in ("train", "eval", "no dropout"):
+        one, pair = _dropout_nets(1)[0], _dropout_nets(2)
+        for net in (one, *pair):
+            net.train(mode == "train")
+            if mode == "no dropout":
+                net[1].p = 0.0
+        train_epochs(one.parameters(), _mse(one), (x, y), settings, module=one,
+                     owner=one, name="one", seed=1)  # fmt: skip
+        train_stacked(pair, mse, (x, y), settings, [1, 2], owner=pair[0], name="k", desc="k")
+        ends[mode] = (_weights([one]), _weights(pair))
+        assert all(m.training == (mode == "train") for net in (one, *pair) for m in net.modules())
+    for i in (0, 1):
+        torch.testing.assert_close(ends["eval"][i], ends["train"][i], rtol=0, atol=0)
+        assert not torch.allclose(ends["eval"][i], ends["no dropout"][i], atol=1e-4)
+
+
+def test_scoring_validation_data_leaves_the_training_run_as_it_was():
+    """The validation score runs in eval mode, between epochs: the epochs after it train as
+    before (dropout back on), so a run with validation data ends where one without ends."""
+    x, y = torch.randn(24, 2), torch.randn(24, 1)
+    settings = _settings(epochs=3, batch_size=8)
+    mse = lambda out, yb: ((out - yb) ** 2).mean((1, 2))  # noqa: E731
+    ends = []
+    for validation in (None, (x[:6], y[:6])):
+        one, pair = _dropout_nets(1)[0], _dropout_nets(2)
+        h = train_epochs(one.parameters(), _mse(one), (x, y), settings, module=one,
+                         owner=one, name="one", seed=1, validation=validation)  # fmt: skip
+        stacked_val = (
+            None if validation is None else tuple(t.expand(2, *t.shape) for t in validation)
+        )
+        hk = train_stacked(pair, mse, (x, y), settings, [1, 2], owner=pair[0], name="k",
+                           desc="k", validation=stacked_val)  # fmt: skip
+        assert ("val_loss" in h and "member_val_loss" in hk) == (validation is not None)
+        ends.append((_weights([one]), _weights(pair)))
+    for before, after in zip(*ends, strict=True):
+        assert torch.equal(before, after)
