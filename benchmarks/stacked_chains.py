@@ -130,8 +130,8 @@ def main() -> None:
         f"Target: {CHAINS} chains stacked in ≤ {TARGET}× the time of one chain: "
         f"{'met' if all(met) else 'missed'}. A chain alone traces the Pyro model once per "
         "step; stacked, the net runs once on the chains' weights and minibatches, and the "
-        "prior and likelihood terms are added in plain torch (checked against each chain's "
-        "Pyro potential on the first minibatch). The two runs sum the same terms in another "
+        "prior and likelihood terms are added in plain torch (held equal to each chain's "
+        "Pyro potential by a parametrised test). The two runs sum the same terms in another "
         "order: in float64 the chains stay equal to round-off over the whole run, while in "
         "float32 a long chain can carry the last bits' difference into visibly different "
         "draws, as any two float32 runs of a chaotic sampler may.",

@@ -11,9 +11,10 @@ sum is each chain's own. The update rules are elementwise and draw each chain's 
 generator (:func:`~bnn_pyro.methods.sgmcmc.samplers.standard_normal`); every chain is set up by its
 own :meth:`~bnn_pyro.methods.sgmcmc.method.SGMCMC.start_run` under its seed and sees its
 minibatches in the order its own ``fit`` would. Each chain thus ends as its own ``fit(X_k, y_k,
-seed=seeds[k])`` would, up to float rounding (tested). The plain-torch potential is checked against
-each chain's Pyro potential (value and gradient) on the first minibatch, and the fit is refused
-where the two differ.
+seed=seeds[k])`` would, up to float rounding (tested). Which chains run stacked is read off
+their types and settings before any work (:func:`why_not_stacked_chains`); that the plain-torch
+potential is each chain's Pyro potential, value and gradient, is a parametrised test, not a
+check at run time.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import torch
 
 from bnn_pyro._checks import as_tensor, check_bool, check_float, check_int
 from bnn_pyro._rng import order_generators, seeded
+from bnn_pyro.likelihoods.plain import why_not_plain
 from bnn_pyro.methods.sgmcmc.chain import ChainStep
 from bnn_pyro.methods.sgmcmc.dense import check_dense_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
 from bnn_pyro.methods.vi.log_joint import LogJoint
+from bnn_pyro.methods.vi.stacked_support import why_not_stacked_nets
 from bnn_pyro.training.batches import validation_pair
 from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
@@ -40,22 +43,11 @@ from bnn_pyro.training.stacked_batches import (
     shuffled_member_batches,
 )
 
-__all__ = ["StackedPotential", "fit_stacked_sgmcmc"]
+__all__ = ["StackedPotential", "fit_stacked_sgmcmc", "why_not_stacked_chains"]
 
 #: What every chain of a stacked run must share (their run plan and update rule).
 SHARED = ("sampler", "temperature", "mdecay", "schedule", "cycles", "explore", "preconditioner",
           "burn_in", "thinning", "max_samples")  # fmt: skip
-
-
-def _refuse_prior_latents(models: Sequence[Any]) -> None:
-    """A prior with latent sites of its own (a hierarchical scale) is scored by each chain's
-    Pyro potential alone: refused by name."""
-    latent = next((m.bnn.prior_sites for m in models if m.bnn.prior_sites), None)
-    if latent:
-        raise ValueError(
-            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
-            "each chain with its own fit"
-        )
 
 
 class StackedPotential:
@@ -85,7 +77,9 @@ class StackedPotential:
 
     def __init__(self, models: Sequence[Any], potentials: Sequence[PyroPotential]) -> None:
         self.models, self.potentials = list(models), list(potentials)
-        _refuse_prior_latents(self.models)
+        reason = why_not_stacked_chains(self.models)
+        if reason is not None:
+            raise ValueError(reason)
         first = self.potentials[0]
         layout = [(s.name, s.shape) for s in first.sites]
         if any([(s.name, s.shape) for s in p.sites] != layout for p in self.potentials[1:]):
@@ -135,28 +129,43 @@ class StackedPotential:
         (grad,) = torch.autograd.grad(potential.sum(), theta)
         return potential.detach(), grad / dataset_size
 
-    def agrees(
-        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dataset_size: int
-    ) -> str | None:
-        """``None`` when :meth:`gradient` equals every chain's Pyro potential on this minibatch
-        (the value to 1e-5 relative, the gradient to 1e-4 of its largest entry: the two sum
-        the same terms in another order, which moves float32's last bits), else why not."""
-        try:
-            values, grads = self.gradient(theta, x, y, dataset_size)
-        except (RuntimeError, ValueError, IndexError, TypeError, KeyError) as e:
-            return f"the stacked potential fails on these models ({type(e).__name__}: {e})"
-        for i, potential in enumerate(self.potentials):
-            value, grad = potential.gradient(theta[i], x[i], y[i], dataset_size)
-            if not (math.isfinite(value) and bool(torch.isfinite(grad).all())):
-                continue  # the run's first step names a chain that diverges
-            tol = 1e-4 * float(grad.abs().max().clamp_min(1e-6))
-            same_value = abs(float(values[i]) - value) <= 1e-5 * max(1.0, abs(value))
-            if not (same_value and torch.allclose(grads[i], grad, rtol=1e-4, atol=tol)):
-                return (
-                    f"the stacked potential of chain {i + 1} differs from its Pyro model's "
-                    "(a prior, likelihood or layer it does not cover)"
-                )
-        return None
+
+def why_not_stacked_chains(models: Sequence[Any]) -> str | None:
+    """Why the chains of ``models`` (``SGMCMC``) cannot run as one, or ``None``: read off their
+    types and settings before any work. They must share the run's settings (:data:`SHARED`)
+    and one likelihood class that scores its rows by the library's own code
+    (:func:`~bnn_pyro.likelihoods.plain.why_not_plain`), have no prior with latent sites of its
+    own, and nets that run as one stacked net
+    (:func:`~bnn_pyro.methods.vi.stacked_support.why_not_stacked_nets`). That the stacked
+    potential of such chains is each chain's Pyro potential is the parametrised test of
+    ``tests/methods/sgmcmc/test_sgmcmc_stacked_terms.py`` (every row against its chain's Pyro
+    trace) and ``test_sgmcmc_stacked.py`` (whole runs against each chain's own ``fit``).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> make = lambda lik: bp.make("sgld", bp.nn.mlp(2, [4], 1), lik)
+        >>> why_not_stacked_chains([make(bp.Gaussian(0.1)), make(bp.Gaussian(0.2))]) is None
+        True
+        >>> why_not_stacked_chains([make(bp.Gaussian(0.1)), make(bp.Bernoulli())])
+        "the chains' likelihoods must be of one class; got ['Bernoulli', 'Gaussian']"
+    """
+    latent = next((m.bnn.prior_sites for m in models if m.bnn.prior_sites), None)
+    if latent:
+        return (
+            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
+            "each chain with its own fit"
+        )
+    for name in SHARED:
+        settings = {getattr(m, name) for m in models}
+        if len(settings) > 1:
+            return f"the chains must share {name}; got {sorted(settings, key=str)}"
+    kinds = sorted({type(m.likelihood).__name__ for m in models})
+    if len(kinds) > 1:
+        return f"the chains' likelihoods must be of one class; got {kinds}"
+    reason = why_not_plain(models[0].likelihood)
+    if reason is None:
+        reason = why_not_stacked_nets([m.bnn for m in models])
+    return None if reason is None else f"these models cannot run stacked: {reason}"
 
 
 def fit_stacked_sgmcmc(
@@ -217,14 +226,9 @@ def fit_stacked_sgmcmc(
         raise ValueError("fit_stacked needs at least one chain")
     if len(seeds) != k:
         raise ValueError(f"seeds must give one seed per model ({k}), got {len(seeds)}")
-    _refuse_prior_latents(models)
-    for name in SHARED:
-        settings = {getattr(m, name) for m in models}
-        if len(settings) > 1:
-            raise ValueError(f"the chains must share {name}; got {sorted(settings, key=str)}")
-    kinds = sorted({type(m.likelihood).__name__ for m in models})
-    if len(kinds) > 1:
-        raise ValueError(f"the chains' likelihoods must be of one class; got {kinds}")
+    reason = why_not_stacked_chains(models)
+    if reason is not None:
+        raise ValueError(reason)
     epochs = check_int("epochs", epochs)
     first = models[0]
     if lr is not None and lr != MEASURED:
@@ -266,10 +270,6 @@ def fit_stacked_sgmcmc(
     for m in models:
         m.bnn.eval()  # as fit: dropout off
     try:
-        # checked on the first rows (drawing a minibatch would move the chains' orders)
-        reason = potential.agrees(theta, x_all[:, :batch], y_all[:, :batch], n)
-        if reason is not None:
-            raise ValueError(f"these models cannot run stacked: {reason}")
         step = ChainStep(
             potential,
             theta,

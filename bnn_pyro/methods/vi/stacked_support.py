@@ -13,7 +13,7 @@ from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 from bnn_pyro.nn.pyro_net import DEVICE_REF
 
-__all__ = ["members_elbo", "why_not_stacked_vi"]
+__all__ = ["members_elbo", "why_not_stacked_nets", "why_not_stacked_vi"]
 
 _STACKED_LIKELIHOODS = (Gaussian, HeteroscedasticGaussian, Categorical, Bernoulli)
 
@@ -37,6 +37,52 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
 
     if len(bnns) < 1 or any(type(b) is not VariationalBNN for b in bnns):
         return "fit_stacked trains VariationalBNN models (the class itself)"
+    reason = why_not_stacked_nets(bnns)
+    if reason is not None:
+        return reason
+    kinds = {
+        (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
+        for b in bnns
+    }
+    if len(kinds) > 1 or next(iter(kinds))[0] not in _STACKED_LIKELIHOODS:
+        return (
+            "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
+            "Bernoulli, the same for all (a heteroscedastic min_scale included)"
+        )
+    estimators = {b.local_reparameterization for b in bnns}
+    if len(estimators) > 1:
+        return "the models differ in local_reparameterization"
+    if None not in estimators and any(
+        isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
+    ):
+        return "local reparameterization of conv layers is not stacked"
+    latent = next((b.prior_sites for b in bnns if b.prior_sites), None)
+    if latent:
+        return (
+            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
+            "each model with its own fit"
+        )
+    if any(b.prior.cached is False for b in bnns):
+        return "a learned prior is not stacked"
+    if any(b.guide_spec != "meanfield" for b in bnns):
+        return "the guide must be the library's mean-field guide ('meanfield')"
+    return None
+
+
+def why_not_stacked_nets(bnns: Sequence[Any]) -> str | None:
+    """``None`` when the models' nets can run as one stacked net on their Bayesian sites'
+    draws (the plain-torch twin of :class:`~bnn_pyro.nn.batched.BatchedTwin` that the stacked
+    VI objective and the stacked SG-MCMC potential both run), else why not: read off the nets'
+    sites, parameters, layer types and hooks, before any work.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> make = lambda w: bp.VariationalBNN(bp.nn.mlp(2, [w], 1), bp.Gaussian(0.1))
+        >>> why_not_stacked_nets([make(4), make(4)]) is None
+        True
+        >>> why_not_stacked_nets([make(4), make(5)])
+        'the models differ in their nets or their Bayesian sites'
+    """
     shapes = [
         [(s.name, s.shape) for s in b.evaluator.sites]
         + [(k, v.shape) for k, v in b.net.named_parameters()]
@@ -68,32 +114,6 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
             f"the Bayesian site {site.name!r} is in a layer the stacked net cannot run for "
             "several members at once (nn.Linear and nn.Conv2d can)"
         )
-    kinds = {
-        (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
-        for b in bnns
-    }
-    if len(kinds) > 1 or next(iter(kinds))[0] not in _STACKED_LIKELIHOODS:
-        return (
-            "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
-            "Bernoulli, the same for all (a heteroscedastic min_scale included)"
-        )
-    estimators = {b.local_reparameterization for b in bnns}
-    if len(estimators) > 1:
-        return "the models differ in local_reparameterization"
-    if None not in estimators and any(
-        isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
-    ):
-        return "local reparameterization of conv layers is not stacked"
-    latent = next((b.prior_sites for b in bnns if b.prior_sites), None)
-    if latent:
-        return (
-            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
-            "each model with its own fit"
-        )
-    if any(b.prior.cached is False for b in bnns):
-        return "a learned prior is not stacked"
-    if any(b.guide_spec != "meanfield" for b in bnns):
-        return "the guide must be the library's mean-field guide ('meanfield')"
     if any(has_hooks(b.net) for b in bnns):
         return "the nets have forward or backward hooks (the stacked copy would skip them)"
     return None

@@ -9,7 +9,8 @@ import torch
 
 import bnn_pyro as bp
 from bnn_pyro.exceptions import TrainingDivergedError
-from bnn_pyro.methods.sgmcmc.stacked import StackedPotential
+from bnn_pyro.methods.sgmcmc.method import SGMCMC
+from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 
 # Float64 throughout: the stacked potential sums the same terms as each chain's Pyro trace in
 # another order, so the two runs differ by round-off only (about 1e-16 per step here); over the
@@ -142,7 +143,8 @@ def test_full_batch_chains_equal_their_own_fits():
         ),  # fmt: skip
         (
             lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [4], 1).double(), bp.Gaussian(0.3))],
-            "latent sites",
+            "^these models cannot run stacked: the models differ in their nets or their Bayesian "
+            "sites$",
         ),  # fmt: skip
         (  # one output each, the same sites: the chains differ only in what they score
             lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Bernoulli())],
@@ -167,21 +169,62 @@ def test_a_seed_per_chain_is_required_and_foreign_options_are_named():
         bp.fit_stacked(models, X[0], y[0], seeds=[0, 1], kl_weight=0.5, progress=False)
 
 
-def test_a_potential_that_differs_from_the_pyro_model_is_refused(monkeypatch):
-    """The plain-torch potential is checked against each chain's Pyro trace first: one that
-    leaves out a term (here the prior) is refused before any step."""
+class _OwnObserve(bp.Gaussian):
+    """A likelihood whose class observes its rows by code of its own."""
+
+    def observe(self, f, y=None, **kwargs):
+        return super().observe(f, y, **kwargs)
+
+
+def _hooked(models):
+    models[1].bnn.net.register_forward_hook(lambda module, args, out: out)
+    return models
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: _models("sghmc", [_OwnObserve(0.3), _OwnObserve(0.3)]),
+            r"^these models cannot run stacked: _OwnObserve defines its own observe\(\), which "
+            "the plain-torch objective does not read$",
+        ),
+        (
+            lambda: _hooked(_models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])),
+            r"^these models cannot run stacked: the nets have forward or backward hooks \(the "
+            r"stacked copy would skip them\)$",
+        ),
+    ],
+)
+def test_what_the_stacked_potential_does_not_cover_is_refused_by_type(make, message, monkeypatch):
+    """Read off the models' types before any work: a likelihood whose class scores its rows by
+    code of its own, a net with hooks. No chain is set up (``start_run`` is never called) and
+    nothing is kept."""
     X, y = _data("regression")
-    models = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
-    original = StackedPotential.__init__
-
-    def no_prior(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        self.joint.log_prior = lambda values, like: 0.0
-
-    monkeypatch.setattr(StackedPotential, "__init__", no_prior)
-    with pytest.raises(ValueError, match="stacked potential of chain 1 differs"):
+    models = make()
+    started = []
+    monkeypatch.setattr(SGMCMC, "start_run", lambda self, *a, **k: started.append(self))
+    with pytest.raises(ValueError, match=message):
         bp.fit_stacked(models, X[:2], y[:2], seeds=[0, 1], epochs=2, progress=False)
-    assert all(m.potential is None for m in models)  # nothing kept
+    assert started == [] and all(m.potential is None for m in models)
+
+
+def test_a_stacked_run_never_evaluates_a_chains_pyro_potential(monkeypatch):
+    """The stacked potential is not compared with the chains' Pyro potentials at run time (the
+    parametrised tests of ``test_sgmcmc_stacked_terms.py`` hold them equal): a run whose Pyro
+    potentials would raise if called still runs, and ends as before."""
+    X, y = _data("regression")
+    ref = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
+    bp.fit_stacked(ref, X[:2], y[:2], seeds=[0, 1], epochs=2, progress=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a Pyro potential was evaluated")
+
+    monkeypatch.setattr(PyroPotential, "gradient", refuse)
+    models = _models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])
+    bp.fit_stacked(models, X[:2], y[:2], seeds=[0, 1], epochs=2, progress=False)
+    for a, b in zip(models, ref, strict=True):
+        assert torch.equal(a.kept_samples, b.kept_samples)
 
 
 def test_a_diverging_chain_is_named():

@@ -122,10 +122,10 @@ def test_the_jacobian_is_given_the_transforms_output():
 
 def test_chains_with_other_latent_sites_are_refused_by_name():
     """The chains' site layouts (names and shapes) must match, each against the first: here
-    the third chain's hidden layer is wider."""
+    the third chain's noise is learned (a latent site the others lack) on the same net."""
     torch.manual_seed(0)
-    widths = [5, 5, 6]
-    models = [bp.make("sgld", bp.nn.mlp(3, [w], 1), bp.Gaussian(0.3)) for w in widths]
+    noises = [0.3, 0.3, "learned"]
+    models = [bp.make("sgld", bp.nn.mlp(3, [5], 1), bp.Gaussian(s)) for s in noises]
     x, y = torch.randn(6, 3), torch.randn(6, 1)
     steps = [m.start_run(x, y, steps=4, lr=0.01) for m in models]
     with pytest.raises(ValueError) as caught:
