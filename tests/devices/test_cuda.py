@@ -234,9 +234,10 @@ def test_the_checked_direct_loss_is_taken_on_cuda(elbo, monkeypatch):
 
 
 def test_a_compiled_fit_on_cuda_follows_the_eager_fit():
-    """``fit(compile=True)`` on the GPU: the compiled loss passes the first step's check (no
-    warning) and, drawing in the eager order, ends where the eager CUDA fit ends, to float32
-    rounding carried through 4 Adam steps (the CPU test's tolerance)."""
+    """``fit(compile=True)`` on the GPU: no warning, and the compiled loss, drawing in the
+    eager order (its warm-up forks the device's generator, so the draws it makes are given
+    back), ends where the eager CUDA fit ends, to float32 rounding carried through 4 Adam
+    steps (the CPU test's tolerance)."""
     X, y = _data("regression", CUDA)
     fits = []
     for compile in (False, True):
