@@ -10,9 +10,10 @@ a resume file). Two thin calls choose what trains and the order of the rows:
   of the global generator, forked and seeded with the run's seed;
 - :func:`train_stacked`, K nets as one (``DeepEnsemble.fit``'s members, and
   :func:`bnn_pyro.fit_stacked` of MC dropout, SWAG or Laplace): their losses ``(K,)``, member
-  ``k``'s rows and dropout masks from a generator seeded as its own run's (see
-  :mod:`bnn_pyro.training.stacked` for why the numbers are those of K one-by-one runs; one
-  model is bit for bit its own fit, tested).
+  ``k``'s rows and dropout masks from a generator seeded as its own run's, so that each member
+  ends where :func:`train_epochs` of it with its seed ends, to float rounding (tested; see
+  :mod:`bnn_pyro.training.stacked` for why). ``fit_stacked`` of one model is that model's
+  own ``fit``.
 """
 
 from __future__ import annotations
