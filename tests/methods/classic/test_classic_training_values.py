@@ -38,6 +38,8 @@ def test_the_settings_are_the_arguments_given():
     assert settings.callbacks == (stop,)
     assert settings.validation_data == ("x", "y")
     assert (settings.lr_schedule, settings.average, settings.resume) == ("cosine", 0.5, None)
+    assert settings.compile is False  # not asked: eager
+    assert check_fit_args(**OK, compile=True).compile is True
 
 
 @pytest.mark.parametrize(
@@ -58,6 +60,7 @@ def test_the_settings_are_the_arguments_given():
             "callable, got 'bogus'",
         ),
         ("average", 2.0, ValueError, "average must be a fraction of the epochs in (0, 1], got 2.0"),
+        ("compile", "yes", TypeError, "compile must be a bool, got str ('yes')"),
     ],
 )
 def test_each_bad_argument_is_refused_by_name(name, value, error, message):
