@@ -104,6 +104,10 @@ class Likelihood(ABC):
     homoscedastic: bool = False
     #: That noise std is the fit's to find (``Gaussian(scale="learned")``).
     learned: bool = False
+    #: ``y`` given one net output is Normal, with the ``(loc, scale)`` of
+    #: :meth:`~bnn_pyro.likelihoods.gaussian.GaussianLikelihood.loc_scale`: what
+    #: ``predictive_gaussian`` returns and the fits' in-sample checks judge.
+    gaussian: bool = False
 
     def output_dim(self, target_dim: int) -> int:
         """The net output width needed for targets of width ``target_dim``."""

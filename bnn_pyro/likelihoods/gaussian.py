@@ -58,6 +58,8 @@ class GaussianLikelihood(Likelihood):
         tensor(0.2500)
     """
 
+    gaussian = True
+
     def target_dim(self, out_dim: int) -> int:
         return out_dim
 

@@ -1,7 +1,7 @@
 """``Likelihood.predictive_log_prob``: each row's log density of ``y`` when the net output is
 Gaussian, ``f ~ N(m, diag(v))`` (the Laplace GLM's held-out criterion reads it), and the
-likelihood's own flags (``classifies``, ``homoscedastic``, ``learned``) that replace the task
-strings the methods once branched on.
+likelihood's own flags (``classifies``, ``homoscedastic``, ``learned``, ``gaussian``) that
+replace the task strings and the type checks the methods once branched on.
 
 The Gaussian case is checked against ``torch.distributions.Normal`` with the variances added
 (exact); the probit cases against the formula written out here, against ``log_prob`` at zero
@@ -84,17 +84,18 @@ def test_likelihoods_without_a_closed_form_refuse():
 
 
 @pytest.mark.parametrize(
-    "lik, classifies, homoscedastic, learned",
+    "lik, classifies, homoscedastic, learned, gaussian",
     [
-        (bp.Categorical(), True, False, False),
-        (bp.Bernoulli(), True, False, False),
-        (bp.Gaussian(scale=0.5), False, True, False),
-        (bp.Gaussian(scale="learned"), False, True, True),
-        (bp.HeteroscedasticGaussian(), False, False, False),
+        (bp.Categorical(), True, False, False, False),
+        (bp.Bernoulli(), True, False, False, False),
+        (bp.Gaussian(scale=0.5), False, True, False, True),
+        (bp.Gaussian(scale="learned"), False, True, True, True),
+        (bp.HeteroscedasticGaussian(), False, False, False, True),
     ],
 )
-def test_each_likelihood_says_what_it_is(lik, classifies, homoscedastic, learned):
-    assert (lik.classifies, lik.homoscedastic, lik.learned) == (classifies, homoscedastic, learned)
+def test_each_likelihood_says_what_it_is(lik, classifies, homoscedastic, learned, gaussian):
+    said = (lik.classifies, lik.homoscedastic, lik.learned, lik.gaussian)
+    assert said == (classifies, homoscedastic, learned, gaussian)
 
 
 def test_a_categorical_over_one_output_is_refused():

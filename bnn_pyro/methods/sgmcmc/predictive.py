@@ -11,7 +11,6 @@ import torch
 
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.exceptions import NotFittedError
-from bnn_pyro.likelihoods import Gaussian, HeteroscedasticGaussian
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.vi.model import VariationalBNN
 from bnn_pyro.training.in_sample import check_predictive_in_sample
@@ -169,7 +168,7 @@ class SamplePredictive(BaseBayesianMethod):
             >>> bool(m.check_in_sample(X, y) > 0.9)  # fit has run it, and warned nothing
             True
         """
-        if not isinstance(self.bnn.likelihood, Gaussian | HeteroscedasticGaussian):
+        if not self.bnn.likelihood.gaussian:
             return None
         if self.potential is None or not len(self.kept_samples):
             return None

@@ -22,7 +22,7 @@ from bnn_pyro._rng import seeded
 from bnn_pyro._streaming import block_rows, stream_summary
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput
 from bnn_pyro.exceptions import NotFittedError
-from bnn_pyro.likelihoods import GaussianLikelihood, Likelihood
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.vi.given_samples import check_posterior_samples, model_site_shapes
 from bnn_pyro.nn.inputs import InputSpec
 
@@ -336,7 +336,7 @@ class SVIPredictive(BaseBayesianMethod):
             >>> locs.shape, scales.flatten().tolist()
             (torch.Size([3, 2, 1]), [0.5, 0.5, 0.5])
         """
-        if not isinstance(self.likelihood, GaussianLikelihood):
+        if not self.likelihood.gaussian:
             raise ValueError(
                 f"predictive_gaussian needs a Gaussian likelihood, not {self.likelihood!r}"
             )

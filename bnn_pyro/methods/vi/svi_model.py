@@ -17,7 +17,6 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
-from bnn_pyro.likelihoods import HeteroscedasticGaussian
 from bnn_pyro.methods.vi.compiled_loss import check_compile, compiled_objective
 from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
 from bnn_pyro.methods.vi.engine import ObjectiveStep, direct_objective, why_not_direct
@@ -69,7 +68,8 @@ def check_fit_in_sample(
         >>> bool(check_fit_in_sample(bnn, X, y) > 0.9)  # fit has run it, and warned nothing
         True
     """
-    if not isinstance(bnn.likelihood, HeteroscedasticGaussian):
+    likelihood = bnn.likelihood
+    if not likelihood.gaussian or likelihood.homoscedastic:  # a noise learned per input only
         return None
     return check_predictive_in_sample(bnn, X, y, what)
 
