@@ -11,7 +11,9 @@ from bnn_pyro.likelihoods.base import Likelihood
 __all__ = ["why_not_plain"]
 
 
-def why_not_plain(likelihood: Likelihood, particles: bool = False) -> str | None:
+def why_not_plain(
+    likelihood: Likelihood, particles: bool = False, stacked: bool = False
+) -> str | None:
     """Why the plain-torch objectives (the VI engine's, stacked fits') cannot score
     ``likelihood`` as the Pyro model observes it, or ``None`` where they can.
 
@@ -21,7 +23,8 @@ def why_not_plain(likelihood: Likelihood, particles: bool = False) -> str | None
     :meth:`loc_scale <bnn_pyro.likelihoods.gaussian.GaussianLikelihood.loc_scale>` or its
     latents is read the same way by both; one that observes or scores its rows by code of its
     own is not. ``particles``: several draws per step (the alpha energy), whose layout of a
-    user's own latent sites only Pyro's vectorized plate knows.
+    user's own latent sites only Pyro's vectorized plate knows; ``stacked``: several models in
+    one pass (``fit_stacked``), whose layout only the library's own latents have.
 
     Example:
         >>> from bnn_pyro.likelihoods import Gaussian
@@ -59,5 +62,10 @@ def why_not_plain(likelihood: Likelihood, particles: bool = False) -> str | None
         return (
             f"{cls.__name__} draws latent sites of its own, laid out under several particles "
             "by Pyro's vectorized plate"
+        )
+    if stacked and not own("sample_latents"):
+        return (
+            f"{cls.__name__} draws latent sites of its own, which a stacked fit does not lay "
+            "out for several models"
         )
     return None

@@ -162,7 +162,7 @@ def why_not_stacked_chains(models: Sequence[Any]) -> str | None:
     kinds = sorted({type(m.likelihood).__name__ for m in models})
     if len(kinds) > 1:
         return f"the chains' likelihoods must be of one class; got {kinds}"
-    reason = why_not_plain(models[0].likelihood)
+    reason = why_not_plain(models[0].likelihood, stacked=True)
     if reason is None:
         reason = why_not_stacked_nets([m.bnn for m in models])
     return None if reason is None else f"these models cannot run stacked: {reason}"

@@ -8,14 +8,12 @@ from typing import Any
 
 import torch.nn as nn
 
-from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
+from bnn_pyro.likelihoods.plain import why_not_plain
 from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 from bnn_pyro.nn.pyro_net import DEVICE_REF
 
 __all__ = ["members_elbo", "why_not_stacked_nets", "why_not_stacked_vi"]
-
-_STACKED_LIKELIHOODS = (Gaussian, HeteroscedasticGaussian, Categorical, Bernoulli)
 
 
 def _floor(likelihood: Any) -> float | None:
@@ -44,11 +42,14 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
         (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
         for b in bnns
     }
-    if len(kinds) > 1 or next(iter(kinds))[0] not in _STACKED_LIKELIHOODS:
+    if len(kinds) > 1:
         return (
-            "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
-            "Bernoulli, the same for all (a heteroscedastic min_scale included)"
+            "the likelihoods must be of one class with one setting (a learned noise, a "
+            "heteroscedastic min_scale)"
         )
+    reason = why_not_plain(bnns[0].likelihood, stacked=True)
+    if reason is not None:
+        return reason
     estimators = {b.local_reparameterization for b in bnns}
     if len(estimators) > 1:
         return "the models differ in local_reparameterization"

@@ -23,8 +23,8 @@ from bnn_pyro.methods.vi.stacked_support import members_elbo, why_not_stacked_vi
 from bnn_pyro.stacking import fit_stacked
 
 LIKELIHOODS = (
-    "the likelihoods must be one of Gaussian, HeteroscedasticGaussian, Categorical, "
-    "Bernoulli, the same for all (a heteroscedastic min_scale included)"
+    "the likelihoods must be of one class with one setting (a learned noise, a heteroscedastic "
+    "min_scale)"
 )
 POINT = (
     "the nets hold point-estimate parameters or buffers ({!r}, ...): the stacked fit trains the "
@@ -46,7 +46,18 @@ class _MyVI(bp.VariationalBNN):
 
 
 class _MyGaussian(bp.Gaussian):
-    """A user's Gaussian: its density may be other than the stacked loss's."""
+    """A user's Gaussian that observes its rows by code of its own: the stacked loss cannot
+    know its density."""
+
+    def observe(self, f, y, latents, dataset_size=None):
+        return super().observe(f, y, latents, dataset_size)
+
+
+class _OwnLatent(bp.Gaussian):
+    """A user's Gaussian drawing a latent site of its own (its layout for K models unknown)."""
+
+    def sample_latents(self, f):
+        return super().sample_latents(f)
 
 
 class _Shift(nn.Module):
@@ -97,14 +108,33 @@ def test_nets_of_other_shapes_are_refused():
         [bp.Gaussian(0.3), bp.Gaussian("learned")],  # one noise fixed, one learned
         [bp.Gaussian("learned"), bp.Gaussian(0.3)],
         [bp.Gaussian(0.3), bp.Bernoulli()],  # two kinds
-        [_MyGaussian(0.3), _MyGaussian(0.3)],  # the same kind, not one the loss covers
-        [_MyGaussian(0.3)],
+        [bp.Gaussian(0.3), _MyGaussian(0.3)],  # a class and its subclass
     ],
-    ids=["fixed, learned", "learned, fixed", "gaussian, bernoulli", "a subclass", "one subclass"],
+    ids=["fixed, learned", "learned, fixed", "gaussian, bernoulli", "class, subclass"],
 )
 def test_other_likelihoods_are_refused(likelihoods):
     models = [_vi(likelihood=lik) for lik in likelihoods]
     assert why_not_stacked_vi(models) == LIKELIHOODS
+
+
+@pytest.mark.parametrize(
+    "likelihood, message",
+    [
+        (
+            _MyGaussian(0.3),
+            "_MyGaussian defines its own observe(), which the plain-torch objective does not read",
+        ),
+        (
+            _OwnLatent("learned"),
+            "_OwnLatent draws latent sites of its own, which a stacked fit does not lay out for "
+            "several models",
+        ),
+    ],
+)
+def test_a_likelihood_the_stacked_loss_cannot_read_is_refused_by_its_class(likelihood, message):
+    """The rule of the single fit's engine (``why_not_plain``), read off the class: one that
+    scores or observes its rows by code of its own, or draws latents of its own."""
+    assert why_not_stacked_vi([_vi(likelihood=likelihood) for _ in range(2)]) == message
 
 
 def test_heteroscedastic_floors_must_agree():
