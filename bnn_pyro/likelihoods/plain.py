@@ -58,14 +58,11 @@ def why_not_plain(
             f"{cls.__name__} defines its own distribution(), which "
             f"{owner('log_prob').__name__}.log_prob (the plain-torch density) does not read"
         )
-    if particles and not own("sample_latents"):
-        return (
-            f"{cls.__name__} draws latent sites of its own, laid out under several particles "
-            "by Pyro's vectorized plate"
+    if (particles or stacked) and not own("sample_latents"):
+        laid = (
+            "laid out under several particles by Pyro's vectorized plate"
+            if particles
+            else "which a stacked fit does not lay out for several models"
         )
-    if stacked and not own("sample_latents"):
-        return (
-            f"{cls.__name__} draws latent sites of its own, which a stacked fit does not lay "
-            "out for several models"
-        )
+        return f"{cls.__name__} draws latent sites of its own, {laid}"
     return None

@@ -33,7 +33,7 @@ from bnn_pyro.methods.sgmcmc.dense import check_dense_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
 from bnn_pyro.methods.vi.log_joint import LogJoint
-from bnn_pyro.methods.vi.stacked_support import why_not_stacked_nets
+from bnn_pyro.methods.vi.stacked_support import why_not_stacked_nets, why_not_stacked_prior
 from bnn_pyro.training.batches import validation_pair
 from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
@@ -149,12 +149,9 @@ def why_not_stacked_chains(models: Sequence[Any]) -> str | None:
         >>> why_not_stacked_chains([make(bp.Gaussian(0.1)), make(bp.Bernoulli())])
         "the chains' likelihoods must be of one class; got ['Bernoulli', 'Gaussian']"
     """
-    latent = next((m.bnn.prior_sites for m in models if m.bnn.prior_sites), None)
-    if latent:
-        return (
-            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
-            "each chain with its own fit"
-        )
+    reason = why_not_stacked_prior([m.bnn for m in models], "chain")
+    if reason is not None:
+        return reason
     for name in SHARED:
         settings = {getattr(m, name) for m in models}
         if len(settings) > 1:

@@ -131,8 +131,8 @@ class ObjectiveStep(LossStep):
     ) -> None:
         if not callable(objective):
             raise TypeError(f"objective must be callable, got {type(objective).__name__}")
-        super().__init__(objective, optimizer, desc)
-        self.objective, self.kl_weight, self.diagnostics = objective, kl_weight, diagnostics
+        super().__init__(objective, optimizer, desc)  # held as ``losses``, called by ``loss``
+        self.kl_weight, self.diagnostics = kl_weight, diagnostics
         # a fixed weight holds from construction; a schedule is asked at each start_epoch only
         # (once per epoch, as the loop promises it), so it reads NaN before the first
         self.beta = math.nan if callable(kl_weight) else float(kl_weight)
@@ -148,7 +148,7 @@ class ObjectiveStep(LossStep):
         # path validates its first step only): a scale that underflowed to 0 is a non-finite
         # loss, refused by the step, not a distribution's ValueError
         with pyro.validation_enabled(False):
-            loss, self._nll = self.objective(xb, yb, self.beta)
+            loss, self._nll = self.losses(xb, yb, self.beta)
         return loss
 
     def record(self, loss: torch.Tensor, xb: torch.Tensor) -> None:

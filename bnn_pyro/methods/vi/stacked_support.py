@@ -13,7 +13,7 @@ from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 from bnn_pyro.nn.pyro_net import DEVICE_REF
 
-__all__ = ["members_elbo", "why_not_stacked_nets", "why_not_stacked_vi"]
+__all__ = ["members_elbo", "why_not_stacked_nets", "why_not_stacked_prior", "why_not_stacked_vi"]
 
 
 def _floor(likelihood: Any) -> float | None:
@@ -57,17 +57,38 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
         isinstance(m, nn.Conv2d) for b in bnns for m in b.net.modules()
     ):
         return "local reparameterization of conv layers is not stacked"
-    latent = next((b.prior_sites for b in bnns if b.prior_sites), None)
-    if latent:
-        return (
-            f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit "
-            "each model with its own fit"
-        )
+    reason = why_not_stacked_prior(bnns, "model")
+    if reason is not None:
+        return reason
     if any(b.prior.cached is False for b in bnns):
         return "a learned prior is not stacked"
     if any(b.guide_spec != "meanfield" for b in bnns):
         return "the guide must be the library's mean-field guide ('meanfield')"
     return None
+
+
+def why_not_stacked_prior(bnns: Sequence[Any], member: str) -> str | None:
+    """Why the models' priors cannot be scored stacked, or ``None``: a prior with latent sites
+    of its own (a hierarchical scale) is scored by each model's Pyro trace alone. ``member``
+    names one of them in the message (``"model"``, ``"chain"``).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> plain = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+        >>> why_not_stacked_prior([plain, plain], "model") is None
+        True
+        >>> scaled = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1),
+        ...                            prior=bp.HierarchicalNormalPrior())
+        >>> why_not_stacked_prior([plain, scaled], "chain")  # doctest: +ELLIPSIS
+        "a prior with latent sites of its own (...) is not stacked: fit each chain with its own fit"
+    """
+    latent = next((b.prior_sites for b in bnns if b.prior_sites), None)
+    if not latent:
+        return None
+    return (
+        f"a prior with latent sites of its own ({latent[0]!r}, ...) is not stacked: fit each "
+        f"{member} with its own fit"
+    )
 
 
 def why_not_stacked_nets(bnns: Sequence[Any]) -> str | None:
