@@ -37,8 +37,8 @@ What CI re-derives, per results block of ``benchmarks/update_readme.py``:
   posteriors and laplace-torch's two), their figures against the JSON at the page's precision
   (5 s).
 * ``uci_intervals`` (and ``results/uci/intervals.md``): both pages rebuilt from
-  ``intervals.json`` (< 1 s); bostonHousing split 12's SWAG record re-fitted, its 55 figures
-  compared (3 s).
+  ``intervals.json`` (< 1 s); bostonHousing split 12's SWAG record and split 7's Laplace
+  record (a 100-epoch MAP fit) re-fitted, their figures compared (3 s each).
 * ``ood``: the page rebuilt from ``ood.json`` (< 1 s); the plain network, laplace-torch's LLLA
   and the ``vi``, ``dropout``, ``ensemble`` and ``laplace`` rows re-run on every shift, every
   cell compared (digits 21 s, moons 15 s).

@@ -126,9 +126,13 @@ def _numbers(record: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("method", ["swag", "laplace"])
-def test_a_committed_interval_record_is_refitted_to_its_figures(method):
-    """intervals.json's bostonHousing split 12 record of ``method`` re-fitted (~2 s): every
+# Laplace's split is one of its 100-epoch MAP fits: its 400-epoch fits carry the CPU's own
+# round-off into the intervals (split 12 on an AMD EPYC: raw 90% width 12.475 against the
+# committed 12.514, 0.3%, the same code), while the 100-epoch records of bostonHousing (splits 1,
+# 7, 16, 18) reproduce there within 2e-6 relative.
+@pytest.mark.parametrize(("method", "split"), [("swag", 12), ("laplace", 7)])
+def test_a_committed_interval_record_is_refitted_to_its_figures(method, split):
+    """intervals.json's bostonHousing record of ``method`` on ``split`` re-fitted (~2 s): every
     interval's coverage, width and Winkler score, the scale factor, MACE and NLL. The pages
     print three decimals at most; each figure within 5e-4 (relative for those above 1)."""
     from benchmarks.uci.intervals import interval_task
@@ -137,12 +141,12 @@ def test_a_committed_interval_record_is_refitted_to_its_figures(method):
     want = next(
         r
         for r in payload["records"]
-        if (r["dataset"], r["split"], r["method"]) == ("bostonHousing", 12, method)
+        if (r["dataset"], r["split"], r["method"]) == ("bostonHousing", split, method)
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = interval_task(
-            "bostonHousing", str(DATA / "bostonHousing"), 12, method, want["config"], 1000
+            "bostonHousing", str(DATA / "bostonHousing"), split, method, want["config"], 1000
         )
     ours, theirs = _numbers(got), _numbers(want)
     del ours["seconds"], theirs["seconds"]
