@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro.likelihoods import likelihood_from_config
-from bnn_pyro.methods.sgmcmc.potential import PyroPotential
+from bnn_pyro.methods.sgmcmc.stacked import chain_potential
 from bnn_pyro.priors import prior_from_config
 
 __all__ = ["SGMCMCCheckpoint"]
@@ -98,6 +98,6 @@ class SGMCMCCheckpoint:
         self.input_shape = tuple(fitted["input_shape"])
         self.bnn.input_shape = self.input_shape
         x = torch.zeros((1, *self.input_shape), dtype=self.dtype, device=self.device)
-        self.potential = PyroPotential(self.bnn.model, x, None, self.likelihood.name)
+        self.potential = chain_potential(self, x, None)
         self.position = self.position.new_zeros(fitted["size"])
         self.kept_samples = self.kept_samples.new_zeros(fitted["kept"])

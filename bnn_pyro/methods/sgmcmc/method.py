@@ -20,6 +20,7 @@ from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
+from bnn_pyro.methods.sgmcmc.stacked import chain_potential
 from bnn_pyro.methods.sgmcmc.step_sizes import MDECAY, MEASURED, run_step
 from bnn_pyro.methods.vi.model import VariationalBNN
 from bnn_pyro.priors import Prior
@@ -36,11 +37,12 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     """Stochastic-gradient MCMC over the weights (and a learned noise scale) of a BNN.
 
     The potential is that of :class:`~bnn_pyro.VariationalBNN`'s Pyro model, with the same net,
-    prior and likelihood (see :mod:`bnn_pyro.methods.sgmcmc.potential`); the update rules are
-    those of :mod:`bnn_pyro.methods.sgmcmc.samplers`. :meth:`fit` runs one chain from the net's
-    initial weights (a later ``fit`` goes on from where the last one stopped, with a new
-    burn-in and a new collection); :meth:`predict` evaluates the net on ``S`` of the collected
-    samples at once.
+    prior and likelihood (see :mod:`bnn_pyro.methods.sgmcmc.potential`), in plain torch where
+    the model allows (:func:`~bnn_pyro.methods.sgmcmc.stacked.chain_potential`); the update
+    rules are those of :mod:`bnn_pyro.methods.sgmcmc.samplers`. :meth:`fit` runs one chain
+    from the net's initial weights (a later ``fit`` goes on from where the last one stopped,
+    with a new burn-in and a new collection); :meth:`predict` evaluates the net on ``S`` of
+    the collected samples at once.
 
     Right by default. With nothing but ``epochs`` chosen, ``fit`` steps with full-batch
     gradients and a step size it measures on the posterior while the chain burns in (the
@@ -338,7 +340,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             self.thinning,
             self.max_samples,
         )
-        potential = PyroPotential(self.bnn.model, X[:2], y[:2], self.likelihood.name)
+        potential = chain_potential(self, X[:2], y[:2])
         start = dict(self.bnn.guide.init_loc)  # the net's own initial weights
         start.update(self.likelihood.initial_latents(X, y))  # e.g. the noise from the data
         theta = self.position if self.position.numel() == potential.size else None

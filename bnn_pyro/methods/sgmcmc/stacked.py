@@ -1,7 +1,7 @@
 """K SG-MCMC chains run as one: :func:`fit_stacked_sgmcmc`, the SG-MCMC branch of
 :func:`bnn_pyro.fit_stacked`.
 
-A chain's step is mostly fixed cost: one trace of the Pyro model per minibatch. Stacked, the K
+A chain's step is mostly fixed cost: one pass of a small net per minibatch. Stacked, the K
 chains' positions are one ``(K, P)`` tensor, the net runs once on a ``(K, B, ...)`` block of
 minibatches with each chain's weights (the batched twin of
 :class:`~bnn_pyro.methods.vi.posterior.NetEvaluator`), and :class:`StackedPotential` adds each
@@ -14,7 +14,8 @@ minibatches in the order its own ``fit`` would. Each chain thus ends as its own 
 seed=seeds[k])`` would, up to float rounding (tested). Which chains run stacked is read off
 their types and settings before any work (:func:`why_not_stacked_chains`); that the plain-torch
 potential is each chain's Pyro potential, value and gradient, is a parametrised test, not a
-check at run time.
+check at run time. A chain's own ``fit`` steps with the same potential at K = 1
+(:class:`DirectPotential`, chosen by :func:`chain_potential`) wherever the rule passes it alone.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ from bnn_pyro.training.stacked_batches import (
     shuffled_member_batches,
 )
 
-__all__ = ["StackedPotential", "fit_stacked_sgmcmc", "why_not_stacked_chains"]
+__all__ = [
+    "DirectPotential",
+    "StackedPotential",
+    "chain_potential",
+    "fit_stacked_sgmcmc",
+    "why_not_stacked_chains",
+]
 
 #: What every chain of a stacked run must share (their run plan and update rule).
 SHARED = ("sampler", "temperature", "mdecay", "schedule", "cycles", "explore", "preconditioner",
@@ -128,6 +135,70 @@ class StackedPotential:
         potential = -(log_joint + dataset_size / x.shape[1] * rows.sum(-1))
         (grad,) = torch.autograd.grad(potential.sum(), theta)
         return potential.detach(), grad / dataset_size
+
+
+class DirectPotential(PyroPotential):
+    """One chain's potential in plain torch: the sites, start and maps of
+    :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`, its :meth:`gradient` the one row
+    of :class:`StackedPotential` at K = 1. What :meth:`SGMCMC.start_run
+    <bnn_pyro.methods.sgmcmc.method.SGMCMC.start_run>` steps with where
+    :func:`why_not_stacked_chains` passes the chain alone (chosen by type, before any work), so
+    a chain's own ``fit`` is the stacked run's one chain; the Pyro trace stays the reference
+    (the parametrised test of ``tests/methods/sgmcmc/test_sgmcmc_stacked_terms.py``) and the
+    path for every model the rule refuses.
+
+    Args:
+        method: the :class:`~bnn_pyro.methods.sgmcmc.method.SGMCMC` model.
+        x, y, observed: as :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> X = torch.randn(8, 2); y = X.sum(-1, keepdim=True)
+        >>> m = bp.make("sgld", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.1))
+        >>> direct = DirectPotential(m, X, y)
+        >>> reference = PyroPotential(m.bnn.model, X, y)
+        >>> theta = direct.flat()
+        >>> u, g = direct.gradient(theta, X, y, 16)
+        >>> u0, g0 = reference.gradient(theta, X, y, 16)
+        >>> abs(u - u0) < 1e-4, g.shape, bool(torch.allclose(g, g0, atol=1e-6))
+        (True, torch.Size([17]), True)
+    """
+
+    def __init__(
+        self, method: Any, x: torch.Tensor, y: torch.Tensor | None, observed: str = "obs"
+    ) -> None:
+        super().__init__(method.bnn.model, x, y, observed)
+        self.stacked = StackedPotential([method], [self])
+
+    def gradient(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dataset_size: int
+    ) -> tuple[float, torch.Tensor]:
+        """As :meth:`PyroPotential.gradient
+        <bnn_pyro.methods.sgmcmc.potential.PyroPotential.gradient>`: ``(U, ∇U / N (P,))``."""
+        value, grad = self.stacked.gradient(theta[None], x[None], y[None], dataset_size)
+        return float(value[0]), grad[0]
+
+
+def chain_potential(method: Any, x: torch.Tensor, y: torch.Tensor | None) -> PyroPotential:
+    """The potential of ``method``'s chain (an ``SGMCMC``), its sites found on ``x (n, ...)``
+    and ``y`` (``None``: drawn), chosen by type before any work: :class:`DirectPotential`, a
+    stacked run's one chain, where :func:`why_not_stacked_chains` passes the chain alone; else
+    the Pyro model's trace (:class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`, the
+    reference) for a likelihood that observes its rows by code of its own, a prior with latent
+    sites of its own, or a net the stacked net does not run (hooks, buffers, other layers).
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> m = bp.make("sgld", bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.1))
+        >>> type(chain_potential(m, torch.zeros(2, 2), torch.zeros(2, 1))).__name__
+        'DirectPotential'
+        >>> _ = m.bnn.net.register_forward_hook(lambda module, args, out: out)
+        >>> type(chain_potential(m, torch.zeros(2, 2), torch.zeros(2, 1))).__name__
+        'PyroPotential'
+    """
+    if why_not_stacked_chains([method]) is None:
+        return DirectPotential(method, x, y, method.likelihood.name)
+    return PyroPotential(method.bnn.model, x, y, method.likelihood.name)
 
 
 def why_not_stacked_chains(models: Sequence[Any]) -> str | None:

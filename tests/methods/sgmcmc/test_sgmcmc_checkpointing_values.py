@@ -124,6 +124,7 @@ def test_restoring_the_fitted_state_rebuilds_the_potential_and_zero_buffers():
     assert fresh.dataset_size == 20
     assert fresh.input_shape == (3,) and fresh.bnn.input_shape == (3,)
     assert isinstance(fresh.potential, PyroPotential)
+    assert type(fresh.potential) is type(m.potential)  # chosen by the same rule as fit's
     assert fresh.potential.size == 26 and fresh.potential.observed == m.likelihood.name
     assert [(s.name, s.shape, s.start) for s in fresh.potential.sites] == [
         (s.name, s.shape, s.start) for s in m.potential.sites

@@ -12,10 +12,11 @@ from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods.sgmcmc.method import SGMCMC
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 
-# Float64 throughout: the stacked potential sums the same terms as each chain's Pyro trace in
-# another order, so the two runs differ by round-off only (about 1e-16 per step here); over the
-# 60-odd steps of these runs that stays many orders below the 1e-9 the tests allow, while a
-# wrong noise draw, minibatch or term moves the samples by O(0.01) or more.
+# Float64 throughout: a chain's own fit steps with the stacked potential at K = 1 (or, where the
+# rule refuses it, its Pyro trace), so the two runs differ by the round-off of a batched product
+# of K blocks against one (about 1e-16 per step here); over the 60-odd steps of these runs that
+# stays many orders below the 1e-9 the tests allow, while a wrong noise draw, minibatch or term
+# moves the samples by O(0.01) or more.
 TOL = 1e-9
 
 

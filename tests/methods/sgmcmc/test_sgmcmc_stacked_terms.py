@@ -20,6 +20,7 @@ from torch import nn
 from torch.distributions.transforms import ExpTransform, IndependentTransform
 
 import bnn_pyro as bp
+from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.stacked import StackedPotential, fit_stacked_sgmcmc
 from bnn_pyro.priors import Prior
 
@@ -83,7 +84,8 @@ def _assert_rows_are_each_chains_own(stacked, theta, x, y, n):
     values, grads = stacked.gradient(theta, x, y, n)
     assert values.shape == (len(theta),) and grads.shape == theta.shape
     for i, potential in enumerate(stacked.potentials):
-        value, grad = potential.gradient(theta[i], x[i], y[i], n)
+        # the Pyro trace, also where start_run built the chain's plain-torch DirectPotential
+        value, grad = PyroPotential.gradient(potential, theta[i], x[i], y[i], n)
         torch.testing.assert_close(float(values[i]), value, rtol=TOL, atol=0)
         torch.testing.assert_close(grads[i], grad, rtol=TOL, atol=TOL * float(grad.abs().max()))
 
