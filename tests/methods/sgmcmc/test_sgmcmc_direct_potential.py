@@ -157,3 +157,30 @@ def test_the_direct_gradient_is_the_pyro_gradient_on_one_chain():
     assert isinstance(value, float) and grad.shape == (potential.size,)
     assert value == pytest.approx(ref_value, rel=1e-12)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)
+
+
+class _Named(bp.Gaussian):
+    """A Gaussian likelihood whose observation site has a name of its own."""
+
+    name = "target"
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+@pytest.mark.parametrize("likelihood", [bp.Gaussian, _Named])
+def test_a_potential_found_without_targets_leaves_the_observation_out(hooked, likelihood):
+    """Sites found on inputs alone (``y=None``: the observation drawn, as a loaded model finds
+    them): the observation site (the likelihood's name) is not a latent, on either path and at
+    ``DirectPotential``'s default site name (``"obs"``): the weights and the learned noise
+    only."""
+    m = _model("sgld", likelihood(scale="learned"))
+    if hooked:
+        _hooked(m)
+    X, _ = _data()
+    expected = ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias", "likelihood.scale"]
+    found = stacked.chain_potential(m, X[:2], None)
+    assert type(found) is (PyroPotential if hooked else DirectPotential)
+    assert sorted(s.name for s in found.sites) == sorted(expected)
+    if not hooked and likelihood is bp.Gaussian:
+        assert [s.name for s in DirectPotential(m, X[:2], None).sites] == [
+            s.name for s in found.sites
+        ]
