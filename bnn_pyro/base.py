@@ -365,11 +365,12 @@ class BaseBayesianMethod(nn.Module, ABC):
 
 
 def _kept_fit(fit: Callable[..., Any]) -> Callable[..., Any]:
-    """``fit`` run inside the method's :meth:`~BaseBayesianMethod._kept_on_error`."""
+    """``fit`` run inside the method's :meth:`~BaseBayesianMethod._kept_on_error`, with
+    gradients on (a fit called under ``torch.no_grad()`` trains as any other)."""
 
     @functools.wraps(fit)
     def kept_fit(self: BaseBayesianMethod, *args: Any, **kwargs: Any) -> Any:
-        with self._kept_on_error():
+        with self._kept_on_error(), torch.enable_grad():
             return fit(self, *args, **kwargs)
 
     kept_fit.__bnn_pyro_kept__ = True  # type: ignore[attr-defined]

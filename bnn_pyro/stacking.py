@@ -113,7 +113,8 @@ def fit_stacked(
             f"{' and '.join(unused)} {verb} not apply to {type(bnns[0]).__name__} models; "
             f"their stacked fit takes {', '.join(takes)}"
         )
-    with kept_on_error(*bnns):  # a stacked fit that raises leaves every model as it was
+    # a stacked fit that raises leaves every model as it was; it trains under no_grad() too
+    with kept_on_error(*bnns), torch.enable_grad():
         return stacked_fit(bnns, X, y, seeds=seeds, **options)
 
 
