@@ -52,7 +52,13 @@ def test_the_loss_is_fits_loss_for_the_same_batch_and_draws(elbo, particles):
     want = svi._loss(xb, yb, dataset_size=len(X))  # what fit's step minimises
     pyro.set_rng_seed(7)
     got = module.loss(X[:32], y[:32])
-    assert torch.equal(got, want)
+    if elbo != "alpha":
+        assert torch.equal(got, want)
+    else:  # the plain-torch alpha energy against Pyro's: the same terms, the particles'
+        # log-mean-exp summed in another order; float32 round-off of a ~330 loss (1 ulp, 3e-5,
+        # on an AMD EPYC; equal bit for bit on the machine the test was written on), while a
+        # wrong term, scale or draw moves it by far more than the 1e-6 relative allowed
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
 
 
 def test_one_process_lightning_fit_trains_the_method():
