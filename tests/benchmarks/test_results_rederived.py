@@ -434,12 +434,12 @@ def test_stacked_ratios_are_the_printed_times_divided():
 def test_stacked_chains_ratios_and_verdict():
     text = (RESULTS / "stacked_chains.md").read_text()
     verdicts = []
-    traced = dict(
-        (name, (seconds, ratio))
+    traced = {
+        name: (seconds, ratio)
         for name, seconds, ratio in re.findall(
             r"(c?sghmc) ([0-9.]+) s \(([0-9.]+)× the plain-torch chain\)", text
         )
-    )
+    }
     for cells in tables(text)[0][1:]:
         _ratio(cells[3], cells[1], cells[4], cells[0])
         verdicts.append(figure(cells[4])[0] <= figure(cells[5].replace("≤ ", ""))[0])

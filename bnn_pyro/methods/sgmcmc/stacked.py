@@ -148,8 +148,9 @@ class DirectPotential(PyroPotential):
     path for every model the rule refuses.
 
     Args:
-        method: the :class:`~bnn_pyro.methods.sgmcmc.method.SGMCMC` model.
-        x, y, observed: as :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`.
+        method: the :class:`~bnn_pyro.methods.sgmcmc.method.SGMCMC` model (its likelihood
+            names the observation site).
+        x, y: as :class:`~bnn_pyro.methods.sgmcmc.potential.PyroPotential`.
 
     Example:
         >>> import bnn_pyro as bp
@@ -164,10 +165,8 @@ class DirectPotential(PyroPotential):
         (True, torch.Size([17]), True)
     """
 
-    def __init__(
-        self, method: Any, x: torch.Tensor, y: torch.Tensor | None, observed: str = "obs"
-    ) -> None:
-        super().__init__(method.bnn.model, x, y, observed)
+    def __init__(self, method: Any, x: torch.Tensor, y: torch.Tensor | None) -> None:
+        super().__init__(method.bnn.model, x, y, method.likelihood.name)
         self.stacked = StackedPotential([method], [self])
 
     def gradient(
@@ -197,7 +196,7 @@ def chain_potential(method: Any, x: torch.Tensor, y: torch.Tensor | None) -> Pyr
         'PyroPotential'
     """
     if why_not_stacked_chains([method]) is None:
-        return DirectPotential(method, x, y, method.likelihood.name)
+        return DirectPotential(method, x, y)
     return PyroPotential(method.bnn.model, x, y, method.likelihood.name)
 
 
