@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from bnn_pyro.methods import (
         SGMCMC,
         SWAG,
+        VBLL,
         DeepEnsemble,
         LaplaceApproximation,
         MCDropout,
@@ -90,6 +91,7 @@ __all__ = [
     "DeepEnsemble",
     "LaplaceApproximation",
     "MCDropout",
+    "VBLL",
     "VariationalBayesNN",
     "Bernoulli",
     "Categorical",

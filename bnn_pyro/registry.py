@@ -17,6 +17,7 @@ name               method
 ``ensemble``       ``DeepEnsemble`` (members: copies of the net, re-initialised)
 ``swag``           ``SWAG``
 ``laplace``        ``LaplaceApproximation``
+``vbll``           ``VBLL`` (variational Bayesian last layers, Harrison et al. 2024)
 ``vbnn``           ``VariationalBayesNN`` (pure-torch BBB of ``GaussianLinear`` layers)
 ``sghmc``          ``SGMCMC`` (scale-adapted SGHMC on the Pyro model, Springenberg 2016)
 ``csghmc``         ``SGMCMC(schedule="cyclical")`` (cyclical SGHMC, Zhang et al. 2020)

@@ -47,6 +47,7 @@ PEERS = {
     "torch_uncertainty": "peers",
     "mapie": "dev",
     "uncertainty_toolbox": "dev",
+    "vbll": "peers",
 }
 
 

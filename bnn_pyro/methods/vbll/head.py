@@ -1,0 +1,192 @@
+"""The variational Bayesian last layer (Harrison, Willes and Snoek, ICLR 2024): a Gaussian
+``q(W)`` over the last layer's weights, trained by a deterministic ELBO, predicting in closed
+form.
+
+For features ``φ (N, F)`` and ``O`` outputs, each output's weight row ``w_o ~ N(m_o, L_o L_oᵀ)``
+(a dense Cholesky factor ``L_o (F, F)``, or a diagonal one), rows independent, the prior
+``w_o ~ N(0, s I)``. The output ``f = W φ`` is Gaussian with mean ``M φ`` and per-output variance
+``φᵀ L_o L_oᵀ φ``, so the expected log-likelihood needs no sampling:
+
+- regression, ``y ~ N(W φ, diag(σ²))``:
+  ``E_q log p(y | W φ) = Σ_o log N(y_o | m_oᵀφ, σ_o²) − ½ φᵀΣ_oφ / σ_o²`` (exact);
+- classification, ``y ~ softmax(W φ + ε)``, ``ε ~ N(0, diag(σ²))`` (the logit noise of the
+  paper): Jensen's bound ``m_yᵀφ − logsumexp_c(m_cᵀφ + ½(φᵀΣ_cφ + σ_c²))``.
+
+The ELBO per row is that term's mean over the rows minus ``(KL(q ‖ p) − log p(σ)) / N``, with
+``log p(σ)`` the paper's Wishart term on the noise precision,
+``dof · log det Λ − ½ · wishart_scale · tr Λ`` (``Λ = diag(σ⁻²)``, ``dof = (dof₀ + O + 1) / 2``),
+and no term where the noise is fixed. The ``vbll`` package (MIT) is the reference this is held
+to: the same predictive and, for one output, the same loss up to the KL's constant, which
+``vbll`` leaves out (``tests/methods/vbll/test_vbll_peer.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from bnn_pyro._checks import check_choice
+
+__all__ = ["COVARIANCES", "VBLLHead"]
+
+#: The covariance of ``q(w_o)``: a dense Cholesky factor per output, or a diagonal.
+COVARIANCES = ("dense", "diagonal")
+
+
+class VBLLHead(nn.Module):
+    """A variational Bayesian last layer ``O × F``: its ``q(W)``, ELBO and predictive moments.
+
+    Args:
+        in_features: ``F``, the features it reads (a bias is one more feature, constant 1).
+        out_features: ``O``.
+        classifies: a softmax classifier (logit noise, Jensen's bound) rather than a Gaussian
+            regression.
+        covariance: ``"dense"`` (a Cholesky factor ``(O, F, F)``) or ``"diagonal"``.
+        prior_variance: ``s``, the prior variance of each weight.
+        noise_scale: a fixed regression noise std (float or ``(O,)``), or ``None``: learned,
+            under the Wishart term (a classifier's logit noise is always learned).
+        wishart_scale: the Wishart term's scale.
+        dof: its degrees of freedom ``dof₀``.
+        device: where its parameters are made (as ``nn.Linear``'s).
+        dtype: their floating type.
+
+    Example:
+        >>> head = VBLLHead(4, 1, classifies=False, prior_variance=0.25)
+        >>> phi = torch.randn(10, 4)
+        >>> mean, var = head.output_moments(phi)
+        >>> mean.shape, var.shape, bool((var > 0).all())
+        (torch.Size([10, 1]), torch.Size([10, 1]), True)
+        >>> head.loss(phi, torch.randn(10, 1), n=10).shape
+        torch.Size([])
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        classifies: bool,
+        covariance: str = "dense",
+        prior_variance: float = 1.0,
+        noise_scale: float | torch.Tensor | None = None,
+        wishart_scale: float = 1.0,
+        dof: float = 1.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        where = {"device": device, "dtype": dtype}
+        self.covariance = check_choice("covariance", covariance, COVARIANCES)
+        self.classifies = classifies
+        self.prior_variance = float(prior_variance)
+        self.wishart_scale = float(wishart_scale)
+        self.dof = (float(dof) + out_features + 1.0) / 2.0
+        shape = (out_features, in_features)
+        self.mean = nn.Parameter(torch.zeros(shape, **where))
+        # q starts at the prior's spread: each Cholesky diagonal sqrt(s), no correlation
+        self.log_diag = nn.Parameter(
+            torch.full(shape, 0.5 * math.log(self.prior_variance), **where)
+        )
+        if self.covariance == "dense":
+            self.off_diag = nn.Parameter(
+                torch.zeros(out_features, in_features, in_features, **where)
+            )
+        self.learned_noise = classifies or noise_scale is None
+        start = torch.zeros(out_features, **where)
+        if noise_scale is not None:  # σ a float or (O,): its log for each output
+            start = start + torch.as_tensor(noise_scale, **where).log()
+        self.noise_log_scale = nn.Parameter(start, requires_grad=self.learned_noise)
+
+    # ------------------------------------------------------------------ q(W)
+    def scale_tril(self) -> torch.Tensor:
+        """``L (O, F, F)``: the lower Cholesky factor of each output's ``Σ_o = L_o L_oᵀ``."""
+        diag = torch.diag_embed(self.log_diag.exp())
+        if self.covariance == "diagonal":
+            return diag
+        return torch.tril(self.off_diag, diagonal=-1) + diag
+
+    def output_moments(self, phi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean ``(N, O)`` and variance ``(N, O)`` of ``W φ`` under ``q`` (no noise).
+
+        Args:
+            phi: ``(N, F)`` features.
+        """
+        mean = phi @ self.mean.T
+        if self.covariance == "diagonal":
+            var = (phi**2) @ (2 * self.log_diag).exp().T
+        else:  # ‖L_oᵀ φ‖², per row and output
+            var = torch.einsum("ofg,nf->nog", self.scale_tril(), phi).pow(2).sum(-1)
+        return mean, var
+
+    def noise_variance(self) -> torch.Tensor:
+        """``σ² (O,)``: the regression noise, or a classifier's logit noise."""
+        return (2 * self.noise_log_scale).exp()
+
+    def kl(self) -> torch.Tensor:
+        """``Σ_o KL(N(m_o, Σ_o) ‖ N(0, s I))`` in nats, ``()``."""
+        s, f = self.prior_variance, self.mean.shape[-1]
+        trace = self.scale_tril().pow(2).sum((-2, -1))  # tr Σ_o = ‖L_o‖²_F
+        log_det = 2 * self.log_diag.sum(-1)
+        per_output = trace / s + self.mean.pow(2).sum(-1) / s - f + f * math.log(s) - log_det
+        return 0.5 * per_output.sum()
+
+    def noise_log_prior(self) -> torch.Tensor:
+        """The Wishart term on the noise precision, ``()``; ``0`` for a fixed noise."""
+        if not self.learned_noise:
+            return self.mean.new_zeros(())
+        precision = (-2 * self.noise_log_scale).exp()
+        log_det = -2 * self.noise_log_scale.sum()
+        return self.dof * log_det - 0.5 * self.wishart_scale * precision.sum()
+
+    # ------------------------------------------------------------------ the ELBO
+    def expected_log_lik(self, phi: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's expected log-likelihood under ``q`` (a bound for a classifier), ``(N,)``.
+
+        Args:
+            phi: ``(N, F)`` features.
+            y: ``(N, O)`` regression targets or ``(N,)`` class indices.
+        """
+        mean, var = self.output_moments(phi)
+        noise = self.noise_variance()
+        if self.classifies:
+            spread = mean + 0.5 * (var + noise)
+            return mean.gather(-1, y.long().unsqueeze(-1)).squeeze(-1) - spread.logsumexp(-1)
+        resid = (y - mean).pow(2) + var
+        log_norm = self.noise_log_scale + 0.5 * math.log(2 * math.pi)
+        return (-0.5 * resid / noise - log_norm).sum(-1)
+
+    def loss(
+        self, phi: torch.Tensor, y: torch.Tensor, n: int, kl_weight: float = 1.0
+    ) -> torch.Tensor:
+        """The negative ELBO per row of a data set of ``n`` rows, on the minibatch ``(phi, y)``:
+        ``−mean(E_q log p(y | φ)) + kl_weight · (KL − log p(σ)) / n``, ``()``.
+
+        Example:
+            >>> head = VBLLHead(3, 2, classifies=True)
+            >>> float(head.loss(torch.zeros(5, 3), torch.zeros(5, dtype=torch.long), n=5)) > 0
+            True
+        """
+        penalty = (self.kl() - self.noise_log_prior()) * (kl_weight / n)
+        return penalty - self.expected_log_lik(phi, y).mean()
+
+    # ------------------------------------------------------------------ draws
+    def sample_outputs(self, phi: torch.Tensor, num_samples: int) -> torch.Tensor:
+        """``(S, N, O)`` outputs ``W_s φ`` for ``S`` draws ``W_s ~ q`` (one ``W`` per draw for
+        every row), from the global generator. A classifier's logit noise is one draw ``ε_s``
+        per sample too, shared by the rows: each row's logits are then exactly the predictive's
+        ``N(m_cᵀφ, φᵀΣ_cφ + σ_c²)``, and a row's draws do not depend on which rows come with
+        it."""
+        o, f = self.mean.shape
+        eps = torch.randn(num_samples, o, f, 1, dtype=phi.dtype, device=phi.device)
+        weights = self.mean + (self.scale_tril() @ eps).squeeze(-1)  # (S, O, F)
+        out = torch.einsum("sof,nf->sno", weights, phi)
+        if self.classifies:
+            noise = torch.randn(num_samples, 1, o, dtype=phi.dtype, device=phi.device)
+            out = out + self.noise_log_scale.exp() * noise
+        return out
+
+    def extra_repr(self) -> str:
+        o, f = self.mean.shape
+        return f"features={f}, outputs={o}, covariance={self.covariance!r}"

@@ -1,0 +1,11 @@
+"""The registry name of variational Bayesian last layers: ``vbll`` (see
+:class:`bnn_pyro.spec.MethodSpec`)."""
+
+from bnn_pyro.spec import MethodSpec, map_weight_decay
+
+SPECS = [
+    MethodSpec(
+        "vbll", "bnn_pyro.methods.vbll.vbll:VBLL", "VBLL", rank=85,
+        estimator_fit=map_weight_decay,
+    ),
+]  # fmt: skip
