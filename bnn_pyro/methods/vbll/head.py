@@ -37,23 +37,26 @@ COVARIANCES = ("dense", "diagonal")
 
 class VBLLHead(nn.Module):
     """A variational Bayesian last layer ``O × F``: its ``q(W)``, ELBO and predictive moments.
+    ``q`` starts at the prior's spread with a zero mean (:class:`~bnn_pyro.methods.vbll.VBLL`
+    puts the net's last layer in the mean); the prior and Wishart settings are the method's,
+    which gives them their defaults.
 
     Args:
         in_features: ``F``, the features it reads (a bias is one more feature, constant 1).
         out_features: ``O``.
         classifies: a softmax classifier (logit noise, Jensen's bound) rather than a Gaussian
             regression.
-        covariance: ``"dense"`` (a Cholesky factor ``(O, F, F)``) or ``"diagonal"``.
         prior_variance: ``s``, the prior variance of each weight.
-        noise_scale: a fixed regression noise std (float or ``(O,)``), or ``None``: learned,
-            under the Wishart term (a classifier's logit noise is always learned).
         wishart_scale: the Wishart term's scale.
         dof: its degrees of freedom ``dof₀``.
+        covariance: ``"dense"`` (a Cholesky factor ``(O, F, F)``) or ``"diagonal"``.
+        noise_scale: a fixed regression noise std (float or ``(O,)``), or ``None``: learned,
+            under the Wishart term (a classifier's logit noise is always learned).
         device: where its parameters are made (as ``nn.Linear``'s).
         dtype: their floating type.
 
     Example:
-        >>> head = VBLLHead(4, 1, classifies=False, prior_variance=0.25)
+        >>> head = VBLLHead(4, 1, classifies=False, prior_variance=0.25, wishart_scale=1e-2, dof=1)
         >>> phi = torch.randn(10, 4)
         >>> mean, var = head.output_moments(phi)
         >>> mean.shape, var.shape, bool((var > 0).all())
@@ -68,11 +71,11 @@ class VBLLHead(nn.Module):
         out_features: int,
         *,
         classifies: bool,
+        prior_variance: float,
+        wishart_scale: float,
+        dof: float,
         covariance: str = "dense",
-        prior_variance: float = 1.0,
         noise_scale: float | torch.Tensor | None = None,
-        wishart_scale: float = 1.0,
-        dof: float = 1.0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -164,9 +167,10 @@ class VBLLHead(nn.Module):
         ``−mean(E_q log p(y | φ)) + kl_weight · (KL − log p(σ)) / n``, ``()``.
 
         Example:
-            >>> head = VBLLHead(3, 2, classifies=True)
-            >>> float(head.loss(torch.zeros(5, 3), torch.zeros(5, dtype=torch.long), n=5)) > 0
-            True
+            >>> head = VBLLHead(3, 2, classifies=True, prior_variance=1, wishart_scale=1, dof=1)
+            >>> loss = head.loss(torch.zeros(5, 3), torch.zeros(5, dtype=torch.long), n=5)
+            >>> loss.shape, loss.requires_grad
+            (torch.Size([]), True)
         """
         penalty = (self.kl() - self.noise_log_prior()) * (kl_weight / n)
         return penalty - self.expected_log_lik(phi, y).mean()
@@ -188,5 +192,11 @@ class VBLLHead(nn.Module):
         return out
 
     def extra_repr(self) -> str:
+        """The head's sizes and covariance, for ``repr``.
+
+        Example:
+            >>> VBLLHead(3, 1, classifies=False, prior_variance=1, wishart_scale=1, dof=1)
+            VBLLHead(features=3, outputs=1, covariance='dense')
+        """
         o, f = self.mean.shape
         return f"features={f}, outputs={o}, covariance={self.covariance!r}"

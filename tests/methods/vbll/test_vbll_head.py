@@ -19,7 +19,10 @@ F, OUT = 4, 2
 
 def _head(covariance: str, classifies: bool = False, seed: int = 0, **kw) -> VBLLHead:
     torch.manual_seed(seed)
-    head = VBLLHead(F, OUT, classifies=classifies, covariance=covariance, prior_variance=0.6, **kw)
+    head = VBLLHead(
+        F, OUT, classifies=classifies, covariance=covariance, prior_variance=0.6, wishart_scale=0.5,
+        dof=1.0, **kw,
+    )  # fmt: skip
     head.double()
     with torch.no_grad():  # a q away from its start: every term has something to check
         head.mean.normal_()
@@ -93,7 +96,9 @@ def test_the_elbo_is_stationary_at_the_exact_posterior_and_worse_beside_it():
     y = phi @ torch.randn(F, 1, generator=g, dtype=torch.float64) + 0.5 * torch.randn(
         30, 1, generator=g, dtype=torch.float64
     )
-    head = VBLLHead(F, 1, classifies=False, prior_variance=0.8, noise_scale=0.5).double()
+    head = VBLLHead(
+        F, 1, classifies=False, prior_variance=0.8, wishart_scale=1.0, dof=1.0, noise_scale=0.5
+    ).double()
     mean, cov = _exact_posterior(phi, y, 0.5, 0.8)
     chol = torch.linalg.cholesky(cov)
     with torch.no_grad():
@@ -112,8 +117,26 @@ def test_the_elbo_is_stationary_at_the_exact_posterior_and_worse_beside_it():
     assert float(head.loss(phi, y, n=30).detach()) > float(loss.detach())
 
 
+@pytest.mark.parametrize(("covariance", "noise"), [("dense", 0.4), ("diagonal", None)])
+def test_a_fresh_head_is_its_prior_made_where_asked(covariance, noise):
+    """``q`` starts at the prior (a zero mean, the prior's covariance: a KL of 0, where a start
+    off the prior's spread would leave ``F·(r − 1 − log r)/2`` per output for a variance ratio
+    ``r``), every tensor in the dtype asked for, a fixed noise too."""
+    head = VBLLHead(
+        F, OUT, classifies=False, covariance=covariance, prior_variance=0.3, wishart_scale=1.0,
+        dof=1.0, noise_scale=noise, dtype=torch.float64,
+    )  # fmt: skip
+    assert {p.dtype for p in head.parameters()} == {torch.float64}
+    torch.testing.assert_close(head.kl(), torch.zeros((), dtype=torch.float64))
+    variance = torch.full((OUT,), 1.0 if noise is None else noise**2, dtype=torch.float64)
+    # float64 round-off: a noise taken through float32 would be 3e-8 off
+    torch.testing.assert_close(head.noise_variance(), variance, rtol=1e-12, atol=0)
+
+
 def test_a_fixed_noise_has_no_wishart_term_and_no_gradient():
-    head = VBLLHead(F, 1, classifies=False, noise_scale=0.3)
+    head = VBLLHead(
+        F, 1, classifies=False, prior_variance=1, wishart_scale=1, dof=1, noise_scale=0.3
+    )
     assert float(head.noise_log_prior()) == 0.0
     assert not head.noise_log_scale.requires_grad
     torch.testing.assert_close(head.noise_variance(), torch.tensor([0.09]))
@@ -121,4 +144,6 @@ def test_a_fixed_noise_has_no_wishart_term_and_no_gradient():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="covariance must be one of"):
-        VBLLHead(F, 1, classifies=False, covariance="lowrank")
+        VBLLHead(
+            F, 1, classifies=False, covariance="lowrank", prior_variance=1, wishart_scale=1, dof=1
+        )
