@@ -112,7 +112,6 @@ class VBLL(ClassicMethod):
             classifies=classifies,
             covariance=covariance,
             prior_variance=(2.0 if classifies else 1.0) * self.prior_scale / features,
-            noise_scale=None if classifies else self.noise_scale,
             wishart_scale=self.wishart_scale,
             dof=self.dof,
             device=last.weight.device,
@@ -120,6 +119,7 @@ class VBLL(ClassicMethod):
         )
         with torch.no_grad():  # q's mean starts at the net's own last layer
             self.head.mean.copy_(_weight_and_bias(last))
+        self._fix_noise()
 
     # ------------------------------------------------------------------ the features
     def _last(self) -> nn.Linear:
@@ -184,18 +184,17 @@ class VBLL(ClassicMethod):
         x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
         head, n, kl_weight = self.head, len(x), self.kl_weight
         self._fix_noise()
-        prefix = f"{self._last_name}." if self._last_name else ""
-        body = [p for name, p in self.model.named_parameters() if not name.startswith(prefix)]
+        last = {id(p) for p in self._last().parameters()}  # q's mean stands in for them
+        body = [p for p in self.model.parameters() if id(p) not in last]
         own = [p for p in head.parameters() if p.requires_grad]
         # weight decay (a point fit's Gaussian prior) is the body's alone: q has its KL
         params = [{"params": body}, {"params": own, "weight_decay": 0.0}]
-        target = yt.squeeze(-1) if head.classifies and yt.dim() > 1 else yt
 
         def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             return head.loss(self.features(xb), yb, n, kl_weight)
 
         history = self._train(
-            params, loss, (x, target), settings, module=self.model, desc="VBLL",
+            params, loss, (x, yt), settings, module=self.model, desc="VBLL",
             validation=validation,
         )  # fmt: skip
         self.after_training(x, yt, settings)
@@ -315,8 +314,15 @@ class VBLL(ClassicMethod):
         """The exact Gaussian predictive of a regression's ``y``,
         ``N(M φ(x), φ(x)ᵀ Σ φ(x) + σ²)``, as a mixture of one component.
 
+        Args:
+            x: ``(N, ...)`` inputs.
+            **kwargs: passed to :meth:`predict` (checked; the closed form draws nothing).
+
         Returns:
             ``locs (1, N, O)`` and ``scales (1, N, O)``.
+
+        Raises:
+            NotImplementedError: for a classifier.
 
         Example:
             >>> import bnn_pyro as bp
@@ -325,9 +331,12 @@ class VBLL(ClassicMethod):
             >>> locs.shape, bool((scales > 0.5).all())
             (torch.Size([1, 3, 1]), True)
         """
-        if self.head.classifies:  # the base's error and wording
-            return super().predictive_gaussian(x, **kwargs)
-        mean, var = self.predict(x, normalize_output=False, **kwargs)
+        if self.head.classifies:
+            raise NotImplementedError(
+                "predictive_gaussian is a regression's predictive of y, and this VBLL classifies: "
+                "use predict"
+            )
+        mean, var = self.predict(x, **kwargs)
         noise = torch.as_tensor(self.noise_scale, dtype=mean.dtype, device=mean.device)
         return mean.unsqueeze(0), (var + noise**2).sqrt().unsqueeze(0)
 
