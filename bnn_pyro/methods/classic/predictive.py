@@ -4,11 +4,13 @@ and the check of its inputs against the shape the net expects."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn as nn
 
+from bnn_pyro._checks import check_seed
 from bnn_pyro._streaming import BLOCK_BUDGET, block_seed, stream_summary
 from bnn_pyro.base import BaseBayesianMethod, PredictOutput, to_probabilities
 from bnn_pyro.methods.classic.checks import check_inputs
@@ -75,6 +77,39 @@ class ClassicPredictive(BaseBayesianMethod):
         return stream_summary(n, rows, block, return_samples)
 
     _row_wise_draws = False  # draws per row (MC dropout's masks): a seed per block of rows
+
+    def _check_draws(
+        self, num_samples: int | None, seed: int | None, generator: torch.Generator | None
+    ) -> None:
+        """The sampled predictive's checks of its draws' arguments, for a closed form that
+        draws nothing unless samples are asked for (Laplace's GLM, VBLL)."""
+        self._samples_to_draw(num_samples)
+        check_seed("seed", seed)
+        if seed is not None and generator is not None:
+            raise ValueError("pass seed or generator, not both")
+
+    def _closed_form(
+        self,
+        x: torch.Tensor,
+        moments: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+        rows: int,
+        return_samples: bool,
+        normalize_output: bool | None,
+        draws: dict[str, Any],
+    ) -> PredictOutput:
+        """``predict`` in closed form (its arguments checked): ``moments(x_block)`` gives the
+        mean and variance ``(n, O)`` of each block of ``rows`` rows (sharded under
+        ``torch.distributed``); the samples, where asked for, drawn by the sampled predictive
+        (:meth:`predict` with ``draws``), beside the closed form's mean and variance."""
+
+        def block(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+            mean, var = moments(x[start:stop])
+            return mean.unsqueeze(0), var  # one "sample", its variance added: exactly (mean, var)
+
+        mean, var = stream_summary(len(x), rows, block)
+        if not return_samples:
+            return mean, var
+        return mean, var, ClassicPredictive.predict(self, x, True, normalize_output, **draws)[2]
 
     def _net(self) -> nn.Module | None:
         """The net whose layers fix the inputs (``self.model``; an ensemble's first member)."""

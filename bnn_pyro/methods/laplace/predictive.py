@@ -10,9 +10,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from bnn_pyro._checks import check_choice, check_int, check_seed
+from bnn_pyro._checks import check_choice, check_int
 from bnn_pyro._rng import seeded
-from bnn_pyro._streaming import stream_summary
 from bnn_pyro.base import PredictOutput
 from bnn_pyro.methods.classic.params import batched_call, linearized_call, unflatten
 from bnn_pyro.methods.classic.training import modes, module_device
@@ -141,10 +140,7 @@ class LaplacePredictive:
                 raise TypeError(
                     f"LaplaceApproximation.predict got unknown options {sorted(options)}"
                 )
-            self._samples_to_draw(num_samples)  # the sampled path's checks, for the closed form
-            check_seed("seed", seed)
-            if seed is not None and generator is not None:
-                raise ValueError("pass seed or generator, not both")
+            self._check_draws(num_samples, seed, generator)
             softmaxed = normalize and self._width(x) > 1  # as to_probabilities decides
             if not (softmaxed and link == "mc"):
                 return self._glm_predict(x, return_samples, normalize_output, draws, softmaxed)
@@ -168,17 +164,11 @@ class LaplacePredictive:
         sampled predictive draws them."""
         plan = self._glm_plan(x)  # once, Σ's factorisation with it
 
-        def block(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-            mean, var = self._glm_moments(x[start:stop], plan=plan)
-            if softmaxed:
-                mean, var = probit_moments(mean, var)
-            return mean.unsqueeze(0), var  # one "sample", its variance added: exactly (mean, var)
+        def moments(part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            mean, var = self._glm_moments(part, plan=plan)
+            return probit_moments(mean, var) if softmaxed else (mean, var)
 
-        mean, var = stream_summary(len(x), _GLM_ROWS, block)  # sharded under torch.distributed
-        if not return_samples:
-            return mean, var
-        samples = super().predict(x, True, normalize_output, **draws)[2]
-        return mean, var, samples
+        return self._closed_form(x, moments, _GLM_ROWS, return_samples, normalize_output, draws)
 
     @uses_threads
     def predictive_gaussian(

@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro._checks import check_choice
+from bnn_pyro.likelihoods.resolve import check_noise_scale
 
 __all__ = ["COVARIANCES", "VBLLHead"]
 
@@ -96,11 +97,30 @@ class VBLLHead(nn.Module):
             self.off_diag = nn.Parameter(
                 torch.zeros(out_features, in_features, in_features, **where)
             )
-        self.learned_noise = classifies or noise_scale is None
-        start = torch.zeros(out_features, **where)
-        if noise_scale is not None:  # σ a float or (O,): its log for each output
-            start = start + torch.as_tensor(noise_scale, **where).log()
-        self.noise_log_scale = nn.Parameter(start, requires_grad=self.learned_noise)
+        self.noise_log_scale = nn.Parameter(torch.zeros(out_features, **where))
+        self.set_noise(None if classifies else noise_scale)
+
+    def set_noise(self, noise_scale: float | torch.Tensor | None) -> None:
+        """Fix the regression noise at ``noise_scale`` (a float or ``(O,)`` std), or let it be
+        learned (``None``: from where it is, under the Wishart term).
+
+        Raises:
+            ValueError, TypeError: a noise that is not a positive finite float or tensor.
+
+        Example:
+            >>> head = VBLLHead(2, 1, classifies=False, prior_variance=1, wishart_scale=1, dof=1)
+            >>> head.set_noise(0.5)
+            >>> head.learned_noise, head.noise_variance()
+            (False, tensor([0.2500]))
+        """
+        noise_scale = check_noise_scale(noise_scale)
+        self.learned_noise = noise_scale is None
+        self.noise_log_scale.requires_grad_(self.learned_noise)
+        if noise_scale is not None:
+            where = {"dtype": self.mean.dtype, "device": self.mean.device}
+            with torch.no_grad():  # σ a float or (O,): its log for each output
+                log = torch.as_tensor(noise_scale, **where).log()
+                self.noise_log_scale.copy_(log.expand_as(self.noise_log_scale))
 
     # ------------------------------------------------------------------ q(W)
     def scale_tril(self) -> torch.Tensor:

@@ -103,6 +103,17 @@ def test_a_noise_set_after_construction_is_the_one_the_fit_uses():
     torch.testing.assert_close(m.head.noise_variance(), torch.tensor([0.0625], dtype=x.dtype))
 
 
+def test_a_refit_goes_on_learning_the_noise_it_estimated():
+    """The noise a fit learned is an estimate, not the user's: the next fit learns it on."""
+    x, y = _data()
+    torch.manual_seed(5)
+    m = VBLL(nn.Linear(2, 1).double(), bp.Gaussian(scale="learned")).double()
+    m.fit(x, y, epochs=3, progress=False, seed=0)
+    first = m.noise_scale
+    m.fit(x, y, epochs=3, progress=False, seed=1)
+    assert m.head.learned_noise and m.noise_scale != first
+
+
 def test_bad_nets_likelihoods_and_options_are_refused_before_any_work():
     with pytest.raises(ValueError, match="has none: end the net with an nn.Linear"):
         VBLL(nn.Sequential(nn.Conv1d(1, 2, 3)), "regression")

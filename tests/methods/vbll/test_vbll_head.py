@@ -142,6 +142,27 @@ def test_a_fixed_noise_has_no_wishart_term_and_no_gradient():
     torch.testing.assert_close(head.noise_variance(), torch.tensor([0.09]))
 
 
+def test_a_noise_set_later_is_fixed_and_a_bad_one_refused_before_any_change():
+    head = VBLLHead(F, 2, classifies=False, prior_variance=1, wishart_scale=1, dof=1)
+    head.set_noise(torch.tensor([0.5, 2.0]))
+    assert not head.learned_noise and not head.noise_log_scale.requires_grad
+    torch.testing.assert_close(head.noise_variance(), torch.tensor([0.25, 4.0]))
+    for bad in (0.0, -1.0, torch.tensor([0.5, float("nan")])):
+        with pytest.raises(ValueError, match="^noise_scale must be"):
+            head.set_noise(bad)
+    torch.testing.assert_close(head.noise_variance(), torch.tensor([0.25, 4.0]))
+    head.set_noise(None)  # learned again, from where it is
+    assert head.learned_noise and head.noise_log_scale.requires_grad
+    torch.testing.assert_close(head.noise_variance(), torch.tensor([0.25, 4.0]))
+
+
+def test_a_classifier_s_logit_noise_is_learned_whatever_noise_is_given():
+    head = VBLLHead(
+        F, 3, classifies=True, prior_variance=1, wishart_scale=1, dof=1, noise_scale=0.3
+    )
+    assert head.learned_noise and head.noise_log_scale.requires_grad
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="covariance must be one of"):
         VBLLHead(

@@ -165,6 +165,10 @@ def test_the_gaussian_predictive_is_the_closed_form_and_checks_its_options(out):
     torch.testing.assert_close(scales[0] ** 2, var + m.noise_scale**2, rtol=1e-14, atol=0)
     with pytest.raises(ValueError, match="num_samples"):
         m.predictive_gaussian(x[:4], num_samples=0)
+    with pytest.raises(ValueError, match="^seed must"):  # the closed form checks the draws'
+        m.predict(x[:4], seed=-1)  # arguments as the sampled predictive does
+    with pytest.raises(ValueError, match="^pass seed or generator, not both$"):
+        m.predict(x[:4], seed=0, generator=torch.Generator())
     with pytest.raises(NotImplementedError, match="this VBLL classifies: use predict"):
         VBLL(_net(3), "classification").predictive_gaussian(x[:4])
 
