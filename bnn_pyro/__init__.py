@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from bnn_pyro.methods import (
         SGMCMC,
         SWAG,
+        SNGP,
         VBLL,
         DeepEnsemble,
         LaplaceApproximation,
@@ -92,6 +93,7 @@ __all__ = [
     "LaplaceApproximation",
     "MCDropout",
     "VBLL",
+    "SNGP",
     "VariationalBayesNN",
     "Bernoulli",
     "Categorical",

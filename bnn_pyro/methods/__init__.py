@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on
     from bnn_pyro.methods.mc_dropout.dropout import MCDropout
     from bnn_pyro.methods.sgmcmc.method import SGMCMC
     from bnn_pyro.methods.swag.swag import SWAG
+    from bnn_pyro.methods.sngp.sngp import SNGP
     from bnn_pyro.methods.vbll.vbll import VBLL
     from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
     from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
@@ -28,6 +29,7 @@ __all__ = [  # in the order of bnn_pyro.METHODS, then the contract
     "SWAG",
     "LaplaceApproximation",
     "VBLL",
+    "SNGP",
     "VariationalBayesNN",
     "SGMCMC",
     "BaseBayesianMethod",

@@ -53,6 +53,19 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "scale is the calibrated (K, 1) tensor on theta's device: as_tensor only wraps it"
     ),
     ("elbos/alpha.py", "AlphaELBO.__init__", "tensor"): "a NaN placeholder until the first step",
+    ("methods/sngp/spectral.py", "SpectralBound.__init__", "Generator"): (
+        "the power method's start, drawn on the CPU from a fixed seed (the same on every "
+        "device) and moved to the weight's device"
+    ),
+    ("methods/sngp/spectral.py", "SpectralBound.__init__", "randn"): (
+        "drawn by the CPU generator above and moved to the weight's device"
+    ),
+    ("methods/sngp/sngp.py", "_check_curvature", "zeros"): (
+        "a one-row probe of the likelihood before any work, on no model's device"
+    ),
+    ("methods/sngp/sngp.py", "_check_curvature", "ones"): (
+        "a one-row probe of the likelihood before any work, on no model's device"
+    ),
     ("elbos/alpha.py", "AlphaELBO._energy", "zeros"): "moved onto each site's log-density (.to)",
     ("elbos/trace.py", "_RecordsNLL", "tensor"): "a NaN placeholder until the first step",
     ("elbos/trace.py", "_RecordsNLL._get_traces", "zeros"): _SCALAR,

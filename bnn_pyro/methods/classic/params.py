@@ -98,6 +98,30 @@ def linearized_call(
     return vmap(one)(stacked)
 
 
+def last_linear(net: nn.Module, who: str) -> tuple[str, nn.Linear]:
+    """The name and module of the last ``nn.Linear`` in ``net.named_modules()`` order, which
+    ``who`` (a method's name, for the message) makes its last layer.
+
+    Raises:
+        ValueError: a net without an ``nn.Linear``.
+
+    Example:
+        >>> last_linear(nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1)), "VBLL")[0]
+        '2'
+        >>> last_linear(nn.Tanh(), "SNGP")
+        Traceback (most recent call last):
+          ...
+        ValueError: SNGP makes the net's last nn.Linear its last layer, and this net has none: ...
+    """
+    linears = [(name, m) for name, m in net.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError(
+            f"{who} makes the net's last nn.Linear its last layer, and this net has none: end "
+            "the net with an nn.Linear"
+        )
+    return linears[-1]
+
+
 def last_layer_parameters(model: nn.Module) -> dict[str, torch.nn.Parameter]:
     """``{name: parameter}`` of the last ``nn.Linear`` in ``model.named_modules()`` order."""
     linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]

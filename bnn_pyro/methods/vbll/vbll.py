@@ -15,6 +15,7 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.base import PredictOutput
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
 from bnn_pyro.methods.vbll.head import COVARIANCES, VBLLHead
 from bnn_pyro.training import History
@@ -95,7 +96,7 @@ class VBLL(ClassicMethod):
         check_float("kl_weight", kl_weight, minimum=0.0)
         check_int("num_samples", num_samples)
         self._set_likelihood(likelihood, noise_scale)
-        self._last_name, last = _last_linear(model)
+        self._last_name, last = last_linear(model, "VBLL")
         classifies = self.likelihood.classifies
         self.model = model
         self.covariance = covariance
@@ -325,17 +326,6 @@ class VBLL(ClassicMethod):
         mean, var = self.predict(x, **kwargs)
         noise = torch.as_tensor(self.noise_scale, dtype=mean.dtype, device=mean.device)
         return mean.unsqueeze(0), (var + noise**2).sqrt().unsqueeze(0)
-
-
-def _last_linear(net: nn.Module) -> tuple[str, nn.Linear]:
-    """The name and module of the last ``nn.Linear`` in ``net.named_modules()`` order."""
-    linears = [(name, m) for name, m in net.named_modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError(
-            "VBLL makes the net's last nn.Linear its variational last layer, and this net has "
-            "none: end the net with an nn.Linear"
-        )
-    return linears[-1]
 
 
 def _weight_and_bias(last: nn.Linear) -> torch.Tensor:

@@ -1,0 +1,371 @@
+"""``SNGP``: spectral-normalised neural Gaussian process (Liu et al. 2020): hidden layers with a
+bounded spectral norm and a random-feature Gaussian process in place of the last layer, whose
+output weights get the exact Laplace covariance after the fit; one pass to predict."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from bnn_pyro._checks import check_float, check_int, check_module
+from bnn_pyro._rng import seeded
+from bnn_pyro.base import PredictOutput
+from bnn_pyro.likelihoods import Likelihood
+from bnn_pyro.likelihoods.gaussian import NOISE_SITE
+from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.params import last_linear
+from bnn_pyro.methods.classic.training import TrainSettings, modes
+from bnn_pyro.methods.laplace.probit import probit_moments
+from bnn_pyro.methods.sngp.head import RandomFeatureGP
+from bnn_pyro.methods.sngp.spectral import bound_spectral_norms
+from bnn_pyro.training import History
+
+__all__ = ["SNGP"]
+
+#: Rows per block when the curvature is summed and when ``predict`` works in closed form.
+_ROWS = 1024
+#: The layers whose weights get the spectral bound: every one of these but the last linear.
+_BOUNDED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+class SNGP(ClassicMethod):
+    """Spectral-normalised neural Gaussian process: every hidden ``nn.Linear`` / ``nn.ConvNd``
+    of the net keeps its spectral norm at most ``spectral_bound`` (so the features keep input
+    distances within a factor of it), and the net's last ``nn.Linear`` is replaced by a
+    random-feature GP (:class:`~bnn_pyro.methods.sngp.head.RandomFeatureGP`) on what that layer
+    reads; the output weights' posterior is the Laplace approximation, computed once after the
+    fit from every training row (the exact covariance, not the paper's moving average).
+
+    ``fit`` trains the net and the output weights on the negative log joint per row: the
+    likelihood's ``-log p(y | f)`` plus the weights' ``|β|² / (2 s² N)``, a regression's noise
+    learned with them (or fixed: ``Gaussian(scale=s)``). Then the features are frozen and, for
+    a Gaussian likelihood, the weights are set to their exact posterior mean: ``predict`` is
+    then the exact GP with kernel ``s² φ(h)ᵀ φ(h')`` on the net's features. For a classifier the
+    weights stay at the fit's MAP and the probabilities are the mean-field (probit)
+    approximation, ``softmax(f / sqrt(1 + π/8 · var))``, in one pass.
+
+    The bound is put on the net's layers as a ``torch.nn.utils.parametrize`` parametrization
+    (:class:`~bnn_pyro.methods.sngp.spectral.SpectralBound`); the net's own last layer is kept but
+    no longer read (``SNGP.forward`` is the model's mean output).
+
+    Args:
+        model: the net, ``(N, ...) -> (N, O)``, ending in an ``nn.Linear`` that reads ``H``
+            features.
+        likelihood: a ``Gaussian`` (fixed or learned scale), ``Categorical`` or ``Bernoulli``,
+            or ``"regression"`` / ``"classification"``.
+        num_features: ``D`` random Fourier features.
+        lengthscale: the RBF kernel's lengthscale ``ℓ`` on the features.
+        prior_scale: ``s``, the prior std of each output weight (the kernel's amplitude).
+        spectral_bound: ``c``, the bound on each hidden layer's spectral norm (``None``: no
+            bound, a random-feature GP on an ordinary net).
+        power_iterations: power-method steps per training step for each bound.
+        num_samples: ``S`` drawn by ``predict(return_samples=True)``.
+        noise_scale: a fixed regression noise std, as ``Gaussian(scale=...)`` gives it.
+
+    Example:
+        >>> import bnn_pyro as bp
+        >>> _ = torch.manual_seed(0)
+        >>> m = SNGP(bp.nn.mlp(1, [32], 1), bp.Gaussian(scale="learned"), num_features=128)
+        >>> x = torch.linspace(-2, 2, 64).unsqueeze(-1)
+        >>> _ = m.fit(x, torch.sin(x), epochs=5, progress=False, seed=0)
+        >>> mean, var = m.predict(torch.tensor([[0.0], [50.0]]))  # closed form, no draws
+        >>> bool(var[1] > 10 * var[0])  # far from the data: back to the prior
+        True
+    """
+
+    _config_keys = (
+        "num_features", "lengthscale", "prior_scale", "spectral_bound", "power_iterations",
+        "num_samples",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood | str,
+        *,
+        num_features: int = 1024,
+        lengthscale: float = 1.0,
+        prior_scale: float = 1.0,
+        spectral_bound: float | None = 0.95,
+        power_iterations: int = 1,
+        num_samples: int = 100,
+        noise_scale: float | torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        check_module("model", model)
+        check_int("num_features", num_features)
+        check_float("lengthscale", lengthscale, minimum=0.0, strict=True)
+        check_float("prior_scale", prior_scale, minimum=0.0, strict=True)
+        if spectral_bound is not None:
+            check_float("spectral_bound", spectral_bound, minimum=0.0, strict=True)
+        check_int("power_iterations", power_iterations)
+        check_int("num_samples", num_samples)
+        self._set_likelihood(likelihood, noise_scale)
+        self._last_name, last = last_linear(model, "SNGP")
+        _check_curvature(self.likelihood, last.out_features)
+        self.model = model
+        self.num_features, self.num_samples = num_features, num_samples
+        self.lengthscale, self.prior_scale = float(lengthscale), float(prior_scale)
+        self.spectral_bound = None if spectral_bound is None else float(spectral_bound)
+        self.power_iterations = power_iterations
+        if self.spectral_bound is not None:
+            hidden = [
+                m for name, m in model.named_modules()
+                if isinstance(m, _BOUNDED) and name != self._last_name
+            ]  # fmt: skip
+            bound_spectral_norms(hidden, self.spectral_bound, power_iterations)
+        where = {"device": last.weight.device, "dtype": last.weight.dtype}
+        self.head = RandomFeatureGP(
+            last.in_features, last.out_features, num_features=num_features,
+            lengthscale=lengthscale, prior_scale=prior_scale, bias=last.bias is not None, **where,
+        )  # fmt: skip
+        if last.bias is not None:
+            with torch.no_grad():
+                self.head.bias.copy_(last.bias)
+        # a regression's noise std, per output: learned by fit unless the user fixed it
+        self.noise_log_scale = nn.Parameter(torch.zeros(last.out_features, **where))
+
+    # ------------------------------------------------------------------ the features
+    def _last(self) -> nn.Linear:
+        return self.model.get_submodule(self._last_name)
+
+    @contextmanager
+    def _head_outputs(self) -> Iterator[list[torch.Tensor]]:
+        """Inside the block the net's last layer returns the head's outputs; the list gets the
+        features ``(N, D)`` of each call."""
+        seen: list[torch.Tensor] = []
+
+        def replace(module: nn.Module, inputs: tuple[torch.Tensor, ...], _: Any) -> torch.Tensor:
+            phi = self.head.features(inputs[0])
+            seen.append(phi)
+            return self.head.outputs(phi)
+
+        handle = self._last().register_forward_hook(replace)
+        try:
+            yield seen
+        finally:
+            handle.remove()
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """``φ(x) (N, D)``: the random features of what the net's last ``nn.Linear`` reads (in
+        the net's current train/eval mode).
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = SNGP(bp.nn.mlp(3, [8], 2), "classification", num_features=16)
+            >>> m.features(torch.randn(5, 3)).shape
+            torch.Size([5, 16])
+        """
+        return self._run(x)[0]
+
+    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The net on ``x`` with the head in place: ``(φ (N, D), outputs (N, O))``."""
+        with self._head_outputs() as seen:
+            out = self.model(x)
+        phi = seen[-1]
+        if phi.dim() != 2 or out.shape != (len(phi), self.head.weight.shape[0]):
+            raise ValueError(self._not_last())
+        return phi, out
+
+    def _not_last(self) -> str:
+        return (
+            "SNGP needs a net whose output (N, O) is its last nn.Linear's output on (N, H) "
+            f"features ({self._last_name!r} is not the last thing the net computes); end the "
+            "net with that layer"
+        )
+
+    def _probe(self, x: torch.Tensor) -> torch.Tensor:
+        """``fit``'s look at the net on a few rows: its output must be the last layer's."""
+        with self._head_outputs() as seen:
+            out = self.model(x)
+        if not torch.equal(out, self.head.outputs(seen[-1])):
+            raise ValueError(self._not_last())
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, O)``: the outputs at the output weights' mean."""
+        return self._run(x)[1]
+
+    # ------------------------------------------------------------------ fit
+    def _latents(self) -> dict[str, torch.Tensor]:
+        """The likelihood's noise for a regression (``σ (O,)``); none for a classifier."""
+        return {} if self.likelihood.classifies else {NOISE_SITE: self.noise_log_scale.exp()}
+
+    def _fix_noise(self) -> None:
+        """A noise the user set is fixed at it; otherwise ``fit`` learns it."""
+        learned = not self.likelihood.classifies and not self._noise_from_user
+        self.noise_log_scale.requires_grad_(learned)
+        if self._noise_from_user:
+            with torch.no_grad():
+                log = torch.as_tensor(self.noise_scale, dtype=self.dtype, device=self.device).log()
+                self.noise_log_scale.copy_(log.expand_as(self.noise_log_scale))
+
+    def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:
+        """Train the net and the output weights on the negative log joint per row; then the
+        Laplace posterior of the weights (:meth:`after_training`)."""
+        x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
+        self._fix_noise()
+        n, head, likelihood = len(x), self.head, self.likelihood
+        last = {id(p) for p in self._last().parameters()}  # the head stands in for them
+        body = [p for p in self.model.parameters() if id(p) not in last]
+        own = [p for p in [*head.parameters(), self.noise_log_scale] if p.requires_grad]
+        # weight decay (a point fit's Gaussian prior) is the body's alone: β has its prior
+        params = [{"params": body}, {"params": own, "weight_decay": 0.0}]
+
+        def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            nll = -likelihood.log_prob(self._run(xb)[1], yb, self._latents()).mean()
+            return nll + head.log_prior_penalty() / n
+
+        history = self._train(
+            params, loss, (x, yt), settings, module=self.model, desc="SNGP",
+            validation=validation,
+        )  # fmt: skip
+        self.after_training(x, yt, settings)
+        return history
+
+    @torch.no_grad()
+    def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:
+        """The output weights' Laplace posterior from the features of every training row (the
+        net in eval mode): ``A_o = I / s² + Σ_n λ_no φ_n φ_nᵀ``; for a Gaussian likelihood the
+        weights' exact posterior mean too, and a learned noise into ``noise_scale``."""
+        head, likelihood, latents = self.head, self.likelihood, self._latents()
+        out_features, d = head.weight.shape
+        gram = x.new_zeros(out_features, d, d, dtype=self.dtype)
+        moment = x.new_zeros(out_features, d, dtype=self.dtype)
+        with modes(self.model, lambda m: False):
+            for start in range(0, len(x), _ROWS):
+                phi, f = self._run(x[start : start + _ROWS])
+                weights, coupled = likelihood.output_hessian(f, latents)
+                lam = weights - weights.square() if coupled else weights  # Λ's diagonal
+                gram += torch.einsum("no,nd,ne->ode", lam, phi, phi)
+                if not likelihood.classifies:  # Σ_n φ_n (y_no - b_o) / σ_o²
+                    target = yt[start : start + _ROWS] - (f - phi @ head.weight.t())
+                    moment += (target * lam).t() @ phi
+        head.set_posterior(gram)
+        if not likelihood.classifies:
+            head.solve_mean(moment)
+            noise = self.noise_log_scale.detach().exp()
+            self._estimate_noise(float(noise) if noise.numel() == 1 else noise.clone())
+
+    # ------------------------------------------------------------------ predict
+    def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The closed-form posterior mean and variance ``(N, O)`` of the net's outputs (a
+        classifier's logits), the net in eval mode.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = SNGP(bp.nn.mlp(2, [4], 1), "regression", num_features=8)
+            >>> [t.shape for t in m.output_moments(torch.randn(3, 2))]
+            [torch.Size([3, 1]), torch.Size([3, 1])]
+        """
+        return self._moments(self._check_x(x))
+
+    def _moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`output_moments` of checked inputs."""
+        with torch.no_grad(), modes(self.model, lambda m: False):
+            return self.head.output_moments(self.features(x))
+
+    def _sample_outputs(self, x: torch.Tensor, num_samples: int, seed: int | None) -> torch.Tensor:
+        with seeded(seed, self.device), modes(self.model, lambda m: False):
+            return self.head.sample_outputs(self.features(x), num_samples)
+
+    @torch.no_grad()
+    def predict(
+        self,
+        x: torch.Tensor,
+        return_samples: bool = False,
+        normalize_output: bool | None = None,
+        *,
+        num_samples: int | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        **options: Any,
+    ) -> PredictOutput:
+        """The predictive at ``x`` in one pass: the outputs' closed-form mean and variance, or,
+        where the outputs are softmaxed, the mean-field (probit) approximation of the class
+        probabilities and their variance.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            return_samples: also return ``S`` samples (outputs for ``S`` draws of the output
+                weights, softmaxed where the outputs are), beside the closed form's moments.
+            normalize_output: softmax multi-column outputs; ``None``: for a classifier only.
+            num_samples: ``S`` (default: the constructor's ``num_samples``).
+            seed: makes the draws reproducible without touching the global RNG.
+            generator: the same through a ``torch.Generator`` (instead of ``seed``).
+            **options: none (an unknown one is refused).
+
+        Returns:
+            ``mean (N, O)``, ``variance (N, O)`` (epistemic: add ``noise_scale²`` for a
+            regression's ``y``) and, if asked, ``samples (S, N, O)``.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = SNGP(bp.nn.mlp(2, [4], 3), bp.Categorical(), num_features=16)
+            >>> mean, var, samples = m.predict(torch.randn(5, 2), return_samples=True,
+            ...                                num_samples=8, seed=0)
+            >>> samples.shape, torch.allclose(mean.sum(-1), torch.ones(5))
+            (torch.Size([8, 5, 3]), True)
+        """
+        if options:
+            raise TypeError(f"SNGP.predict got unknown options {sorted(options)}")
+        draws = {"num_samples": num_samples, "seed": seed, "generator": generator}
+        x = self._check_x(x)
+        self._check_draws(num_samples, seed, generator)
+        softmaxed = self._normalize(normalize_output) and self.head.weight.shape[0] > 1
+
+        def moments(part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            mean, var = self._moments(part)
+            return probit_moments(mean, var) if softmaxed else (mean, var)
+
+        return self._closed_form(x, moments, _ROWS, return_samples, normalize_output, draws)
+
+    def predictive_gaussian(
+        self, x: torch.Tensor, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian predictive of a regression's ``y``, ``N(f̄(x), φᵀ A⁻¹ φ + σ²)``, exact
+        for the random-feature GP, as a mixture of one component.
+
+        Args:
+            x: ``(N, ...)`` inputs.
+            **kwargs: passed to :meth:`predict` (checked; the closed form draws nothing).
+
+        Returns:
+            ``locs (1, N, O)`` and ``scales (1, N, O)``.
+
+        Raises:
+            NotImplementedError: for a classifier.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = SNGP(bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.5), num_features=8)
+            >>> locs, scales = m.predictive_gaussian(torch.randn(3, 2))
+            >>> locs.shape, bool((scales > 0.5).all())
+            (torch.Size([1, 3, 1]), True)
+        """
+        if self.likelihood.classifies:
+            raise NotImplementedError(
+                "predictive_gaussian is a regression's predictive of y, and this SNGP "
+                "classifies: use predict"
+            )
+        mean, var = self.predict(x, **kwargs)
+        noise = self.noise_scale if self.noise_scale is not None else self.noise_log_scale.exp()
+        noise = torch.as_tensor(noise, dtype=mean.dtype, device=mean.device)
+        return mean.unsqueeze(0), (var + noise**2).sqrt().unsqueeze(0)
+
+
+def _check_curvature(likelihood: Likelihood, outputs: int) -> None:
+    """Refuse, before any work, a likelihood without the output Hessian the Laplace step needs
+    (or a heteroscedastic one)."""
+    try:
+        likelihood.output_hessian(torch.zeros(1, outputs), {NOISE_SITE: torch.ones(outputs)})
+    except TypeError:
+        raise ValueError(
+            f"SNGP's Laplace step needs the Hessian of the log-likelihood in the output, and "
+            f"{type(likelihood).__name__} gives none: use a Gaussian, Categorical or Bernoulli "
+            "likelihood"
+        ) from None

@@ -1,0 +1,11 @@
+"""The registry name of the spectral-normalised neural Gaussian process: ``sngp`` (see
+:class:`bnn_pyro.spec.MethodSpec`)."""
+
+from bnn_pyro.spec import MethodSpec, map_weight_decay
+
+SPECS = [
+    MethodSpec(
+        "sngp", "bnn_pyro.methods.sngp.sngp:SNGP", "SNGP", rank=86,
+        estimator_fit=map_weight_decay,
+    ),
+]  # fmt: skip

@@ -1,0 +1,222 @@
+"""SNGP's parts against independent references: the spectral bound against the exact spectral
+norm and torch's own ``spectral_norm``; the random-feature head's kernel against the RBF kernel
+it approximates, its posterior against an explicit inverse and its draws against its moments."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils import parametrize
+
+from bnn_pyro.methods.sngp import RandomFeatureGP, SpectralBound, bound_spectral_norms
+
+F64 = {"dtype": torch.float64}
+
+
+def _norm(weight: torch.Tensor) -> float:
+    return float(torch.linalg.matrix_norm(weight.detach().flatten(1), ord=2))
+
+
+def _bounded(shape: tuple[int, ...], scale: float, bound: float, iterations: int = 1) -> nn.Module:
+    torch.manual_seed(0)
+    layer = (
+        nn.Linear(shape[1], shape[0]).double()
+        if len(shape) == 2
+        else nn.Conv2d(shape[1], shape[0], shape[2]).double()
+    )
+    with torch.no_grad():
+        layer.weight.mul_(scale)
+    bound_spectral_norms([layer], bound, iterations)
+    return layer
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (3, 9), (4, 2, 3, 3)])
+def test_a_weight_over_the_bound_is_scaled_to_it_exactly(shape):
+    """After 200 power iterations (one training call) ``uᵀWv`` is the largest singular value to
+    round-off for these small matrices (the error shrinks as ``(σ₂/σ₁)^(2k)``), so the bounded
+    weight's exact spectral norm is the bound (1e-6)."""
+    layer = _bounded(shape, 10.0, 0.9, iterations=200)
+    original = layer.parametrizations.weight.original
+    assert _norm(original) > 5  # the raw weight is far over the bound
+    assert abs(_norm(layer.weight) - 0.9) < 1e-6
+    torch.testing.assert_close(layer.weight, original * 0.9 / _norm(original), atol=1e-6, rtol=0)
+
+
+def test_a_weight_within_the_bound_is_left_as_it_is():
+    layer = _bounded((6, 4), 1e-2, 0.95)
+    assert torch.equal(layer.weight, layer.parametrizations.weight.original)
+
+
+def test_the_bound_is_torch_spectral_norm_where_the_norm_is_over_one():
+    """At bound 1 a weight whose norm is over 1 is ``W / σ``: what
+    ``torch.nn.utils.parametrizations.spectral_norm`` computes (both converged)."""
+    torch.manual_seed(3)
+    ours, theirs = nn.Linear(6, 8).double(), nn.Linear(6, 8).double()
+    with torch.no_grad():
+        ours.weight.mul_(5.0)
+        theirs.weight.copy_(ours.weight)
+    bound_spectral_norms([ours], 1.0, power_iterations=30)
+    theirs = nn.utils.parametrizations.spectral_norm(theirs, n_power_iterations=30)
+    for layer in (ours, theirs):
+        layer.train()
+        layer(torch.zeros(1, 6, **F64))  # one training call: 30 more iterations each
+    torch.testing.assert_close(ours.weight, theirs.weight, atol=1e-10, rtol=0)
+
+
+def test_training_calls_refine_the_vectors_and_eval_calls_do_not():
+    layer = _bounded((5, 5), 10.0, 0.5)
+    bound = layer.parametrizations.weight[0]
+    with torch.no_grad():
+        layer.parametrizations.weight.original.add_(torch.randn(5, 5, **F64))
+    u = bound._u.clone()
+    layer.eval()
+    layer(torch.zeros(1, 5, **F64))
+    assert torch.equal(bound._u, u)
+    layer.train()
+    layer(torch.zeros(1, 5, **F64))
+    assert not torch.equal(bound._u, u)
+
+
+def test_gradients_flow_through_the_bound_and_two_calls_train_together():
+    """The gradient of a loss through two calls of a bounded layer (each refining ``u`` in
+    place) equals a finite difference of the same loss with the vectors held fixed."""
+    layer = _bounded((4, 3), 10.0, 0.8, iterations=1)
+    layer.train()
+    x = torch.randn(2, 3, **F64)
+    loss = layer(x).square().sum() + layer(x).sum()
+    loss.backward()
+    original = layer.parametrizations.weight.original
+    assert original.grad is not None and bool(original.grad.abs().sum() > 0)
+    # the same loss at fixed vectors (eval mode), differentiated by central differences
+    layer.eval()
+    eps, w = 1e-6, original.detach().clone()
+
+    def at(weight: torch.Tensor) -> float:
+        with torch.no_grad():
+            original.copy_(weight)
+            return float(layer(x).square().sum() + layer(x).sum())
+
+    e = torch.zeros_like(w)
+    e[1, 2] = eps
+    numeric = (at(w + e) - at(w - e)) / (2 * eps)
+    assert abs(float(original.grad[1, 2]) - numeric) < 1e-5
+
+
+def test_bounding_twice_resets_the_bound_instead_of_stacking_another():
+    layer = nn.Linear(3, 3)
+    bound_spectral_norms([layer], 0.9)
+    bound_spectral_norms([layer], 0.5, power_iterations=3)
+    (found,) = layer.parametrizations.weight
+    assert isinstance(found, SpectralBound)
+    assert (found.bound, found.power_iterations) == (0.5, 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"bound": 0.0}, "bound"),
+        ({"bound": -1.0}, "bound"),
+        ({"bound": 1.0, "power_iterations": 0}, "power_iterations"),
+    ],
+)
+def test_bad_bounds_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bound_spectral_norms([nn.Linear(2, 2)], **kwargs)
+    with pytest.raises(ValueError, match=match):
+        SpectralBound(torch.ones(2, 2), **kwargs)
+    assert not parametrize.is_parametrized(nn.Linear(2, 2))
+
+
+# ---------------------------------------------------------------------- the random-feature GP
+def _head(d: int = 3, o: int = 2, features: int = 64, **kw) -> RandomFeatureGP:
+    torch.manual_seed(0)
+    options = {"lengthscale": 0.7, "prior_scale": 1.3, **kw}
+    return RandomFeatureGP(d, o, num_features=features, dtype=torch.float64, **options)
+
+
+def test_the_random_features_kernel_tends_to_the_rbf_kernel():
+    """``s² φ(h)ᵀφ(h')`` is a mean of ``D`` i.i.d. terms ``s² (cos(ωᵀΔ/ℓ) + cos(ωᵀΣ/ℓ + 2τ))``
+    (``Δ = h - h'``, ``Σ = h + h'``) of variance at most ``s⁴``: averaged over 50 independent
+    heads of ``D = 1024`` its error has standard deviation at most ``s² / sqrt(51,200)``
+    (0.0075 at ``s = 1.3``); 5 of those is the tolerance on every entry."""
+    h = torch.randn(6, 3, **F64)
+    kernel = torch.zeros(6, 6, **F64)
+    for seed in range(50):
+        torch.manual_seed(seed)
+        phi = RandomFeatureGP(3, 1, num_features=1024, lengthscale=0.7, prior_scale=1.3,
+                              dtype=torch.float64).features(h)  # fmt: skip
+        kernel += 1.3**2 * phi @ phi.T / 50
+    rbf = 1.3**2 * torch.exp(-torch.cdist(h, h).square() / (2 * 0.7**2))
+    assert float((kernel - rbf).abs().max()) < 5 * 1.3**2 / math.sqrt(50 * 1024)
+    assert float((kernel - rbf).abs().max()) > 0  # random, not the RBF itself
+
+
+def test_a_new_head_is_its_prior_and_the_posterior_is_the_inverse_of_the_precision():
+    head = _head()
+    phi = head.features(torch.randn(5, 3, **F64))
+    mean, var = head.output_moments(phi)
+    torch.testing.assert_close(var, 1.3**2 * phi.square().sum(-1, keepdim=True).expand(5, 2))
+    torch.testing.assert_close(mean, phi @ head.weight.T + head.bias)
+    g = torch.randn(2, 64, 64, **F64)
+    gram = g @ g.transpose(-1, -2)
+    head.set_posterior(gram)
+    for o in range(2):
+        cov = torch.linalg.inv(gram[o] + torch.eye(64, **F64) / 1.3**2)
+        want = ((phi @ cov) * phi).sum(-1)
+        torch.testing.assert_close(head.output_moments(phi)[1][:, o], want, rtol=1e-10, atol=1e-12)
+    moment = torch.randn(2, 64, **F64)
+    head.solve_mean(moment)
+    cov0 = torch.linalg.inv(gram[0] + torch.eye(64, **F64) / 1.3**2)
+    torch.testing.assert_close(head.weight[0], cov0 @ moment[0], rtol=1e-9, atol=1e-10)
+
+
+def test_the_draws_have_the_closed_form_moments():
+    """40,000 draws of the output weights: the outputs' sample mean within 5 standard errors
+    of the closed form, the sample variance within 5 of its own (``sqrt(2/S)`` relative)."""
+    head = _head(features=16)
+    g = torch.randn(2, 16, 16, **F64)
+    head.set_posterior(g @ g.transpose(-1, -2) / 4)
+    phi = head.features(torch.randn(4, 3, **F64))
+    mean, var = head.output_moments(phi)
+    torch.manual_seed(1)
+    samples = head.sample_outputs(phi, 40_000)
+    assert samples.shape == (40_000, 4, 2)
+    s = samples.shape[0]
+    assert bool(((samples.mean(0) - mean).abs() < 5 * (var / s).sqrt()).all())
+    assert bool(((samples.var(0) / var - 1).abs() < 5 * math.sqrt(2 / s)).all())
+
+
+def test_the_prior_penalty_is_the_negative_log_prior_up_to_a_constant():
+    head = _head()
+    prior = torch.distributions.Normal(0.0, 1.3)
+    want = (
+        -prior.log_prob(head.weight).sum()
+        - head.weight.numel() * prior.log_prob(torch.zeros((), **F64)).neg()
+    )
+    torch.testing.assert_close(head.log_prior_penalty(), want)
+
+
+def test_a_head_without_bias_has_none():
+    head = _head(bias=False)
+    assert head.bias is None
+    phi = head.features(torch.randn(2, 3, **F64))
+    torch.testing.assert_close(head(torch.zeros(1, 3, **F64)), head.features(
+        torch.zeros(1, 3, **F64)) @ head.weight.T)  # fmt: skip
+    assert head.sample_outputs(phi, 3).shape == (3, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_features": 0}, "num_features"),
+        ({"lengthscale": 0.0}, "lengthscale"),
+        ({"prior_scale": -1.0}, "prior_scale"),
+    ],
+)
+def test_bad_head_settings_are_refused_by_name(kwargs, match):
+    options = {"num_features": 4, "lengthscale": 1.0, "prior_scale": 1.0, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        RandomFeatureGP(2, 1, **options)
