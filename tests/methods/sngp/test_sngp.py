@@ -68,6 +68,7 @@ def test_the_regression_predictive_is_the_exact_gp_on_the_frozen_features(noise)
     np.testing.assert_allclose(mean[:, 0].numpy(), want_mean + bias, atol=1e-5, rtol=0)
     np.testing.assert_allclose(var[:, 0].numpy(), want_std**2, atol=1e-5, rtol=0)
     np.testing.assert_allclose(mean[:, 0].numpy(), want_mean + bias, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(var[:, 0].numpy(), want_std**2, atol=1e-10, rtol=0)
 
 
 def test_the_classifier_covariance_is_the_laplace_approximation_s():
