@@ -44,10 +44,7 @@ class SpectralBound(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bound: float, power_iterations: int = 1) -> None:
         super().__init__()
-        check_float("bound", bound, minimum=0.0, strict=True)
-        check_int("power_iterations", power_iterations)
-        self.bound = float(bound)
-        self.power_iterations = power_iterations
+        self.configure(bound, power_iterations)
         matrix = weight.detach().flatten(1)
         start = torch.Generator().manual_seed(0)
         u = torch.randn(matrix.shape[0], generator=start, dtype=matrix.dtype)
@@ -56,15 +53,21 @@ class SpectralBound(nn.Module):
         self.register_buffer("_v", F.normalize(v.to(matrix.device), dim=0))
         self._iterate(matrix, _WARM_UP)
 
+    def configure(self, bound: float, power_iterations: int) -> None:
+        """Set the bound ``c > 0`` and the power-method steps per training call (``>= 1``).
+
+        Raises:
+            ValueError: either out of range (named), leaving both as they were.
+        """
+        check_float("bound", bound, minimum=0.0, strict=True)
+        check_int("power_iterations", power_iterations)
+        self.bound, self.power_iterations = float(bound), power_iterations
+
     @torch.no_grad()
     def _iterate(self, matrix: torch.Tensor, steps: int) -> None:
         for _ in range(steps):
             self._v.copy_(F.normalize(matrix.t() @ self._u, dim=0))
             self._u.copy_(F.normalize(matrix @ self._v, dim=0))
-
-    def sigma(self, weight: torch.Tensor) -> torch.Tensor:
-        """``uᵀ W v``, the estimate of ``W``'s largest singular value (a scalar)."""
-        return torch.dot(self._u, weight.flatten(1) @ self._v)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         if self.training:
@@ -90,15 +93,14 @@ def bound_spectral_norms(
         >>> len(bound_spectral_norms(layers, 0.5)), layers[0].parametrizations.weight[0].bound
         (2, 0.5)
     """
-    check_float("bound", bound, minimum=0.0, strict=True)
-    check_int("power_iterations", power_iterations)
     bounds = []
     for layer in layers:
         found = _bound_of(layer)
         if found is None:
             found = SpectralBound(layer.weight, bound, power_iterations)
             parametrize.register_parametrization(layer, "weight", found)
-        found.bound, found.power_iterations = float(bound), power_iterations
+        else:
+            found.configure(bound, power_iterations)
         bounds.append(found)
     return bounds
 

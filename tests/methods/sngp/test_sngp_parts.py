@@ -114,6 +114,51 @@ def test_bounding_twice_resets_the_bound_instead_of_stacking_another():
     assert (found.bound, found.power_iterations) == (0.5, 3)
 
 
+def test_the_start_neither_reads_nor_moves_the_global_random_stream():
+    """The power method starts from a fixed seed: two bounds made under different global seeds
+    hold the same vectors, in the weight's dtype, and the global stream is where it was."""
+    weight = torch.randn(5, 4, **F64)
+    held = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        state = torch.get_rng_state()
+        bound = SpectralBound(weight, 1.0)
+        assert torch.equal(torch.get_rng_state(), state)
+        held.append((bound._u, bound._v))
+    assert torch.equal(held[0][0], held[1][0]) and torch.equal(held[0][1], held[1][1])
+    assert held[0][0].dtype == torch.float64
+    assert (SpectralBound(weight, 1.0).power_iterations, SpectralBound(weight, 1.0).bound) == (
+        1,
+        1.0,
+    )
+    assert bound_spectral_norms([nn.Linear(2, 2)], 0.5)[0].power_iterations == 1
+
+
+def test_a_layer_under_another_parametrization_gets_the_bound_after_it():
+    """A weight already under torch's ``spectral_norm``, and a layer whose bias alone is
+    parametrized: the bound is added to the weight's list (not mistaken for one there)."""
+    normed = nn.utils.parametrizations.spectral_norm(nn.Linear(3, 3))
+    (bound,) = bound_spectral_norms([normed], 0.5)
+    assert [type(p).__name__ for p in normed.parametrizations.weight] == [
+        "_SpectralNorm", "SpectralBound"
+    ]  # fmt: skip
+    assert bound is normed.parametrizations.weight[1]
+    biased = nn.Linear(3, 3)
+    parametrize.register_parametrization(biased, "bias", nn.Identity())
+    (bound,) = bound_spectral_norms([biased], 0.5)
+    assert bound is biased.parametrizations.weight[0]
+
+
+def test_a_bad_reset_of_an_existing_bound_is_refused_and_leaves_it():
+    layer = nn.Linear(3, 3)
+    (bound,) = bound_spectral_norms([layer], 0.9, power_iterations=2)
+    for kwargs, match in (({"bound": 0.0}, "bound"), ({"bound": 1.0, "power_iterations": 0},
+                                                       "power_iterations")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            bound_spectral_norms([layer], **kwargs)
+    assert (bound.bound, bound.power_iterations) == (0.9, 2)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -208,15 +253,70 @@ def test_a_head_without_bias_has_none():
     assert head.sample_outputs(phi, 3).shape == (3, 2, 2)
 
 
+def test_the_features_are_the_formula_s_and_the_buffers_are_drawn_as_documented():
+    """``φ(h) = sqrt(2/D) cos(Ω h / ℓ + τ)`` from the head's own buffers; ``τ`` in ``[0, 2π)``
+    and spread over it, ``β`` starting as ``nn.Linear``'s ``U(-1/sqrt(D), 1/sqrt(D))``, every
+    tensor in the head's dtype."""
+    head = _head(features=4096)
+    h = torch.randn(3, 3, **F64)
+    want = math.sqrt(2 / 4096) * torch.cos(h @ head.frequencies.T / 0.7 + head.phases)
+    torch.testing.assert_close(head.features(h), want, rtol=0, atol=1e-15)
+    assert 0 <= float(head.phases.min()) and float(head.phases.max()) < 2 * math.pi
+    assert float(head.phases.max()) > 1.9 * math.pi and float(head.phases.min()) < 0.1 * math.pi
+    bound = 1 / math.sqrt(4096)
+    weight = head.weight.detach()
+    assert float(weight.abs().max()) <= bound
+    assert float(weight.max()) > 0.9 * bound and float(weight.min()) < -0.9 * bound
+    for t in (head.frequencies, head.phases, head.weight, head.bias, head.precision_cholesky):
+        assert t.dtype == torch.float64
+
+
+def test_the_outputs_add_the_bias():
+    head = _head()
+    with torch.no_grad():
+        head.bias.copy_(torch.tensor([0.5, -2.0]))
+    phi = head.features(torch.randn(4, 3, **F64))
+    want = phi @ head.weight.T + torch.tensor([0.5, -2.0], **F64)
+    torch.testing.assert_close(head.outputs(phi), want)
+    torch.testing.assert_close(head.output_moments(phi)[0], want)
+
+
+def test_the_draws_are_the_reparameterised_standard_normals():
+    """The draws are ``β_o + L_o⁻ᵀ ε_o`` for the standard normals ``ε (O, D, S)`` the global
+    stream gives next, in the features' dtype: a seed fixes them, and the outputs' noises are
+    independent (a shared ``ε`` across outputs would correlate them)."""
+    head = _head(features=8)
+    g = torch.randn(2, 8, 8, **F64)
+    head.set_posterior(g @ g.transpose(-1, -2))
+    with torch.no_grad():
+        head.bias.copy_(torch.tensor([1.0, -1.0]))
+    phi = head.features(torch.randn(3, 3, **F64))
+    torch.manual_seed(7)
+    got = head.sample_outputs(phi, 5)
+    torch.manual_seed(7)
+    eps = torch.randn(2, 8, 5, **F64)
+    chol = head.precision_cholesky
+    weights = [head.weight[o] + torch.linalg.solve_triangular(chol[o].T, eps[o], upper=True).T
+               for o in range(2)]  # fmt: skip
+    want = torch.stack(
+        [phi @ w.T + b for w, b in zip(weights, (1.0, -1.0), strict=True)], -1
+    )  # (S, N, O)
+    torch.testing.assert_close(got, want.transpose(0, 1).contiguous(), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_features": 0}, "num_features"),
-        ({"lengthscale": 0.0}, "lengthscale"),
-        ({"prior_scale": -1.0}, "prior_scale"),
+        ({"num_features": 0}, "^num_features must"),
+        ({"lengthscale": 0.0}, "^lengthscale must"),
+        ({"prior_scale": -1.0}, "^prior_scale must"),
+        ({"prior_scale": 0.0}, "^prior_scale must"),
+        ({"in_features": 0}, "^in_features must"),
+        ({"out_features": 0}, "^out_features must"),
     ],
 )
 def test_bad_head_settings_are_refused_by_name(kwargs, match):
-    options = {"num_features": 4, "lengthscale": 1.0, "prior_scale": 1.0, **kwargs}
+    options = {"in_features": 2, "out_features": 1, "num_features": 4, "lengthscale": 1.0,
+               "prior_scale": 1.0, **kwargs}  # fmt: skip
     with pytest.raises(ValueError, match=match):
-        RandomFeatureGP(2, 1, **options)
+        RandomFeatureGP(**options)
