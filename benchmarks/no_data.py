@@ -104,10 +104,15 @@ def run(
     references: Path = judge.RESULTS,
     problems: tuple[str, ...] = tuple(FUNCTION_PROBLEMS),
     bands: dict | None = None,
+    methods: tuple[str, ...] | None = None,
 ) -> dict:
-    """Every contender on every problem of ``problems`` with a reference in ``references``;
-    ``quick`` trains 1% of the epochs (for the tests: its figures mean nothing). ``bands``, if
-    given, receives ``bands[problem][method] = (mean, sd)`` on the grid, for :func:`plot`."""
+    """Every contender (or those named in ``methods``) on every problem of ``problems`` with a
+    reference in ``references``; ``quick`` trains 1% of the epochs (for the tests: its figures
+    mean nothing). ``bands``, if given, receives ``bands[problem][method] = (mean, sd)`` on the
+    grid, for :func:`plot`."""
+    unknown = sorted(set(methods or ()) - set(CONTENDERS))
+    if unknown:
+        raise ValueError(f"no contender named {unknown[0]!r}; the contenders: {list(CONTENDERS)}")
     scale = 0.01 if quick else 1.0
     rows: dict[str, dict] = {}
     for name in problems:
@@ -124,6 +129,8 @@ def run(
         rows[name]["NUTS (reference)"]["seconds"] = reference["cpu_seconds"]
         rows[name][WIDENED] = {**score(name, widened(reference), reference), "seconds": 0.0}
         for method, build in CONTENDERS.items():
+            if methods is not None and method not in methods:
+                continue
             start = time.process_time()
             predictor = build(data, scale, seed)
             with torch.no_grad():
@@ -135,41 +142,46 @@ def run(
     return rows
 
 
-COVER_GAP, COVER_BEYOND, SD_OK = 0.90, 0.80, 0.80  #: the targets of the best method
+COVER_GAP, COVER_BEYOND, SD_OK = 0.90, 0.80, 0.80  #: the targets' thresholds
+BEYOND_PROBLEMS = 3  #: of the four problems, those on which "covers" asks for COVER_BEYOND
 VI_BEYOND = 0.50  #: VI as the demo trains it, beyond the demo's data
 
 
 def targets(rows: dict) -> list[str]:
-    """The targets, each with its figures: the references converged; a method that covers the
-    true ``f`` on >= 90% of every gap and >= 80% of every extrapolation range with its sd within
-    2x NUTS's on >= 80% of every grid; the demo's VI covering >= 50% beyond the demo's data.
+    """The targets, each with its figures: the references converged; (a) *covers the truth*:
+    the true ``f`` inside the band on >= 90% of every gap, and on >= 80% of the range beyond
+    the data on at least 3 of the 4 problems; (b) *faithful*: the sd within 2x NUTS's on >= 80%
+    of every grid (NUTS samples the judge's model: a row on another model, another net or
+    prior or a GP, is faithful to that model's posterior or not, which this bench does not
+    measure); the demo's VI covering >= 50% beyond the demo's data. (a) and (b) are separate
+    targets: a band can be faithful to a posterior that does not reach the truth.
 
     Example:
         >>> cell = {"cover": 1.0, "sd_ok": 1.0, "sd": 1.0, "w2": 0.0}
         >>> m = {"gap": cell, "extrapolation": cell, "grid_sd_ok": 0.5, "seconds": 1.0}
-        >>> line = targets({"demo": {"NUTS (reference)": m, "vi (the demo's)": m}})[1]
-        >>> line.split(": ")[1:]
-        ["vi (the demo's); and with its sd within 2x NUTS's on >= 80% of every grid", 'none']
+        >>> lines = targets({"demo": {"NUTS (reference)": m, "vi (the demo's)": m}})
+        >>> lines[1].split(": ")[-1], lines[2].split(": ")[-1]
+        ("vi (the demo's)", 'none')
     """
     methods = [m for m in next(iter(rows.values())) if m not in ("NUTS (reference)", WIDENED)]
+    needed = min(BEYOND_PROBLEMS, len(rows))
 
     def covers(m: str) -> bool:
-        return all(
-            by[m].get("gap", {"cover": 1.0})["cover"] >= COVER_GAP
-            and by[m]["extrapolation"]["cover"] >= COVER_BEYOND
-            for by in rows.values()
-        )
+        gaps = all(by[m].get("gap", {"cover": 1.0})["cover"] >= COVER_GAP for by in rows.values())
+        beyond = sum(by[m]["extrapolation"]["cover"] >= COVER_BEYOND for by in rows.values())
+        return gaps and beyond >= needed
 
     covering = [m for m in methods if covers(m)]
-    close = [m for m in covering if all(by[m]["grid_sd_ok"] >= SD_OK for by in rows.values())]
+    faithful = [m for m in methods if all(by[m]["grid_sd_ok"] >= SD_OK for by in rows.values())]
     lines = [
         "- NUTS converged: "
         + ", ".join(f"{p} {by['NUTS (reference)']['seconds']:.0f} CPU-s" for p, by in rows.items())
         + " (R̂ < 1.01 and bulk-ESS >= 400 at every grid point, checked by the tests)",
-        "- covers the truth in every gap and beyond the data: "
-        + (", ".join(covering) or "none")
-        + f"; and with its sd within 2x NUTS's on >= {SD_OK:.0%} of every grid: "
-        + (", ".join(close) or "none"),
+        f"- (a) covers the truth, >= {COVER_GAP:.0%} of every gap and >= {COVER_BEYOND:.0%} "
+        f"beyond the data on >= {needed} of {len(rows)} problems: "
+        + ("; ".join(covering) or "none"),
+        f"- (b) faithful to NUTS, the sd within 2x its own on >= {SD_OK:.0%} of every grid: "
+        + ("; ".join(faithful) or "none"),
     ]
     if all(WIDENED in by for by in rows.values()):
         lines.append(limit_line(rows))
@@ -285,14 +297,34 @@ def plot(bands: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def merge(kept: dict, new: dict) -> dict:
+    """``kept``'s rows with ``new``'s put in (a method already there replaced in its place, a
+    new one after the others), problem by problem.
+
+    Example:
+        >>> merge({"p": {"a": 1, "b": 2}}, {"p": {"b": 3, "c": 4}})
+        {'p': {'a': 1, 'b': 3, 'c': 4}}
+    """
+    return {problem: {**rows, **new.get(problem, {})} for problem, rows in kept.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1%% of the epochs (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--only", action="append", metavar="METHOD",
+        help="run this contender alone (repeatable) and merge its rows into the run in --out "
+        "(no_data.json), the other rows kept as they are; the figure is left as it was",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     bands: dict = {}
-    rows = run(quick=args.quick, bands=bands)
+    if args.only:
+        rows = merge(json.loads((args.out / "no_data.json").read_text()),
+                     run(quick=args.quick, methods=tuple(args.only)))  # fmt: skip
+    else:
+        rows = run(quick=args.quick, bands=bands)
     text = markdown(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     if bands:
