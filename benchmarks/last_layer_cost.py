@@ -1,0 +1,190 @@
+"""What a last-layer method costs over the plain net it is built on, side by side in one process.
+
+For each problem, a plain net is trained by a hand-written PyTorch loop (Adam, the same
+minibatches, the squared error or the cross-entropy), what a user without a Bayesian method
+writes; then ``VBLL`` and ``SNGP`` train the same architecture with ``fit`` (the same epochs,
+batch size and learning rate) and predict in closed form. The table gives each one's fit and
+predict time and its ratio to the plain net's (``fit`` with everything it does: the engine's
+loop, the method's own step, SNGP's Laplace step over the training rows; ``predict``: one pass
+over the test rows against one forward of the plain net).
+
+Targets (issue 51's): each method's fit at most 1.3x the plain net's; predict in one pass.
+
+Problems: a UCI-sized regression (13-50-1, 400 rows, batch 32, 40 epochs) and a digits-sized
+classifier (64-100-10, 1,437 rows, batch 64, 20 epochs), on one thread; each time the median
+of ``--repeats`` runs after a warm-up.
+
+Run: ``python benchmarks/last_layer_cost.py [--repeats 5] [--quick] [--output PATH]``; a full
+run writes ``benchmarks/results/last_layer_cost.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from _report import publish  # benchmarks/_report.py (scripts run from this folder)
+
+import bnn_pyro as bp
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "last_layer_cost.md")
+FIT_TARGET = 1.3
+
+
+@dataclass
+class Problem:
+    name: str
+    inputs: int
+    hidden: int
+    outputs: int
+    rows: int
+    batch: int
+    epochs: int
+
+    @property
+    def classifies(self) -> bool:
+        return self.outputs > 1
+
+    def data(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Train inputs and targets, and 1,000 test inputs (a random teacher net's labels)."""
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(self.rows + 1000, self.inputs, generator=g)
+        teacher = torch.randn(self.inputs, self.outputs, generator=g)
+        f = torch.tanh(x @ teacher)
+        y = f.argmax(-1) if self.classifies else f[:, 0] + 0.1 * torch.randn(len(x), generator=g)
+        return x[: self.rows], y[: self.rows], x[self.rows :]
+
+    def net(self) -> nn.Module:
+        return bp.nn.mlp(self.inputs, [self.hidden], self.outputs)
+
+    def likelihood(self) -> bp.likelihoods.Likelihood:
+        return bp.Categorical() if self.classifies else bp.Gaussian(scale="learned")
+
+
+PROBLEMS = [
+    Problem("UCI-sized regression 13-50-1", 13, 50, 1, 400, 32, 40),
+    Problem("digits-sized classifier 64-100-10", 64, 100, 10, 1437, 64, 20),
+]
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` runs, after one warm-up run."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def plain_fit(problem: Problem, x: torch.Tensor, y: torch.Tensor) -> nn.Module:
+    """The hand-written loop: Adam at 1e-3, reshuffled minibatches, MSE or cross-entropy."""
+    torch.manual_seed(0)
+    net = problem.net()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(problem.epochs):
+        for idx in torch.randperm(len(x), generator=g).split(problem.batch):
+            opt.zero_grad()
+            out = net(x[idx])
+            loss = F.cross_entropy(out, y[idx]) if problem.classifies else F.mse_loss(
+                out[:, 0], y[idx]
+            )  # fmt: skip
+            loss.backward()
+            opt.step()
+    return net
+
+
+def method_fit(
+    name: str, problem: Problem, x: torch.Tensor, y: torch.Tensor
+) -> bp.BaseBayesianMethod:
+    torch.manual_seed(0)
+    method = bp.make(name, problem.net(), problem.likelihood())
+    method.fit(x, y, epochs=problem.epochs, batch_size=problem.batch, lr=1e-3, progress=False,
+               seed=0)  # fmt: skip
+    return method
+
+
+def measure(problem: Problem, repeats: int, epochs: int | None = None) -> list[dict]:
+    """One row per contender: fit and predict seconds and their ratios to the plain net's."""
+    if epochs is not None:
+        problem = Problem(**{**problem.__dict__, "epochs": epochs})
+    x, y, x_test = problem.data()
+    plain = plain_fit(problem, x, y)
+    base_fit = median_seconds(lambda: plain_fit(problem, x, y), repeats)
+    with torch.no_grad():
+        base_predict = median_seconds(lambda: plain(x_test), repeats)
+    rows = [{"method": "plain net", "fit": base_fit, "predict": base_predict}]
+    for name in ("vbll", "sngp"):
+        fitted = method_fit(name, problem, x, y)
+        rows.append({
+            "method": name,
+            "fit": median_seconds(lambda n=name: method_fit(n, problem, x, y), repeats),
+            "predict": median_seconds(lambda m=fitted: m.predict(x_test), repeats),
+        })  # fmt: skip
+    for row in rows:
+        row["fit_ratio"], row["predict_ratio"] = (
+            row["fit"] / base_fit,
+            row["predict"] / base_predict,
+        )
+    return rows
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    lines = [
+        "| problem | method | fit (ms) | fit / plain | predict 1,000 rows (ms) | predict / plain |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for problem, rows in results.items():
+        for r in rows:
+            lines.append(
+                f"| {problem} | {r['method']} | {1e3 * r['fit']:.1f} | {r['fit_ratio']:.2f}x | "
+                f"{1e3 * r['predict']:.2f} | {r['predict_ratio']:.1f}x |"
+            )
+    return "\n".join(lines)
+
+
+def verdicts(results: dict[str, list[dict]]) -> list[str]:
+    """One line per method: its worst fit ratio against the target."""
+    lines = []
+    for name in ("vbll", "sngp"):
+        worst = max(
+            r["fit_ratio"] for rows in results.values() for r in rows if r["method"] == name
+        )
+        verdict = "met" if worst <= FIT_TARGET else "missed"
+        lines.append(
+            f"- {name}: fit at most {worst:.2f}x the plain net's (target {FIT_TARGET}x: {verdict})"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="1 repeat, 2 epochs (a smoke run)")
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    repeats, epochs = (1, 2) if args.quick else (args.repeats, None)
+    results = {p.name: measure(p, repeats, epochs) for p in PROBLEMS}
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    head = (
+        f"torch {torch.__version__}, 1 thread, median of {repeats} runs; {stamp}; "
+        "command: python benchmarks/last_layer_cost.py"
+    )
+    text = "\n".join([head, "", table(results), "", *verdicts(results), ""])
+    output = args.output if args.output is not None else (None if args.quick else RESULTS)
+    publish(text, output)
+
+
+if __name__ == "__main__":
+    main()

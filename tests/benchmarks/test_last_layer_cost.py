@@ -1,0 +1,58 @@
+"""``benchmarks/last_layer_cost.py``: its rows, ratios and verdicts (figures of a one-epoch run
+on a tiny problem: the script's arithmetic, not its timings)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def cost():
+    sys.path.insert(0, str(BENCHMARKS))  # the script imports _report from its own folder
+    try:
+        import last_layer_cost
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return last_layer_cost
+
+
+def test_a_tiny_run_has_a_row_per_contender_with_its_ratios(cost):
+    problem = cost.Problem("tiny classifier", 4, 8, 3, 40, 20, 1)
+    rows = cost.measure(problem, repeats=1)
+    assert [r["method"] for r in rows] == ["plain net", "vbll", "sngp"]
+    base = rows[0]
+    for r in rows:
+        assert r["fit"] > 0 and r["predict"] > 0
+        assert r["fit_ratio"] == pytest.approx(r["fit"] / base["fit"])
+        assert r["predict_ratio"] == pytest.approx(r["predict"] / base["predict"])
+    table = cost.table({problem.name: rows})
+    assert table.count("| tiny classifier |") == 3
+
+
+def test_the_verdict_is_the_worst_ratio_against_the_target(cost):
+    def rows(vbll: float, sngp: float) -> list[dict]:
+        return [{"method": "vbll", "fit_ratio": vbll}, {"method": "sngp", "fit_ratio": sngp}]
+
+    lines = cost.verdicts({"a": rows(1.1, 1.3), "b": rows(1.31, 0.9)})
+    assert lines == [
+        "- vbll: fit at most 1.31x the plain net's (target 1.3x: missed)",
+        "- sngp: fit at most 1.30x the plain net's (target 1.3x: met)",
+    ]
+
+
+def test_the_plain_fit_trains(cost):
+    """The hand-written loop lowers the loss it trains on (it is a real baseline)."""
+    import torch
+    import torch.nn.functional as F
+
+    problem = cost.Problem("tiny regression", 3, 16, 1, 64, 16, 30)
+    x, y, _ = problem.data()
+    torch.manual_seed(0)
+    before = F.mse_loss(problem.net()(x)[:, 0], y)
+    net = cost.plain_fit(problem, x, y)
+    assert float(F.mse_loss(net(x)[:, 0], y)) < 0.5 * float(before)
