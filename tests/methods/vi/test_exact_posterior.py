@@ -64,7 +64,10 @@ def test_mean_field_svi_recovers_the_exact_posterior(elbo):
 
 def test_a_constant_step_alone_jitters_around_the_posterior():
     """Why the schedule and the averaging matter: the last iterate of constant-step Adam at the
-    same lr sits several tenths of a posterior std off the exact means (measured: 0.39)."""
+    same lr sits several tenths of a posterior std off the exact means (measured: 0.25 at the
+    1500 epochs here, 0.39 at 3000; 0.47 under seeds 1 and 2). Half the length of the fit above
+    shows the same: a constant step's jitter is stationary well before (the start is left
+    behind in ~100 steps, Adam's second moment forgets it in ~1000), it does not shrink."""
     X, y = _data()
     mean, std = _exact(X, y)
     torch.manual_seed(0)
@@ -72,7 +75,7 @@ def test_a_constant_step_alone_jitters_around_the_posterior():
     bnn.fit(
         X,
         y,
-        epochs=3000,
+        epochs=1500,
         batch_size=None,
         lr=2e-2,
         elbo="meanfield",

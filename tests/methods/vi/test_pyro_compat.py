@@ -71,16 +71,23 @@ def test_nuts_and_svi_agree_where_there_is_data():
     torch.manual_seed(0)
     bnn = bp.VariationalBNN(bp.nn.mlp(1, [8], 1, activation="tanh"), bp.Gaussian(scale=0.1))
     bnn.fit(X, y, epochs=3000, batch_size=None, lr=1e-2, elbo="meanfield", progress=False, seed=0)
+    # NUTS on the model as it is, its potential compiled by Pyro's JIT (``jit_compile``): each
+    # gradient (tree depth 6: up to 63 leapfrog steps a draw) about three times cheaper than
+    # eager Pyro's (measured: 1.5 against 3.5 ms), and the model must trace under torch.jit.
+    # 100 draws after 100 warmup steps (were 150 and 150): the predictive mean at the data is
+    # what is compared, and its Monte Carlo error stays far below the tolerances: the draws of
+    # f(x) have an ESS of 10-40 at the worst of the 24 points, a predictive sd below 0.09, a
+    # standard error of at most 0.015 (measured, three chain seeds), 0.045 at 3 standard errors
     pyro.set_rng_seed(0)
-    mcmc = MCMC(
-        NUTS(bnn.model, max_tree_depth=6), num_samples=150, warmup_steps=150, disable_progbar=True
-    )
+    nuts = NUTS(bnn.model, max_tree_depth=6, jit_compile=True, ignore_jit_warnings=True)
+    mcmc = MCMC(nuts, num_samples=100, warmup_steps=100, disable_progbar=True)
     mcmc.run(X, y)
     nuts_mean, _ = bnn.predict(X, posterior_samples=mcmc.get_samples())
     svi_mean, _ = bnn.predict(X, num_samples=300, seed=0)
     # Where there is data both posteriors must explain it: each predictive mean sits within
     # the noise level (0.1) of the truth on average, so the two agree to ~2 noise sd at most;
-    # elsewhere (no data) they may differ and are not compared.
+    # elsewhere (no data) they may differ and are not compared. Measured: 0.056-0.058 (NUTS,
+    # three chain seeds), 0.062 (SVI) and 0.11-0.12 between them.
     truth = torch.sin(1.5 * X)
     assert float((nuts_mean - truth).abs().mean()) < 0.1
     assert float((svi_mean - truth).abs().mean()) < 0.1
