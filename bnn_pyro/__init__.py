@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
     from bnn_pyro.methods import (
         SGMCMC,
-        SWAG,
         SNGP,
+        SWAG,
         VBLL,
         DeepEnsemble,
         LaplaceApproximation,

@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on
     from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
     from bnn_pyro.methods.mc_dropout.dropout import MCDropout
     from bnn_pyro.methods.sgmcmc.method import SGMCMC
-    from bnn_pyro.methods.swag.swag import SWAG
     from bnn_pyro.methods.sngp.sngp import SNGP
+    from bnn_pyro.methods.swag.swag import SWAG
     from bnn_pyro.methods.vbll.vbll import VBLL
     from bnn_pyro.methods.vi.bayes_nn import VariationalBayesNN
     from bnn_pyro.methods.vi.hidden_layer import HiddenLayerBNN
