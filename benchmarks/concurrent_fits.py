@@ -13,7 +13,8 @@ compare one process's fit on the GPU with one on a CPU thread of the same machin
 time grows as processes share the device.
 
 Run: ``python benchmarks/concurrent_fits.py [--devices cuda,cpu] [--procs 1,4,8,14]
-[--epochs 3] [--output PATH]``; ``--quick``: CPU, one and two processes, one epoch (a smoke run).
+[--epochs 3] [--output PATH]``; ``--quick``: CPU, one and two processes, one epoch of 1,024
+rows (a smoke run).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from importlib.metadata import version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -32,18 +34,20 @@ from _report import publish  # noqa: E402  (benchmarks/_report.py; scripts run f
 
 RESULTS = os.path.join(HERE, "results", "concurrent_fits.md")
 ROWS, FEATURES, HIDDEN, BATCH = 8192, 8, 50, 32
+QUICK_ROWS = 1024  # --quick: 32 steps a fit, every path of the full run
 
 
-def one_fit(device: str, epochs: int) -> float:
-    """Seconds of one seeded fit of the kin8nm-shaped model on ``device`` (after a warm-up)."""
+def one_fit(device: str, epochs: int, rows: int = ROWS) -> float:
+    """Seconds of one seeded fit of the kin8nm-shaped model on ``device`` (after a warm-up);
+    ``rows``: fewer than kin8nm's for a smoke run."""
     import torch
 
     import bnn_pyro as bp
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
-    X = torch.randn(ROWS, FEATURES, generator=g)
-    y = X.sum(-1) + 0.1 * torch.randn(ROWS, generator=g)
+    X = torch.randn(rows, FEATURES, generator=g)
+    y = X.sum(-1) + 0.1 * torch.randn(rows, generator=g)
     X, y = X.to(device), y.to(device)
     bnn = bp.VariationalBNN(bp.nn.mlp(FEATURES, [HIDDEN], 1), bp.Gaussian(scale="learned"))
     bnn = bnn.to(device)
@@ -58,7 +62,7 @@ def one_fit(device: str, epochs: int) -> float:
     return time.perf_counter() - began
 
 
-def group(device: str, procs: int, epochs: int) -> tuple[float, list[float]]:
+def group(device: str, procs: int, epochs: int, rows: int = ROWS) -> tuple[float, list[float]]:
     """``(wall seconds, each process's fit seconds)`` of ``procs`` processes started at once."""
     command = [
         sys.executable,
@@ -67,6 +71,8 @@ def group(device: str, procs: int, epochs: int) -> tuple[float, list[float]]:
         device,
         "--epochs",
         str(epochs),
+        "--rows",
+        str(rows),
     ]
     began = time.perf_counter()
     children = [
@@ -82,22 +88,28 @@ def group(device: str, procs: int, epochs: int) -> tuple[float, list[float]]:
     return wall, [float(out.strip().splitlines()[-1]) for out in outputs]
 
 
-def report(devices: list[str], procs: list[int], epochs: int) -> str:
-    """The markdown table: one row per device and process count."""
+def _device_name(device: str) -> str:
+    """``CPU``, or torch's name of a CUDA device. The parent process trains nothing: it imports
+    torch (seconds) only to ask about a CUDA device, and reads torch's version from its
+    installed metadata (the same string as ``torch.__version__``)."""
+    if not device.startswith("cuda"):
+        return "CPU"
     import torch
 
-    steps = epochs * -(-ROWS // BATCH)
-    names = [
-        torch.cuda.get_device_name(torch.device(d)) if d.startswith("cuda") else "CPU"
-        for d in devices
-    ]
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def report(devices: list[str], procs: list[int], epochs: int, rows: int = ROWS) -> str:
+    """The markdown table: one row per device and process count."""
+    steps = epochs * -(-rows // BATCH)
+    names = [_device_name(d) for d in devices]
     lines = [
-        f"torch {torch.__version__}, {', '.join(sorted(set(names)))}, {os.cpu_count()} cores; "
+        f"torch {version('torch')}, {', '.join(sorted(set(names)))}, {os.cpu_count()} cores; "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: python "
         f"benchmarks/concurrent_fits.py --devices {','.join(devices)} "
         f"--procs {','.join(map(str, procs))} --epochs {epochs}",
         "",
-        f"Each process: one fit of VariationalBNN(mlp({FEATURES}, [{HIDDEN}], 1)), {ROWS:,} rows, "
+        f"Each process: one fit of VariationalBNN(mlp({FEATURES}, [{HIDDEN}], 1)), {rows:,} rows, "
         f"batch {BATCH}, {steps} steps ({epochs} epoch{'s' * (epochs > 1)}), one CPU thread.",
         "",
         "| device | processes | wall of the group | one fit: mean | one fit: largest "
@@ -107,7 +119,7 @@ def report(devices: list[str], procs: list[int], epochs: int) -> str:
     for device in devices:
         alone = None
         for n in procs:
-            wall, fits = group(device, n, epochs)
+            wall, fits = group(device, n, epochs, rows)
             mean = statistics.fmean(fits)
             alone = mean if alone is None else alone
             lines.append(
@@ -134,25 +146,29 @@ def main() -> None:
     )
     parser.add_argument("--procs", default="1,4,8,14", help="process counts (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per fit (default: 3)")
-    parser.add_argument("--quick", action="store_true", help="CPU, 1 and 2 processes, 1 epoch")
+    parser.add_argument(
+        "--quick", action="store_true", help="CPU, 1 and 2 processes, 1 epoch of 1,024 rows"
+    )
     parser.add_argument("--output", default=None, help=f"write the table (e.g. {RESULTS})")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--rows", type=int, default=ROWS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.epochs < 1:
         parser.error("--epochs must be at least 1")
     if args.child is not None:
-        print(f"{one_fit(args.child, args.epochs):.4f}")
+        print(f"{one_fit(args.child, args.epochs, args.rows):.4f}")
         return
     devices = ["cpu"] if args.quick else [d for d in args.devices.split(",") if d]
     procs = [1, 2] if args.quick else _numbers(args.procs, "procs")
     if procs[0] != 1:  # the throughput column is over the first row's one process
         parser.error(f"--procs must start with 1 (the baseline of the throughput), got {procs}")
-    epochs = 1 if args.quick else args.epochs
-    import torch
+    epochs, rows = (1, QUICK_ROWS) if args.quick else (args.epochs, ROWS)
+    if any(d.startswith("cuda") for d in devices):
+        import torch
 
-    if any(d.startswith("cuda") for d in devices) and not torch.cuda.is_available():
-        parser.error("--devices names cuda, but torch sees no CUDA device here")
-    publish(report(devices, procs, epochs), args.output)
+        if not torch.cuda.is_available():
+            parser.error("--devices names cuda, but torch sees no CUDA device here")
+    publish(report(devices, procs, epochs, rows), args.output)
 
 
 if __name__ == "__main__":

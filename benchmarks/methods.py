@@ -15,7 +15,9 @@ Both sides run on one thread (``torch.set_num_threads(1)``); each figure is the 
 ``--repeats`` runs after a warm-up. The script also checks that both sides give the same numbers.
 
 Run: ``python benchmarks/methods.py [--repeats 15] [--quick] [--output PATH]``. Prints a
-markdown table; a full run also writes it to ``benchmarks/results/methods.md``.
+markdown table; a full run also writes it to ``benchmarks/results/methods.md``. ``--quick`` is a
+smoke run: one repeat, the Laplace comparison on 500 points (four batches of 125), one fresh
+process; it writes only to an ``--output`` given.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from bnn_pyro.methods import DeepEnsemble, LaplaceApproximation
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "methods.md")
+POINTS, QUICK_POINTS = 2000, 500  # the Laplace comparison's points, in four batches
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -79,13 +82,16 @@ def seed_ensemble_predict(models: nn.ModuleList, x: torch.Tensor):
     return predictions.mean(dim=0), predictions.var(dim=0, correction=0)
 
 
-def bench_laplace(repeats: int, use_loader: bool) -> tuple[float, float, float]:
+def bench_laplace(
+    repeats: int, use_loader: bool, points: int = POINTS
+) -> tuple[float, float, float]:
     g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(2000, 13, generator=g), torch.randn(2000, 1, generator=g)
+    x, y = torch.randn(points, 13, generator=g), torch.randn(points, 1, generator=g)
+    batch = points // 4
     if use_loader:  # both sides pay the DataLoader's per-example indexing and collation
-        loader = DataLoader(TensorDataset(x, y), batch_size=500)
+        loader = DataLoader(TensorDataset(x, y), batch_size=batch)
     else:  # the same four batches as tensor views: times the curvature computation only
-        loader = [(x[i : i + 500], y[i : i + 500]) for i in range(0, 2000, 500)]
+        loader = [(x[i : i + batch], y[i : i + batch]) for i in range(0, points, batch)]
     torch.manual_seed(0)
     model = net_13_50_1()
     # noise_scale=1 is the seed's unit-variance Gaussian NLL, 0.5 (y - f)²
@@ -154,8 +160,12 @@ def bench_laplace_setup(runs: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per figure")
-    parser.add_argument("--quick", action="store_true", help="3 repeats, writes nothing")
-    parser.add_argument("--output", default=RESULTS, help="markdown file for the table")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 1 repeat, 500 Laplace points"
+    )
+    parser.add_argument(
+        "--output", default=None, help="markdown file for the table (full runs: results/methods.md)"
+    )
     parser.add_argument("--laplace-setup-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.laplace_setup_child:
@@ -163,12 +173,13 @@ def main() -> None:
         return
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
-    repeats = 3 if args.quick else args.repeats
+    repeats = 1 if args.quick else args.repeats
+    points = QUICK_POINTS if args.quick else POINTS
     torch.set_num_threads(1)
     rows = []
     for use_loader, how in ((False, "tensor batches"), (True, "DataLoader")):
-        t_loop, t_vec, err = bench_laplace(repeats, use_loader)
-        name = f"Laplace diag Fisher, 2,000 pts, 13-50-1 ({how})"
+        t_loop, t_vec, err = bench_laplace(repeats, use_loader, points)
+        name = f"Laplace diag Fisher, {points:,} pts, 13-50-1 ({how})"
         rows.append((name, t_loop, t_vec, "20x", f"{err:.1e} rel"))
     for n, target in ((10_000, "2x"), (100, "-")):
         t_loop, t_vec, err = bench_ensemble(n, repeats)
@@ -199,7 +210,7 @@ def main() -> None:
         "process skips it.",
     ]
     text = "\n".join(lines) + "\n"
-    publish(text, None if args.quick else args.output)
+    publish(text, args.output or (None if args.quick else RESULTS))
 
 
 if __name__ == "__main__":

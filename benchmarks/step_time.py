@@ -136,22 +136,26 @@ def plain_pyro_step(sizes, X, y, classification):
     return lambda: svi.step(xb, yb)
 
 
-def bnn_pyro_fit(sizes, X, y, classification, elbo="trace", compile=False):
+def bnn_pyro_fit(
+    sizes, X, y, classification, elbo="trace", compile=False, epochs_per_call=EPOCHS_PER_CALL
+):
     likelihood = bp.Categorical() if classification else bp.Gaussian(scale=1.0)
     bnn = bp.VariationalBNN(bp.nn.mlp(sizes[0], sizes[1:-1], sizes[-1]), likelihood)
     options = dict(batch_size=BATCH, lr=1e-3, progress=False, elbo=elbo, compile=compile)
     bnn.fit(X, y, epochs=1, seed=0, **options)  # (compile=True: compiles here, once)
-    steps = EPOCHS_PER_CALL * X.shape[0] // BATCH
+    steps = epochs_per_call * X.shape[0] // BATCH
 
-    def call() -> None:  # one fit() of EPOCHS_PER_CALL epochs: its set-up counts too
-        bnn.fit(X, y, epochs=EPOCHS_PER_CALL, **options)
+    def call() -> None:  # one fit() of epochs_per_call epochs: its set-up counts too
+        bnn.fit(X, y, epochs=epochs_per_call, **options)
 
     return bnn, call, steps
 
 
-def bench_training(sizes: list[int], n_batches: int, repeats: int, inner: int):
+def bench_training(
+    sizes: list[int], n_batches: int, repeats: int, inner: int, epochs: int = EPOCHS_PER_CALL
+):
     X, y, classification = make_data(sizes, BATCH * n_batches)
-    bnn, epoch, steps = bnn_pyro_fit(sizes, X, y, classification)
+    bnn, epoch, steps = bnn_pyro_fit(sizes, X, y, classification, epochs_per_call=epochs)
     per_epoch = {
         "torch MLP": torch_mlp_step(sizes, X, y, classification),
         "torch BBB": torch_bbb_step(sizes, X, y, classification),
@@ -161,8 +165,12 @@ def bench_training(sizes: list[int], n_batches: int, repeats: int, inner: int):
     # one call = `steps` steps for every contender, so all are timed alike
     fns = {name: _repeat(step, steps) for name, step in per_epoch.items()}
     fns["bnn_pyro fit"] = epoch
-    fns["bnn_pyro fit, meanfield"] = bnn_pyro_fit(sizes, X, y, classification, "meanfield")[1]
-    fns["bnn_pyro fit, compile=True"] = bnn_pyro_fit(sizes, X, y, classification, compile=True)[1]
+    fns["bnn_pyro fit, meanfield"] = bnn_pyro_fit(
+        sizes, X, y, classification, "meanfield", epochs_per_call=epochs
+    )[1]
+    fns["bnn_pyro fit, compile=True"] = bnn_pyro_fit(
+        sizes, X, y, classification, compile=True, epochs_per_call=epochs
+    )[1]
     times = compare(fns, repeats, inner)
     return {name: t / steps for name, t in times.items()}, bnn
 
@@ -224,7 +232,9 @@ def bench_predict(bnn: bp.VariationalBNN, repeats: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one repeat (a smoke run)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one repeat, fewer batches and epochs (a smoke run)"
+    )
     parser.add_argument("--output", default=RESULTS, help="markdown file for the tables")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -232,6 +242,9 @@ def main() -> None:
     # the timed fits are a few epochs each: their stds have not moved yet, by design
     warnings.simplefilter("ignore", bp.PosteriorCollapseWarning)
     repeats, inner = (1, 1) if args.quick else (9, 6)  # quick: every path once, no timing
+    # quick: a quarter of the batches (whole ones: one compiled graph per net) and one epoch
+    # per call; every contender and table as in the full run
+    shrink, epochs = (4, 1) if args.quick else (1, EPOCHS_PER_CALL)
     lines = [
         f"torch {torch.__version__}, pyro {pyro.__version__}, 1 thread, batch {BATCH}; "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: python benchmarks/step_time.py",
@@ -254,7 +267,8 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for sizes, n_batches, scale in (([13, 50, 1], 20, 1), ([784, 400, 400, 10], 8, 3)):
-        times, bnn = bench_training(sizes, n_batches, repeats, max(1, inner // scale))
+        n_batches //= shrink
+        times, bnn = bench_training(sizes, n_batches, repeats, max(1, inner // scale), epochs)
         bnn_small = bnn_small or bnn
         ms = {k: v * 1e3 for k, v in times.items()}
         mf = ms["bnn_pyro fit, meanfield"]

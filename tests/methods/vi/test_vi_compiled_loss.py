@@ -4,7 +4,12 @@ before any work; the stacked fit's compiled objective likewise.
 
 The compiled graph draws with torch's generator in the eager order, so under one seed both
 losses see the same weights; what differs is the order of float32 sums inside fused kernels.
-Compiling takes seconds, so the module compiles three fits and one loss, each once."""
+Compiling takes seconds, about one C++ kernel per fused group of the graph's operations, so the
+module compiles three fits and one loss, each once, on small nets: the trace fit's 3→8→1 graph
+(the hidden layer and its activation inside the graph) serves the loss test too, the same model
+and batch shape, from inductor's cache; the meanfield and stacked fits, which test their
+objectives' own terms (the closed-form KL, a learned noise, the members' noise drawn outside the
+graph), run a linear 3→1 net, whose graph has about half the kernels."""
 
 from __future__ import annotations
 
@@ -49,9 +54,11 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
     return x, x.sum(-1, keepdim=True) + 0.1 * torch.randn(64, 1, generator=g)
 
 
-def _bnn(likelihood: bp.Likelihood | None = None) -> bp.VariationalBNN:
+def _bnn(
+    likelihood: bp.Likelihood | None = None, hidden: tuple[int, ...] = (8,)
+) -> bp.VariationalBNN:
     torch.manual_seed(0)  # the same initial net for every fit
-    return bp.VariationalBNN(bp.nn.mlp(3, [8], 1), likelihood or bp.Gaussian(scale=0.5))
+    return bp.VariationalBNN(bp.nn.mlp(3, list(hidden), 1), likelihood or bp.Gaussian(scale=0.5))
 
 
 def _hooked() -> bp.VariationalBNN:
@@ -61,10 +68,11 @@ def _hooked() -> bp.VariationalBNN:
 
 
 def _fit(compile: bool, **options) -> tuple[bp.VariationalBNN, bp.History, int]:
-    """A fit, and how many steps ran the compiled loss."""
+    """A fit, and how many steps ran the compiled loss (``hidden``: the net's hidden widths,
+    3→8→1 unless given)."""
     x, y = _data()
     make = options.pop("likelihood", None)  # a fresh one: no cache warmed by another fit
-    bnn = _bnn(None if make is None else make())
+    bnn = _bnn(None if make is None else make(), options.pop("hidden", (8,)))
     calls, call = [], CompiledLoss.__call__
     CompiledLoss.__call__ = lambda self, *a, **k: calls.append(1) or call(self, *a, **k)
     try:
@@ -84,7 +92,7 @@ def _fit(compile: bool, **options) -> tuple[bp.VariationalBNN, bp.History, int]:
         # an annealed kl_weight: a new value each epoch, an input of the one graph
         dict(kl_weight=lambda epoch: 0.5 + 0.25 * epoch),
         # the closed-form KL and a learned noise, a latent of the likelihood
-        dict(elbo="meanfield", likelihood=lambda: bp.Gaussian(scale="learned")),
+        dict(elbo="meanfield", likelihood=lambda: bp.Gaussian(scale="learned"), hidden=()),
     ],
     ids=["trace, annealed", "meanfield, learned noise"],
 )
@@ -105,7 +113,10 @@ def test_a_compiled_fit_follows_the_eager_fit(options):
 
 
 def test_the_compiled_loss_and_its_gradients_are_the_eager_ones():
-    x, y = _data()
+    # one batch of 32 rows, the shape every step of the fits above runs: the first call's graph
+    # is the one the trace fit compiled (the same model, loss and input shapes), which inductor
+    # then serves from its cache instead of compiling it again
+    x, y = (t[:32] for t in _data())
     bnn = _bnn()
     bnn.setup_guide(x, y)
     eager = direct_loss_for(bnn)
@@ -238,7 +249,7 @@ def test_compile_false_asks_nothing():
 def _stacked(compile: bool, **options):
     x, y = _data()
     torch.manual_seed(0)
-    bnns = [bp.VariationalBNN(bp.nn.mlp(3, [8], 1), bp.Gaussian("learned")) for _ in range(2)]
+    bnns = [bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian("learned")) for _ in range(2)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         history = bp.fit_stacked(
