@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -32,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from _report import publish  # benchmarks/_report.py (scripts run from this folder)
+from methods import median_seconds  # benchmarks/methods.py: median of repeats after a warm-up
 
 import bnn_pyro as bp
 
@@ -73,17 +71,6 @@ PROBLEMS = [
     Problem("UCI-sized regression 13-50-1", 13, 50, 1, 400, 32, 40),
     Problem("digits-sized classifier 64-100-10", 64, 100, 10, 1437, 64, 20),
 ]
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` runs, after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def plain_fit(problem: Problem, x: torch.Tensor, y: torch.Tensor) -> nn.Module:
