@@ -178,5 +178,6 @@ def test_a_net_whose_last_layer_reads_more_than_rows_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^VBLL needs a net whose output \(N, O\) is its (.|\n)*"
                        r"end the net with that layer$"):  # fmt: skip
         VBLL(net, "regression").features(torch.randn(4, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"^VBLL makes the net's last nn.Linear its variational"):
+    with pytest.raises(ValueError, match=r"^VBLL makes the net's last nn.Linear its last layer, "
+                       r"and this net has none: end the net with an nn.Linear$"):  # fmt: skip
         VBLL(nn.Sequential(nn.Tanh()), "regression")
