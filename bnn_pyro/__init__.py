@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bnn_pyro.learned_prior import LearnedNormalPrior
     from bnn_pyro.likelihoods import Bernoulli, Categorical, Gaussian, HeteroscedasticGaussian
     from bnn_pyro.methods import (
+        DKL,
         SGMCMC,
         SNGP,
         SWAG,
@@ -94,6 +95,7 @@ __all__ = [
     "MCDropout",
     "VBLL",
     "SNGP",
+    "DKL",
     "VariationalBayesNN",
     "Bernoulli",
     "Categorical",

@@ -19,6 +19,7 @@ name               method
 ``laplace``        ``LaplaceApproximation``
 ``vbll``           ``VBLL`` (variational Bayesian last layers, Harrison et al. 2024)
 ``sngp``           ``SNGP`` (spectral-normalised neural GP, Liu et al. 2020)
+``dkl``            ``DKL`` (deep kernel learning on ``pyro.contrib.gp``, Wilson et al. 2016)
 ``vbnn``           ``VariationalBayesNN`` (pure-torch BBB of ``GaussianLinear`` layers)
 ``sghmc``          ``SGMCMC`` (scale-adapted SGHMC on the Pyro model, Springenberg 2016)
 ``csghmc``         ``SGMCMC(schedule="cyclical")`` (cyclical SGHMC, Zhang et al. 2020)

@@ -85,6 +85,9 @@ class MethodSpec:
             caller that would rather fit them one by one than have ``fit_stacked`` refuse
             (:func:`bnn_pyro.stacking.why_not_stacked`); ``None``: any models that
             ``stacked_fit`` takes.
+        classifies: whether the method takes a classifier's likelihood (``Categorical``,
+            ``Bernoulli``); a regression-only method's constructor refuses one, and the
+            estimators' classifier refuses the method before building it.
         measured_step: whether ``fit(lr=None)`` measures the step on the posterior (SG-MCMC),
             so that the estimators and the command line pass ``lr=None`` and the whole data
             set per step unless told otherwise (an optimiser's learning rate and minibatch
@@ -108,6 +111,7 @@ class MethodSpec:
     stacked_fit: str | None = None
     why_not_stacked: str | None = None
     measured_step: bool = False
+    classifies: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import bnn_pyro as bp
+from tests.method_tasks import takes
 
 ROOT = Path(__file__).resolve().parents[1]
 D_IN, HIDDEN, CLASSES = 3, [8], 3
@@ -23,7 +24,8 @@ TASKS = {
     "regression": (bp.Gaussian(scale="learned"), 1),
     "classification": (bp.Categorical(), CLASSES),
 }
-CASES = [(name, task) for name in bp.METHODS for task in TASKS]
+CASES = [(name, task) for name in bp.METHODS for task in TASKS if takes(name, task)]
+REGRESSION_ONLY = [name for name in bp.METHODS if not bp.registry.method_spec(name).classifies]
 
 
 def _net(out: int) -> torch.nn.Module:
@@ -93,6 +95,19 @@ def test_predict_answers_the_contract(saved, name, task):
         assert method.predict(X, return_samples=True, num_samples=7)[2].shape[0] == 7
         other = method.predict(X, return_samples=True, seed=4)[2]
         assert not torch.equal(other, samples)  # the seed matters: the samples are random
+
+
+@pytest.mark.parametrize("name", REGRESSION_ONLY)
+def test_a_regression_method_refuses_a_classifier_when_built(name):
+    """A method whose spec says it does not classify refuses a classifier's likelihood in its
+    constructor, with one line naming the methods that do."""
+    refusal = r"takes a Gaussian likelihood.*use 'sngp' or 'vbll'"
+    with pytest.raises(ValueError, match=refusal):
+        bp.make(name, _net(CLASSES), bp.Categorical())
+    with pytest.raises(ValueError, match=refusal):
+        bp.registry.method_class(name)(_net(CLASSES), likelihood="classification")
+    with pytest.raises(ValueError, match=r"Gaussian.*got Bernoulli"):
+        bp.make(name, _net(1), bp.Bernoulli())
 
 
 @pytest.mark.parametrize("name", list(bp.METHODS))

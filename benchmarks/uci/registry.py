@@ -161,7 +161,7 @@ def runnable_methods() -> list[str]:
 
     Example:
         >>> runnable_methods()[9:]  # after the tuned rows, the library's other methods
-        ['hidden_layer', 'vbll', 'sngp', 'vbnn', 'sgld']
+        ['hidden_layer', 'vbll', 'sngp', 'dkl', 'vbnn', 'sgld']
     """
     tuned = available_methods()
     return [*tuned, *(name for name in bnn_pyro.METHODS if name not in tuned)]

@@ -62,6 +62,12 @@ def check_hyperparameters(**params: Any) -> dict[str, Any]:
     p = dict(params)
     p["task"] = check_choice("task", p["task"], TASKS)
     p["method"] = check_choice("method", p["method"], tuple(registry.METHODS))
+    if p["task"] == "classification" and not registry.method_spec(p["method"]).classifies:
+        takes = [n for n in registry.METHODS if registry.method_spec(n).classifies]
+        raise ValueError(
+            f"method={p['method']!r} is a regression method; a classifier takes one of "
+            f"{', '.join(takes)}"
+        )
     p["hidden_sizes"] = hidden_sizes(p["hidden_sizes"])
     if not isinstance(p["activation"], str) or p["activation"] not in ACTIVATIONS:
         raise ValueError(

@@ -9,6 +9,7 @@ from bnn_pyro._lazy import lazy_face
 
 if TYPE_CHECKING:  # the names below, for type checkers and editors; imported on first use
     from bnn_pyro.base import BaseBayesianMethod, summarize_samples, to_probabilities
+    from bnn_pyro.methods.dkl.dkl import DKL
     from bnn_pyro.methods.ensemble.deep_ensemble import DeepEnsemble
     from bnn_pyro.methods.laplace.laplace import LaplaceApproximation
     from bnn_pyro.methods.mc_dropout.dropout import MCDropout
@@ -30,6 +31,7 @@ __all__ = [  # in the order of bnn_pyro.METHODS, then the contract
     "LaplaceApproximation",
     "VBLL",
     "SNGP",
+    "DKL",
     "VariationalBayesNN",
     "SGMCMC",
     "BaseBayesianMethod",

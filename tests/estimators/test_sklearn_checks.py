@@ -22,6 +22,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bnn_pyro.estimators import METHODS, BNNClassifier, BNNRegressor
 from bnn_pyro.methods.sgmcmc.spec import SPECS as SAMPLERS
+from tests.method_tasks import takes
 
 TINY = dict(hidden_sizes=(16,), epochs=10, batch_size=None, lr=0.1, num_samples=10, ensemble_size=2)
 # The samplers share one class and one estimator path (SGMCMC; `csghmc` and `sgld` are `sghmc`
@@ -38,6 +39,7 @@ EPOCHS = {"sghmc": 30}
         cls(method=m, **dict(TINY, epochs=EPOCHS.get(m, TINY["epochs"])))
         for cls in (BNNRegressor, BNNClassifier)
         for m in CHECKED
+        if takes(m, cls)
     ]
 )
 def test_sklearn_estimator_checks(estimator, check):

@@ -17,6 +17,7 @@ from bnn_pyro.base import PredictOutput
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.likelihoods.gaussian import NOISE_SITE
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
 from bnn_pyro.methods.laplace.probit import probit_moments
@@ -32,7 +33,7 @@ _ROWS = 1024
 _BOUNDED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-class SNGP(ClassicMethod):
+class SNGP(LastLayerReader, ClassicMethod):
     """Spectral-normalised neural Gaussian process: every hidden ``nn.Linear`` / ``nn.ConvNd``
     of the net keeps its spectral norm at most ``spectral_bound`` (so the features keep input
     distances within a factor of it), and the net's last ``nn.Linear`` is replaced by a
@@ -130,9 +131,6 @@ class SNGP(ClassicMethod):
         self.noise_log_scale = nn.Parameter(torch.zeros(last.out_features, **where))
 
     # ------------------------------------------------------------------ the features
-    def _last(self) -> nn.Linear:
-        return self.model.get_submodule(self._last_name)
-
     @contextmanager
     def _head_outputs(self) -> Iterator[list[torch.Tensor]]:
         """Inside the block the net's last layer returns the head's outputs; the list gets the
@@ -144,11 +142,8 @@ class SNGP(ClassicMethod):
             seen.append(phi)
             return self.head.outputs(phi)
 
-        handle = self._last().register_forward_hook(replace)
-        try:
+        with self._on_last(replace):
             yield seen
-        finally:
-            handle.remove()
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """``φ(x) (N, D)``: the random features of what the net's last ``nn.Linear`` reads (in
@@ -170,13 +165,6 @@ class SNGP(ClassicMethod):
         if phi.dim() != 2 or out.shape != (len(phi), self.head.weight.shape[0]):
             raise ValueError(self._not_last())
         return phi, out
-
-    def _not_last(self) -> str:
-        return (
-            "SNGP needs a net whose output (N, O) is its last nn.Linear's output on (N, H) "
-            f"features ({self._last_name!r} is not the last thing the net computes); end the "
-            "net with that layer"
-        )
 
     def _probe(self, x: torch.Tensor) -> torch.Tensor:
         """``fit``'s look at the net on a few rows: its output must be the last layer's."""

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -15,6 +13,7 @@ from bnn_pyro._rng import seeded
 from bnn_pyro.base import PredictOutput
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
 from bnn_pyro.methods.vbll.head import COVARIANCES, VBLLHead
@@ -26,7 +25,7 @@ __all__ = ["VBLL"]
 _ROWS = 4096
 
 
-class VBLL(ClassicMethod):
+class VBLL(LastLayerReader, ClassicMethod):
     """Variational Bayesian last layers: the net's last ``nn.Linear`` becomes a Gaussian
     ``q(W)`` (dense or diagonal covariance per output) trained jointly with the rest of the net
     by a deterministic ELBO (:class:`~bnn_pyro.methods.vbll.head.VBLLHead`); ``predict`` is in
@@ -124,19 +123,6 @@ class VBLL(ClassicMethod):
         self._fix_noise()
 
     # ------------------------------------------------------------------ the features
-    def _last(self) -> nn.Linear:
-        return self.model.get_submodule(self._last_name)
-
-    @contextmanager
-    def _read_last(self) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
-        """The last ``nn.Linear``'s (input, output) of each net call inside the block."""
-        seen: list[tuple[torch.Tensor, torch.Tensor]] = []
-        handle = self._last().register_forward_hook(lambda m, i, o: seen.append((i[0], o)))
-        try:
-            yield seen
-        finally:
-            handle.remove()
-
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """``φ(x) (N, F)``: what the net's last ``nn.Linear`` reads, a column of ones appended
         where it has a bias (in the net's current train/eval mode).
@@ -147,33 +133,10 @@ class VBLL(ClassicMethod):
             >>> m.features(torch.randn(5, 3)).shape  # 8 hidden units and the bias
             torch.Size([5, 9])
         """
-        phi = self._run(x)[0]
+        phi = self._read(x)[0]
         if self._last().bias is None:
             return phi
         return torch.cat([phi, phi.new_ones(len(phi), 1)], dim=-1)
-
-    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The net on ``x``: the last layer's input ``(N, F)`` and output, and the net's."""
-        with self._read_last() as seen:
-            out = self.model(x)
-        phi, last_out = seen[-1]
-        if phi.dim() != 2 or out.shape != last_out.shape:
-            raise ValueError(self._not_last())
-        return phi, last_out, out
-
-    def _not_last(self) -> str:
-        return (
-            "VBLL needs a net whose output (N, O) is its last nn.Linear's output on (N, F) "
-            f"features ({self._last_name!r} is not the last thing the net computes); end the "
-            "net with that layer"
-        )
-
-    def _probe(self, x: torch.Tensor) -> torch.Tensor:
-        """``fit``'s look at the net on a few rows: its output must be the last layer's."""
-        _, last_out, out = self._run(x)
-        if not torch.equal(out, last_out):
-            raise ValueError(self._not_last())
-        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, O)``: the mean of the last layer's output, ``M φ(x)``."""

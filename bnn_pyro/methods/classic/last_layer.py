@@ -1,0 +1,66 @@
+"""``LastLayerReader``: what the methods that put their own head in place of a net's last
+``nn.Linear`` (VBLL, SNGP, DKL) share: finding that layer, reading what it reads, and refusing
+a net that computes anything after it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+__all__ = ["LastLayerReader"]
+
+Hook = Callable[[nn.Module, tuple[torch.Tensor, ...], Any], Any]
+
+
+class LastLayerReader:
+    """A mixin for a method whose ``model`` ends in the ``nn.Linear`` named ``_last_name``
+    (found by :func:`~bnn_pyro.methods.classic.params.last_linear`): ``_read(x)`` runs the net
+    and returns what that layer read ``(N, H)``, what it returned and the net's output, and
+    refuses, naming the method, a net whose output is not that layer's."""
+
+    model: nn.Module
+    _last_name: str
+
+    def _last(self) -> nn.Linear:
+        """The net's last ``nn.Linear``."""
+        return self.model.get_submodule(self._last_name)
+
+    @contextmanager
+    def _on_last(self, hook: Hook) -> Iterator[None]:
+        """``hook`` as the last layer's forward hook inside the block (removed after it, also
+        on an error)."""
+        handle = self._last().register_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def _read(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The net on ``x``: the last layer's input ``(N, H)`` and output ``(N, O)``, and the
+        net's output (checked to have the last layer's shape)."""
+        seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+        with self._on_last(lambda m, i, o: seen.append((i[0], o))):
+            out = self.model(x)
+        phi, last_out = seen[-1]
+        if phi.dim() != 2 or out.shape != last_out.shape:
+            raise ValueError(self._not_last())
+        return phi, last_out, out
+
+    def _not_last(self) -> str:
+        """The refusal of a net that computes something after its last ``nn.Linear``."""
+        return (
+            f"{type(self).__name__} needs a net whose output (N, O) is its last nn.Linear's "
+            f"output on (N, H) features ({self._last_name!r} is not the last thing the net "
+            "computes); end the net with that layer"
+        )
+
+    def _probe(self, x: torch.Tensor) -> torch.Tensor:
+        """``fit``'s look at the net on a few rows: its output must be the last layer's."""
+        _, last_out, out = self._read(x)
+        if not torch.equal(out, last_out):
+            raise ValueError(self._not_last())
+        return out
