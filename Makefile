@@ -32,7 +32,7 @@ demo: $(STAMP)
 # The suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The edit-run loop: the library's doctests and the tests of its core (ELBOs, guides, likelihoods,
 # priors, the training engine, layers, checkpoints, threads), of VI, of the demo and of the Pyro

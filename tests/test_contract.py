@@ -18,6 +18,10 @@ import torch
 import bnn_pyro as bp
 from tests.method_tasks import takes
 
+# every test here on one worker (make test runs --dist loadgroup): the fitted and saved
+# methods, a module fixture, made once instead of once per worker
+pytestmark = pytest.mark.xdist_group("test_contract")
+
 ROOT = Path(__file__).resolve().parents[1]
 D_IN, HIDDEN, CLASSES = 3, [8], 3
 TASKS = {
@@ -180,6 +184,7 @@ import json, sys, torch
 sys.path.insert(0, {str(ROOT / "tests")!r})
 import bnn_pyro as bp
 from test_contract import TASKS, _data, _net
+
 out = {{}}
 for job in json.loads(sys.argv[1]):
     m = bp.load(job["path"], net=_net(TASKS[job["task"]][1]))
