@@ -34,6 +34,37 @@ def test_a_tiny_run_has_a_row_per_contender_with_its_ratios(cost):
     assert table.count("| tiny classifier |") == 3
 
 
+def test_a_regression_adds_dkl_beside_the_exact_gp(cost):
+    problem = cost.Problem("tiny regression", 3, 8, 1, 80, 20, 1)
+    rows = cost.measure(problem, repeats=1)
+    names = [r["method"] for r in rows]
+    assert names == ["plain net", "vbll", "sngp", *cost.GP_ROWS, cost.GP]
+    lines = cost.verdicts({problem.name: rows})
+    gp, dkl = rows[-1], rows[3]
+    assert f"- dkl (tiny regression): fit {dkl['fit'] / gp['fit']:.2f}x and predict" in lines[2]
+
+
+def test_the_exact_gp_row_trains_its_kernel(cost):
+    """The GP row is a real fit: its marginal likelihood per row goes down."""
+    import torch
+
+    from bnn_pyro.nn.param_scope import ParamScope
+
+    problem = cost.Problem("tiny regression", 3, 8, 1, 64, 16, 200)
+    x, y, _ = problem.data()
+    start = cost.build_gp(3, 1, kernel="rbf", inducing_points=None, lengthscale=1.0,
+                          variance=1.0, jitter=1e-6)  # fmt: skip
+    trained = cost.gp_fit(problem, x, y)
+    with torch.no_grad():  # a store per GP: two in one store would share parameters by name
+        with ParamScope():
+            before = float(cost.gp_objective(start, x, y.unsqueeze(0), len(x)))
+        with ParamScope():
+            after = float(cost.gp_objective(trained, x, y.unsqueeze(0), len(x)))
+    assert after < before - 0.05
+    mean, var = cost.gp_predict(trained, x[:5])
+    assert mean.shape == var.shape == (1, 5)
+
+
 def test_the_verdict_is_the_worst_ratio_against_the_target(cost):
     def rows(vbll: float, sngp: float) -> list[dict]:
         return [{"method": "vbll", "fit_ratio": vbll}, {"method": "sngp", "fit_ratio": sngp}]
