@@ -170,6 +170,11 @@ class DKL(LastLayerReader, ClassicMethod):
     def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:
         """Train the net and the GP on Pyro's ELBO per row; then the exact GP's training
         features (:meth:`after_training`)."""
+        if settings.compile:
+            raise ValueError(
+                "DKL trains on Pyro's ELBO, which torch.compile cannot capture in one graph (it "
+                "breaks at each of Pyro's host reads): fit without compile=True"
+            )
         x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
         n = len(x)
         if not self.exact and self.inducing_points > n:

@@ -246,6 +246,15 @@ def test_more_inducing_points_than_rows_are_refused_before_any_work():
     )  # fmt: skip
 
 
+def test_compile_is_refused_before_any_work():
+    m = _dkl()
+    x, y = _data()
+    assert_refused(
+        lambda: m.fit(x, y, epochs=1, compile=True, progress=False), ValueError,
+        "torch.compile", "without compile=True", obj=m,
+    )  # fmt: skip
+
+
 def test_the_objective_checks_its_targets():
     m = _dkl(outputs=2)
     x, y = _data(outputs=2)
