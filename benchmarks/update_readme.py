@@ -24,7 +24,8 @@ machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, eve
 beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
 band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``),
 ``no_data_activations`` (the demo's VI with other activations, same judge,
-``benchmarks/no_data_activations.py``), ``uci_gap`` (the UCI
+``benchmarks/no_data_activations.py``), ``co2`` (every regression method forecasting the Mauna
+Loa CO2 series a decade past its data, beside an exact GP, ``benchmarks/co2.py``), ``uci_gap`` (the UCI
 gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
 row's posteriors on the UCI splits beside laplace-torch, ``python -m
 benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the

@@ -93,6 +93,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "ood",
         "no_data",
         "no_data_activations",
+        "co2",
         "uci",
         "uci_projection",
         "uci_intervals",

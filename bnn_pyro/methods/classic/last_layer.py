@@ -4,7 +4,7 @@ a net that computes anything after it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,6 +57,15 @@ class LastLayerReader:
             f"output on (N, H) features ({self._last_name!r} is not the last thing the net "
             "computes); end the net with that layer"
         )
+
+    def _param_groups(self, own: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
+        """The optimizer's two groups: the net's body (its last layer, which the head stands
+        in for, left out) under ``fit``'s weight decay, a point fit's Gaussian prior, and the
+        head's trainable parameters ``own`` without it (the head has a prior of its own)."""
+        last = {id(p) for p in self._last().parameters()}
+        body = [p for p in self.model.parameters() if id(p) not in last]
+        head = [p for p in own if p.requires_grad]
+        return [{"params": body}, {"params": head, "weight_decay": 0.0}]
 
     def _probe(self, x: torch.Tensor) -> torch.Tensor:
         """``fit``'s look at the net on a few rows: its output must be the last layer's."""

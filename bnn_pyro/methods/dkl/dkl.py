@@ -13,9 +13,9 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import PredictOutput
 from bnn_pyro.likelihoods import Gaussian, Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
@@ -35,7 +35,7 @@ __all__ = ["DKL"]
 _ROWS = 2048
 
 
-class DKL(LastLayerReader, ClassicMethod):
+class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
     """Deep kernel learning: a Gaussian process with kernel ``k(h(x), h(x'))`` on the features
     ``h(x) (N, H)`` that the net's last ``nn.Linear`` reads, in place of that layer, built from
     Pyro's own GP modules (``pyro.contrib.gp``).
@@ -60,6 +60,9 @@ class DKL(LastLayerReader, ClassicMethod):
     param store, the same names for every GP; run such calls inside
     ``with bnn_pyro.nn.param_scope.ParamScope():``, a param store of their own (``fit``,
     ``predict`` and ``objective`` do so themselves).
+
+    ``predict`` is the GP's closed form (before a fit, its prior); its samples, where asked
+    for, are drawn from each row's marginal, independent across rows.
 
     The ``O`` outputs of a regression are ``O`` GPs sharing the kernel and the noise (one
     noise std); a classifier is refused (use ``"sngp"`` or ``"vbll"``).
@@ -188,11 +191,7 @@ class DKL(LastLayerReader, ClassicMethod):
                 rows = torch.linspace(0, n - 1, self.inducing_points).round().long()
                 with modes(self.model, lambda m: False):
                     self.gp.Xu.copy_(self.features(x[rows.to(x.device)]))
-        last = {id(p) for p in self._last().parameters()}  # the GP stands in for them
-        body = [p for p in self.model.parameters() if id(p) not in last]
-        own = [p for p in [self.mean, *self.gp.parameters()] if p.requires_grad]
-        # weight decay (a point fit's Gaussian prior) is the body's alone
-        params = [{"params": body}, {"params": own, "weight_decay": 0.0}]
+        params = self._param_groups([self.mean, *self.gp.parameters()])
         if self.exact:  # the marginal likelihood reads every row
             settings = dataclasses.replace(settings, batch_size=n)
 
@@ -264,19 +263,6 @@ class DKL(LastLayerReader, ClassicMethod):
         self.train_targets = self.train_targets.new_zeros(len(self.train_targets), rows)
 
     # ------------------------------------------------------------------ predict
-    def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The GP's posterior mean and variance ``(N, O)`` of the outputs ``f(x)`` (the net in
-        eval mode; before a fit, the GP's prior).
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = DKL(bp.nn.mlp(2, [4], 1), "regression", variance=2.0)
-            >>> mean, var = m.output_moments(torch.randn(3, 2))  # unfitted: the prior
-            >>> mean.shape, var.flatten().tolist()
-            (torch.Size([3, 1]), [2.0, 2.0, 2.0])
-        """
-        return self._moments(self._check_x(x))
-
     def _moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`output_moments` of checked inputs."""
         # a fresh param store of its own for each call: Pyro would otherwise share the GP's
@@ -305,71 +291,8 @@ class DKL(LastLayerReader, ClassicMethod):
             eps = torch.randn(num_samples, *mean.shape, dtype=mean.dtype, device=mean.device)
         return mean + var.sqrt() * eps
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        **options: Any,
-    ) -> PredictOutput:
-        """The GP's predictive of the outputs at ``x`` in closed form.
+    _closed_rows = _ROWS
 
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return ``S`` samples of ``f(x)``, drawn from each row's
-                marginal (independent across rows), beside the closed form's moments.
-            normalize_output: softmax multi-column outputs (rarely wanted for a regression).
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: makes the draws reproducible without touching the global RNG.
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-            **options: none (an unknown one is refused).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` (of ``f``: add ``noise_scale²`` for ``y``)
-            and, if asked, ``samples (S, N, O)``.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = DKL(bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.1), inducing_points=8)
-            >>> mean, var, samples = m.predict(torch.randn(5, 2), return_samples=True,
-            ...                                num_samples=4, seed=0)
-            >>> mean.shape, samples.shape
-            (torch.Size([5, 1]), torch.Size([4, 5, 1]))
-        """
-        if options:
-            raise TypeError(f"DKL.predict got unknown options {sorted(options)}")
-        draws = {"num_samples": num_samples, "seed": seed, "generator": generator}
-        x = self._check_x(x)
-        self._check_draws(num_samples, seed, generator)
-        if self._normalize(normalize_output):
-            return super().predict(x, return_samples, normalize_output, **draws)
-        return self._closed_form(x, self._moments, _ROWS, return_samples, normalize_output, draws)
-
-    def predictive_gaussian(
-        self, x: torch.Tensor, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The GP's Gaussian predictive of ``y``, ``N(μ(x), var(x) + σ²)``, as a mixture of
-        one component.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            **kwargs: passed to :meth:`predict` (checked; the closed form draws nothing).
-
-        Returns:
-            ``locs (1, N, O)`` and ``scales (1, N, O)``.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = DKL(bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.5))
-            >>> locs, scales = m.predictive_gaussian(torch.randn(3, 2))
-            >>> locs.shape, bool((scales > 0.5).all())
-            (torch.Size([1, 3, 1]), True)
-        """
-        mean, var = self.predict(x, **kwargs)
-        noise = noise_variance(self.gp).detach().to(mean.dtype)
-        return mean.unsqueeze(0), (var + noise).sqrt().unsqueeze(0)
+    def _noise_std(self) -> torch.Tensor:
+        """The GP's noise std ``σ``."""
+        return noise_variance(self.gp).detach().sqrt()

@@ -13,10 +13,10 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import PredictOutput
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.likelihoods.gaussian import NOISE_SITE
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
@@ -33,7 +33,7 @@ _ROWS = 1024
 _BOUNDED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-class SNGP(LastLayerReader, ClassicMethod):
+class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
     """Spectral-normalised neural Gaussian process: every hidden ``nn.Linear`` / ``nn.ConvNd``
     of the net keeps its spectral norm at most ``spectral_bound`` (so the features keep input
     distances within a factor of it), and the net's last ``nn.Linear`` is replaced by a
@@ -198,11 +198,7 @@ class SNGP(LastLayerReader, ClassicMethod):
         x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
         self._fix_noise()
         n, head, likelihood = len(x), self.head, self.likelihood
-        last = {id(p) for p in self._last().parameters()}  # the head stands in for them
-        body = [p for p in self.model.parameters() if id(p) not in last]
-        own = [p for p in [*head.parameters(), self.noise_log_scale] if p.requires_grad]
-        # weight decay (a point fit's Gaussian prior) is the body's alone: β has its prior
-        params = [{"params": body}, {"params": own, "weight_decay": 0.0}]
+        params = self._param_groups([*head.parameters(), self.noise_log_scale])  # β: its prior
 
         def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             nll = -likelihood.log_prob(self._run(xb)[1], yb, self._latents()).mean()
@@ -240,18 +236,6 @@ class SNGP(LastLayerReader, ClassicMethod):
             self._estimate_noise(float(noise) if noise.numel() == 1 else noise.clone())
 
     # ------------------------------------------------------------------ predict
-    def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The closed-form posterior mean and variance ``(N, O)`` of the net's outputs (a
-        classifier's logits), the net in eval mode.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = SNGP(bp.nn.mlp(2, [4], 1), "regression", num_features=8)
-            >>> [t.shape for t in m.output_moments(torch.randn(3, 2))]
-            [torch.Size([3, 1]), torch.Size([3, 1])]
-        """
-        return self._moments(self._check_x(x))
-
     def _moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`output_moments` of checked inputs."""
         with torch.no_grad(), modes(self.model, lambda m: False):
@@ -261,89 +245,18 @@ class SNGP(LastLayerReader, ClassicMethod):
         with seeded(seed, self.device), modes(self.model, lambda m: False):
             return self.head.sample_outputs(self.features(x), num_samples)
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        **options: Any,
-    ) -> PredictOutput:
-        """The predictive at ``x`` in one pass: the outputs' closed-form mean and variance, or,
-        where the outputs are softmaxed, the mean-field (probit) approximation of the class
-        probabilities and their variance.
+    _closed_rows = _ROWS
+    _closed_softmax = True  # the mean-field (probit) approximation, in one pass
 
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return ``S`` samples (outputs for ``S`` draws of the output
-                weights, softmaxed where the outputs are), beside the closed form's moments.
-            normalize_output: softmax multi-column outputs; ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: makes the draws reproducible without touching the global RNG.
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-            **options: none (an unknown one is refused).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` (epistemic: add ``noise_scale²`` for a
-            regression's ``y``) and, if asked, ``samples (S, N, O)``.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = SNGP(bp.nn.mlp(2, [4], 3), bp.Categorical(), num_features=16)
-            >>> mean, var, samples = m.predict(torch.randn(5, 2), return_samples=True,
-            ...                                num_samples=8, seed=0)
-            >>> samples.shape, torch.allclose(mean.sum(-1), torch.ones(5))
-            (torch.Size([8, 5, 3]), True)
-        """
-        if options:
-            raise TypeError(f"SNGP.predict got unknown options {sorted(options)}")
-        draws = {"num_samples": num_samples, "seed": seed, "generator": generator}
-        x = self._check_x(x)
-        self._check_draws(num_samples, seed, generator)
-        softmaxed = self._normalize(normalize_output) and self.head.weight.shape[0] > 1
-
-        def moments(part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            mean, var = self._moments(part)
-            return probit_moments(mean, var) if softmaxed else (mean, var)
-
-        return self._closed_form(x, moments, _ROWS, return_samples, normalize_output, draws)
-
-    def predictive_gaussian(
-        self, x: torch.Tensor, **kwargs: Any
+    def _softmax_moments(
+        self, mean: torch.Tensor, var: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Gaussian predictive of a regression's ``y``, ``N(f̄(x), φᵀ A⁻¹ φ + σ²)``, exact
-        for the random-feature GP, as a mixture of one component.
+        return probit_moments(mean, var)
 
-        Args:
-            x: ``(N, ...)`` inputs.
-            **kwargs: passed to :meth:`predict` (checked; the closed form draws nothing).
-
-        Returns:
-            ``locs (1, N, O)`` and ``scales (1, N, O)``.
-
-        Raises:
-            NotImplementedError: for a classifier.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = SNGP(bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.5), num_features=8)
-            >>> locs, scales = m.predictive_gaussian(torch.randn(3, 2))
-            >>> locs.shape, bool((scales > 0.5).all())
-            (torch.Size([1, 3, 1]), True)
-        """
-        if self.likelihood.classifies:
-            raise NotImplementedError(
-                "predictive_gaussian is a regression's predictive of y, and this SNGP "
-                "classifies: use predict"
-            )
-        mean, var = self.predict(x, **kwargs)
-        noise = self.noise_scale if self.noise_scale is not None else self.noise_log_scale.exp()
-        noise = torch.as_tensor(noise, dtype=mean.dtype, device=mean.device)
-        return mean.unsqueeze(0), (var + noise**2).sqrt().unsqueeze(0)
+    def _noise_std(self) -> float | torch.Tensor:
+        """A regression's ``σ``: the one the user fixed, else the learned one."""
+        noise = self.noise_scale
+        return noise if noise is not None else self.noise_log_scale.detach().exp()
 
 
 def _check_curvature(likelihood: Likelihood, outputs: int) -> None:

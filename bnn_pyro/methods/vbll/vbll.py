@@ -10,9 +10,9 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_choice, check_float, check_int, check_module
 from bnn_pyro._rng import seeded
-from bnn_pyro.base import PredictOutput
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
@@ -25,7 +25,7 @@ __all__ = ["VBLL"]
 _ROWS = 4096
 
 
-class VBLL(LastLayerReader, ClassicMethod):
+class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
     """Variational Bayesian last layers: the net's last ``nn.Linear`` becomes a Gaussian
     ``q(W)`` (dense or diagonal covariance per output) trained jointly with the rest of the net
     by a deterministic ELBO (:class:`~bnn_pyro.methods.vbll.head.VBLLHead`); ``predict`` is in
@@ -149,11 +149,7 @@ class VBLL(LastLayerReader, ClassicMethod):
         x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
         head, n, kl_weight = self.head, len(x), self.kl_weight
         self._fix_noise()
-        last = {id(p) for p in self._last().parameters()}  # q's mean stands in for them
-        body = [p for p in self.model.parameters() if id(p) not in last]
-        own = [p for p in head.parameters() if p.requires_grad]
-        # weight decay (a point fit's Gaussian prior) is the body's alone: q has its KL
-        params = [{"params": body}, {"params": own, "weight_decay": 0.0}]
+        params = self._param_groups(head.parameters())  # q: its KL
 
         def loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
             return head.loss(self.features(xb), yb, n, kl_weight)
@@ -185,18 +181,6 @@ class VBLL(LastLayerReader, ClassicMethod):
             self._estimate_noise(float(noise) if noise.numel() == 1 else noise.clone())
 
     # ------------------------------------------------------------------ predict
-    def output_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The closed-form mean and variance ``(N, O)`` of the net's outputs under ``q`` (the
-        net in eval mode); for a classifier, of its logits, the logit noise included.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = VBLL(bp.nn.mlp(2, [4], 1), "regression")
-            >>> [t.shape for t in m.output_moments(torch.randn(3, 2))]
-            [torch.Size([3, 1]), torch.Size([3, 1])]
-        """
-        return self._moments(self._check_x(x))
-
     def _moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`output_moments` of checked inputs."""
         with torch.no_grad(), modes(self.model, lambda m: False):
@@ -209,86 +193,11 @@ class VBLL(LastLayerReader, ClassicMethod):
         with seeded(seed, self.device), modes(self.model, lambda m: False):
             return self.head.sample_outputs(self.features(x), num_samples)
 
-    @torch.no_grad()
-    def predict(
-        self,
-        x: torch.Tensor,
-        return_samples: bool = False,
-        normalize_output: bool | None = None,
-        *,
-        num_samples: int | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        **options: Any,
-    ) -> PredictOutput:
-        """The predictive of ``q`` at ``x``: in closed form where the outputs are returned as
-        they are (a regression, or a classifier's logits with ``normalize_output=False``), the
-        mean and variance of ``S`` sampled probability vectors through a softmax.
+    _closed_rows = _ROWS
 
-        Args:
-            x: ``(N, ...)`` inputs.
-            return_samples: also return ``S`` samples (the outputs for ``S`` draws of the last
-                layer's weights, softmaxed where the outputs are); the closed-form mean and
-                variance are returned beside them, not the samples' own.
-            normalize_output: softmax multi-column outputs; ``None``: for a classifier only.
-            num_samples: ``S`` (default: the constructor's ``num_samples``).
-            seed: makes the draws reproducible without touching the global RNG.
-            generator: the same through a ``torch.Generator`` (instead of ``seed``).
-            **options: none (an unknown one is refused).
-
-        Returns:
-            ``mean (N, O)``, ``variance (N, O)`` (epistemic: add ``noise_scale²`` for a
-            regression's ``y``) and, if asked, ``samples (S, N, O)``.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = VBLL(bp.nn.mlp(2, [4], 3), bp.Categorical())
-            >>> mean, var, samples = m.predict(torch.randn(5, 2), return_samples=True,
-            ...                                num_samples=8, seed=0)
-            >>> samples.shape, torch.allclose(mean.sum(-1), torch.ones(5))
-            (torch.Size([8, 5, 3]), True)
-        """
-        if options:
-            raise TypeError(f"VBLL.predict got unknown options {sorted(options)}")
-        draws = {"num_samples": num_samples, "seed": seed, "generator": generator}
-        x = self._check_x(x)
-        softmaxed = self._normalize(normalize_output) and self.head.mean.shape[0] > 1
-        if softmaxed:
-            return super().predict(x, return_samples, normalize_output, **draws)
-        self._check_draws(num_samples, seed, generator)
-        return self._closed_form(x, self._moments, _ROWS, return_samples, normalize_output, draws)
-
-    def predictive_gaussian(
-        self, x: torch.Tensor, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The exact Gaussian predictive of a regression's ``y``,
-        ``N(M φ(x), φ(x)ᵀ Σ φ(x) + σ²)``, as a mixture of one component.
-
-        Args:
-            x: ``(N, ...)`` inputs.
-            **kwargs: passed to :meth:`predict` (checked; the closed form draws nothing).
-
-        Returns:
-            ``locs (1, N, O)`` and ``scales (1, N, O)``.
-
-        Raises:
-            NotImplementedError: for a classifier.
-
-        Example:
-            >>> import bnn_pyro as bp
-            >>> m = VBLL(bp.nn.mlp(2, [4], 1), bp.Gaussian(scale=0.5))
-            >>> locs, scales = m.predictive_gaussian(torch.randn(3, 2))
-            >>> locs.shape, bool((scales > 0.5).all())
-            (torch.Size([1, 3, 1]), True)
-        """
-        if self.head.classifies:
-            raise NotImplementedError(
-                "predictive_gaussian is a regression's predictive of y, and this VBLL classifies: "
-                "use predict"
-            )
-        mean, var = self.predict(x, **kwargs)
-        noise = torch.as_tensor(self.noise_scale, dtype=mean.dtype, device=mean.device)
-        return mean.unsqueeze(0), (var + noise**2).sqrt().unsqueeze(0)
+    def _noise_std(self) -> float | torch.Tensor:
+        """A regression's ``σ`` (fixed by the user, or learned by ``fit``)."""
+        return self.noise_scale
 
 
 def _weight_and_bias(last: nn.Linear) -> torch.Tensor:

@@ -188,6 +188,17 @@ def test_a_fixed_noise_stays_and_a_learned_one_finds_the_data_s():
     torch.testing.assert_close(scales[0], (var + float(m.gp.noise)).sqrt(), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("options", [{}, {"inducing_points": 5}])
+def test_an_unfitted_model_predicts_the_gp_prior(options):
+    """Before a fit: the exact GP has no data and the sparse GP's ``q(u)`` is its whitened
+    prior, so both predict the mean function and the kernel's variance."""
+    m = _dkl(variance=2.5, **options)
+    x = _data()[0][:4]
+    mean, var = m.predict(x)
+    torch.testing.assert_close(mean, m.mean.detach().expand(4, 1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(var, torch.full((4, 1), 2.5, dtype=F64), rtol=0, atol=1e-12)
+
+
 def test_draws_follow_the_closed_form():
     """20,000 draws: each mean within 5 standard errors (sd / sqrt(20,000)) of the closed
     form, each variance within 5% (the sample variance's relative sd is sqrt(2/20,000) = 1%)."""
@@ -244,6 +255,32 @@ def test_more_inducing_points_than_rows_are_refused_before_any_work():
         lambda: m.fit(x, y, epochs=1, progress=False), ValueError,
         "50 inducing points", "fit got 40", "inducing_points <= 40", obj=m,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(("noise", "learned"), [(0.2, False), ("learned", True)])
+def test_the_optimizer_holds_the_body_and_the_gp_not_the_replaced_layer(noise, learned):
+    """The net's own last layer is not read, so not trained; weight decay is the body's alone
+    (the GP's parameters are its own); the noise is trained where it is learned."""
+    groups = []
+
+    def adam(params):
+        groups.extend(params)
+        return torch.optim.Adam(params, lr=1e-3)
+
+    torch.manual_seed(0)
+    net = bp.nn.mlp(2, [8], 1).to(F64)
+    before = net[-1].weight.detach().clone()
+    m = DKL(net, bp.Gaussian(scale=noise), inducing_points=4)
+    m.fit(*_data(), epochs=1, optimizer=adam, weight_decay=1e-2, progress=False, seed=0)
+    body, own = groups
+    last = {id(p) for p in net[-1].parameters()}
+    assert {id(p) for p in body["params"]} == {id(p) for p in net.parameters()} - last
+    noise_raw = m.gp.likelihood.variance_unconstrained
+    want = [m.mean, *(p for p in m.gp.parameters() if learned or p is not noise_raw)]
+    assert [id(p) for p in own["params"]] == [id(p) for p in want]
+    assert own["weight_decay"] == 0.0
+    assert torch.equal(net[-1].weight, before)
+    assert learned or float(m.gp.likelihood.variance) == pytest.approx(0.04, rel=1e-12)
 
 
 def test_compile_is_refused_before_any_work():
