@@ -290,7 +290,11 @@ def page_markdown() -> str:
             "linearly with the distance from the data, so far away it is *more* confident,",
             "not less, and every score built on its predictions ranks the far points as more",
             "familiar than the data. The plain network's and laplace-torch's rows read the same:",
-            "it is the net's, not the inference's.",
+            "it is the net's, not the inference's. The distance-aware head is built against",
+            "exactly this: `sngp`'s last layer is a Gaussian process on a net whose layers keep",
+            "input distances, so its variance comes back to its prior's far from the data. For",
+            "a regression, `dkl` puts an exact (or sparse) Gaussian process on the net's",
+            "features; it does not classify.",
             *(
                 [
                     "NUTS's row in the 1-D columns says the same of the first of them: the",
