@@ -57,14 +57,13 @@ def build_gp(
         variance=torch.tensor(variance, **where),
         lengthscale=torch.tensor(lengthscale, **where),
     )
-    x0, y0 = torch.zeros(1, width, **where), torch.zeros(outputs, 1, **where)
-    noise = torch.tensor(1.0, **where)
+    x0, noise = torch.zeros(1, width, **where), torch.tensor(1.0, **where)
     if inducing_points is None:
-        return gp.models.GPRegression(x0, y0, base, noise=noise, jitter=jitter)
-    return gp.models.VariationalSparseGP(
-        x0, y0, base, Xu=torch.zeros(inducing_points, width, **where),
-        likelihood=gp.likelihoods.Gaussian(variance=noise), num_data=1, whiten=True,
-        jitter=jitter,
+        return gp.models.GPRegression(x0, None, base, noise=noise, jitter=jitter)
+    return gp.models.VariationalSparseGP(  # y's shape fixes q(u)'s: one per output
+        x0, torch.zeros(outputs, 1, **where), base,
+        Xu=torch.zeros(inducing_points, width, **where),
+        likelihood=gp.likelihoods.Gaussian(variance=noise), whiten=True, jitter=jitter,
     )  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.likelihoods.gaussian import NOISE_SITE
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
-from bnn_pyro.methods.classic.last_layer import LastLayerReader
+from bnn_pyro.methods.classic.last_layer import LastLayerReader, same_values
 from bnn_pyro.methods.classic.params import last_linear
 from bnn_pyro.methods.classic.training import TrainSettings, modes
 from bnn_pyro.methods.laplace.probit import probit_moments
@@ -170,7 +170,7 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         """``fit``'s look at the net on a few rows: its output must be the last layer's."""
         with self._head_outputs() as seen:
             out = self.model(x)
-        if not torch.equal(out, self.head.outputs(seen[-1])):
+        if not same_values(out, self.head.outputs(seen[-1])):
             raise ValueError(self._not_last())
         return out
 

@@ -97,7 +97,7 @@ def test_the_sparse_objective_is_its_closed_form_on_a_minibatch():
     """Pyro's sparse GP, whitened: ``q(f_n) = N(Wᵀm, k_nn - |w_n|² + |Sᵀw_n|²)`` with
     ``W = L⁻¹ K_uf``; the ELBO is ``N/B Σ_batch log N(y_n | q's mean, q's var + σ²) - KL(q(u) ||
     N(0, I))``, per row over ``N``. Written out here with dense linear algebra, float64."""
-    m, x, y = _fitted(inducing_points=12)
+    m, x, y = _fitted(inducing_points=12, jitter=1e-4)
     m.model.eval()
     batch = slice(5, 21)
     with torch.no_grad():
@@ -226,8 +226,44 @@ def test_a_kernel_matrix_that_is_not_positive_definite_is_named():
     torch.nn.init.zeros_(net[0].weight)
     torch.nn.init.zeros_(net[0].bias)
     m = DKL(net, bp.Gaussian(scale=1e-12), jitter=0.0)
-    with pytest.raises(bp.TrainingDivergedError, match="not positive definite.*larger jitter"):
+    message = (
+        r"^DKL: the kernel matrix of the net's features is not positive definite \(features "
+        r"that coincide, or a lengthscale grown large\): a larger jitter or a lower lr at "
+        r"epoch 0, step 0: training stopped"
+    )
+    with pytest.raises(bp.TrainingDivergedError, match=message):
         m.fit(*_data(), epochs=1, progress=False, seed=0)
+
+
+def test_features_that_are_not_finite_are_a_diverged_fit_at_its_step():
+    """NaN features make the kernel's Cholesky factor fail: that is the net diverging, and
+    ``fit`` names the epoch and step, as for any NaN loss."""
+    net = bp.nn.mlp(2, [4], 1).to(F64)
+    with torch.no_grad():
+        net[0].bias.fill_(float("nan"))
+    for options in ({}, {"inducing_points": 4}):
+        m = DKL(net, bp.Gaussian(scale=0.1), **options)
+        with pytest.raises(bp.TrainingDivergedError, match="epoch 0, step 0"):
+            m.fit(*_data(), epochs=1, batch_size=40, progress=False, seed=0)
+
+
+@pytest.mark.parametrize("options", [{}, {"inducing_points": 5}])
+def test_every_tensor_the_model_holds_is_in_the_net_s_precision(options):
+    m = _dkl(**options)
+    m.fit(*_data(), epochs=1, progress=False, seed=0)
+    floating = {k: v.dtype for k, v in m.state_dict().items() if torch.is_tensor(v)}
+    assert floating and set(floating.values()) == {F64}, floating
+
+
+def test_the_exact_gp_s_validation_loss_is_the_objective_of_the_validation_rows():
+    """The exact GP's loss is the marginal likelihood of the rows it is given, per row: on
+    validation rows, theirs (not scaled by the training rows' count)."""
+    m = _dkl()
+    x, y = _data()
+    history = m.fit(x[:30], y[:30], epochs=1, validation_data=(x[30:], y[30:]), progress=False,
+                    seed=0)  # fmt: skip
+    m.model.eval()
+    assert history["val_loss"][-1] == pytest.approx(float(m.objective(x[30:], y[30:])), rel=1e-9)
 
 
 @pytest.mark.parametrize(
