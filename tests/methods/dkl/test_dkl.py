@@ -247,6 +247,27 @@ def test_features_that_are_not_finite_are_a_diverged_fit_at_its_step():
             m.fit(*_data(), epochs=1, batch_size=40, progress=False, seed=0)
 
 
+def test_a_failed_cholesky_factor_on_features_that_are_not_finite_is_a_nan_loss(monkeypatch):
+    """Where the factorisation itself fails (LAPACK flags NaN pivots only sometimes), features
+    that are not finite give a NaN loss, for ``fit`` to name the step; finite ones, the
+    refusal that names the jitter."""
+    from bnn_pyro.methods.dkl.gp import build_gp, gp_objective
+
+    def fails(*args, **kwargs):
+        raise torch.linalg.LinAlgError("not positive-definite")
+
+    monkeypatch.setattr(torch.linalg, "cholesky", fails)
+    model = build_gp(2, 1, kernel="rbf", inducing_points=None, lengthscale=1.0, variance=1.0,
+                     jitter=1e-6)  # fmt: skip
+    h = torch.zeros(3, 2)
+    with ParamScope():
+        with pytest.raises(bp.TrainingDivergedError, match="not positive definite"):
+            gp_objective(model, h, torch.zeros(1, 3), 3)
+        h[1, 0] = float("inf")
+        loss = gp_objective(model, h, torch.zeros(1, 3), 3)
+    assert loss.dim() == 0 and bool(torch.isnan(loss))
+
+
 @pytest.mark.parametrize("options", [{}, {"inducing_points": 5}])
 def test_every_tensor_the_model_holds_is_in_the_net_s_precision(options):
     m = _dkl(**options)
