@@ -43,6 +43,16 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _every(k: int) -> str:
+    """``every week``, ``every second week`` or ``one week in k``.
+
+    Example:
+        >>> [_every(k) for k in (1, 2, 16)]
+        ['every week', 'every second week', 'one week in 16']
+    """
+    return {1: "every week", 2: "every second week"}.get(k, f"one week in {k}")
+
+
 def _span(t: np.ndarray) -> str:
     """First and last week of decimal years ``t`` as ``year.frac``."""
     return f"{float(t.min()):.2f}–{float(t.max()):.2f}"
@@ -52,7 +62,8 @@ def header(
     settings: Any, series: Any, notes: dict, argv: list[str], seconds: float, seed: int = 0
 ) -> list[str]:
     """The report's lines before its tables: versions, machine, command; the data, the
-    contenders' settings and the fitted GP kernel, every figure read from the run's objects."""
+    contenders' settings and the fitted GP kernel (the weeks, the settings and the kernel read
+    from the run's objects; the net and the dropout rate are ``co2.py``'s constants)."""
     s = settings
     command = repo_command(["python", "benchmarks/co2.py", *argv])
     lines = [
@@ -61,9 +72,10 @@ def header(
         f", 1 thread; `--seed {seed}`; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; wall "
         f"time {seconds:.0f} s; command: `{command}`",
         "",
-        f"Data: statsmodels' weekly Mauna Loa CO2, missing weeks dropped; training: one week "
-        f"in {s.train_every} before 1990, {len(series.t_train)} weeks ({_span(series.t_train)}); "
-        f"test: one week in {s.test_every} from 1990 on, {len(series.t_test)} weeks "
+        f"Data: statsmodels' weekly Mauna Loa CO2, missing weeks dropped; training: "
+        f"{_every(s.train_every)} before 1990, {len(series.t_train)} weeks "
+        f"({_span(series.t_train)}); test: {_every(s.test_every)} from 1990 on, "
+        f"{len(series.t_test)} weeks "
         f"({_span(series.t_test)}); input: the time in years, target: ppm, both standardised "
         f"on the training weeks; every figure below in ppm.",
         "",
@@ -107,7 +119,7 @@ def table(rows: dict[str, dict], key: str, fmt: str, seconds: bool = False) -> l
         if "buckets" in row:
             cells = [fmt.format(row["buckets"][b][key]) for b in buckets]
         else:  # a fit that diverged: no predictive
-            cells = [row["failed"]] * len(buckets)
+            cells = ["diverged"] * len(buckets)
         cells += [f"{row['seconds']:.0f}"] if seconds else []
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
@@ -117,17 +129,19 @@ def targets(rows: dict[str, dict], reference: str) -> list[str]:
     """The target, each line with its figures: which methods' 90% intervals cover between
     0.85 and 0.95 of all test weeks; the best method (coverage closest to 0.90, ties broken by
     the NLL) and the best by the NLL; the reference's coverage. A method whose fit diverged
-    (``"failed"`` in place of its buckets) has no predictive and is listed as such.
+    (``"diverged"`` in place of its buckets) has no predictive and is listed as such. The
+    coverage is printed to four decimals with its count of weeks, so that a figure next to a
+    bound of the range reads on the right side of it.
 
     Example:
         >>> def r(c, n):
-        ...     return {"buckets": {"all": {"cover": c, "nll": n, "rmse": 1.0}}}
+        ...     return {"buckets": {"all": {"cover": c, "nll": n, "rmse": 1.0, "weeks": 100}}}
         >>> lines = targets({"gp": r(0.5, 2.0), "a": r(0.88, 3.0), "b": r(0.99, 1.0)}, "gp")
         >>> lines[0].split(": ")[-1], lines[1].split(" (")[0]
         ('a', '- the best method by coverage: `a`')
     """
     methods = {m: r["buckets"]["all"] for m, r in rows.items() if m != reference and "buckets" in r}
-    failed = [f"`{m}` ({r['failed']})" for m, r in rows.items() if "buckets" not in r]
+    failed = [f"`{m}` (diverged {r['diverged']})" for m, r in rows.items() if "buckets" not in r]
     met = [m for m, c in methods.items() if LOW <= c["cover"] <= HIGH]
     best = min(methods, key=lambda m: (abs(methods[m]["cover"] - NOMINAL), methods[m]["nll"]))
     by_nll = min(methods, key=lambda m: methods[m]["nll"])
@@ -138,7 +152,11 @@ def targets(rows: dict[str, dict], reference: str) -> list[str]:
         return "met" if LOW <= cover <= HIGH else "missed"
 
     def figures(c: dict) -> str:
-        return f"coverage {c['cover']:.2f}, NLL {c['nll']:.2f}, RMSE {c['rmse']:.2f} ppm"
+        covered = round(c["cover"] * c["weeks"])
+        return (
+            f"coverage {c['cover']:.4f} ({covered} of {c['weeks']} weeks), NLL {c['nll']:.2f}, "
+            f"RMSE {c['rmse']:.2f} ppm"
+        )
 
     return [
         f"- 90% intervals covering {LOW:.2f}–{HIGH:.2f} of all test weeks: "
@@ -152,7 +170,19 @@ def targets(rows: dict[str, dict], reference: str) -> list[str]:
 
 
 def render(header_lines: list[str], rows: dict[str, dict], notes: dict) -> str:
-    """The whole markdown page: title, header, one table per metric, the targets."""
+    """The whole markdown page: title, header, one table per metric, the targets (the first
+    row: the reference).
+
+    Example:
+        >>> cell = {"cover": 0.9, "nll": 2.0, "rmse": 1.0, "sd": 1.0, "weeks": 10}
+        >>> rows = {"gp": {"buckets": {"all": cell}, "seconds": 1.0},
+        ...         "vi": {"buckets": {"all": cell}, "seconds": 2.0}}
+        >>> page = render(["header"], rows, {})
+        >>> [line.split(": ")[-1] for line in page.splitlines() if "`vi`" in line][0]
+        'target met'
+        >>> page.count("| vi | ")  # a row in each of the four tables
+        4
+    """
     lines = [TITLE, "", *header_lines]
     for i, (title, key, fmt) in enumerate(TABLES):
         lines += ["", f"## {title}", "", *table(rows, key, fmt, seconds=i == len(TABLES) - 1)]

@@ -21,12 +21,14 @@ processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members tr
 and one by one, ``benchmarks/stacked.py``), ``stacked_chains`` (SG-MCMC chains stacked against
 one chain, ``benchmarks/stacked_chains.py``), ``threads`` (the thread policy on an idle and a busy
 machine, ``benchmarks/threads.py``), ``ood`` (out-of-distribution detection, every classifier
-beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``no_data`` (every method's
+beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``rotated_digits`` (every
+classifier on test digits rotated further and further from the upright training images,
+``benchmarks/rotated_digits.py``), ``no_data`` (every method's
 band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``),
 ``no_data_activations`` (the demo's VI with other activations, same judge,
 ``benchmarks/no_data_activations.py``), ``co2`` (every regression method forecasting the Mauna
-Loa CO2 series a decade past its data, beside an exact GP, ``benchmarks/co2.py``), ``uci_gap`` (the UCI
-gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
+Loa CO2 series a decade past its data, beside an exact GP, ``benchmarks/co2.py``), ``uci_gap``
+(the UCI gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
 row's posteriors on the UCI splits beside laplace-torch, ``python -m
 benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``), ``suite_time`` (how long ``make test`` and ``make
@@ -51,7 +53,8 @@ README = os.path.join(ROOT, "README.md")
 PAGES = (README, os.path.join(ROOT, "docs", "results.md"))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 BLOCK = re.compile(
-    r"(<!-- results:(?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S
+    r"(<!-- results:(?P<name>[a-z_][a-z0-9_]*) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)",
+    re.S,
 )
 UCI_SECTIONS = ("test log-likelihood", "RMSE", "Targets")
 #: Blocks whose results file is not ``results/NAME.md``: the path below ``results/``.

@@ -94,6 +94,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "no_data",
         "no_data_activations",
         "co2",
+        "rotated_digits",
         "uci",
         "uci_projection",
         "uci_intervals",

@@ -64,14 +64,14 @@ def _rows(markdown: str, title: str) -> dict[str, list[str]]:
 def test_quick_run_writes_its_three_files_and_a_row_per_contender(quick):
     printed, out = quick
     assert sorted(p.name for p in out.iterdir()) == ["co2.json", "co2.md", "co2.png"]
-    assert (out / "co2.md").read_text(encoding="utf-8") == printed
+    assert (out / "co2.md").read_text(encoding="utf-8") + "\n" == printed  # print's newline
     assert (out / "co2.png").read_bytes()[:4] == b"\x89PNG"
     contenders = [co2.REFERENCE, *bp.METHODS]
     for title, _, _ in report.TABLES:
         rows = _rows(printed, title)
         assert list(rows) == contenders, title
         assert all(len(cells) == 4 + (title == report.TABLES[-1][0]) for cells in rows.values())
-        cell = re.compile(r"-?\d+\.\d\d|diverged( at epoch \d+)?")  # a figure, or no predictive
+        cell = re.compile(r"-?\d+\.\d\d|diverged")  # a figure, or a fit with no predictive
         assert all(cell.fullmatch(c) for cells in rows.values() for c in cells[:4]), rows
     assert "## Targets" in printed and "the GP reference: coverage" in printed
     payload = json.loads((out / "co2.json").read_text(encoding="utf-8"))
@@ -120,14 +120,16 @@ def test_moment_match_against_a_hand_computation():
 
 def test_a_diverged_fit_is_a_row_without_figures_and_is_not_counted():
     def row(cover: float) -> dict:
-        cell = {"cover": cover, "nll": 2.0, "rmse": 1.0, "sd": 1.0, "weeks": 3}
+        cell = {"cover": cover, "nll": 2.0, "rmse": 1.0, "sd": 1.0, "weeks": 10}
         return {"buckets": {"all": cell}, "seconds": 1.0}
 
-    rows = {"gp": row(0.5), "a": {"failed": "diverged at epoch 7", "seconds": 2.0}, "b": row(0.9)}
-    assert report.table(rows, "cover", "{:.2f}")[3] == "| a | diverged at epoch 7 |"
+    diverged = {"diverged": "at epoch 7 of 9", "seconds": 2.0}
+    rows = {"gp": row(0.5), "a": diverged, "b": row(0.9), "c": row(0.8498)}
+    assert report.table(rows, "cover", "{:.2f}")[3] == "| a | diverged |"
     lines = report.targets(rows, "gp")
-    assert lines[0].endswith(": b (no predictive, not counted: `a` (diverged at epoch 7))")
-    assert lines[1].startswith("- the best method by coverage: `b`")
+    assert lines[0].endswith(": b (no predictive, not counted: `a` (diverged at epoch 7 of 9))")
+    assert lines[1].startswith("- the best method by coverage: `b` (closest to 0.90; coverage ")
+    assert "coverage 0.9000 (9 of 10 weeks)" in lines[1] and lines[1].endswith("target met")
 
 
 # ---------------------------------------------------------------------------- the committed page
