@@ -248,8 +248,9 @@ def method_net(name: str, problem: Problem, seed: int) -> nn.Module:
 
 
 def contenders() -> list[tuple[str, str, dict[str, Any]]]:
-    """``(row label, registry name, options)``: every method with its defaults, in
-    :data:`bnn_pyro.METHODS` order, each followed by its :data:`VARIANTS`.
+    """``(row label, registry name, options)``: every method that classifies (its registry
+    entry's ``classifies``) with its defaults, in :data:`bnn_pyro.METHODS` order, each followed
+    by its :data:`VARIANTS`.
 
     Example:
         >>> [label for label, _, _ in contenders()][:2]
@@ -257,6 +258,8 @@ def contenders() -> list[tuple[str, str, dict[str, Any]]]:
     """
     out = []
     for name in bp.METHODS:
+        if not bp.registry.method_spec(name).classifies:
+            continue
         out.append((name, name, {}))
         out += [(label, n, dict(o)) for label, (n, o) in VARIANTS.items() if n == name]
     return out

@@ -32,13 +32,14 @@ _COUNT = re.compile(r"(\d+) (passed|skipped|failed|errors?)")
 
 
 def makefile_paths(target: str, makefile: str = os.path.join(ROOT, "Makefile")) -> tuple[str, ...]:
-    """The paths a Makefile target hands to pytest (after ``-n $(TEST_WORKERS)``).
+    """What a Makefile target hands to pytest after ``-n $(TEST_WORKERS)``: its options (the
+    workers' ``--dist`` mode) and its paths (none: the whole suite).
 
     Example:
         >>> makefile_paths("test-quick")[:3]
         ('bnn_pyro', 'tests/elbos', 'tests/guides')
         >>> makefile_paths("test")
-        ()
+        ('--dist', 'loadgroup')
     """
     with open(makefile, encoding="utf-8") as handle:
         text = handle.read()

@@ -133,7 +133,9 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             lengthscale=self.lengthscale, variance=self.variance, jitter=self.jitter, **where,
         )  # fmt: skip
         # the GP's constant mean per output, started at the net's own last bias
-        bias = last.bias.detach().clone() if last.bias is not None else torch.zeros(outputs)
+        bias = (
+            last.bias.detach().clone() if last.bias is not None else torch.zeros(outputs, **where)
+        )
         self.mean = nn.Parameter(bias.to(**where))
         # the exact GP's training features (N, H) and targets (O, N), set by fit
         self.register_buffer("train_features", torch.zeros(0, width, **where))
@@ -150,7 +152,8 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         """The noise std the user fixed (one for every output), or ``None``."""
         if not self._noise_from_user:
             return None
-        scale = torch.as_tensor(self.noise_scale, dtype=torch.float64).flatten()
+        # a host-side check of the user's value (one float per output), wherever the model is
+        scale = torch.as_tensor(self.noise_scale, dtype=torch.float64, device="cpu").flatten()
         if not torch.all(scale == scale[0]):
             raise ValueError(
                 f"DKL's {len(scale)} outputs share one GP noise, and the noise scale given has "
@@ -188,9 +191,9 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         fix_noise(self.gp, self._fixed_noise())
         with torch.no_grad():
             if not self.exact:  # inducing points at evenly spaced rows' features
-                rows = torch.linspace(0, n - 1, self.inducing_points).round().long()
+                rows = torch.linspace(0, n - 1, self.inducing_points, device=x.device)
                 with modes(self.model, lambda m: False):
-                    self.gp.Xu.copy_(self.features(x[rows.to(x.device)]))
+                    self.gp.Xu.copy_(self.features(x[rows.round().long()]))
         params = self._param_groups([self.mean, *self.gp.parameters()])
         if self.exact:  # the marginal likelihood reads every row
             settings = dataclasses.replace(settings, batch_size=n)
@@ -226,7 +229,7 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             True
         """
         x = self._check_x(x)
-        y = self._placed(torch.as_tensor(y))
+        y = self._placed(torch.as_tensor(y, device=self.device))
         y = y.unsqueeze(-1) if y.dim() == 1 else y
         if y.shape != (len(x), len(self.mean)):
             raise ValueError(
