@@ -29,10 +29,12 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/bnn-pyro demo --out demo_output
 
-# The suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in this one process.
+# The suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in this one process. Each test
+# file runs whole on one worker (--dist loadfile), so a module fixture (the docs site, a benchmark's
+# quick run, fitted models) is built once, not once per interleaving.
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The edit-run loop: the library's doctests and the tests of its core (ELBOs, guides, likelihoods,
 # priors, the training engine, layers, checkpoints, threads), of VI, of the demo and of the Pyro

@@ -39,7 +39,7 @@ def makefile_paths(target: str, makefile: str = os.path.join(ROOT, "Makefile")) 
         >>> makefile_paths("test-quick")[:3]
         ('bnn_pyro', 'tests/elbos', 'tests/guides')
         >>> makefile_paths("test")
-        ('--dist', 'loadgroup')
+        ('--dist', 'loadfile')
     """
     with open(makefile, encoding="utf-8") as handle:
         text = handle.read()

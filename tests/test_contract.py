@@ -18,10 +18,6 @@ import torch
 import bnn_pyro as bp
 from tests.method_tasks import takes
 
-# every test here on one worker (make test runs --dist loadgroup): the fitted and saved
-# methods, a module fixture, made once instead of once per worker
-pytestmark = pytest.mark.xdist_group("test_contract")
-
 ROOT = Path(__file__).resolve().parents[1]
 D_IN, HIDDEN, CLASSES = 3, [8], 3
 TASKS = {

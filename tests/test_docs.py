@@ -18,10 +18,6 @@ import pytest
 
 import bnn_pyro as bp
 
-# every test here on one worker (make test runs --dist loadgroup): the site, a module
-# fixture, made once instead of once per worker
-pytestmark = pytest.mark.xdist_group("test_docs")
-
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_PACKAGES = ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_jupyter")
 

@@ -27,9 +27,6 @@ from benchmarks import co2
 from benchmarks import co2_report as report
 from tests.benchmarks.test_results_rederived import assert_printed, sections
 
-# the quick run, a module fixture, made once on one worker (make test runs --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("test_co2")
-
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "co2.py"
 RESULTS = ROOT / "benchmarks" / "results"

@@ -20,10 +20,6 @@ import torch
 
 import bnn_pyro as bp
 
-# every test here on one worker (make test runs --dist loadgroup): the quick runs, a module
-# fixture, made once instead of once per worker
-pytestmark = pytest.mark.xdist_group("test_ood_benchmark")
-
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "ood.py"
 

@@ -20,9 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-# one worker for the module (make test runs --dist loadgroup): the quick run is made once
-pytestmark = pytest.mark.xdist_group("test_rotated_digits")
-
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "rotated_digits.py"
 

@@ -30,10 +30,6 @@ import pytest
 from benchmarks.uci.bundle import refit_final_group
 from benchmarks.uci.runner import BenchmarkSettings
 
-# every test here on one worker (make test runs --dist loadgroup): the refits, a module
-# fixture, made once instead of once per worker
-pytestmark = pytest.mark.xdist_group("test_uci_refit_rederived")
-
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "uci"
 DATA = ROOT / "benchmarks" / "uci" / "data"

@@ -20,10 +20,6 @@ from bnn_pyro.methods import (
 )
 from tests.methods.methods_helpers import relu_mlp, trained
 
-# every test here on one worker (make test runs --dist loadgroup): the fitted methods, a module
-# fixture, made once instead of once per worker
-pytestmark = pytest.mark.xdist_group("test_method_contract")
-
 FIT = dict(epochs=300, batch_size=80, lr=1e-2, progress=False, seed=0)
 
 
