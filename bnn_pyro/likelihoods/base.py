@@ -325,14 +325,15 @@ def probit_scale(var: torch.Tensor) -> torch.Tensor:
 
 
 def float_targets(y: torch.Tensor, out_dim: int, what: str) -> torch.Tensor:
+    given = tuple(y.shape)
     if not torch.is_floating_point(y):
         y = y.float()
-    if y.dim() == 1:
+    if y.dim() == 1 and out_dim == 1:
         y = y.unsqueeze(-1)
     if y.dim() != 2 or y.shape[1] != out_dim:
+        shapes = "(N,) or (N, 1)" if out_dim == 1 else f"(N, {out_dim})"
         raise ValueError(
-            f"y must have shape (N,) or (N, {out_dim}) for {what} with {out_dim} output(s), "
-            f"got {tuple(y.shape)}"
+            f"y must have shape {shapes} for {what} with {out_dim} output(s), got {given}"
         )
     return y
 

@@ -85,6 +85,7 @@ def test_bernoulli_targets_are_checked_with_their_whole_message():
         lik.check_targets(torch.tensor([0.0, 2.0]), 1)
     with pytest.raises(
         ValueError,
-        match=r"^y must have shape \(N,\) or \(N, 2\) for a Bernoulli likelihood with 2 output",
+        match=r"^y must have shape \(N, 2\) for a Bernoulli likelihood "
+        r"with 2 output\(s\), got \(3, 3\)$",
     ):
         lik.check_targets(torch.zeros(3, 3), 2)

@@ -126,7 +126,8 @@ def test_a_nan_output_gives_a_nan_density_not_a_constraint_error():
 def test_wrong_targets_are_refused_naming_the_gaussian_likelihood():
     with pytest.raises(
         ValueError,
-        match=r"^y must have shape \(N,\) or \(N, 2\) for a Gaussian likelihood with 2 output",
+        match=r"^y must have shape \(N, 2\) for a Gaussian likelihood "
+        r"with 2 output\(s\), got \(3, 3\)$",
     ):
         bp.Gaussian().check_targets(torch.zeros(3, 3), 2)
 

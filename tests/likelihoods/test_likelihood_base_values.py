@@ -142,7 +142,8 @@ def test_float_targets_casts_integers_to_float32_and_keeps_a_float_dtype():
     assert y.tolist() == [[0.0], [1.0], [2.0]]
     d = float_targets(torch.tensor([[0.5, 1.5]], dtype=torch.float64), 2, "it")
     assert d.dtype == torch.float64
-    msg = "y must have shape (N,) or (N, 2) for it with 2 output(s), got (3, 1)"
+    # (N,) targets are one output's: for two outputs the message names (N, 2) and the shape given
+    msg = "y must have shape (N, 2) for it with 2 output(s), got (3,)"
     with pytest.raises(ValueError, match=rf"^{re.escape(msg)}$"):
         float_targets(torch.tensor([1, 2, 3]), 2, "it")
 

@@ -15,6 +15,7 @@ from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Gaussian, Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.checks import check_targets
 from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
@@ -229,13 +230,7 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             True
         """
         x = self._check_x(x)
-        y = self._placed(torch.as_tensor(y, device=self.device))
-        y = y.unsqueeze(-1) if y.dim() == 1 else y
-        if y.shape != (len(x), len(self.mean)):
-            raise ValueError(
-                f"y must be ({len(x)},) or ({len(x)}, {len(self.mean)}) for these inputs, "
-                f"got {tuple(y.shape)}"
-            )
+        y = self._placed(check_targets(x, torch.as_tensor(y), self.likelihood, len(self.mean)))
         with ParamScope():
             return self._objective(self.features(x), y, len(x))
 

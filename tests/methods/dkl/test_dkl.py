@@ -352,4 +352,8 @@ def test_compile_is_refused_before_any_work():
 def test_the_objective_checks_its_targets():
     m = _dkl(outputs=2)
     x, y = _data(outputs=2)
-    assert_refused(lambda: m.objective(x, y[:, 0]), ValueError, "(40, 2)", "(40,)")
+    assert_refused(lambda: m.objective(x, y[:, 0]), ValueError, "(N, 2)", "got (40,)")
+    assert_refused(lambda: m.objective(x, y[:30]), ValueError, "40 rows", "(30, 2)")
+    bad = y.clone()
+    bad[3, 1] = float("nan")
+    assert_refused(lambda: m.objective(x, bad), ValueError, "finite", "1 NaN")
