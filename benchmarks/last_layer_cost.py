@@ -16,9 +16,13 @@ full-batch steps), the row DKL's cost is read against.
 Targets: VBLL's and SNGP's fit at most 1.3x the plain net's; predict in one pass; DKL's cost
 against the exact GP's reported.
 
-Problems: a UCI-sized regression (13-50-1, 400 rows, batch 32, 40 epochs) and a digits-sized
-classifier (64-100-10, 1,437 rows, batch 64, 20 epochs), on one thread; each time the median
-of ``--repeats`` runs after a warm-up.
+VBLL runs twice: with its default dense covariance (a Cholesky factor per output, ``O·H²``
+parameters: more than the body itself on these nets) and with the diagonal one (``O·H``).
+
+Problems: a UCI-sized regression (13-50-1, 400 rows, batch 32, 40 epochs), a digits-sized
+classifier (64-100-10, 1,437 rows, batch 64, 20 epochs) and an MNIST-sized one (784-400-400-10,
+4,096 rows, batch 128, 5 epochs), on one thread; each time the median of ``--repeats`` runs
+after a warm-up.
 
 Run: ``python benchmarks/last_layer_cost.py [--repeats 5] [--quick] [--output PATH]``; a full
 run writes ``benchmarks/results/last_layer_cost.md``.
@@ -43,8 +47,13 @@ from bnn_pyro.nn.param_scope import ParamScope
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "last_layer_cost.md")
 FIT_TARGET = 1.3
-#: The methods held to the fit target, and the regression's GP rows (DKL against the GP).
-TARGETED = ("vbll", "sngp")
+#: The rows held to the fit target: label -> (method, options); and the regression's GP rows
+#: (DKL against the GP).
+TARGETED = {
+    "vbll": ("vbll", {}),
+    "vbll, diagonal covariance": ("vbll", {"covariance": "diagonal"}),
+    "sngp": ("sngp", {}),
+}
 GP_ROWS = {"dkl": {}, "dkl, 64 inducing points": {"inducing_points": 64}}
 GP = "exact GP on the input (no net)"
 
@@ -53,7 +62,7 @@ GP = "exact GP on the input (no net)"
 class Problem:
     name: str
     inputs: int
-    hidden: int
+    hidden: int | tuple[int, ...]
     outputs: int
     rows: int
     batch: int
@@ -73,7 +82,8 @@ class Problem:
         return x[: self.rows], y[: self.rows], x[self.rows :]
 
     def net(self) -> nn.Module:
-        return bp.nn.mlp(self.inputs, [self.hidden], self.outputs)
+        hidden = [self.hidden] if isinstance(self.hidden, int) else list(self.hidden)
+        return bp.nn.mlp(self.inputs, hidden, self.outputs)
 
     def likelihood(self) -> bp.likelihoods.Likelihood:
         return bp.Categorical() if self.classifies else bp.Gaussian(scale="learned")
@@ -82,6 +92,7 @@ class Problem:
 PROBLEMS = [
     Problem("UCI-sized regression 13-50-1", 13, 50, 1, 400, 32, 40),
     Problem("digits-sized classifier 64-100-10", 64, 100, 10, 1437, 64, 20),
+    Problem("MNIST-sized classifier 784-400-400-10", 784, (400, 400), 10, 4096, 128, 5),
 ]
 
 
@@ -143,7 +154,7 @@ def measure(problem: Problem, repeats: int, epochs: int | None = None) -> list[d
     with torch.no_grad():
         base_predict = median_seconds(lambda: plain(x_test), repeats)
     rows = [{"method": "plain net", "fit": base_fit, "predict": base_predict}]
-    contenders = {name: (name, {}) for name in TARGETED}
+    contenders = dict(TARGETED)
     if not problem.classifies:
         contenders.update({label: ("dkl", options) for label, options in GP_ROWS.items()})
     for label, (name, options) in contenders.items():
@@ -184,16 +195,15 @@ def table(results: dict[str, list[dict]]) -> str:
 
 
 def verdicts(results: dict[str, list[dict]]) -> list[str]:
-    """One line per targeted method, its worst fit ratio against the target; one per DKL row,
-    its fit and predict against the exact GP on the input's."""
+    """One line per targeted row: its fit ratio on each problem, in order, and on how many it
+    meets the target; one per DKL row, its fit and predict against the exact GP on the input's."""
     lines = []
     for name in TARGETED:
-        worst = max(
-            r["fit_ratio"] for rows in results.values() for r in rows if r["method"] == name
-        )
-        verdict = "met" if worst <= FIT_TARGET else "missed"
+        ratios = [r["fit_ratio"] for rows in results.values() for r in rows if r["method"] == name]
+        met = sum(ratio <= FIT_TARGET for ratio in ratios)
         lines.append(
-            f"- {name}: fit at most {worst:.2f}x the plain net's (target {FIT_TARGET}x: {verdict})"
+            f"- {name}: fit {' / '.join(f'{r:.2f}x' for r in ratios)} the plain net's "
+            f"(target {FIT_TARGET}x: met on {met} of {len(ratios)})"
         )
     for problem, rows in results.items():
         by_name = {r["method"]: r for r in rows}

@@ -24,24 +24,24 @@ def cost():
 def test_a_tiny_run_has_a_row_per_contender_with_its_ratios(cost):
     problem = cost.Problem("tiny classifier", 4, 8, 3, 40, 20, 1)
     rows = cost.measure(problem, repeats=1)
-    assert [r["method"] for r in rows] == ["plain net", "vbll", "sngp"]
+    assert [r["method"] for r in rows] == ["plain net", *cost.TARGETED]
     base = rows[0]
     for r in rows:
         assert r["fit"] > 0 and r["predict"] > 0
         assert r["fit_ratio"] == pytest.approx(r["fit"] / base["fit"])
         assert r["predict_ratio"] == pytest.approx(r["predict"] / base["predict"])
     table = cost.table({problem.name: rows})
-    assert table.count("| tiny classifier |") == 3
+    assert table.count("| tiny classifier |") == 4
 
 
 def test_a_regression_adds_dkl_beside_the_exact_gp(cost):
     problem = cost.Problem("tiny regression", 3, 8, 1, 80, 20, 1)
     rows = cost.measure(problem, repeats=1)
     names = [r["method"] for r in rows]
-    assert names == ["plain net", "vbll", "sngp", *cost.GP_ROWS, cost.GP]
+    assert names == ["plain net", *cost.TARGETED, *cost.GP_ROWS, cost.GP]
     lines = cost.verdicts({problem.name: rows})
-    gp, dkl = rows[-1], rows[3]
-    assert f"- dkl (tiny regression): fit {dkl['fit'] / gp['fit']:.2f}x and predict" in lines[2]
+    gp, dkl = rows[-1], rows[4]
+    assert f"- dkl (tiny regression): fit {dkl['fit'] / gp['fit']:.2f}x and predict" in lines[3]
 
 
 def test_the_exact_gp_row_trains_its_kernel(cost):
@@ -65,14 +65,17 @@ def test_the_exact_gp_row_trains_its_kernel(cost):
     assert mean.shape == var.shape == (1, 5)
 
 
-def test_the_verdict_is_the_worst_ratio_against_the_target(cost):
-    def rows(vbll: float, sngp: float) -> list[dict]:
-        return [{"method": "vbll", "fit_ratio": vbll}, {"method": "sngp", "fit_ratio": sngp}]
+def test_the_verdict_gives_each_problem_s_ratio_and_counts_those_that_meet_the_target(cost):
+    def rows(vbll: float, diagonal: float, sngp: float) -> list[dict]:
+        ratios = (vbll, diagonal, sngp)
+        return [{"method": m, "fit_ratio": r} for m, r in zip(cost.TARGETED, ratios, strict=True)]
 
-    lines = cost.verdicts({"a": rows(1.1, 1.3), "b": rows(1.31, 0.9)})
+    lines = cost.verdicts({"a": rows(1.1, 1.0, 1.3), "b": rows(1.31, 2.0, 0.9)})
     assert lines == [
-        "- vbll: fit at most 1.31x the plain net's (target 1.3x: missed)",
-        "- sngp: fit at most 1.30x the plain net's (target 1.3x: met)",
+        "- vbll: fit 1.10x / 1.31x the plain net's (target 1.3x: met on 1 of 2)",
+        "- vbll, diagonal covariance: fit 1.00x / 2.00x the plain net's (target 1.3x: met on 1 "
+        "of 2)",
+        "- sngp: fit 1.30x / 0.90x the plain net's (target 1.3x: met on 2 of 2)",
     ]
 
 
