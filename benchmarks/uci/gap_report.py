@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.uci.protocol import mean_stderr
+from benchmarks.uci.registry import available_methods
 
 __all__ = ["COVERAGE_TARGET", "gap_tables", "read_runs"]
 
@@ -95,6 +96,15 @@ def gap_tables(records: list[dict]) -> str:
             f"Target (best method's gap coverage >= {COVERAGE_TARGET} on >= {SETS_NEEDED} "
             f"of {len(best)} sets): {verdict}, {met} of {len(best)}. Best per set: {listed}."
         )
+    tuned = set(available_methods())
+    untuned = sorted({r["method"] for r in records} - tuned)
+    if untuned:
+        lines += [
+            "",
+            f"Untuned rows ({', '.join(untuned)}): the harness's one configuration for a method "
+            "without a grid of its own (`benchmarks/uci/generic.py`: Adam at 1e-3, batch 32, "
+            "about 10,000 steps), not a search.",
+        ]
     return "\n".join(lines).rstrip() + "\n"
 
 

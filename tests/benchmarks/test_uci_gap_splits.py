@@ -71,3 +71,14 @@ def test_the_folders_follow_the_source_and_the_harness_runs_on_them(tmp_path):
 def test_no_data_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no UCI data folder"):
         write_gap_folders(tmp_path, tmp_path / "out")
+
+
+def test_rows_without_a_grid_of_their_own_are_named_untuned():
+    rows = [
+        {"dataset": "toy_gap", "split": 0, "method": m, "coverage_95": 0.9, "test_ll": -1.0}
+        for m in ("vi", "dkl", "vbll")
+    ]
+    text = gap_tables(rows)
+    assert "| dkl | 0.900 ± 0.000 |" in text
+    assert "Untuned rows (dkl, vbll): the harness's one configuration" in text
+    assert "Untuned" not in gap_tables(rows[:1])  # a tuned row alone: no such line
