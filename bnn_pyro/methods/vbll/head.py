@@ -150,7 +150,10 @@ class VBLLHead(nn.Module):
     def kl(self) -> torch.Tensor:
         """``Σ_o KL(N(m_o, Σ_o) ‖ N(0, s I))`` in nats, ``()``."""
         s, f = self.prior_variance, self.mean.shape[-1]
-        trace = self.scale_tril().pow(2).sum((-2, -1))  # tr Σ_o = ‖L_o‖²_F
+        if self.covariance == "diagonal":  # tr Σ_o, without the (O, F, F) diagonal matrices
+            trace = (2 * self.log_diag).exp().sum(-1)
+        else:
+            trace = self.scale_tril().pow(2).sum((-2, -1))  # tr Σ_o = ‖L_o‖²_F
         log_det = 2 * self.log_diag.sum(-1)
         per_output = trace / s + self.mean.pow(2).sum(-1) / s - f + f * math.log(s) - log_det
         return 0.5 * per_output.sum()
@@ -203,8 +206,12 @@ class VBLLHead(nn.Module):
         ``N(m_cᵀφ, φᵀΣ_cφ + σ_c²)``, and a row's draws do not depend on which rows come with
         it."""
         o, f = self.mean.shape
-        eps = torch.randn(num_samples, o, f, 1, dtype=phi.dtype, device=phi.device)
-        weights = self.mean + (self.scale_tril() @ eps).squeeze(-1)  # (S, O, F)
+        eps = torch.randn(num_samples, o, f, dtype=phi.dtype, device=phi.device)
+        if self.covariance == "diagonal":
+            spread = self.log_diag.exp() * eps
+        else:  # L_o ε_so: one product per output for all draws (L is not copied per draw)
+            spread = torch.einsum("ofg,sog->sof", self.scale_tril(), eps)
+        weights = self.mean + spread  # (S, O, F)
         out = torch.einsum("sof,nf->sno", weights, phi)
         if self.classifies:
             noise = torch.randn(num_samples, 1, o, dtype=phi.dtype, device=phi.device)

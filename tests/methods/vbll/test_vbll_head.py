@@ -168,3 +168,22 @@ def test_bad_settings_are_refused():
         VBLLHead(
             F, 1, classifies=False, covariance="lowrank", prior_variance=1, wishart_scale=1, dof=1
         )
+
+
+@pytest.mark.parametrize("covariance", ["dense", "diagonal"])
+def test_each_draw_is_the_mean_plus_the_scale_times_its_standard_normal(covariance):
+    """``W_s = M + L ε_s`` with ``ε_s`` the generator's next ``S·O·F`` normals, in order (the
+    draws written out with the full ``L`` matrices: the head must not copy them per draw, but
+    its draws are theirs); a classifier adds one logit-noise draw per sample after them."""
+    head = _head(covariance, classifies=True)
+    phi = torch.randn(5, F, dtype=torch.float64)
+    torch.manual_seed(7)
+    got = head.sample_outputs(phi, 3)
+    torch.manual_seed(7)
+    eps = torch.randn(3, OUT, F, 1, dtype=torch.float64)
+    noise = torch.randn(3, 1, OUT, dtype=torch.float64)
+    with torch.no_grad():
+        weights = head.mean + (head.scale_tril() @ eps).squeeze(-1)
+        expected = torch.einsum("sof,nf->sno", weights, phi) + head.noise_log_scale.exp() * noise
+    assert got.shape == (3, 5, OUT)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)  # float64 round-off
