@@ -230,7 +230,8 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             True
         """
         x = self._check_x(x)
-        y = self._placed(check_targets(x, torch.as_tensor(y), self.likelihood, len(self.mean)))
+        y = torch.as_tensor(y, device=self.device)
+        y = self._placed(check_targets(x, y, self.likelihood, len(self.mean)))
         with ParamScope():
             return self._objective(self.features(x), y, len(x))
 
