@@ -204,7 +204,7 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
 
         with ParamScope():  # the GP's own (see _moments)
             history = self._train(
-                params, loss, (x, yt), settings, module=self.model, desc="DKL",
+                params, loss, (x, yt), settings, module=self, desc="DKL",
                 validation=validation,
             )  # fmt: skip
         self.after_training(x, yt, settings)

@@ -205,7 +205,7 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             return nll + head.log_prior_penalty() / n
 
         history = self._train(
-            params, loss, (x, yt), settings, module=self.model, desc="SNGP",
+            params, loss, (x, yt), settings, module=self, desc="SNGP",
             validation=validation,
         )  # fmt: skip
         self.after_training(x, yt, settings)

@@ -155,7 +155,7 @@ class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             return head.loss(self.features(xb), yb, n, kl_weight)
 
         history = self._train(
-            params, loss, (x, yt), settings, module=self.model, desc="VBLL",
+            params, loss, (x, yt), settings, module=self, desc="VBLL",
             validation=validation,
         )  # fmt: skip
         self.after_training(x, yt, settings)
