@@ -11,7 +11,8 @@ hooks ``checkpoint_config``/``from_checkpoint_config``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,7 +37,16 @@ from bnn_pyro.training import Callback, History, OptimizerSpec
 from bnn_pyro.training.batches import gather_loader, validation_pair
 from bnn_pyro.training.resume import ResumePath, open_resume
 
-__all__ = ["ClassicMethod"]
+__all__ = ["ClassicMethod", "StackedParts"]
+
+#: What a stacked fit trains of one model (:meth:`ClassicMethod.stacked_parts`): the net that
+#: trains stacked, and either ``(None, None)`` (the net on the likelihood's point loss) or the
+#: model's own head beside it with one member's loss ``(head, net output (B, ...), targets) -> ()``.
+StackedParts = tuple[
+    nn.Module,
+    nn.Module | None,
+    Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None,
+]
 
 Data = tuple[torch.Tensor, torch.Tensor]
 #: The ``fit`` settings that fix a run's trajectory, compared with a resume file's.
@@ -67,6 +77,8 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
         "complete_training",
         "fit_data",
         "fit_defaults",
+        "fit_probe",
+        "stacked_parts",
     )
 
     def _set_likelihood(
@@ -209,6 +221,19 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
         ``x``'s row shape for ``predict``'s input check. The stacked fit calls it per member."""
         self.after_training(x, yt, settings)
         self._seen_input = tuple(x.shape[1:])
+
+    def fit_probe(self, x: torch.Tensor) -> torch.Tensor:
+        """What ``fit`` checks the targets' width against: the net's output on a few rows
+        ``(n, O)``. The methods with a head of their own also check the net's shape here."""
+        return self.model(x)
+
+    @contextmanager
+    def stacked_parts(self, x: torch.Tensor) -> Iterator[StackedParts]:
+        """Inside the block, what the stacked fit (:func:`~bnn_pyro.fit_stacked`) trains of this
+        model, to be fitted on ``x`` ``(N, ...)`` (see :data:`StackedParts`). By default the
+        net on the likelihood's point loss; a method that trains a head of its own yields it
+        and its loss."""
+        yield self.model, None, None
 
     def fit_data(
         self,

@@ -31,6 +31,7 @@ from bnn_pyro.training.batches import permuted_batches
 from bnn_pyro.training.compiled import compile_loss
 from bnn_pyro.training.stacked import StackedModels
 from bnn_pyro.training.stacked_batches import stacked_batches
+from bnn_pyro.training.stacked_heads import StackedHeads
 
 __all__ = ["train_epochs", "train_nets", "train_stacked"]
 
@@ -181,6 +182,7 @@ def train_stacked(
     per_member: bool = False,
     validation: Data | None = None,
     callbacks: Sequence[Callback] = (),
+    heads: tuple[StackedHeads, Sequence[nn.Module]] | None = None,
 ) -> History:
     """:func:`train_nets` of ``nets`` stacked as one net; each ends as its own run seeded with
     its seed would.
@@ -206,6 +208,9 @@ def train_stacked(
             members' mean) and ``member_val_loss``, ``output_loss`` in eval mode.
         callbacks: ``fn(owner, epoch, history)`` after each epoch, the members written back,
             before the user's callbacks (SWAG's snapshot collectors, each bound to its member).
+        heads: ``(stacked, members)``: the members' own heads trained beside the nets (VBLL's
+            ``q``), stacked, which ``output_loss`` reads; they train without ``fit``'s weight
+            decay (a head has a prior of its own) and are written back with the nets.
 
     Returns:
         The :class:`~bnn_pyro.training.History`: ``loss`` (the members' mean) and
@@ -230,17 +235,33 @@ def train_stacked(
     generators = order_generators(seeds)
     noise = noise_generators(generators, seeds, module_device(nets[0]))
     stacked = StackedModels(nets, x[0] if per_member else x, noise)
+    module: nn.Module = stacked
+    params: list[Any] = list(stacked.parameters())
+    if heads is not None:
+        module = nn.ModuleDict({"nets": stacked, "heads": heads[0]})
+        own = [p for p in heads[0].parameters() if p.requires_grad]
+        params = [{"params": params}, {"params": own, "weight_decay": 0.0}]
     if settings.resume is not None:  # the run's state is the stacked parameters, not the members
-        for key, p in stacked.named_parameters():
+        for key, p in module.named_parameters():
             settings.resume.extra[key] = p
 
     def losses(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return output_loss(stacked(xb), yb)
 
+    def write_back() -> None:
+        stacked.write_back(nets)
+        if heads is not None:
+            heads[0].write_back(heads[1])
+
+    def read_from() -> None:
+        stacked.read_from(nets)
+        if heads is not None:
+            heads[0].read_from(heads[1])
+
     try:
         return train_nets(
-            stacked,
-            stacked.parameters(),
+            module,
+            params,
             losses,
             stacked_batches(x, y, settings.batch_size, generators, per_member, noise),
             settings,
@@ -249,7 +270,7 @@ def train_stacked(
             desc=desc,
             validation=validation,
             callbacks=callbacks,
-            sync=(lambda: stacked.write_back(nets), lambda: stacked.read_from(nets)),
+            sync=(write_back, read_from),
         )
     finally:
-        stacked.write_back(nets)
+        write_back()

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from bnn_pyro.methods.classic.training import modes
+
 __all__ = ["LastLayerReader", "same_values"]
 
 Hook = Callable[[nn.Module, tuple[torch.Tensor, ...], Any], Any]
@@ -72,6 +74,50 @@ class LastLayerReader:
             "computes); end the net with that layer"
         )
 
+    @contextmanager
+    def without_last(self, x: torch.Tensor) -> Iterator[nn.Module]:
+        """Inside the block, the net with its last ``nn.Linear`` swapped for ``nn.Identity``:
+        it returns the features ``(N, H)`` that layer reads (what a stacked fit trains, the
+        head beside it). Checked first on ``x``'s first rows, in eval mode: the swapped net
+        must return what the layer read, or the net is refused (the layer is called more than
+        once, or something computes after it).
+
+        Raises:
+            ValueError: the net cannot be read that way (the reason is named).
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> m = bp.VBLL(bp.nn.mlp(3, [8], 2), "classification")
+            >>> with m.without_last(torch.randn(4, 3)) as body:
+            ...     body(torch.randn(5, 3)).shape
+            torch.Size([5, 8])
+            >>> m.model(torch.randn(5, 3)).shape  # the layer is back after the block
+            torch.Size([5, 2])
+        """
+        rows = x[:3]
+        with torch.no_grad(), modes(self.model, lambda m: False):
+            phi = self._read(rows)[0]
+        path, _, attr = self._last_name.rpartition(".")
+        if not attr:
+            raise ValueError(
+                f"{type(self).__name__}'s net is its last nn.Linear alone: there is no body to "
+                "train stacked; fit the models one by one"
+            )
+        owner, last = self.model.get_submodule(path), self._last()
+        setattr(owner, attr, nn.Identity())
+        try:
+            with torch.no_grad(), modes(self.model, lambda m: False):
+                body = self.model(rows)
+            if not same_values(body, phi):
+                raise ValueError(
+                    f"{type(self).__name__}'s net does not end with one call of its last "
+                    f"nn.Linear ({self._last_name!r}): it cannot train stacked; fit the models "
+                    "one by one"
+                )
+            yield self.model
+        finally:
+            setattr(owner, attr, last)
+
     def _param_groups(self, own: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
         """The optimizer's two groups: the net's body (its last layer, which the head stands
         in for, left out) under ``fit``'s weight decay, a point fit's Gaussian prior, and the
@@ -81,7 +127,7 @@ class LastLayerReader:
         head = [p for p in own if p.requires_grad]
         return [{"params": body}, {"params": head, "weight_decay": 0.0}]
 
-    def _probe(self, x: torch.Tensor) -> torch.Tensor:
+    def fit_probe(self, x: torch.Tensor) -> torch.Tensor:
         """``fit``'s look at the net on a few rows: its output must be the last layer's."""
         _, last_out, out = self._read(x)
         if not same_values(out, last_out):

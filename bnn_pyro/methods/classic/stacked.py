@@ -1,21 +1,26 @@
-"""K fits of one classic method in one pass (seeds, data splits): MC dropout, SWAG, Laplace.
+"""K fits of one classic method in one pass (seeds, data splits): MC dropout, SWAG, Laplace,
+VBLL.
 
-The stacked path of ``bp.fit_stacked`` for ``MCDropout``, ``SWAG`` and ``LaplaceApproximation``
-models. Their training is a net on the task loss (cross-entropy or squared error, with an L2
-``weight_decay``); member ``k`` keeps its own rows, its own initial weights and a generator
-seeded with ``seeds[k]`` that draws its minibatch order and its dropout masks in the order its
-own ``fit(..., seed=seeds[k])`` draws them from the global generator (see
-:mod:`bnn_pyro.training.stacked`). What each method does around the training is its own code,
-run per member: SWAG collects its snapshots after each epoch from ``epochs // 2`` on (the
-members written back first), and after training MC dropout and SWAG set the noise from their
-residuals and Laplace fits its posterior at the MAP. Each member ends as its own fit up to
-float rounding (tested).
+The stacked path of ``bp.fit_stacked`` for ``MCDropout``, ``SWAG``, ``LaplaceApproximation``
+and ``VBLL`` models. The first three train a net on the task loss (cross-entropy or squared
+error, with an L2 ``weight_decay``); VBLL trains the net's body and its ``q(W)`` beside it on
+the ELBO (the heads stacked, :class:`~bnn_pyro.training.stacked_heads.StackedHeads`: what each
+model's :meth:`~bnn_pyro.methods.classic.base.ClassicMethod.stacked_parts` gives). Member ``k``
+keeps its own rows, its own initial weights and a generator seeded with ``seeds[k]`` that draws
+its minibatch order and its dropout masks in the order its own ``fit(..., seed=seeds[k])``
+draws them from the global generator (see :mod:`bnn_pyro.training.stacked`). What each method
+does around the training is its own code, run per member: SWAG collects its snapshots after
+each epoch from ``epochs // 2`` on (the members written back first), and after training MC
+dropout and SWAG set the noise from their residuals, Laplace fits its posterior at the MAP and
+VBLL puts ``q``'s mean in the net's last layer. Each member ends as its own fit up to float
+rounding (tested).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -30,6 +35,7 @@ from bnn_pyro.training.callbacks import SeenAs
 from bnn_pyro.training.resume import ResumePath, open_resume
 from bnn_pyro.training.stacked import elementwise_optimizer, stackable
 from bnn_pyro.training.stacked_batches import check_member_sets, member_data
+from bnn_pyro.training.stacked_heads import StackedHeads
 
 __all__ = ["fit_classic_stacked", "stacked_classes"]
 
@@ -40,7 +46,7 @@ def stacked_classes() -> tuple[type, ...]:
 
     Example:
         >>> [c.__name__ for c in stacked_classes()]
-        ['MCDropout', 'SWAG', 'LaplaceApproximation']
+        ['MCDropout', 'SWAG', 'LaplaceApproximation', 'VBLL']
     """
     me = f"{__name__}:{fit_classic_stacked.__name__}"
     return tuple(s.load_class() for s in method_specs().values() if s.stacked_fit == me)
@@ -69,8 +75,8 @@ def fit_classic_stacked(
     options of their own ``fit``.
 
     Args:
-        methods: K ``MCDropout``, ``SWAG`` or ``LaplaceApproximation`` of one class, one
-            architecture and one likelihood.
+        methods: K ``MCDropout``, ``SWAG``, ``LaplaceApproximation`` or ``VBLL`` of one
+            class, one architecture and one likelihood (VBLL: and the same settings).
         X: ``(N, D)`` shared, or ``(K, N, D)`` one set per member; y: ``(N, ...)`` or
             ``(K, N, ...)``.
         seeds: one per member, as ``fit(seed=)``.
@@ -141,7 +147,7 @@ def fit_classic_stacked(
         m.fit_data(
             X[k] if per_member else X,
             y[k] if per_member else y,
-            m.model,
+            m.fit_probe,
             m.model,
             member_data(validation_data, k, len(methods)),
         )
@@ -161,19 +167,45 @@ def fit_classic_stacked(
         for m in methods
         for cb in m.epoch_callbacks(settings.epochs)
     ]
-    history = train_stacked(
-        nets,
-        lambda out, yb: first.likelihood.point_loss(out, yb).mean(-1),
-        (torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])),
-        settings,
-        seeds,
-        owner=owner,
-        name=kind.__name__,
-        desc=f"{kind.__name__}, {len(nets)} models stacked",
-        per_member=True,
-        validation=validation,  # type: ignore[arg-type]
-        callbacks=member_callbacks,
-    )
+    with ExitStack() as inside:
+        parts = [
+            inside.enter_context(m.stacked_parts(d[0])) for m, d in zip(methods, data, strict=True)
+        ]
+        heads = None
+        output_loss = lambda out, yb: first.likelihood.point_loss(out, yb).mean(-1)  # noqa: E731
+        if parts[0][1] is not None:  # each member's head beside its net, one loss per member
+            _check_same_settings(methods)
+            heads = (StackedHeads([p[1] for p in parts]), [p[1] for p in parts])
+            one, stacked_heads = parts[0][2], heads[0]
+            output_loss = lambda out, yb: stacked_heads.map(one, out, yb)  # noqa: E731
+        history = train_stacked(
+            [p[0] for p in parts],
+            output_loss,
+            (torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])),
+            settings,
+            seeds,
+            owner=owner,
+            name=kind.__name__,
+            desc=f"{kind.__name__}, {len(nets)} models stacked",
+            per_member=True,
+            validation=validation,  # type: ignore[arg-type]
+            callbacks=member_callbacks,
+            heads=heads,
+        )
     for m, (x, yt, _), seed in zip(methods, data, seeds, strict=True):
         m.complete_training(x, yt, dataclasses.replace(settings, seed=int(seed)))
     return history
+
+
+def _check_same_settings(methods: Sequence[Any]) -> None:
+    """A method that trains a head of its own trains one head design: its members' saved
+    settings (``checkpoint_config``) must agree; the first that differs is named."""
+    first = methods[0].checkpoint_config()
+    for m in methods[1:]:
+        other = m.checkpoint_config()
+        for key, value in first.items():
+            if other.get(key) != value:
+                raise ValueError(
+                    f"the models' {key} differ ({value!r} and {other.get(key)!r}): stacked "
+                    f"{type(m).__name__} models train one head, with one setting of each"
+                )

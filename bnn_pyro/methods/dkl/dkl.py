@@ -182,7 +182,8 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
                 "DKL trains on Pyro's ELBO, which torch.compile cannot capture in one graph (it "
                 "breaks at each of Pyro's host reads): fit without compile=True"
             )
-        x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
+        validation_data = settings.validation_data
+        x, yt, validation = self.fit_data(x, y, self.fit_probe, self.model, validation_data)
         n = len(x)
         if not self.exact and self.inducing_points > n:
             raise ValueError(

@@ -166,7 +166,7 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             raise ValueError(self._not_last())
         return phi, out
 
-    def _probe(self, x: torch.Tensor) -> torch.Tensor:
+    def fit_probe(self, x: torch.Tensor) -> torch.Tensor:
         """``fit``'s look at the net on a few rows: its output must be the last layer's."""
         with self._head_outputs() as seen:
             out = self.model(x)
@@ -195,7 +195,8 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
     def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:
         """Train the net and the output weights on the negative log joint per row; then the
         Laplace posterior of the weights (:meth:`after_training`)."""
-        x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
+        validation_data = settings.validation_data
+        x, yt, validation = self.fit_data(x, y, self.fit_probe, self.model, validation_data)
         self._fix_noise()
         n, head, likelihood = len(x), self.head, self.likelihood
         params = self._param_groups([*head.parameters(), self.noise_log_scale])  # β: its prior

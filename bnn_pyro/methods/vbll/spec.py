@@ -7,5 +7,6 @@ SPECS = [
     MethodSpec(
         "vbll", "bnn_pyro.methods.vbll.vbll:VBLL", "VBLL", rank=85,
         estimator_fit=map_weight_decay,
+        stacked_fit="bnn_pyro.methods.classic.stacked:fit_classic_stacked",
     ),
 ]  # fmt: skip

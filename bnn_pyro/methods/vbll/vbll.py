@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -11,7 +13,7 @@ import torch.nn as nn
 from bnn_pyro._checks import check_choice, check_float, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
-from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.base import ClassicMethod, StackedParts
 from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader
 from bnn_pyro.methods.classic.params import last_linear
@@ -146,7 +148,8 @@ class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
     def _fit(self, x: Any, y: Any, settings: TrainSettings) -> History:
         """Train the net's body and ``q`` on the negative ELBO per row; then put ``q``'s mean
         in the net's last layer and a learned noise in ``noise_scale``."""
-        x, yt, validation = self.fit_data(x, y, self._probe, self.model, settings.validation_data)
+        validation_data = settings.validation_data
+        x, yt, validation = self.fit_data(x, y, self.fit_probe, self.model, validation_data)
         head, n, kl_weight = self.head, len(x), self.kl_weight
         self._fix_noise()
         params = self._param_groups(head.parameters())  # q: its KL
@@ -160,6 +163,21 @@ class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         )  # fmt: skip
         self.after_training(x, yt, settings)
         return history
+
+    @contextmanager
+    def stacked_parts(self, x: torch.Tensor) -> Iterator[StackedParts]:
+        """For a stacked fit on ``x`` ``(N, ...)``: the net without its last layer (it returns
+        the features), ``q``, and the negative ELBO per row of one member, as :meth:`fit`
+        trains them (see :meth:`ClassicMethod.stacked_parts`)."""
+        self._fix_noise()
+        n, kl_weight, bias = len(x), self.kl_weight, self._last().bias is not None
+
+        def loss(head: nn.Module, h: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            phi = torch.cat([h, h.new_ones(len(h), 1)], dim=-1) if bias else h
+            return head.loss(phi, yb, n, kl_weight)
+
+        with self.without_last(x) as body:
+            yield body, self.head, loss
 
     def _fix_noise(self) -> None:
         """A regression noise the user set (constructor, likelihood or assignment) is the

@@ -84,7 +84,7 @@ def test_progress_shows_the_bar_and_only_when_asked(capsys):
         (
             lambda: [_swag(), bp.MCDropout(nn.Sequential(nn.Linear(2, 1), nn.Dropout(0.1)))],
             {},
-            "^fit_stacked trains models of one of MCDropout, SWAG, LaplaceApproximation "
+            "^fit_stacked trains models of one of MCDropout, SWAG, LaplaceApproximation, VBLL "
             r"\(the class itself\) here$",
         ),
         (

@@ -62,7 +62,7 @@ def test_the_hook_is_gone_after_a_read_and_after_a_refusal():
     after = nn.Sequential(net, nn.Tanh())
     refusing = Reader(after)
     with pytest.raises(ValueError):
-        refusing._probe(torch.randn(3, 2))
+        refusing.fit_probe(torch.randn(3, 2))
     assert not after[0][2]._forward_hooks
     with pytest.raises(RuntimeError), reader._on_last(lambda m, i, o: None):
         raise RuntimeError("inside the block")
@@ -72,7 +72,7 @@ def test_the_hook_is_gone_after_a_read_and_after_a_refusal():
 def test_a_net_that_computes_after_its_last_linear_is_refused_by_the_probe():
     reader = Reader(nn.Sequential(_net(), nn.Tanh()))  # same shape, other values
     with pytest.raises(ValueError) as refused:
-        reader._probe(torch.randn(3, 2))
+        reader.fit_probe(torch.randn(3, 2))
     message = str(refused.value)
     assert message.startswith("Reader needs a net whose output (N, O) is its last nn.Linear's")
     assert "'0.2' is not the last thing the net computes" in message
@@ -95,7 +95,7 @@ def test_features_that_are_not_rows_are_refused():
 def test_the_probe_returns_the_net_s_output():
     net = _net()
     x = torch.randn(5, 2)
-    assert torch.equal(Reader(net)._probe(x), net(x))
+    assert torch.equal(Reader(net).fit_probe(x), net(x))
 
 
 def test_param_groups_split_the_body_from_the_head_and_leave_the_last_layer_out():
