@@ -3,8 +3,8 @@
 A short dispatcher to the stacked fit that the models' method declares in its
 :class:`~bnn_pyro.spec.MethodSpec` (``stacked_fit``): the VI models'
 (:func:`~bnn_pyro.methods.vi.stacked_fit.fit_stacked_vi`), the classic methods' (MC dropout,
-SWAG, Laplace, VBLL: :func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`) and SG-MCMC's
-chains (:func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`). An option that the
+SWAG, Laplace, VBLL, SNGP: :func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`) and
+SG-MCMC's chains (:func:`~bnn_pyro.methods.sgmcmc.stacked.fit_stacked_sgmcmc`). An option that the
 method's stacked fit does not take is refused by name.
 """
 
@@ -36,7 +36,7 @@ def fit_stacked(
     **options: Any,
 ) -> History:
     """Train K ``VariationalBNN`` (or K ``MCDropout``, ``SWAG``, ``LaplaceApproximation``,
-    ``VBLL`` or ``SGMCMC``) models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
+    ``VBLL``, ``SNGP`` or ``SGMCMC``) models as one; each ends as its own ``fit(X_k, y_k, seed=seeds[k], ...)`` would (up to
     float rounding).
 
     Args:
@@ -62,7 +62,7 @@ def fit_stacked(
               ``"meanfield"`` with one particle, or ``"alpha"`` for nets without dropout: the
               objectives of :class:`~bnn_pyro.methods.vi.objective.VIObjective`), ``compile``
               (weight-space draws: no local reparameterization, no dropout);
-            - MC dropout, SWAG, Laplace, VBLL
+            - MC dropout, SWAG, Laplace, VBLL, SNGP
               (:func:`~bnn_pyro.methods.classic.stacked.fit_classic_stacked`): ``epochs``,
               ``batch_size``, ``lr``, ``weight_decay``, ``optimizer``, ``lr_schedule``,
               ``average``, ``callbacks`` (``fn(models, epoch, history)``),

@@ -90,6 +90,36 @@ def chunk_rows(
     return max(8, budget // (max(1, num_samples) * max(widths or [1024])))
 
 
+def batched_class(cls: type[nn.Module]) -> type[nn.Module] | None:
+    """The class a twin gives a layer of class ``cls`` so that it takes weights with leading
+    sample dimensions (``None``: the layer is kept as it is). A layer with a parametrized weight
+    (``torch.nn.utils.parametrize``: ``Parametrized<Layer>``, a subclass made for it) keeps its
+    parametrization over the batched layer.
+
+    Example:
+        >>> batched_class(nn.Linear).__module__
+        'bnn_pyro.nn.layers'
+        >>> from torch.nn.utils import parametrize
+        >>> layer = nn.Linear(2, 2)
+        >>> _ = parametrize.register_parametrization(layer, "weight", nn.Identity())
+        >>> [c.__name__ for c in batched_class(type(layer)).__mro__[:3]]
+        ['ParametrizedLinear', 'ParametrizedLinear', 'Linear']
+    """
+    replacement = BATCHED_REPLACEMENTS.get(cls)
+    if replacement is not None or cls.__module__ != "torch.nn.utils.parametrize":
+        return replacement
+    base = BATCHED_REPLACEMENTS.get(cls.__bases__[0]) if len(cls.__bases__) == 1 else None
+    if base is None:
+        return None
+    if cls not in _PARAMETRIZED:
+        _PARAMETRIZED[cls] = type(cls.__name__, (cls, base), {})
+    return _PARAMETRIZED[cls]
+
+
+#: The batched classes made for parametrized layers, one per class.
+_PARAMETRIZED: dict[type[nn.Module], type[nn.Module]] = {}
+
+
 class BatchedTwin:
     """A plain-torch copy of a net whose linear/conv layers take leading sample dims, and whose
     tensors are set per call.
@@ -120,7 +150,7 @@ class BatchedTwin:
         self.fold = fold
         self.module = copy.deepcopy(net)
         for module in self.module.modules():
-            replacement = BATCHED_REPLACEMENTS.get(type(module))
+            replacement = batched_class(type(module))
             if replacement is not None:
                 module.__class__ = replacement
         self._modules = dict(self.module.named_modules())

@@ -13,8 +13,10 @@ result up to float rounding (tested).
 
 Covered: nets whose forward is deterministic, or random through ``nn.Dropout`` layers only
 (given the members' generators, each member's masks come from its own), that hold no buffers
-(batch norm's running statistics would be shared) and carry no hooks, checked on a probe
-against the members' own forward passes. :func:`stackable` says why a net is not.
+(batch norm's running statistics would be shared) except those of modules that take them
+stacked (``stacks_buffers = True``: SNGP's spectral bound, each member's power iteration its
+own), and carry no hooks, checked on a probe against the members' own forward passes.
+:func:`stackable` says why a net is not.
 """
 
 from __future__ import annotations
@@ -81,7 +83,12 @@ def stackable(nets: list[nn.Module], dropout: bool = False) -> str | None:
     shapes = [[(k, v.shape, v.dtype, v.device) for k, v in n.named_parameters()] for n in nets]
     if any(s != shapes[0] for s in shapes[1:]) or any(type(n) is not type(nets[0]) for n in nets):
         return "the members differ in their parameters (names or shapes)"
-    if any(True for n in nets for _ in n.buffers()):
+    if any(
+        not getattr(m, "stacks_buffers", False)
+        for n in nets
+        for m in n.modules()
+        if any(True for _ in m.buffers(recurse=False))
+    ):
         return "the members hold buffers (e.g. batch norm statistics)"
     allowed = (nn.Dropout,) if dropout else ()
     if any(
@@ -128,8 +135,12 @@ class StackedModels(nn.Module):
         if reason is not None:
             raise ValueError(f"these models cannot be trained stacked: {reason}")
         self.num_models = len(nets)
-        params, _ = stack_module_state(nets)
+        params, buffers = stack_module_state(nets)
         self.names = list(params)
+        self.buffer_names = list(buffers)  # of modules that take them stacked (stackable)
+        self.buffers_of = nn.Module()
+        for name, value in buffers.items():
+            self.buffers_of.register_buffer(_key(name), value.contiguous())
         # 2-D (linear) weights are held as (K, in, out): the batched matmul's gradient then comes
         # out in the parameter's own layout (no transposed copy per step, which made the backward
         # pass of the (K, out, in) layout slower than K separate layers)
@@ -145,7 +156,7 @@ class StackedModels(nn.Module):
         )
         for name, p in nets[0].named_parameters():
             self.stacked[_key(name)].requires_grad_(p.requires_grad)
-        self._twin = BatchedTwin(nets[0], self.names)
+        self._twin = BatchedTwin(nets[0], self.names + self.buffer_names)
         if generators is not None:  # each member's masks from its own generator
             swap_member_dropout(self._twin.module, generators)
         probe = example[:3].unsqueeze(0).expand(self.num_models, *example[:3].shape)
@@ -166,7 +177,7 @@ class StackedModels(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(K, B, ...)`` inputs, one block per member → ``(K, B, O)`` outputs."""
-        return self._twin.load({}, self.tensors())(x)
+        return self._twin.load({}, {**self.tensors(), **self._buffers_by_name()})(x)
 
     def train(self, mode: bool = True) -> StackedModels:
         """Set the mode of the stacked net (its dropout layers) as ``nn.Module.train`` does."""
@@ -183,21 +194,26 @@ class StackedModels(nn.Module):
             for name in self.names
         }
 
+    def _buffers_by_name(self) -> dict[str, torch.Tensor]:
+        """``{member buffer name: (K, *shape)}``, the stacked buffers themselves."""
+        return {name: self.buffers_of.get_buffer(_key(name)) for name in self.buffer_names}
+
     @torch.no_grad()
     def write_back(self, nets: list[nn.Module]) -> None:
-        """Copy slice ``k`` of every stacked parameter into ``nets[k]``."""
-        tensors = self.tensors()
+        """Copy slice ``k`` of every stacked parameter (and buffer) into ``nets[k]``."""
+        tensors = {**self.tensors(), **self._buffers_by_name()}
         for k, net in enumerate(nets):
-            for name, p in net.named_parameters():
+            for name, p in [*net.named_parameters(), *net.named_buffers()]:
                 p.copy_(tensors[name][k])
 
     @torch.no_grad()
     def read_from(self, nets: list[nn.Module]) -> None:
-        """Copy ``nets[k]``'s parameters into slice ``k`` of the stacked ones (the inverse of
-        :meth:`write_back`: a member changed from outside, e.g. restored to its best epoch)."""
-        tensors = self.tensors()
+        """Copy ``nets[k]``'s parameters (and buffers) into slice ``k`` of the stacked ones (the
+        inverse of :meth:`write_back`: a member changed from outside, e.g. restored to its best
+        epoch)."""
+        tensors = {**self.tensors(), **self._buffers_by_name()}
         for k, net in enumerate(nets):
-            for name, p in net.named_parameters():
+            for name, p in [*net.named_parameters(), *net.named_buffers()]:
                 tensors[name][k].copy_(p)
 
 

@@ -269,3 +269,34 @@ def test_a_generator_state_of_the_wrong_size_is_refused_by_name():
     batches = stacked_batches(torch.zeros(4, 1), torch.zeros(4), 2, [torch.Generator()])
     with pytest.raises(ValueError, match=r"^a state of 3 bytes for generators of \[\d+\]$"):
         batches.generator.set_state(torch.zeros(3, dtype=torch.uint8))
+
+
+def test_nets_whose_buffers_stack_train_each_with_its_own():
+    """A spectral bound's vectors (``stacks_buffers``) are stacked per member, not refused: the
+    stacked pass is each member's own, in training mode too (its power iteration), and
+    ``write_back`` hands each member its own vectors."""
+    from torch.nn.utils import parametrize
+
+    from bnn_pyro.methods.sngp import SpectralBound
+
+    nets = []
+    for k in range(3):
+        torch.manual_seed(k)
+        net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+        bound = SpectralBound(net[0].weight, 0.5)
+        parametrize.register_parametrization(net[0], "weight", bound)
+        nets.append(net)
+    assert stackable(nets) is None
+    stacked = StackedModels(nets, torch.randn(4, 2))
+    x = torch.randn(3, 5, 2)
+    stacked.train(True)
+    got = stacked(x)
+    expected = torch.stack([net(x[k]) for k, net in enumerate(nets)])  # one iteration each too
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    own_u = [net[0].parametrizations.weight[0]._u.clone() for net in nets]
+    with torch.no_grad():
+        for net in nets:
+            net[0].parametrizations.weight[0]._u.zero_()
+    stacked.write_back(nets)
+    for net, u in zip(nets, own_u, strict=True):
+        torch.testing.assert_close(net[0].parametrizations.weight[0]._u, u, rtol=1e-5, atol=1e-6)

@@ -241,8 +241,8 @@ def train_stacked(
         module = nn.ModuleDict({"nets": stacked, "heads": heads[0]})
         own = [p for p in heads[0].parameters() if p.requires_grad]
         params = [{"params": params}, {"params": own, "weight_decay": 0.0}]
-    if settings.resume is not None:  # the run's state is the stacked parameters, not the members
-        for key, p in module.named_parameters():
+    if settings.resume is not None:  # the run's state is the stacked tensors, not the members
+        for key, p in [*module.named_parameters(), *module.named_buffers()]:
             settings.resume.extra[key] = p
 
     def losses(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:

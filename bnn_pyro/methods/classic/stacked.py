@@ -1,19 +1,21 @@
 """K fits of one classic method in one pass (seeds, data splits): MC dropout, SWAG, Laplace,
-VBLL.
+VBLL, SNGP.
 
-The stacked path of ``bp.fit_stacked`` for ``MCDropout``, ``SWAG``, ``LaplaceApproximation``
-and ``VBLL`` models. The first three train a net on the task loss (cross-entropy or squared
-error, with an L2 ``weight_decay``); VBLL trains the net's body and its ``q(W)`` beside it on
-the ELBO (the heads stacked, :class:`~bnn_pyro.training.stacked_heads.StackedHeads`: what each
-model's :meth:`~bnn_pyro.methods.classic.base.ClassicMethod.stacked_parts` gives). Member ``k``
-keeps its own rows, its own initial weights and a generator seeded with ``seeds[k]`` that draws
-its minibatch order and its dropout masks in the order its own ``fit(..., seed=seeds[k])``
-draws them from the global generator (see :mod:`bnn_pyro.training.stacked`). What each method
-does around the training is its own code, run per member: SWAG collects its snapshots after
-each epoch from ``epochs // 2`` on (the members written back first), and after training MC
-dropout and SWAG set the noise from their residuals, Laplace fits its posterior at the MAP and
-VBLL puts ``q``'s mean in the net's last layer. Each member ends as its own fit up to float
-rounding (tested).
+The stacked path of ``bp.fit_stacked`` for ``MCDropout``, ``SWAG``, ``LaplaceApproximation``,
+``VBLL`` and ``SNGP`` models. The first three train a net on the task loss (cross-entropy or
+squared error, with an L2 ``weight_decay``); VBLL and SNGP train the net's body and a head of
+their own beside it (VBLL's ``q(W)`` on the ELBO, SNGP's random-feature output weights and
+noise on the log joint; the heads stacked as
+:class:`~bnn_pyro.training.stacked_heads.StackedHeads`: what each model's
+:meth:`~bnn_pyro.methods.classic.base.ClassicMethod.stacked_parts` gives). Member ``k`` keeps
+its own rows, its own initial weights and a generator seeded with ``seeds[k]`` that draws its
+minibatch order and its dropout masks in the order its own ``fit(..., seed=seeds[k])`` draws
+them from the global generator (see :mod:`bnn_pyro.training.stacked`). What each method does
+around the training is its own code, run per member: SWAG collects its snapshots after each
+epoch from ``epochs // 2`` on (the members written back first), and after training MC dropout
+and SWAG set the noise from their residuals, Laplace fits its posterior at the MAP, VBLL puts
+``q``'s mean in the net's last layer and SNGP fits its Laplace posterior over the training
+rows. Each member ends as its own fit up to float rounding (tested).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def stacked_classes() -> tuple[type, ...]:
 
     Example:
         >>> [c.__name__ for c in stacked_classes()]
-        ['MCDropout', 'SWAG', 'LaplaceApproximation', 'VBLL']
+        ['MCDropout', 'SWAG', 'LaplaceApproximation', 'VBLL', 'SNGP']
     """
     me = f"{__name__}:{fit_classic_stacked.__name__}"
     return tuple(s.load_class() for s in method_specs().values() if s.stacked_fit == me)
@@ -75,8 +77,9 @@ def fit_classic_stacked(
     options of their own ``fit``.
 
     Args:
-        methods: K ``MCDropout``, ``SWAG``, ``LaplaceApproximation`` or ``VBLL`` of one
-            class, one architecture and one likelihood (VBLL: and the same settings).
+        methods: K ``MCDropout``, ``SWAG``, ``LaplaceApproximation``, ``VBLL`` or ``SNGP``
+            of one class, one architecture and one likelihood (VBLL, SNGP: and the same
+            settings).
         X: ``(N, D)`` shared, or ``(K, N, D)`` one set per member; y: ``(N, ...)`` or
             ``(K, N, ...)``.
         seeds: one per member, as ``fit(seed=)``.

@@ -15,7 +15,7 @@ from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seeded
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.likelihoods.gaussian import NOISE_SITE
-from bnn_pyro.methods.classic.base import ClassicMethod
+from bnn_pyro.methods.classic.base import ClassicMethod, StackedParts
 from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader, same_values
 from bnn_pyro.methods.classic.params import last_linear
@@ -211,6 +211,27 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         )  # fmt: skip
         self.after_training(x, yt, settings)
         return history
+
+    @contextmanager
+    def stacked_parts(self, x: torch.Tensor) -> Iterator[StackedParts]:
+        """For a stacked fit on ``x`` ``(N, ...)``: the net without its last layer (its spectral
+        bounds included, each member's power iteration its own), the random-feature head with
+        the regression noise, and one member's negative log joint per row, as :meth:`fit`
+        trains them (see :meth:`ClassicMethod.stacked_parts`)."""
+        self._fix_noise()
+        n, likelihood, classifies = len(x), self.likelihood, self.likelihood.classifies
+
+        def loss(part: nn.Module, h: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            head, noise = part.head, part.noise  # the member's slices, under functional_call
+            latents = {} if classifies else {NOISE_SITE: noise.exp()}
+            nll = -likelihood.log_prob(head(h), yb, latents).mean()
+            return nll + head.log_prior_penalty() / n
+
+        part = nn.Module()  # the head and the noise, both the model's own (not copies)
+        part.head = self.head
+        part.noise = self.noise_log_scale
+        with self.without_last(x) as body:
+            yield body, part, loss
 
     @torch.no_grad()
     def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:

@@ -7,5 +7,6 @@ SPECS = [
     MethodSpec(
         "sngp", "bnn_pyro.methods.sngp.sngp:SNGP", "SNGP", rank=86,
         estimator_fit=map_weight_decay,
+        stacked_fit="bnn_pyro.methods.classic.stacked:fit_classic_stacked",
     ),
 ]  # fmt: skip

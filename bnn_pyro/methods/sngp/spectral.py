@@ -63,17 +63,34 @@ class SpectralBound(nn.Module):
         check_int("power_iterations", power_iterations)
         self.bound, self.power_iterations = float(bound), power_iterations
 
+    #: Its buffers ``u``, ``v`` may come stacked, ``(K, out)`` and ``(K, in)`` with weights
+    #: ``(K, out, ...)``: K models trained as one (:class:`~bnn_pyro.training.StackedModels`),
+    #: each with its own power iteration.
+    stacks_buffers = True
+
     @torch.no_grad()
     def _iterate(self, matrix: torch.Tensor, steps: int) -> None:
+        if self._u.dim() == 2:  # stacked: each member's matrix (K, out, in) and vectors
+            for _ in range(steps):
+                self._v.copy_(F.normalize(torch.einsum("koi,ko->ki", matrix, self._u), dim=-1))
+                self._u.copy_(F.normalize(torch.einsum("koi,ki->ko", matrix, self._v), dim=-1))
+            return
         for _ in range(steps):
             self._v.copy_(F.normalize(matrix.t() @ self._u, dim=0))
             self._u.copy_(F.normalize(matrix @ self._v, dim=0))
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        lead = self._u.dim() - 1  # 1 where K members come stacked
+        matrix = weight.flatten(lead + 1)
         if self.training:
-            self._iterate(weight.detach().flatten(1), self.power_iterations)
+            self._iterate(matrix.detach(), self.power_iterations)
         # copies: a later call's iterations must not change what this call's backward reads
-        sigma = torch.dot(self._u.clone(), weight.flatten(1) @ self._v.clone())
+        u, v = self._u.clone(), self._v.clone()
+        if lead:
+            sigma = torch.einsum("ko,koi,ki->k", u, matrix, v)
+            scale = torch.clamp(sigma / self.bound, min=1.0)
+            return weight / scale.reshape(-1, *[1] * (weight.dim() - 1))
+        sigma = torch.dot(u, matrix @ v)
         return weight / torch.clamp(sigma / self.bound, min=1.0)
 
     def extra_repr(self) -> str:

@@ -84,8 +84,8 @@ def test_progress_shows_the_bar_and_only_when_asked(capsys):
         (
             lambda: [_swag(), bp.MCDropout(nn.Sequential(nn.Linear(2, 1), nn.Dropout(0.1)))],
             {},
-            "^fit_stacked trains models of one of MCDropout, SWAG, LaplaceApproximation, VBLL "
-            r"\(the class itself\) here$",
+            "^fit_stacked trains models of one of MCDropout, SWAG, LaplaceApproximation, VBLL, "
+            r"SNGP \(the class itself\) here$",
         ),
         (
             lambda: [_swag(), bp.SWAG(nn.Sequential(nn.Linear(2, 2)), likelihood="classification")],

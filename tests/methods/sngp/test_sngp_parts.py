@@ -320,3 +320,24 @@ def test_bad_head_settings_are_refused_by_name(kwargs, match):
                "prior_scale": 1.0, **kwargs}  # fmt: skip
     with pytest.raises(ValueError, match=match):
         RandomFeatureGP(**options)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (4, 2, 3, 3)], ids=["linear", "conv"])
+def test_stacked_vectors_bound_each_member_as_its_own_bound_does(shape):
+    """With ``u``, ``v`` stacked ``(K, out)``, ``(K, in)`` and weights ``(K, out, ...)``, each
+    member's slice is bounded, and its vectors refined, as that member's own bound does."""
+    g = torch.Generator().manual_seed(3)
+    weights = [3.0 * torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(3)]
+    own = [SpectralBound(w, 0.9, power_iterations=2) for w in weights]
+    stacked = SpectralBound(weights[0], 0.9, power_iterations=2)
+    stacked._u = torch.stack([b._u for b in own])
+    stacked._v = torch.stack([b._v for b in own])
+    for _ in range(3):  # training calls: each refines its vectors twice
+        got = stacked(torch.stack(weights))
+        expected = torch.stack([b(w) for b, w in zip(own, weights, strict=True)])
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(stacked._u, torch.stack([b._u for b in own]), rtol=1e-12, atol=0.0)
+    torch.testing.assert_close(stacked._v, torch.stack([b._v for b in own]), rtol=1e-12, atol=0.0)
+    # each slice at the bound (the weights are far over it): one scale per member, not one for all
+    norms = [torch.linalg.matrix_norm(m.flatten(1), ord=2) for m in got]
+    assert all(float(n) == pytest.approx(0.9, rel=1e-3) for n in norms)
