@@ -8,8 +8,9 @@ Contenders, in one process, one thread, timed round-robin (``step_time.compare``
   (:mod:`bnn_pyro.training.stacked`), the same seeds, the same numbers up to float rounding
   (the largest difference of the members' final losses is printed).
 
-Also K ``VariationalBNN`` fits (5 seeds) one by one against ``bp.fit_stacked``
-(:mod:`bnn_pyro.methods.vi.stacked`), and that stacked fit's step, eager against
+Also 5 seeds of one method (``VariationalBNN``, ``VBLL``, ``SNGP``) fitted one by one against
+``bp.fit_stacked`` (:mod:`bnn_pyro.methods.vi.stacked`,
+:mod:`bnn_pyro.methods.classic.stacked`), and the stacked VI fit's step, eager against
 ``compile=True`` once compiled (the steps after its first two epochs).
 
 Cases: 5 members at 13→50→1, batch 32, 40 epochs on 1,000 rows (the issue's target: stacked
@@ -100,24 +101,32 @@ def bench_case(sizes, rows, batch, epochs, members, repeats):
     )
 
 
-def _vi_fit(X, y, epochs, members, stacked):
-    bnns = []
+#: The models of one seed each, by method: (label, a model built with the current seed).
+SEEDED = {
+    "VariationalBNN": lambda: bp.VariationalBNN(bp.nn.mlp(13, [50], 1), bp.Gaussian("learned")),
+    "VBLL": lambda: bp.VBLL(bp.nn.mlp(13, [50], 1), bp.Gaussian("learned")),
+    "SNGP": lambda: bp.SNGP(bp.nn.mlp(13, [50], 1), bp.Gaussian("learned"), num_features=256),
+}
+
+
+def _seeds_fit(method, X, y, epochs, members, stacked):
+    models = []
     for k in range(members):
         torch.manual_seed(k)
-        bnns.append(bp.VariationalBNN(bp.nn.mlp(13, [50], 1), bp.Gaussian("learned")))
+        models.append(SEEDED[method]())
     fit = {"epochs": epochs, "batch_size": 32, "lr": 1e-2, "progress": False}
     if stacked:
-        return bp.fit_stacked(bnns, X, y, seeds=list(range(members)), **fit)["member_loss"][-1]
-    return [b.fit(X, y, seed=k, **fit)["loss"][-1] for k, b in enumerate(bnns)]
+        return bp.fit_stacked(models, X, y, seeds=list(range(members)), **fit)["member_loss"][-1]
+    return [m.fit(X, y, seed=k, **fit)["loss"][-1] for k, m in enumerate(models)]
 
 
-def bench_vi(rows, epochs, members, repeats):
-    """K VariationalBNN seeds (learned noise), one by one and with ``bp.fit_stacked``."""
+def bench_seeds(method, rows, epochs, members, repeats):
+    """K seeds of one method (learned noise), one by one and with ``bp.fit_stacked``."""
     X, y, _ = _data([13, 50, 1], rows)
     return _checked_then_timed(
         {
-            "one by one": lambda: _vi_fit(X, y, epochs, members, False),
-            "stacked": lambda: _vi_fit(X, y, epochs, members, True),
+            "one by one": lambda: _seeds_fit(method, X, y, epochs, members, False),
+            "stacked": lambda: _seeds_fit(method, X, y, epochs, members, True),
         },
         repeats,
     )
@@ -245,17 +254,19 @@ def main() -> None:
             f"{times['stacked']:.2f} s | {ratio:.1f}× | {target} | {diff:.1e} |"
         )
     vi_epochs = max(1, 40 // shrink)
-    times, diff = bench_vi(vi_rows, vi_epochs, 5, repeats)
     lines += [
         "",
-        "| VariationalBNN seeds: fit one by one vs bp.fit_stacked | one by one | stacked | "
-        "stacked is faster by | target | largest relative difference of the members' final "
-        "losses |",
+        "| 5 seeds of one method: fit one by one vs bp.fit_stacked (13→50→1, learned noise, "
+        f"{vi_rows:,} rows, batch 32, {vi_epochs} epochs) | one by one | stacked | stacked is "
+        "faster by | target | largest relative difference of the members' final losses |",
         "|---|---:|---:|---:|---:|---:|",
-        f"| 5 seeds, 13→50→1, learned noise, {vi_rows:,} rows, batch 32, {vi_epochs} epochs | "
-        f"{times['one by one']:.2f} s | {times['stacked']:.2f} s | "
-        f"{times['one by one'] / times['stacked']:.1f}× | reported | {diff:.1e} |",
     ]
+    for method in SEEDED:
+        times, diff = bench_seeds(method, vi_rows, vi_epochs, 5, repeats)
+        lines.append(
+            f"| {method} | {times['one by one']:.2f} s | {times['stacked']:.2f} s | "
+            f"{times['one by one'] / times['stacked']:.1f}× | reported | {diff:.1e} |"
+        )
     step = bench_vi_compiled(vi_rows, max(3, vi_epochs // 2), 5)
     lines += [
         "",
