@@ -42,8 +42,8 @@ class StackedHeads(nn.Module):
 
     Args:
         heads: the members (of one class, with the same parameter and buffer names and
-            shapes). Their other settings (plain attributes) are read from the first: the
-            caller checks that they agree.
+            shapes, the same parameters trained). Their other settings (plain attributes) are
+            read from the first: the caller checks that they agree.
 
     Raises:
         ValueError: fewer than two, or members that differ in class or tensors (named).
@@ -63,10 +63,14 @@ class StackedHeads(nn.Module):
         heads = list(heads)
         if len(heads) < 2:
             raise ValueError("StackedHeads needs at least two members")
-        layout = [[(k, v.shape, v.dtype, v.device) for k, v in _tensors(h)] for h in heads]
+        layout = [
+            [(k, v.shape, v.dtype, v.device, v.requires_grad) for k, v in _tensors(h)]
+            for h in heads
+        ]
         if any(type(h) is not type(heads[0]) for h in heads) or any(s != layout[0] for s in layout):
-            raise ValueError("the heads differ in their class or tensors (names or shapes)")
-        self.num_models = len(heads)
+            raise ValueError(
+                "the heads differ in their class or tensors (names, shapes or which are trained)"
+            )
         self.names = [name for name, _ in heads[0].named_parameters()]
         self.stacked = nn.ParameterDict()
         for i, name in enumerate(self.names):

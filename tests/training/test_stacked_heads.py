@@ -67,11 +67,22 @@ def test_write_back_and_read_from_move_each_slice():
 
 
 def test_a_call_does_not_touch_the_members():
+    """Not after the call, nor during it: the call runs on a copy of the first member's code,
+    so a member read while the call runs (a callback, another thread) holds its own tensors."""
     heads = _heads()
     stacked = StackedHeads(heads)
     with torch.no_grad():
         stacked.tensors()["weight"].zero_()
-    stacked.map(lambda head, xb: head.loss(xb, xb[:, :2]), torch.randn(3, 4, 3))
+    own = [(h.weight, h.features) for h in heads]
+    during = []
+
+    def loss(head: Scaled, xb: torch.Tensor) -> torch.Tensor:
+        during.append([(h.weight, h.features) for h in heads])
+        return head.loss(xb, xb[:, :2])
+
+    stacked.map(loss, torch.randn(3, 4, 3))
+    for seen, mine in zip(during[0], own, strict=True):
+        assert all(a is b for a, b in zip(seen, mine, strict=True))
     assert torch.equal(heads[1].weight, Scaled(1).weight)
 
 
@@ -79,6 +90,7 @@ def test_a_call_does_not_touch_the_members():
     ([Scaled(0)], "StackedHeads needs at least two members"),
     ([Scaled(0), nn.Linear(3, 2)], "the heads differ in their class or tensors"),
     ([nn.Linear(3, 2), nn.Linear(3, 1)], "the heads differ in their class or tensors"),
+    ([nn.Linear(3, 2), nn.Linear(3, 2).requires_grad_(False)], "the heads differ in their class"),
 ])  # fmt: skip
 def test_what_cannot_be_stacked_is_named(heads, message):
     with pytest.raises(ValueError, match="^" + message):
