@@ -4,6 +4,7 @@ a net that computes anything after it."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -74,13 +75,14 @@ class LastLayerReader:
             "computes); end the net with that layer"
         )
 
-    @contextmanager
-    def without_last(self, x: torch.Tensor) -> Iterator[nn.Module]:
-        """Inside the block, the net with its last ``nn.Linear`` swapped for ``nn.Identity``:
-        it returns the features ``(N, H)`` that layer reads (what a stacked fit trains, the
-        head beside it). Checked first on ``x``'s first rows, in eval mode: the swapped net
-        must return what the layer read, or the net is refused (the layer is called more than
-        once, or something computes after it).
+    def without_last(self, x: torch.Tensor) -> nn.Module:
+        """The net with its last ``nn.Linear`` as ``nn.Identity``: it returns the features
+        ``(N, H)`` that layer reads (what a stacked fit trains, the head beside it). The net
+        itself is left as it is: the modules on the way to that layer are shallow copies
+        holding the net's own parameters (and every other submodule), the same objects.
+        Checked on ``x``'s first rows, in eval mode: it must return what the layer read, or
+        the net is refused (the layer is called more than once, or something computes after
+        it).
 
         Raises:
             ValueError: the net cannot be read that way (the reason is named).
@@ -88,35 +90,28 @@ class LastLayerReader:
         Example:
             >>> import bnn_pyro as bp
             >>> m = bp.VBLL(bp.nn.mlp(3, [8], 2), "classification")
-            >>> with m.without_last(torch.randn(4, 3)) as body:
-            ...     body(torch.randn(5, 3)).shape
-            torch.Size([5, 8])
-            >>> m.model(torch.randn(5, 3)).shape  # the layer is back after the block
-            torch.Size([5, 2])
+            >>> body = m.without_last(torch.randn(4, 3))
+            >>> body(torch.randn(5, 3)).shape, m.model(torch.randn(5, 3)).shape
+            (torch.Size([5, 8]), torch.Size([5, 2]))
+            >>> body[0].weight is m.model[0].weight  # the net's own parameters
+            True
         """
-        rows = x[:3]
-        with torch.no_grad(), modes(self.model, lambda m: False):
-            phi = self._read(rows)[0]
-        path, _, attr = self._last_name.rpartition(".")
-        if not attr:
+        if not self._last_name:
             raise ValueError(
                 f"{type(self).__name__}'s net is its last nn.Linear alone: there is no body to "
                 "train stacked; fit the models one by one"
             )
-        owner, last = self.model.get_submodule(path), self._last()
-        setattr(owner, attr, nn.Identity())
-        try:
-            with torch.no_grad(), modes(self.model, lambda m: False):
-                body = self.model(rows)
-            if not same_values(body, phi):
-                raise ValueError(
-                    f"{type(self).__name__}'s net does not end with one call of its last "
-                    f"nn.Linear ({self._last_name!r}): it cannot train stacked; fit the models "
-                    "one by one"
-                )
-            yield self.model
-        finally:
-            setattr(owner, attr, last)
+        rows = x[:3]
+        with torch.no_grad(), modes(self.model, lambda m: False):
+            phi = self._read(rows)[0]
+            body = _without(self.model, self._last_name.split("."))
+            features = body(rows)
+        if not same_values(features, phi):
+            raise ValueError(
+                f"{type(self).__name__}'s net does not end with one call of its last nn.Linear "
+                f"({self._last_name!r}): it cannot train stacked; fit the models one by one"
+            )
+        return body
 
     def _param_groups(self, own: Iterable[torch.Tensor]) -> list[dict[str, Any]]:
         """The optimizer's two groups: the net's body (its last layer, which the head stands
@@ -133,3 +128,13 @@ class LastLayerReader:
         if not same_values(out, last_out):
             raise ValueError(self._not_last())
         return out
+
+
+def _without(module: nn.Module, path: list[str]) -> nn.Module:
+    """A shallow copy of ``module`` whose submodule at ``path`` is ``nn.Identity``: the copies
+    on the way hold their own table of submodules, every other entry the original's."""
+    twin = copy.copy(module)
+    twin._modules = dict(module._modules)
+    name, *rest = path
+    twin._modules[name] = nn.Identity() if not rest else _without(module._modules[name], rest)
+    return twin

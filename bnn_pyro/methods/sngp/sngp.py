@@ -230,8 +230,7 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         part = nn.Module()  # the head and the noise, both the model's own (not copies)
         part.head = self.head
         part.noise = self.noise_log_scale
-        with self.without_last(x) as body:
-            yield body, part, loss
+        yield self.without_last(x), part, loss
 
     @torch.no_grad()
     def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:

@@ -176,8 +176,7 @@ class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             phi = torch.cat([h, h.new_ones(len(h), 1)], dim=-1) if bias else h
             return head.loss(phi, yb, n, kl_weight)
 
-        with self.without_last(x) as body:
-            yield body, self.head, loss
+        yield self.without_last(x), self.head, loss
 
     def _fix_noise(self) -> None:
         """A regression noise the user set (constructor, likelihood or assignment) is the

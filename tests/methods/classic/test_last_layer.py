@@ -116,3 +116,35 @@ def test_same_values_is_exact_nan_equal_and_shape_aware():
     assert not same_values(a, torch.tensor([1.0 + 1e-15, nan], dtype=torch.float64))
     assert not same_values(a, torch.tensor([1.0, 0.0], dtype=torch.float64))
     assert not same_values(torch.zeros(2, 1), torch.zeros(2))  # broadcastable, not the same
+
+
+class Nested(nn.Module):
+    """The last layer inside a submodule, after a computation of the outer module's own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(2, 4)
+        self.top = nn.Sequential(nn.Tanh(), nn.Linear(4, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.top(2.0 * self.trunk(x))
+
+
+def test_without_last_reads_the_features_and_leaves_the_net_as_it_is():
+    torch.manual_seed(0)
+    net = Nested()
+    reader = Reader(net)
+    x = torch.randn(5, 2)
+    body = reader.without_last(x)
+    assert torch.equal(body(x), torch.tanh(2.0 * net.trunk(x)))  # what the last layer reads
+    assert isinstance(net.top[1], nn.Linear) and net(x).shape == (5, 3)  # the net untouched
+    assert body.trunk is net.trunk and body.top[0] is net.top[0]  # shared, not copied
+    assert [p for p in body.parameters()] == [net.trunk.weight, net.trunk.bias]
+    assert body is not net and body.top is not net.top  # the path's modules are copies
+
+
+def test_without_last_refuses_what_it_cannot_read_by_name():
+    with pytest.raises(ValueError, match=r"^Reader's net does not end with one call of its last"):
+        Reader(Twice()).without_last(torch.randn(3, 3))
+    with pytest.raises(ValueError, match=r"^Reader's net is its last nn.Linear alone"):
+        Reader(nn.Linear(2, 1)).without_last(torch.randn(3, 2))

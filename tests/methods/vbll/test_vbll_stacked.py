@@ -194,3 +194,19 @@ def test_a_net_that_is_its_last_layer_alone_is_refused_by_name():
     models = [bp.VBLL(nn.Linear(3, 1), "regression") for _ in range(2)]
     with pytest.raises(ValueError, match=r"^VBLL's net is its last nn.Linear alone"):
         bp.fit_stacked(models, X, Y, seeds=[0, 1], **FIT)
+
+
+def test_callbacks_see_each_model_whole():
+    """The stacked fit trains each net's body without touching the net: a callback sees the
+    nets with their last layers, whose outputs it can use (the layer holds the start of ``q``'s
+    mean until the fit ends)."""
+    models = _models()
+    shapes = []
+
+    def look(ms, epoch, history):
+        shapes.append([tuple(m.model(X[:4]).shape) for m in ms])
+        shapes.append([tuple(m.predict(X[:4])[0].shape) for m in ms])
+
+    bp.fit_stacked(models, X, Y, seeds=SEEDS, callbacks=[look], **FIT)
+    assert shapes == [[(4, 1)] * 3] * (2 * FIT["epochs"])
+    assert all(isinstance(m.model[3], nn.Linear) for m in models)
