@@ -9,6 +9,7 @@ import torch
 
 from benchmarks.uci import registry, variational
 from benchmarks.uci.bundle import bundled, final_groups, run_bundle
+from benchmarks.uci.registry import get_method
 from benchmarks.uci.runner import BenchmarkSettings, Task, run_task
 from benchmarks.uci.writer import write_uci_folder
 
@@ -153,3 +154,24 @@ def test_only_methods_that_stack_are_bundled():
     groups = bundled(tasks)
     assert [len(g) for g in groups] == [2, 2, 1, 1]
     assert [{t.method for t in g} for g in groups[:2]] == [{"vi"}, {"swag"}]
+
+
+@pytest.mark.parametrize("method", ["vbll", "sngp"])
+def test_untuned_rows_of_methods_that_stack_bundle_as_they_run_split_by_split(tmp_path, method):
+    """A library method with a stacked fit and no tuned grid (the generic row) trains a data
+    set's splits as one, each split's record its one-by-one record."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(60, 3, generator=g)
+    y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * torch.randn(60, generator=g)
+    folder = str(write_uci_folder(tmp_path / "toy", X, y, n_splits=3))
+    assert get_method(method).train_stacked is not None
+    assert get_method("dkl").train_stacked is None  # no stacked fit: split by split
+    settings = BenchmarkSettings(quick=True, validation_samples=20, test_samples=50)
+    tasks = [Task("toy", folder, s, method) for s in range(3)]
+    together = run_bundle(tasks, settings)
+    for task, got in zip(tasks, together, strict=True):
+        alone = run_task(task, settings)
+        assert got["stacked"] == 3 and got["split"] == task.split
+        # the same training and scoring per split, batched differently: float32 round-off
+        assert got["test_ll"] == pytest.approx(alone["test_ll"], rel=1e-4)
+        assert got["rmse"] == pytest.approx(alone["rmse"], rel=1e-4)
