@@ -144,7 +144,15 @@ def test_without_last_reads_the_features_and_leaves_the_net_as_it_is():
 
 
 def test_without_last_refuses_what_it_cannot_read_by_name():
-    with pytest.raises(ValueError, match=r"^Reader's net does not end with one call of its last"):
+    twice = (
+        r"^Reader's net does not end with one call of its last nn.Linear \('head'\): it cannot "
+        r"train stacked; fit the models one by one$"
+    )
+    with pytest.raises(ValueError, match=twice):
         Reader(Twice()).without_last(torch.randn(3, 3))
-    with pytest.raises(ValueError, match=r"^Reader's net is its last nn.Linear alone"):
+    alone = (
+        r"^Reader's net is its last nn.Linear alone: there is no body to train stacked; fit the "
+        r"models one by one$"
+    )
+    with pytest.raises(ValueError, match=alone):
         Reader(nn.Linear(2, 1)).without_last(torch.randn(3, 2))
