@@ -28,8 +28,9 @@ band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``),
 ``no_data_activations`` (the demo's VI with other activations, same judge,
 ``benchmarks/no_data_activations.py``), ``co2`` (every regression method forecasting the Mauna
 Loa CO2 series a decade past its data, beside an exact GP, ``benchmarks/co2.py``), ``uci_gap``
-(the UCI gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_laplace`` (the Laplace
-row's posteriors on the UCI splits beside laplace-torch, ``python -m
+(the UCI gap and tail splits, ``python -m benchmarks.uci.gap_report``), ``uci_dev`` (rows run
+after the committed UCI table, beside its best row, ``python -m benchmarks.uci.dev_report``),
+``uci_laplace`` (the Laplace row's posteriors on the UCI splits beside laplace-torch, ``python -m
 benchmarks.uci.laplace_peer``, ``results/uci/laplace_peer.md``), ``uci`` (the
 UCI harness, ``python -m benchmarks.uci``), ``suite_time`` (how long ``make test`` and ``make
 test-quick`` take, ``benchmarks/suite_time.py``; in the README) and ``demo`` (the table ``make

@@ -99,6 +99,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "uci_projection",
         "uci_intervals",
         "uci_gap",
+        "uci_dev",
         "uci_laplace",
     }
     for text in (readme, page):

@@ -32,6 +32,8 @@ What CI re-derives, per results block of ``benchmarks/update_readme.py``:
   split 1 (< 1 s), concrete's MC dropout split 9 (5 s), energy's SWAG group of 7 splits (7 s),
   yacht's SWAG split 10 (1 s).
 * ``uci_gap``: both tables and the target line rebuilt from ``uci_gap_runs.jsonl`` (< 1 s).
+* ``uci_dev``: the table and the target lines rebuilt from ``uci_dev_runs.jsonl`` and the
+  committed ``uci.json``'s summary (< 1 s).
 * ``uci_laplace`` (``results/uci/laplace_peer.md``): the page rebuilt from
   ``laplace_peer.json`` (< 1 s); bostonHousing split 12 re-run (the MAP net, our three
   posteriors and laplace-torch's two), their figures against the JSON at the page's precision
@@ -254,6 +256,16 @@ def test_uci_gap_tables_are_todays_aggregation_of_the_committed_splits():
     committed = (RESULTS / "uci_gap.md").read_text()
     body = committed[committed.index("## gap splits") :]
     assert gap_tables(read_runs(RESULTS / "uci_gap_runs.jsonl")) == body
+
+
+def test_uci_dev_tables_are_todays_aggregation_of_the_committed_splits():
+    from benchmarks.uci.dev_report import dev_tables
+    from benchmarks.uci.gap_report import read_runs
+
+    committed = (RESULTS / "uci_dev.md").read_text()
+    body = committed[committed.index("| method |") :]
+    summary = json.loads((RESULTS / "uci" / "uci.json").read_text())["summary"]
+    assert dev_tables(read_runs(RESULTS / "uci_dev_runs.jsonl"), summary) == body
 
 
 def test_uci_laplace_page_is_todays_report_of_the_committed_splits():
