@@ -11,8 +11,7 @@ hooks ``checkpoint_config``/``from_checkpoint_config``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -227,13 +226,12 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
         ``(n, O)``. The methods with a head of their own also check the net's shape here."""
         return self.model(x)
 
-    @contextmanager
-    def stacked_parts(self, x: torch.Tensor) -> Iterator[StackedParts]:
-        """Inside the block, what the stacked fit (:func:`~bnn_pyro.fit_stacked`) trains of this
-        model, to be fitted on ``x`` ``(N, ...)`` (see :data:`StackedParts`). By default the
-        net on the likelihood's point loss; a method that trains a head of its own yields it
-        and its loss."""
-        yield self.model, None, None
+    def stacked_parts(self, x: torch.Tensor) -> StackedParts:
+        """What the stacked fit (:func:`~bnn_pyro.fit_stacked`) trains of this model, to be
+        fitted on ``x`` ``(N, ...)`` (see :data:`StackedParts`). By default the net on the
+        likelihood's point loss; a method that trains a head of its own gives it and its
+        loss."""
+        return self.model, None, None
 
     def fit_data(
         self,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -170,31 +169,28 @@ def fit_classic_stacked(
         for m in methods
         for cb in m.epoch_callbacks(settings.epochs)
     ]
-    with ExitStack() as inside:
-        parts = [
-            inside.enter_context(m.stacked_parts(d[0])) for m, d in zip(methods, data, strict=True)
-        ]
-        heads = None
-        output_loss = lambda out, yb: first.likelihood.point_loss(out, yb).mean(-1)  # noqa: E731
-        if parts[0][1] is not None:  # each member's head beside its net, one loss per member
-            _check_same_settings(methods)
-            heads = (StackedHeads([p[1] for p in parts]), [p[1] for p in parts])
-            one, stacked_heads = parts[0][2], heads[0]
-            output_loss = lambda out, yb: stacked_heads.map(one, out, yb)  # noqa: E731
-        history = train_stacked(
-            [p[0] for p in parts],
-            output_loss,
-            (torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])),
-            settings,
-            seeds,
-            owner=owner,
-            name=kind.__name__,
-            desc=f"{kind.__name__}, {len(nets)} models stacked",
-            per_member=True,
-            validation=validation,  # type: ignore[arg-type]
-            callbacks=member_callbacks,
-            heads=heads,
-        )
+    parts = [m.stacked_parts(d[0]) for m, d in zip(methods, data, strict=True)]
+    heads = None
+    output_loss = lambda out, yb: first.likelihood.point_loss(out, yb).mean(-1)  # noqa: E731
+    if parts[0][1] is not None:  # each member's head beside its net, one loss per member
+        _check_same_settings(methods)
+        heads = (StackedHeads([p[1] for p in parts]), [p[1] for p in parts])
+        one, stacked_heads = parts[0][2], heads[0]
+        output_loss = lambda out, yb: stacked_heads.map(one, out, yb)  # noqa: E731
+    history = train_stacked(
+        [p[0] for p in parts],
+        output_loss,
+        (torch.stack([d[0] for d in data]), torch.stack([d[1] for d in data])),
+        settings,
+        seeds,
+        owner=owner,
+        name=kind.__name__,
+        desc=f"{kind.__name__}, {len(nets)} models stacked",
+        per_member=True,
+        validation=validation,  # type: ignore[arg-type]
+        callbacks=member_callbacks,
+        heads=heads,
+    )
     for m, (x, yt, _), seed in zip(methods, data, seeds, strict=True):
         m.complete_training(x, yt, dataclasses.replace(settings, seed=int(seed)))
     return history

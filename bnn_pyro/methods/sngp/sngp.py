@@ -212,8 +212,7 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         self.after_training(x, yt, settings)
         return history
 
-    @contextmanager
-    def stacked_parts(self, x: torch.Tensor) -> Iterator[StackedParts]:
+    def stacked_parts(self, x: torch.Tensor) -> StackedParts:
         """For a stacked fit on ``x`` ``(N, ...)``: the net without its last layer (its spectral
         bounds included, each member's power iteration its own), the random-feature head with
         the regression noise, and one member's negative log joint per row, as :meth:`fit`
@@ -230,7 +229,7 @@ class SNGP(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         part = nn.Module()  # the head and the noise, both the model's own (not copies)
         part.head = self.head
         part.noise = self.noise_log_scale
-        yield self.without_last(x), part, loss
+        return self.without_last(x), part, loss
 
     @torch.no_grad()
     def after_training(self, x: torch.Tensor, yt: torch.Tensor, settings: TrainSettings) -> None:

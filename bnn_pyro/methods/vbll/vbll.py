@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -164,8 +162,7 @@ class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         self.after_training(x, yt, settings)
         return history
 
-    @contextmanager
-    def stacked_parts(self, x: torch.Tensor) -> Iterator[StackedParts]:
+    def stacked_parts(self, x: torch.Tensor) -> StackedParts:
         """For a stacked fit on ``x`` ``(N, ...)``: the net without its last layer (it returns
         the features), ``q``, and the negative ELBO per row of one member, as :meth:`fit`
         trains them (see :meth:`ClassicMethod.stacked_parts`)."""
@@ -176,7 +173,7 @@ class VBLL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
             phi = torch.cat([h, h.new_ones(len(h), 1)], dim=-1) if bias else h
             return head.loss(phi, yb, n, kl_weight)
 
-        yield self.without_last(x), self.head, loss
+        return self.without_last(x), self.head, loss
 
     def _fix_noise(self) -> None:
         """A regression noise the user set (constructor, likelihood or assignment) is the
