@@ -287,6 +287,5 @@ def _check_curvature(likelihood: Likelihood, outputs: int) -> None:
     except TypeError:
         raise ValueError(
             f"SNGP's Laplace step needs the Hessian of the log-likelihood in the output, and "
-            f"{type(likelihood).__name__} gives none: use a Gaussian, Categorical or Bernoulli "
-            "likelihood"
+            f"{type(likelihood).__name__} gives none: use a Gaussian or Categorical likelihood"
         ) from None
