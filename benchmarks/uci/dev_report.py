@@ -24,9 +24,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.uci.gap_report import read_runs
+from benchmarks.uci.gap_report import read_runs, untuned_note
 from benchmarks.uci.protocol import mean_stderr
-from benchmarks.uci.registry import get_method
 
 __all__ = ["SETS_NEEDED", "dev_tables"]
 
@@ -101,15 +100,7 @@ def dev_tables(records: list[dict[str, Any]], summary: list[dict[str, Any]]) -> 
         verdict = "met" if len(hit) >= SETS_NEEDED else "missed"
         where = f" ({', '.join(hit)})" if hit else ""
         lines.append(f"- {method}: within on {len(hit)} of {len(sets)}{where}: {verdict}.")
-    untuned = [m for m in sorted(cells) if get_method(m).label.endswith("(untuned)")]
-    if untuned:
-        lines += [
-            "",
-            f"Untuned rows ({', '.join(untuned)}): the harness's one configuration for a method "
-            "without a grid of its own (`benchmarks/uci/generic.py`: Adam at 1e-3, batch 32, "
-            "about 10,000 steps), not a search.",
-        ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + untuned_note(records)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from benchmarks.uci.protocol import mean_stderr
 from benchmarks.uci.registry import available_methods
 
-__all__ = ["COVERAGE_TARGET", "gap_tables", "read_runs"]
+__all__ = ["COVERAGE_TARGET", "gap_tables", "read_runs", "untuned_note"]
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "uci_gap.md"
 COVERAGE_TARGET = 0.90  #: the best method's coverage on the gap splits
@@ -96,16 +96,26 @@ def gap_tables(records: list[dict]) -> str:
             f"Target (best method's gap coverage >= {COVERAGE_TARGET} on >= {SETS_NEEDED} "
             f"of {len(best)} sets): {verdict}, {met} of {len(best)}. Best per set: {listed}."
         )
-    tuned = set(available_methods())
-    untuned = sorted({r["method"] for r in records} - tuned)
-    if untuned:
-        lines += [
-            "",
-            f"Untuned rows ({', '.join(untuned)}): the harness's one configuration for a method "
-            "without a grid of its own (`benchmarks/uci/generic.py`: Adam at 1e-3, batch 32, "
-            "about 10,000 steps), not a search.",
-        ]
+    lines += untuned_note(records)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def untuned_note(records: list[dict]) -> list[str]:
+    """The lines that name the records' untuned rows (none if every row is tuned).
+
+    Example:
+        >>> untuned_note([{"method": "vi"}]), untuned_note([{"method": "vbll"}])[1][:22]
+        ([], 'Untuned rows (vbll): t')
+    """
+    untuned = sorted({r["method"] for r in records} - set(available_methods()))
+    if not untuned:
+        return []
+    return [
+        "",
+        f"Untuned rows ({', '.join(untuned)}): the harness's one configuration for a method "
+        "without a grid of its own (`benchmarks/uci/generic.py`: Adam at 1e-3, batch 32, "
+        "about 10,000 steps), not a search.",
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
