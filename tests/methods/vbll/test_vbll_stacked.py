@@ -210,3 +210,25 @@ def test_callbacks_see_each_model_whole():
     bp.fit_stacked(models, X, Y, seeds=SEEDS, callbacks=[look], **FIT)
     assert shapes == [[(4, 1)] * 3] * (2 * FIT["epochs"])
     assert all(isinstance(m.model[3], nn.Linear) for m in models)
+
+
+def test_a_kl_weight_and_a_last_layer_without_bias_stack_as_they_fit():
+    """The member's own loss in the stack: its ``kl_weight``, and features without the bias's
+    column of ones where the last layer has no bias."""
+    x, y = _data("regression", per_member=False)
+
+    def models() -> list[bp.VBLL]:
+        out = []
+        for k in range(2):
+            torch.manual_seed(10 + k)
+            net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1, bias=False))
+            out.append(bp.VBLL(net, bp.Gaussian(scale="learned"), kl_weight=0.25))
+        return out
+
+    alone, together = models(), models()
+    for k, m in enumerate(alone):
+        m.fit(x, y, seed=SEEDS[k], **FIT)
+    bp.fit_stacked(together, x, y, seeds=SEEDS[:2], **FIT)
+    for a, b in zip(alone, together, strict=True):
+        _same(a, b)
+    assert together[0].head.mean.shape == (1, 8)  # no bias column
