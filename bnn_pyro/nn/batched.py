@@ -153,11 +153,11 @@ class BatchedTwin:
             replacement = batched_class(type(module))
             if replacement is not None:
                 module.__class__ = replacement
-        self._modules = dict(self.module.named_modules())
+        self._by_name = dict(self.module.named_modules())
         self.stacked_names = list(stacked_names)
         for name in self.stacked_names:
             path, _, attr = name.rpartition(".")
-            module = self._modules[path]
+            module = self._by_name[path]
             module._parameters.pop(attr, None)
             module._buffers.pop(attr, None)
 
@@ -170,18 +170,18 @@ class BatchedTwin:
         """Set the tensors on the twin (``tensors`` shared, ``stacked`` as attributes) and, where
         ``training`` is given, its mode (its dropout layers): the twin is copied in whatever mode
         its net had then."""
-        if training is not None and any(m.training != training for m in self._modules.values()):
+        if training is not None and any(m.training != training for m in self._by_name.values()):
             self.module.train(training)
         for name, tensor in tensors.items():
             path, _, attr = name.rpartition(".")
-            module = self._modules[path]
+            module = self._by_name[path]
             if attr in module._parameters:
                 module._parameters[attr] = tensor
             elif attr in module._buffers:
                 module._buffers[attr] = tensor
         for name in self.stacked_names:
             path, _, attr = name.rpartition(".")
-            self._modules[path].__dict__[attr] = stacked[name]
+            self._by_name[path].__dict__[attr] = stacked[name]
         return self.module
 
     def run(

@@ -61,7 +61,7 @@ class LogJoint:
         self.sites = list(first.evaluator.sites)
         self.paths = dict(first.evaluator.paths)
         self.lead = int(self.stacked) + int(self.particles > 0)
-        self._modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
+        self._member_modules = [dict(b.net.named_modules(prefix="net")) for b in self.bnns]
         self.one_prior = _one_setting([b.prior for b in self.bnns])
         self.one_likelihood = _one_setting([b.likelihood for b in self.bnns])
         self._priors: dict[tuple, dict[str, tuple]] = {}  # see priors
@@ -73,7 +73,7 @@ class LogJoint:
         at = dict(param_name=site.param_name, shape=site.shape, name=site.name)
         return [
             site_prior(mods[path], prior=b.prior, **at)
-            for b, mods in zip(self.bnns, self._modules, strict=True)
+            for b, mods in zip(self.bnns, self._member_modules, strict=True)
         ]
 
     def priors(self, like: torch.Tensor) -> dict[str, tuple]:
