@@ -155,3 +155,6 @@ def gp_objective(
             "(features that coincide, or a lengthscale grown large): a larger jitter or a "
             "lower lr"
         ) from None
+    finally:  # the data kept without the step's graph: the graph freed with the step, and a
+        # model copied in a callback (copy.deepcopy copies graph leaves only)
+        model.X, model.y = h.detach(), y.detach()

@@ -127,3 +127,25 @@ def test_output_moments_and_the_inducing_points_read_the_net_in_eval_mode():
     first, second = m.output_moments(x), m.output_moments(x)
     assert not torch.allclose(first[0], first[0].mean())  # the moments read the features
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+@pytest.mark.parametrize("inducing_points", [None, 8])
+def test_a_dkl_model_copies_during_and_after_its_fit(inducing_points):
+    """``copy.deepcopy`` of a DKL model, in a callback mid-fit and once fitted, predicts as
+    the model does. The GP kept the last step's features with their autograd graph, which
+    deepcopy refuses (and which held the step's memory)."""
+    import copy
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(24, 3, generator=g), torch.randn(24, 1, generator=g)
+    torch.manual_seed(0)
+    model = bp.make("dkl", bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=0.5),
+                    inducing_points=inducing_points)  # fmt: skip
+    copies = []
+    model.fit(x, y, epochs=2, batch_size=8, progress=False,
+              callbacks=[lambda m, e, h: copies.append(copy.deepcopy(m))])  # fmt: skip
+    assert len(copies) == 2
+    twin = copy.deepcopy(model)
+    probe = torch.randn(5, 3, generator=g)
+    got, want = twin.predictive_gaussian(probe), model.predictive_gaussian(probe)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
