@@ -21,7 +21,7 @@ own), and carry no hooks, checked on a probe against the members' own forward pa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -34,7 +34,9 @@ from bnn_pyro.training.member_dropout import swap_member_dropout
 __all__ = [
     "ELEMENTWISE_OPTIMIZERS",
     "StackedModels",
+    "copy_slices",
     "elementwise_optimizer",
+    "member_tensors",
     "stackable",
 ]
 
@@ -198,23 +200,43 @@ class StackedModels(nn.Module):
         """``{member buffer name: (K, *shape)}``, the stacked buffers themselves."""
         return {name: self.buffers_of.get_buffer(_key(name)) for name in self.buffer_names}
 
-    @torch.no_grad()
     def write_back(self, nets: list[nn.Module]) -> None:
         """Copy slice ``k`` of every stacked parameter (and buffer) into ``nets[k]``."""
-        tensors = {**self.tensors(), **self._buffers_by_name()}
-        for k, net in enumerate(nets):
-            for name, p in [*net.named_parameters(), *net.named_buffers()]:
-                p.copy_(tensors[name][k])
+        copy_slices({**self.tensors(), **self._buffers_by_name()}, nets, to_members=True)
 
-    @torch.no_grad()
     def read_from(self, nets: list[nn.Module]) -> None:
         """Copy ``nets[k]``'s parameters (and buffers) into slice ``k`` of the stacked ones (the
         inverse of :meth:`write_back`: a member changed from outside, e.g. restored to its best
         epoch)."""
-        tensors = {**self.tensors(), **self._buffers_by_name()}
-        for k, net in enumerate(nets):
-            for name, p in [*net.named_parameters(), *net.named_buffers()]:
-                tensors[name][k].copy_(p)
+        copy_slices({**self.tensors(), **self._buffers_by_name()}, nets, to_members=False)
+
+
+def member_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """A member's parameters, then its buffers, by name: what a stack holds of it."""
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
+@torch.no_grad()
+def copy_slices(
+    stacked: dict[str, torch.Tensor], members: Sequence[nn.Module], *, to_members: bool
+) -> None:
+    """Copy between slice ``k`` of each ``(K, *shape)`` tensor of ``stacked`` (by member tensor
+    name) and the tensor of that name in ``members[k]``: into the members, or (``to_members``
+    false) out of them.
+
+    Example:
+        >>> nets = [nn.Linear(2, 1), nn.Linear(2, 1)]
+        >>> stacked = {n: torch.zeros(2, *p.shape) for n, p in member_tensors(nets[0])}
+        >>> copy_slices(stacked, nets, to_members=False)
+        >>> torch.equal(stacked["weight"][1], nets[1].weight)
+        True
+    """
+    for k, member in enumerate(members):
+        for name, tensor in member_tensors(member):
+            if to_members:
+                tensor.copy_(stacked[name][k])
+            else:
+                stacked[name][k].copy_(tensor)
 
 
 def _key(name: str) -> str:

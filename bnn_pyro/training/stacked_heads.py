@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, vmap
 
+from bnn_pyro.training.stacked import copy_slices, member_tensors
+
 __all__ = ["StackedHeads"]
 
 
@@ -64,7 +66,7 @@ class StackedHeads(nn.Module):
         if len(heads) < 2:
             raise ValueError("StackedHeads needs at least two members")
         layout = [
-            [(k, v.shape, v.dtype, v.device, v.requires_grad) for k, v in _tensors(h)]
+            [(k, v.shape, v.dtype, v.device, v.requires_grad) for k, v in member_tensors(h)]
             for h in heads
         ]
         if any(type(h) is not type(heads[0]) for h in heads) or any(s != layout[0] for s in layout):
@@ -104,23 +106,10 @@ class StackedHeads(nn.Module):
 
         return vmap(one, randomness="error")(params, *args)
 
-    @torch.no_grad()
     def write_back(self, heads: Sequence[nn.Module]) -> None:
         """Copy slice ``k`` of every stacked parameter and buffer into ``heads[k]``."""
-        tensors = self._all()
-        for k, head in enumerate(heads):
-            for name, p in _tensors(head):
-                p.copy_(tensors[name][k])
+        copy_slices(self._all(), heads, to_members=True)
 
-    @torch.no_grad()
     def read_from(self, heads: Sequence[nn.Module]) -> None:
         """Copy ``heads[k]``'s parameters into slice ``k`` (the inverse of :meth:`write_back`)."""
-        tensors = self._all()
-        for k, head in enumerate(heads):
-            for name, p in _tensors(head):
-                tensors[name][k].copy_(p)
-
-
-def _tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """A module's parameters, then its buffers, by name."""
-    return [*module.named_parameters(), *module.named_buffers()]
+        copy_slices(self._all(), heads, to_members=False)

@@ -29,7 +29,7 @@ from bnn_pyro.methods.classic.training import TrainSettings, modes, module_devic
 from bnn_pyro.training import Callback, History, LossStep, make_optimizer, train
 from bnn_pyro.training.batches import permuted_batches
 from bnn_pyro.training.compiled import compile_loss
-from bnn_pyro.training.stacked import StackedModels
+from bnn_pyro.training.stacked import StackedModels, member_tensors
 from bnn_pyro.training.stacked_batches import stacked_batches
 from bnn_pyro.training.stacked_heads import StackedHeads
 
@@ -242,7 +242,7 @@ def train_stacked(
         own = [p for p in heads[0].parameters() if p.requires_grad]
         params = [{"params": params}, {"params": own, "weight_decay": 0.0}]
     if settings.resume is not None:  # the run's state is the stacked tensors, not the members
-        for key, p in [*module.named_parameters(), *module.named_buffers()]:
+        for key, p in member_tensors(module):
             settings.resume.extra[key] = p
 
     def losses(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
