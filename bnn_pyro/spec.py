@@ -85,6 +85,8 @@ class MethodSpec:
             caller that would rather fit them one by one than have ``fit_stacked`` refuse
             (:func:`bnn_pyro.stacking.why_not_stacked`); ``None``: any models that
             ``stacked_fit`` takes.
+        unstacked: for a method with no ``stacked_fit``, why not and what to do instead, the
+            end of :func:`bnn_pyro.fit_stacked`'s refusal.
         classifies: whether the method takes a classifier's likelihood (``Categorical``,
             ``Bernoulli``); a regression-only method's constructor refuses one, and the
             estimators' classifier refuses the method before building it.
@@ -110,6 +112,7 @@ class MethodSpec:
     dropout_net: bool = False
     stacked_fit: str | None = None
     why_not_stacked: str | None = None
+    unstacked: str | None = None
     measured_step: bool = False
     classifies: bool = True
 

@@ -182,9 +182,13 @@ def why_not_stacked(models: Sequence[Any]) -> str | None:
 
 def _stacked_fit_of(cls: type) -> Callable[..., History]:
     """The stacked fit that ``cls``'s spec declares (a clear error when none does)."""
-    for spec in _specs_of(cls):
+    specs = _specs_of(cls)
+    for spec in specs:
         if spec.stacked_fit is not None:
             return load_object(spec.stacked_fit)
+    why = next((spec.unstacked for spec in specs if spec.unstacked), None)
+    if why is not None:
+        raise ValueError(f"fit_stacked does not train {cls.__name__} models: {why}")
     stacked = sorted({s.name for s in method_specs().values() if s.stacked_fit is not None})
     raise ValueError(
         f"fit_stacked does not train {cls.__name__} models (the class itself); the methods "

@@ -149,3 +149,16 @@ def test_a_dkl_model_copies_during_and_after_its_fit(inducing_points):
     probe = torch.randn(5, 3, generator=g)
     got, want = twin.predictive_gaussian(probe), model.predictive_gaussian(probe)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_fit_stacked_refuses_dkl_saying_why_before_any_work():
+    models = [bp.make("dkl", bp.nn.mlp(3, [8], 1), bp.Gaussian(scale=0.5)) for _ in range(2)]
+    before = [m.model[0].weight.clone() for m in models]
+    message = (
+        "^fit_stacked does not train DKL models: its GP is a pyro.contrib.gp model trained "
+        "through Pyro's ELBO and param store, which the torch.func batching of fit_stacked does "
+        "not reach: fit each model on its own$"
+    )
+    with pytest.raises(ValueError, match=message):
+        bp.fit_stacked(models, torch.randn(10, 3), torch.randn(10, 1), seeds=[0, 1], epochs=1)
+    assert all(torch.equal(b, m.model[0].weight) for b, m in zip(before, models, strict=True))
