@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.uci.protocol import mean_stderr
-from benchmarks.uci.registry import available_methods
+from benchmarks.uci.registry import DEV_METHODS, available_methods
 
 __all__ = ["COVERAGE_TARGET", "gap_tables", "read_runs", "untuned_note"]
 
@@ -104,10 +104,11 @@ def untuned_note(records: list[dict]) -> list[str]:
     """The lines that name the records' untuned rows (none if every row is tuned).
 
     Example:
-        >>> untuned_note([{"method": "vi"}]), untuned_note([{"method": "vbll"}])[1][:22]
-        ([], 'Untuned rows (vbll): t')
+        >>> untuned_note([{"method": "vbll"}]), untuned_note([{"method": "vbnn"}])[1][:22]
+        ([], 'Untuned rows (vbnn): t')
     """
-    untuned = sorted({r["method"] for r in records} - set(available_methods()))
+    tuned = {*available_methods(), *DEV_METHODS}
+    untuned = sorted({r["method"] for r in records} - tuned)
     if not untuned:
         return []
     return [

@@ -14,9 +14,10 @@ from collections.abc import Iterable
 import bnn_pyro
 from benchmarks.uci import baselines, baselines_stacked, sgmcmc, variational
 from benchmarks.uci.generic import generic_spec
+from benchmarks.uci.last_layer import last_layer_specs
 from benchmarks.uci.method import MethodSpec
 
-__all__ = ["METHODS", "available_methods", "get_method", "runnable_methods"]
+__all__ = ["DEV_METHODS", "METHODS", "available_methods", "get_method", "runnable_methods"]
 
 
 def _keyed(specs: Iterable[MethodSpec]) -> dict[str, MethodSpec]:
@@ -137,6 +138,10 @@ METHODS: dict[str, MethodSpec] = _keyed(
 )
 
 
+#: The tuned rows run on the dev sets outside the committed table (``all``), reported by
+#: :mod:`benchmarks.uci.dev_report`: the last-layer and distance-aware heads.
+DEV_METHODS: dict[str, MethodSpec] = _keyed(last_layer_specs())
+
 #: The untuned rows :func:`get_method` made for library methods without a tuned one.
 _UNTUNED: dict[str, MethodSpec] = {}
 
@@ -168,21 +173,24 @@ def runnable_methods() -> list[str]:
 
 
 def get_method(name: str) -> MethodSpec:
-    """The :class:`MethodSpec` called ``name``: a tuned row, or for any other library method
-    the untuned row of :mod:`benchmarks.uci.generic`.
+    """The :class:`MethodSpec` called ``name``: a tuned row (of the committed table, or of
+    :data:`DEV_METHODS`), or for any other library method the untuned row of
+    :mod:`benchmarks.uci.generic`.
 
     Raises:
         TypeError: if ``name`` is not a str.
         ValueError: if there is no such method (the message lists the available ones).
 
     Example:
-        >>> get_method("dropout").label
-        'MC dropout'
+        >>> get_method("dropout").label, get_method("vbll").label, get_method("vbnn").label
+        ('MC dropout', 'VBLL', 'vbnn (untuned)')
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     if name in METHODS:
         return METHODS[name]
+    if name in DEV_METHODS:
+        return DEV_METHODS[name]
     if name not in bnn_pyro.METHODS:
         raise ValueError(f"unknown method {name!r}; available: {runnable_methods()}")
     if name not in _UNTUNED:

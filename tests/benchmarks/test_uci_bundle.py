@@ -157,9 +157,9 @@ def test_only_methods_that_stack_are_bundled():
 
 
 @pytest.mark.parametrize("method", ["vbll", "sngp"])
-def test_untuned_rows_of_methods_that_stack_bundle_as_they_run_split_by_split(tmp_path, method):
-    """A library method with a stacked fit and no tuned grid (the generic row) trains a data
-    set's splits as one, each split's record its one-by-one record."""
+def test_last_layer_rows_that_stack_bundle_as_they_run_split_by_split(tmp_path, method):
+    """The tuned rows of the heads with a stacked fit train a data set's splits as one, each
+    split's record (its checkpoints scored mid-run included) its one-by-one record."""
     g = torch.Generator().manual_seed(0)
     X = torch.randn(60, 3, generator=g)
     y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * torch.randn(60, generator=g)
@@ -175,3 +175,4 @@ def test_untuned_rows_of_methods_that_stack_bundle_as_they_run_split_by_split(tm
         # the same training and scoring per split, batched differently: float32 round-off
         assert got["test_ll"] == pytest.approx(alone["test_ll"], rel=1e-4)
         assert got["rmse"] == pytest.approx(alone["rmse"], rel=1e-4)
+        assert [r["config"] for r in got["records"]] == [r["config"] for r in alone["records"]]
