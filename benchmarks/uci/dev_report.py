@@ -62,7 +62,7 @@ def dev_tables(records: list[dict[str, Any]], summary: list[dict[str, Any]]) -> 
         >>> text = dev_tables(runs, best)
         >>> "| vbll | -1.10 ± 0.07 (2) |" in text  # se: population sd / sqrt(n)
         True
-        >>> text.splitlines()[-3]  # -1.10 is below -1.00 - 0.05
+        >>> text.splitlines()[-1]  # -1.10 is below -1.00 - 0.05
         '- vbll: within on 0 of 1: missed.'
 
     """

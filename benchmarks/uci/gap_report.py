@@ -26,6 +26,8 @@ import platform
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.uci.generic import generic_grid
+from benchmarks.uci.method import DatasetInfo
 from benchmarks.uci.protocol import mean_stderr
 from benchmarks.uci.registry import DEV_METHODS, available_methods
 
@@ -101,14 +103,27 @@ def gap_tables(records: list[dict]) -> str:
 
 
 def untuned_note(records: list[dict]) -> list[str]:
-    """The lines that name the records' untuned rows (none if every row is tuned).
+    """The lines that name the records' untuned rows (none if every row is tuned): a method
+    with no tuned row, or a run of a dev row's method with the untuned row's configuration
+    (:func:`~benchmarks.uci.generic.generic_grid`: runs made before that method had a grid).
 
     Example:
-        >>> untuned_note([{"method": "vbll"}]), untuned_note([{"method": "vbnn"}])[1][:22]
-        ([], 'Untuned rows (vbnn): t')
+        >>> tuned = {"method": "vbll", "config": {"epochs": 8, "lr": 1e-3, "prior_scale": 1.0}}
+        >>> old = {"method": "sngp", "config": {"epochs": 8, "lr": 1e-3, "batch_size": 32}}
+        >>> untuned_note([tuned]), untuned_note([tuned, old, {"method": "vbnn"}])[1][:28]
+        ([], 'Untuned rows (sngp, vbnn): t')
     """
-    tuned = {*available_methods(), *DEV_METHODS}
-    untuned = sorted({r["method"] for r in records} - tuned)
+    generic = generic_grid(DatasetInfo("any", 100, 1))[0]
+    generic.pop("epochs")
+
+    def untuned(record: dict) -> bool:
+        if record["method"] in available_methods():
+            return False
+        config = dict(record.get("config") or {})
+        config.pop("epochs", None)
+        return record["method"] not in DEV_METHODS or config == generic
+
+    untuned = sorted({r["method"] for r in records if untuned(r)})
     if not untuned:
         return []
     return [

@@ -74,11 +74,16 @@ def test_no_data_folder_is_a_clear_error(tmp_path):
 
 
 def test_rows_without_a_grid_of_their_own_are_named_untuned():
+    untuned = {"epochs": 800, "lr": 1e-3, "batch_size": 32}  # the generic row's configuration
     rows = [
-        {"dataset": "toy_gap", "split": 0, "method": m, "coverage_95": 0.9, "test_ll": -1.0}
-        for m in ("vi", "dkl", "vbll")
-    ]
+        {"dataset": "toy_gap", "split": 0, "method": m, "coverage_95": 0.9, "test_ll": -1.0,
+         "config": config}
+        for m, config in [("vi", {}), ("dkl", untuned), ("vbll", untuned), ("vbnn", {}),
+                          ("sngp", {**untuned, "lengthscale": 2.0})]
+    ]  # fmt: skip
     text = gap_tables(rows)
     assert "| dkl | 0.900 ± 0.000 |" in text
-    assert "Untuned rows (dkl, vbll): the harness's one configuration" in text
+    # a dev row run before its grid existed is untuned; a run of its grid is not
+    assert "Untuned rows (dkl, vbll, vbnn): the harness's one configuration" in text
     assert "Untuned" not in gap_tables(rows[:1])  # a tuned row alone: no such line
+    assert "Untuned" not in gap_tables(rows[-1:])
