@@ -53,7 +53,7 @@ __all__ = [
     "scored_copy",
 ]
 
-CHECKPOINTS = 4  #: epoch counts scored per configuration (early stopping on validation)
+CHECKPOINTS = 8  #: epoch counts scored per configuration (early stopping on validation)
 _STEPS = 10_000  # minibatch steps per configuration, as the VI grid
 _BATCH = 32
 _DKL_STEPS = 1_000  # full-batch steps of the exact GP
