@@ -44,7 +44,8 @@ class StackedHeads(nn.Module):
 
     Args:
         heads: the members (of one class, with the same parameter and buffer names and
-            shapes, the same parameters trained). Their other settings (plain attributes) are
+            shapes, the same parameters trained), which :meth:`write_back` and
+            :meth:`read_from` copy to and from. Their other settings (plain attributes) are
             read from the first: the caller checks that they agree.
 
     Raises:
@@ -83,9 +84,11 @@ class StackedHeads(nn.Module):
         self.buffer_names = [name for name, _ in heads[0].named_buffers()]
         for i, name in enumerate(self.buffer_names):
             self.register_buffer(f"buffer_{i}", torch.stack([h.get_buffer(name) for h in heads]))
-        # the code each call runs, every tensor of it replaced by a member's slice: kept out of
-        # the module's registry, so its own copies are neither trained nor saved
+        # the code each call runs, every tensor of it replaced by a member's slice, and the
+        # members themselves (what write_back and read_from copy to and from): kept out of the
+        # module's registry, so their tensors are neither trained nor saved here
         self.__dict__["_call"] = _Call(copy.deepcopy(heads[0]))
+        self.__dict__["_members"] = heads
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """``{member parameter name: (K, *shape)}``, the stacked parameters themselves."""
@@ -106,10 +109,11 @@ class StackedHeads(nn.Module):
 
         return vmap(one, randomness="error")(params, *args)
 
-    def write_back(self, heads: Sequence[nn.Module]) -> None:
-        """Copy slice ``k`` of every stacked parameter and buffer into ``heads[k]``."""
-        copy_slices(self._all(), heads, to_members=True)
+    def write_back(self) -> None:
+        """Copy slice ``k`` of every stacked parameter and buffer into member ``k``."""
+        copy_slices(self._all(), self._members, to_members=True)
 
-    def read_from(self, heads: Sequence[nn.Module]) -> None:
-        """Copy ``heads[k]``'s parameters into slice ``k`` (the inverse of :meth:`write_back`)."""
-        copy_slices(self._all(), heads, to_members=False)
+    def read_from(self) -> None:
+        """Copy member ``k``'s parameters and buffers into slice ``k`` (the inverse of
+        :meth:`write_back`: a member changed from outside, e.g. by a callback)."""
+        copy_slices(self._all(), self._members, to_members=False)

@@ -55,13 +55,13 @@ def test_write_back_and_read_from_move_each_slice():
         stacked.tensors()["weight"][1] += 1.0
         stacked.buffer_0[2] = 0.0
     before = heads[1].weight.detach().clone()
-    stacked.write_back(heads)
+    stacked.write_back()
     assert torch.equal(heads[1].weight, before + 1.0)
     assert torch.equal(heads[2].features, torch.zeros(3, 3))
     assert torch.equal(heads[0].weight, Scaled(0).weight)  # the others as they were
     with torch.no_grad():
         heads[0].weight.zero_()
-    stacked.read_from(heads)
+    stacked.read_from()
     assert torch.equal(stacked.tensors()["weight"][0], torch.zeros(2, 3))
     assert torch.equal(stacked.tensors()["weight"][1], before + 1.0)
 

@@ -182,7 +182,7 @@ def train_stacked(
     per_member: bool = False,
     validation: Data | None = None,
     callbacks: Sequence[Callback] = (),
-    heads: tuple[StackedHeads, Sequence[nn.Module]] | None = None,
+    heads: StackedHeads | None = None,
 ) -> History:
     """:func:`train_nets` of ``nets`` stacked as one net; each ends as its own run seeded with
     its seed would.
@@ -208,8 +208,8 @@ def train_stacked(
             members' mean) and ``member_val_loss``, ``output_loss`` in eval mode.
         callbacks: ``fn(owner, epoch, history)`` after each epoch, the members written back,
             before the user's callbacks (SWAG's snapshot collectors, each bound to its member).
-        heads: ``(stacked, members)``: the members' own heads trained beside the nets (VBLL's
-            ``q``), stacked, which ``output_loss`` reads; they train without ``fit``'s weight
+        heads: the members' own heads trained beside the nets (VBLL's ``q``), stacked, which
+            ``output_loss`` reads; they train without ``fit``'s weight
             decay (a head has a prior of its own) and are written back with the nets.
 
     Returns:
@@ -238,8 +238,8 @@ def train_stacked(
     module: nn.Module = stacked
     params: list[Any] = list(stacked.parameters())
     if heads is not None:
-        module = nn.ModuleDict({"nets": stacked, "heads": heads[0]})
-        own = [p for p in heads[0].parameters() if p.requires_grad]
+        module = nn.ModuleDict({"nets": stacked, "heads": heads})
+        own = [p for p in heads.parameters() if p.requires_grad]
         params = [{"params": params}, {"params": own, "weight_decay": 0.0}]
     if settings.resume is not None:  # the run's state is the stacked tensors, not the members
         for key, p in member_tensors(module):
@@ -251,12 +251,12 @@ def train_stacked(
     def write_back() -> None:
         stacked.write_back(nets)
         if heads is not None:
-            heads[0].write_back(heads[1])
+            heads.write_back()
 
     def read_from() -> None:
         stacked.read_from(nets)
         if heads is not None:
-            heads[0].read_from(heads[1])
+            heads.read_from()
 
     try:
         return train_nets(

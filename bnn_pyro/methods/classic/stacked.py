@@ -174,8 +174,8 @@ def fit_classic_stacked(
     output_loss = lambda out, yb: first.likelihood.point_loss(out, yb).mean(-1)  # noqa: E731
     if parts[0][1] is not None:  # each member's head beside its net, one loss per member
         _check_same_settings(methods)
-        heads = (StackedHeads([p[1] for p in parts]), [p[1] for p in parts])
-        one, stacked_heads = parts[0][2], heads[0]
+        heads = StackedHeads([p[1] for p in parts])
+        one, stacked_heads = parts[0][2], heads
         output_loss = lambda out, yb: stacked_heads.map(one, out, yb)  # noqa: E731
     history = train_stacked(
         [p[0] for p in parts],
