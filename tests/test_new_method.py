@@ -6,6 +6,7 @@ from ``fit_stacked`` and a row in the UCI harness."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -68,7 +69,13 @@ def test_the_estimators_and_the_command_line_offer_it(toy, tmp_path):
 def test_fit_stacked_refuses_it_by_name(toy):
     X, y = _data()
     models = [bp.make("toy", bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1)) for _ in range(2)]
-    with pytest.raises(ValueError, match="fit_stacked does not train WeightNoise models"):
+    from bnn_pyro.registry import method_spec
+
+    # no reason of its own (a spec's `unstacked`): the methods that do stack, by name
+    stacking = sorted(name for name in bp.METHODS if method_spec(name).stacked_fit is not None)
+    assert {"vi", "dropout", "vbll"} <= set(stacking) and "dkl" not in stacking
+    message = "fit_stacked does not train WeightNoise models (the class itself); the methods "
+    with pytest.raises(ValueError, match=re.escape(f"{message}that train stacked: {stacking}")):
         bp.fit_stacked(models, X, y, seeds=[0, 1], epochs=1, progress=False)
 
 
