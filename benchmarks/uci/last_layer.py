@@ -139,17 +139,17 @@ def scored_copy(model: Any, x: torch.Tensor, y: torch.Tensor) -> Any:
 
 
 def _checkpoint_callback(
-    members: Sequence[tuple[Any, torch.Tensor, torch.Tensor, int, Report]], wanted: set[int]
+    members: Sequence[tuple[Any, torch.Tensor, torch.Tensor, Report]], wanted: set[int]
 ) -> Callable[[Any, int, Any], None]:
     """``fn(owner, epoch, history)`` reporting each member's :func:`scored_copy` at the
-    ``wanted`` epoch counts short of the last (the finished model reports that one)."""
+    ``wanted`` epoch counts short of the last (the finished model reports that one). The three
+    heads' Gaussian predictives are closed forms: no draws, so no seed."""
 
     def callback(owner: Any, epoch: int, history: Any) -> None:
         if epoch + 1 not in wanted:
             return
-        for model, x, y, seed, report in members:
-            done = scored_copy(model, x, y)
-            report(epoch + 1, lambda rows, m=done, s=seed: m.predictive_gaussian(rows, seed=s))
+        for model, x, y, report in members:
+            report(epoch + 1, scored_copy(model, x, y).predictive_gaussian)
 
     return callback
 
@@ -189,11 +189,9 @@ def last_layer_train(
         lr=float(config["lr"]),
         progress=False,
         seed=seed,
-        callbacks=[
-            _checkpoint_callback([(model, x, y, seed, report)], set(checkpoints) - {epochs})
-        ],
+        callbacks=[_checkpoint_callback([(model, x, y, report)], set(checkpoints) - {epochs})],
     )
-    report(epochs, lambda rows: model.predictive_gaussian(rows, seed=seed))
+    report(epochs, model.predictive_gaussian)
 
 
 def last_layer_train_stacked(
@@ -224,7 +222,7 @@ def last_layer_train_stacked(
     """
     models = [_build(method, config, xs.shape[-1], hidden, seed).to(xs.device) for seed in seeds]
     epochs = max(checkpoints)
-    members = list(zip(models, xs, ys, seeds, reports, strict=True))
+    members = list(zip(models, xs, ys, reports, strict=True))
     fit_stacked(
         models,
         xs,
@@ -236,8 +234,8 @@ def last_layer_train_stacked(
         progress=False,
         callbacks=[_checkpoint_callback(members, set(checkpoints) - {epochs})],
     )
-    for model, _, _, seed, report in members:
-        report(epochs, lambda rows, m=model, s=seed: m.predictive_gaussian(rows, seed=s))
+    for model, _, _, report in members:
+        report(epochs, model.predictive_gaussian)
 
 
 def last_layer_specs() -> list[MethodSpec]:

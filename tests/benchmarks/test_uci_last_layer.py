@@ -30,7 +30,7 @@ def _data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("method", ["vbll", "sngp", "dkl"])
-def test_a_checkpoint_is_the_fit_that_stops_there(method):
+def test_a_checkpoint_is_the_fit_that_stops_there(method, capsys):
     """The predictive reported at epoch 3 of a 6-epoch run is ``fit(epochs=3)``'s: the copy
     completed mid-run (SNGP's Laplace posterior, DKL's exact-GP data, the noise estimate) is
     the shorter fit. Without the completion SNGP's copy has no posterior and DKL's no data."""
@@ -50,6 +50,7 @@ def test_a_checkpoint_is_the_fit_that_stops_there(method):
     torch.testing.assert_close(seen[3][0], loc, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(seen[3][1], scale, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(seen[6][1], scale, rtol=1e-3)  # six epochs are not three
+    assert capsys.readouterr().err == ""  # no progress bar per run: the harness has its own
 
 
 def test_the_scored_copy_leaves_the_running_model_alone():
@@ -63,7 +64,7 @@ def test_the_scored_copy_leaves_the_running_model_alone():
     assert not torch.equal(done.head.weight, model.head.weight)  # the copy's posterior mean
 
 
-def test_stacked_checkpoints_are_each_split_on_its_own():
+def test_stacked_checkpoints_are_each_split_on_its_own(capsys):
     """Two splits trained stacked report at each checkpoint what each reports alone."""
     (x0, y0), (x1, y1) = _data(0), _data(1)
     config = {"epochs": 4, "lr": 3e-2, "batch_size": 16, "prior_scale": 0.1}
@@ -82,6 +83,12 @@ def test_stacked_checkpoints_are_each_split_on_its_own():
         for epoch in (2, 4):  # stacked and alone batch the same sums differently: round-off
             torch.testing.assert_close(together[k, epoch][0], alone[epoch][0], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(together[k, epoch][1], alone[epoch][1], rtol=1e-4, atol=1e-5)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="zip"):  # a report per split, no fewer
+        last_layer_train_stacked(
+            config, torch.stack([x0, x1]), torch.stack([y0, y1]), y_stds=[1.0, 1.0], hidden=8,
+            seeds=[3, 4], checkpoints=[2], num_samples=4, method="vbll", reports=[print],
+        )  # fmt: skip
 
 
 def test_the_grids_search_the_options_they_name():
@@ -96,3 +103,40 @@ def test_the_grids_search_the_options_they_name():
     assert get_method("vbll") is DEV_METHODS["vbll"] and get_method("dkl").train_stacked is None
     with pytest.raises(ValueError, match="no tuned last-layer row for 'vi'"):
         last_layer_grid("vi")
+
+
+def test_the_grids_epochs_are_about_ten_thousand_steps_within_their_bounds():
+    grid = last_layer_grid("sngp")
+    assert grid(DatasetInfo("toy", 455, 13))[0]["epochs"] == 800  # 12 steps an epoch; not quick
+    assert grid(DatasetInfo("toy", 40, 3))[0]["epochs"] == 2000  # 1 step an epoch: the cap
+    assert grid(DatasetInfo("toy", 10**6, 3))[0]["epochs"] == 40  # 25,000 steps: the floor
+
+
+def test_the_rows_run_their_own_method_with_its_grid_and_eight_checkpoints():
+    """What the harness reads of each row: its label and description (the tables print them),
+    its grid and checkpoints, and its train functions, each training its own method."""
+    info = DatasetInfo("toy", 455, 13)
+    assert {name: (spec.label, spec.description, spec.cost) for name, spec in
+            DEV_METHODS.items()} == {
+        "vbll": ("VBLL", "VBLL, dense covariance, learned noise; prior scale 1 or 0.1; Adam "
+                 "1e-3, batch 32", 10.0),
+        "sngp": ("SNGP", "SNGP, bound 0.95, 1,024 features; lengthscale 1 or 2; Adam 1e-3, "
+                 "batch 32", 10.0),
+        "dkl": ("DKL", "deep-kernel exact GP, RBF kernel; full-batch Adam at 1e-2, 1,000 steps",
+                10.0),
+    }  # fmt: skip
+    x, y = _data()
+    for name, spec in DEV_METHODS.items():
+        assert spec.grid(info, False) == last_layer_grid(name)(info, False)
+        assert spec.checkpoints({"epochs": 800}) == list(range(100, 900, 100))
+        config = spec.grid(info, True)[0]
+        seen = []
+        spec.train(config, x, y, y_std=1.0, hidden=8, seed=0, checkpoints=[4], num_samples=4,
+                   report=lambda e, p, s=seen: s.append(p))  # fmt: skip
+        assert type(seen[0].__self__).__name__ == name.upper()  # the method's own model
+        if spec.train_stacked is not None:
+            seen = []
+            spec.train_stacked(config, torch.stack([x, x]), torch.stack([y, y]), y_stds=[1.0, 1.0],
+                               hidden=8, seeds=[0, 1], checkpoints=[4], num_samples=4,
+                               reports=[lambda e, p, s=seen: s.append(p)] * 2)  # fmt: skip
+            assert [type(p.__self__).__name__ for p in seen] == [name.upper()] * 2
