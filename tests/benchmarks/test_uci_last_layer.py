@@ -8,6 +8,7 @@ import torch
 from benchmarks.uci.last_layer import (
     GRID_OPTIONS,
     last_layer_grid,
+    last_layer_specs,
     last_layer_train,
     last_layer_train_stacked,
     scored_copy,
@@ -116,8 +117,10 @@ def test_the_rows_run_their_own_method_with_its_grid_and_eight_checkpoints():
     """What the harness reads of each row: its label and description (the tables print them),
     its grid and checkpoints, and its train functions, each training its own method."""
     info = DatasetInfo("toy", 455, 13)
+    specs = {spec.name: spec for spec in last_layer_specs()}  # as the registry builds them
+    assert specs.keys() == DEV_METHODS.keys()
     assert {name: (spec.label, spec.description, spec.cost) for name, spec in
-            DEV_METHODS.items()} == {
+            specs.items()} == {
         "vbll": ("VBLL", "VBLL, dense covariance, learned noise; prior scale 1 or 0.1; Adam "
                  "1e-3, batch 32", 10.0),
         "sngp": ("SNGP", "SNGP, bound 0.95, 1,024 features; lengthscale 1 or 2; Adam 1e-3, "
@@ -126,7 +129,7 @@ def test_the_rows_run_their_own_method_with_its_grid_and_eight_checkpoints():
                 10.0),
     }  # fmt: skip
     x, y = _data()
-    for name, spec in DEV_METHODS.items():
+    for name, spec in specs.items():
         assert spec.grid(info, False) == last_layer_grid(name)(info, False)
         assert spec.checkpoints({"epochs": 800}) == list(range(100, 900, 100))
         config = spec.grid(info, True)[0]
