@@ -33,7 +33,8 @@ What CI re-derives, per results block of ``benchmarks/update_readme.py``:
   yacht's SWAG split 10 (1 s).
 * ``uci_gap``: both tables and the target line rebuilt from ``uci_gap_runs.jsonl`` (< 1 s).
 * ``uci_dev``: the table and the target lines rebuilt from ``uci_dev_runs.jsonl`` and the
-  committed ``uci.json``'s summary (< 1 s).
+  committed ``uci.json``'s summary (< 1 s); the DKL row's final fits of yacht split 0 and
+  bostonHousing split 1 re-run from their chosen configurations (``test_uci_refit_rederived.py``).
 * ``uci_laplace`` (``results/uci/laplace_peer.md``): the page rebuilt from
   ``laplace_peer.json`` (< 1 s); bostonHousing split 12 re-run (the MAP net, our three
   posteriors and laplace-torch's two), their figures against the JSON at the page's precision
