@@ -25,7 +25,13 @@ from bnn_pyro.nn import mlp
 from bnn_pyro.registry import make, method_class, method_spec
 from bnn_pyro.stacking import fit_stacked, trains_stacked
 
-__all__ = ["generic_grid", "generic_spec", "generic_train", "generic_train_stacked"]
+__all__ = [
+    "generic_grid",
+    "generic_model",
+    "generic_spec",
+    "generic_train",
+    "generic_train_stacked",
+]
 
 _STEPS = 10_000  # as the VI grid: about this many minibatch steps per configuration
 _DROPOUT = 0.05  # where the method needs dropout layers in the net
@@ -85,13 +91,24 @@ def generic_train(
     report(epochs, lambda rows: model.predictive_gaussian(rows, seed=seed))
 
 
-def _model(method: str, x: torch.Tensor, hidden: int, seed: int, num_samples: int) -> Any:
-    """``make(method, mlp, Gaussian("learned"))`` on ``x``'s device, its weights from ``seed``."""
+def generic_model(method: str, features: int, hidden: int, seed: int, **options: Any) -> Any:
+    """``make(method, mlp(features, [hidden], 1), Gaussian("learned"), **options)``, its initial
+    weights drawn under ``seed``, the net with the protocol's dropout where the method needs one.
+
+    Example:
+        >>> generic_model("vbll", 3, 8, 0, prior_scale=0.1).prior_scale
+        0.1
+    """
     spec = method_spec(method)
     torch.manual_seed(seed)  # the initial weights
-    net = mlp(x.shape[-1], [hidden], 1, dropout=_DROPOUT if spec.dropout_net else 0.0)
-    options = {} if spec.own_samples else {"num_samples": num_samples}
-    return make(method, net, Gaussian(scale="learned"), **options).to(x.device)
+    net = mlp(features, [hidden], 1, dropout=_DROPOUT if spec.dropout_net else 0.0)
+    return make(method, net, Gaussian(scale="learned"), **options)
+
+
+def _model(method: str, x: torch.Tensor, hidden: int, seed: int, num_samples: int) -> Any:
+    """:func:`generic_model` on ``x``'s device, with ``num_samples`` where the method takes it."""
+    options = {} if method_spec(method).own_samples else {"num_samples": num_samples}
+    return generic_model(method, x.shape[-1], hidden, seed, **options).to(x.device)
 
 
 def generic_train_stacked(

@@ -37,10 +37,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.uci.generic import generic_model
 from benchmarks.uci.method import Config, DatasetInfo, MethodSpec, Report, checkpoint_epochs
-from bnn_pyro.likelihoods import Gaussian
-from bnn_pyro.nn import mlp
-from bnn_pyro.registry import make
 from bnn_pyro.stacking import fit_stacked
 
 __all__ = [
@@ -110,10 +108,9 @@ def last_layer_grid(method: str) -> Callable[[DatasetInfo, bool], list[Config]]:
 
 
 def _build(method: str, config: Mapping[str, Any], features: int, hidden: int, seed: int) -> Any:
-    """``make(method, mlp, Gaussian("learned"), **options)``, its weights drawn under ``seed``."""
+    """:func:`~benchmarks.uci.generic.generic_model` with the configuration's method options."""
     options = {k: v for k, v in config.items() if k not in _TRAINING_KEYS}
-    torch.manual_seed(seed)  # the initial weights
-    return make(method, mlp(features, [hidden], 1), Gaussian(scale="learned"), **options)
+    return generic_model(method, features, hidden, seed, **options)
 
 
 def scored_copy(model: Any, x: torch.Tensor, y: torch.Tensor) -> Any:
