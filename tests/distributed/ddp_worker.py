@@ -1,8 +1,11 @@
 """One rank of a 2-process gloo run for ``tests/distributed/test_ddp.py``.
 
-Run as ``python ddp_worker.py SCENARIO OUT`` with ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-``MASTER_PORT`` set (what torchrun sets); writes ``OUT/rank{R}.pt`` (what the test compares) and,
-on an error, ``OUT/rank{R}.err``.
+Run as ``python ddp_worker.py SCENARIO[,SCENARIO...] OUT`` with ``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` set (what torchrun sets); for each scenario, in the order
+given, writes ``OUT/SCENARIO/rank{R}.pt`` (what the test compares) and, on an error,
+``OUT/SCENARIO/rank{R}.err``. Several scenarios in one run share the two processes' start (a few
+seconds of imports each); every scenario seeds what it draws, so its numbers do not depend on
+what ran before it.
 """
 
 from __future__ import annotations
@@ -112,15 +115,20 @@ def others(out: dict) -> None:
 
 def predict(out: dict) -> None:
     """predict is a collective: each rank its blocks, gathered; equal to predicting alone."""
-    import bnn_pyro.methods.vi.svi_model
+    from bnn_pyro.methods.vi import predictive as vi_predictive
 
     X, y = _data()
     bnn = _blr()
     bnn.fit(X, y, epochs=5, progress=False, seed=0)
-    bnn_pyro.methods.vi.svi_model.block_rows = lambda samples, width: 16  # 13 blocks of 200 rows
-    sharded = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
-    with distributed.local():
-        alone = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
+    # 13 blocks of 200 rows (this patched svi_model.block_rows, a name predict does not read:
+    # every row went in one block, all on rank 0)
+    block_rows, vi_predictive.block_rows = vi_predictive.block_rows, lambda samples, width: 16
+    try:
+        sharded = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
+        with distributed.local():
+            alone = bnn.predict(X, return_samples=True, num_samples=7, seed=3)
+    finally:  # the next scenario in this run predicts with the library's blocks
+        vi_predictive.block_rows = block_rows
     out["equal"] = all(torch.equal(a, b) for a, b in zip(sharded, alone, strict=True))
     out["mean"] = sharded[0]
     torch.manual_seed(1)
@@ -144,32 +152,35 @@ def dies(out: dict) -> None:
     bnn.fit(X, y, epochs=200, progress=False, seed=0, callbacks=[die])
 
 
+SCENARIOS = {
+    "gradient": lambda out, folder: gradient(out),
+    "posterior": posterior,
+    "classic": lambda out, folder: classic(out),
+    "others": lambda out, folder: others(out),
+    "predict": lambda out, folder: predict(out),
+    "dies": lambda out, folder: dies(out),
+}
+
+
 def main() -> None:
-    scenario, folder = sys.argv[1], Path(sys.argv[2])
+    scenarios, folder = sys.argv[1].split(","), Path(sys.argv[2])
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
     rank = dist.get_rank()
-    out: dict = {}
-    try:
-        if scenario == "gradient":
-            gradient(out)
-        elif scenario == "posterior":
-            posterior(out, folder)
-        elif scenario == "classic":
-            classic(out)
-        elif scenario == "others":
-            others(out)
-        elif scenario == "predict":
-            predict(out)
-        elif scenario == "dies":
-            dies(out)
-        else:
+    for scenario in scenarios:
+        if scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}")
-        torch.save(out, folder / f"rank{rank}.pt")
-    except Exception as err:  # the test reads the message
-        (folder / f"rank{rank}.err").write_text(
-            f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
-        )
-        raise
+    for scenario in scenarios:
+        here = folder / scenario
+        here.mkdir(exist_ok=True)
+        out: dict = {}
+        try:
+            SCENARIOS[scenario](out, here)
+            torch.save(out, here / f"rank{rank}.pt")
+        except Exception as err:  # the test reads the message
+            (here / f"rank{rank}.err").write_text(
+                f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+            )
+            raise
     dist.barrier()  # both ranks past their last collective before the group is torn down
     dist.destroy_process_group()
 

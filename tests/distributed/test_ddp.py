@@ -1,7 +1,10 @@
 """Data-parallel training on 2 gloo processes (CPU), checked against one process.
 
-Each test starts two ranks of ``ddp_worker.py`` (the way torchrun does) under a hard timeout, so
-a hung collective fails the test instead of the suite.
+The tests start two ranks of ``ddp_worker.py`` (the way torchrun does) under a hard timeout, so
+a hung collective fails the test instead of the suite. The scenarios that end normally run one
+after another in one such run (the ``shared`` fixture): each seeds its own draws and writes its
+own folder, and each test reads its own; every start of the two processes costs a few seconds of
+imports each (16 s of wall time per start on a loaded 2-core machine).
 """
 
 from __future__ import annotations
@@ -21,14 +24,27 @@ pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distribut
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
-def _run(scenario: str, tmp_path: Path, timeout: float = 150.0) -> list[dict]:
-    ranks = launch(WORKER, [scenario, str(tmp_path)], world=2, timeout=timeout)
-    assert ranks.returncodes == [0, 0], ranks.stderr
-    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+#: The scenarios of the shared run, in its order (``dies`` ends its run: a run of its own).
+SHARED = ("gradient", "classic", "others", "predict", "posterior")
 
 
-def test_one_step_averages_the_two_shards_gradients(tmp_path):
-    out = _run("gradient", tmp_path)
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> dict[str, list[dict]]:
+    """Every scenario of :data:`SHARED` in one 2-rank run: ``{scenario: [rank 0's, rank 1's]}``
+    (what each rank wrote), plus ``"folder"``: the run's folder."""
+    folder = tmp_path_factory.mktemp("ddp")
+    run = launch(WORKER, [",".join(SHARED), str(folder)], world=2, timeout=400.0)
+    assert run.returncodes == [0, 0], run.stderr
+    out: dict = {"folder": folder}
+    for scenario in SHARED:
+        out[scenario] = [
+            torch.load(folder / scenario / f"rank{r}.pt", weights_only=False) for r in range(2)
+        ]
+    return out
+
+
+def test_one_step_averages_the_two_shards_gradients(shared):
+    out = shared["gradient"]
     mean = [(a + b) / 2 for a, b in zip(out[0]["local"], out[1]["local"], strict=True)]
     for rank in range(2):
         # SGD with lr 1: the step is the averaged gradient (float32 sums: 1e-6 relative)
@@ -38,11 +54,11 @@ def test_one_step_averages_the_two_shards_gradients(tmp_path):
     assert not torch.allclose(out[0]["local"][0], out[1]["local"][0])
 
 
-def test_two_ranks_reach_the_exact_posterior_with_one_checkpoint_writer(tmp_path):
+def test_two_ranks_reach_the_exact_posterior_with_one_checkpoint_writer(shared):
     """The bounds of ``test_default_fit_recovers_the_exact_posterior`` (one process). A KL
     counted on each rank, or N taken as a rank's 100 rows instead of 200, moves the variances
     by a factor of about 2 and fails them."""
-    out = _run("posterior", tmp_path)
+    out = shared["posterior"]
     X, y = _data()
     mean, std = _exact(X, y)
     loc, scale = out[0]["loc"], out[0]["scale"]
@@ -53,12 +69,13 @@ def test_two_ranks_reach_the_exact_posterior_with_one_checkpoint_writer(tmp_path
         assert torch.equal(value, out[1]["state"][key]), key
     assert out[0]["loss"] == out[1]["loss"]
     # Checkpoint writes from rank 0 only
-    assert (tmp_path / "checkpoint-rank0.pt").exists()
-    assert not (tmp_path / "checkpoint-rank1.pt").exists()
+    folder = shared["folder"] / "posterior"
+    assert (folder / "checkpoint-rank0.pt").exists()
+    assert not (folder / "checkpoint-rank1.pt").exists()
 
 
-def test_classic_methods_train_data_parallel_and_agree_across_ranks(tmp_path):
-    out = _run("classic", tmp_path)
+def test_classic_methods_train_data_parallel_and_agree_across_ranks(shared):
+    out = shared["classic"]
     assert out[0]["dropout_history"] == out[1]["dropout_history"]
     assert torch.equal(out[0]["dropout"], out[1]["dropout"])
     # it learned: the targets' std is 1.8 and their noise 0.5; the fit's error is near the noise
@@ -80,20 +97,16 @@ def test_classic_methods_train_data_parallel_and_agree_across_ranks(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["ensemble", "swag", "vbnn", "hidden_layer", "lrt"])
-def test_every_other_gradient_trained_method_agrees_across_ranks(others, name):
+def test_every_other_gradient_trained_method_agrees_across_ranks(shared, name):
+    others = shared["others"]
     (loss0, pred0), (loss1, pred1) = others[0][name], others[1][name]
     assert loss0 == loss1 and torch.equal(pred0, pred1)  # one model, trained together
     assert loss0[-1] < loss0[0]  # and it trained
     assert torch.isfinite(pred0).all()
 
 
-@pytest.fixture(scope="module")
-def others(tmp_path_factory) -> list[dict]:
-    return _run("others", tmp_path_factory.mktemp("others"))
-
-
-def test_predict_shards_the_rows_and_gathers_the_same_numbers(tmp_path):
-    out = _run("predict", tmp_path)
+def test_predict_shards_the_rows_and_gathers_the_same_numbers(shared):
+    out = shared["predict"]
     assert out[0]["equal"] and out[1]["equal"]  # = each rank predicting every row alone
     assert out[0]["dropout_equal"] and out[1]["dropout_equal"]
     assert torch.equal(out[0]["mean"], out[1]["mean"])
@@ -103,7 +116,7 @@ def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
     ranks = launch(WORKER, ["dies", str(tmp_path)], world=2, timeout=90.0)
     assert ranks.returncodes[1] == 3  # it died
     assert ranks.returncodes[0] not in (0, None), ranks.stderr[0]  # and rank 0 did not hang
-    message = (tmp_path / "rank0.err").read_text()
+    message = (tmp_path / "dies" / "rank0.err").read_text()
     assert "DistributedError" in message and "peer process died" in message, message
     assert ranks.seconds < 90.0
 
