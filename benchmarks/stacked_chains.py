@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from datetime import datetime, timezone
 
 import pyro
@@ -73,12 +74,20 @@ def _stacked(name: str, k: int, epochs: int) -> list[torch.Tensor]:
     return [m.kept_samples for m in models]
 
 
-def _difference(name: str, epochs: int, dtype: torch.dtype) -> float:
-    """The largest difference of the kept samples, stacked against one by one, in ``dtype``."""
+def _difference(
+    name: str, epochs: int, dtype: torch.dtype, seconds: dict[str, float] | None = None
+) -> float:
+    """The largest difference of the kept samples, stacked against one by one, in ``dtype``
+    (``seconds``, if given, gets each side's wall time)."""
     before = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        alone, together = _alone(name, CHAINS, epochs), _stacked(name, CHAINS, epochs)
+        start = time.perf_counter()
+        alone = _alone(name, CHAINS, epochs)
+        middle = time.perf_counter()
+        together = _stacked(name, CHAINS, epochs)
+        if seconds is not None:
+            seconds.update({"one by one": middle - start, "stacked": time.perf_counter() - middle})
     finally:
         torch.set_default_dtype(before)
     return max(float((a - b).abs().max()) for a, b in zip(alone, together, strict=True))
@@ -86,19 +95,23 @@ def _difference(name: str, epochs: int, dtype: torch.dtype) -> float:
 
 def bench(name: str, epochs: int, repeats: int) -> tuple[dict[str, float], tuple[float, float]]:
     """The three contenders' median times, and the largest difference of the kept samples in
-    float32 and in float64."""
-    diff = (_difference(name, epochs, torch.float32), _difference(name, epochs, torch.float64))
-    times = compare(
-        {
-            "1 chain": lambda: _alone(name, 1, epochs),
-            "1 chain, Pyro trace": lambda: _alone(name, 1, epochs, traced=True),
-            "one by one": lambda: _alone(name, CHAINS, epochs),
-            "stacked": lambda: _stacked(name, CHAINS, epochs),
-        },
-        repeats,
-        1,
+    float32 and in float64. A smoke run (``repeats == 1``, ``--quick``) reports the float32
+    check's own seconds for one by one and stacked instead of running both again."""
+    checked: dict[str, float] = {}
+    diff = (
+        _difference(name, epochs, torch.float32, checked),
+        _difference(name, epochs, torch.float64),
     )
-    return times, diff
+    fns = {
+        "1 chain": lambda: _alone(name, 1, epochs),
+        "1 chain, Pyro trace": lambda: _alone(name, 1, epochs, traced=True),
+        "one by one": lambda: _alone(name, CHAINS, epochs),
+        "stacked": lambda: _stacked(name, CHAINS, epochs),
+    }
+    if repeats == 1:
+        one = {k: fns[k] for k in ("1 chain", "1 chain, Pyro trace")}
+        return {**compare(one, repeats, 1), **checked}, diff
+    return compare(fns, repeats, 1), diff
 
 
 def main() -> None:

@@ -3,14 +3,30 @@
 
 No timing is asserted (tests never do); what is checked is that each script runs, prints its
 table, and, for methods.py, that the vectorized side computes the same numbers as the loop.
+
+The scripts that neither compile nor measure a process of their own run in this process, as
+``python benchmarks/<script>`` runs them (``__main__``, their folder first on ``sys.path``, the
+arguments in ``sys.argv``): a fresh interpreter's start, torch's import and torch.optim's first
+use (its import of torch._dynamo) cost 3-6 CPU-s a script on a 2-core CI machine, more than
+most quick runs' own work. step_time.py and stacked.py (``torch.compile``: its caches would
+stay in this process), concurrent_fits.py (its children and exit codes) and demo.py (the
+command line itself) run in a fresh interpreter.
 """
 
+import contextlib
+import io
 import os
+import random
 import re
+import runpy
 import subprocess
 import sys
+import warnings
 
+import numpy as np
+import pyro
 import pytest
+import torch
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 
@@ -26,8 +42,43 @@ def _run(script: str, *args: str) -> str:
     return run.stdout
 
 
+def _run_here(script: str, *args: str) -> str:
+    """``python benchmarks/<script> *args`` in this process: what it printed. The script runs as
+    ``__main__`` with its folder first on ``sys.path``; afterwards the sibling modules it imported
+    from that folder are dropped, the random generators it seeded are put back as they were and
+    Pyro's parameter store it filled is emptied."""
+    path = os.path.join(BENCHMARKS, script)
+    folder = os.path.dirname(os.path.abspath(path))
+    before = set(sys.modules)
+    argv = sys.argv
+    rngs = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    sys.argv = [path, *args]
+    sys.path.insert(0, folder)
+    printed = io.StringIO()
+    try:
+        # (warnings: a fresh interpreter printed them to its stderr, which the tests never read)
+        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as stop:  # sys.exit(main()): the exit code, 0 when it ran through
+                assert stop.code in (0, None), (stop.code, printed.getvalue())
+    finally:
+        sys.argv = argv
+        sys.path.remove(folder)
+        for name in set(sys.modules) - before:
+            where = getattr(sys.modules[name], "__file__", None) or ""
+            if where and "." not in name and os.path.dirname(os.path.abspath(where)) == folder:
+                del sys.modules[name]
+        pyro.clear_param_store()
+        random.setstate(rngs[0])
+        np.random.set_state(rngs[1])
+        torch.random.set_rng_state(rngs[2])
+    return printed.getvalue()
+
+
 def test_pyro_path_quick_prints_both_elbos_and_the_jit_speed_up():
-    text = _run("pyro_path.py", "--quick")
+    text = _run_here("pyro_path.py", "--quick")
     for row in ("| Trace_ELBO |", "| JitTrace_ELBO |", "| composed guide |"):
         assert row in text, text
 
@@ -36,7 +87,7 @@ def test_methods_benchmark_vectorized_equals_loop(tmp_path):
     output = tmp_path / "methods.md"
     # --quick: every comparison once, Laplace's on 500 points in four batches (the full run's
     # 2,000 in four of 500: the same sums over batches, a quarter of the loop's backward passes)
-    text = _run("methods.py", "--quick", "--output", str(output))
+    text = _run_here("methods.py", "--quick", "--output", str(output))
     assert output.read_text() == text.rstrip("\n") + "\n"
     diffs = re.findall(r"\| ([0-9.e+-]+) (rel|abs) \|$", text, flags=re.M)
     assert len(diffs) == 4, text
@@ -70,7 +121,7 @@ def test_stacked_quick_trains_the_same_ensemble_both_ways():
 
 
 def test_stacked_chains_quick_runs_each_chain_as_its_own_fit():
-    text = _run("stacked_chains.py", "--quick")
+    text = _run_here("stacked_chains.py", "--quick")
     rows = re.findall(r"^\| (c?sghmc) \|.*\| ([0-9.e+-]+) \| ([0-9.e+-]+) \|$", text, flags=re.M)
     assert [r[0] for r in rows] == ["sghmc", "csghmc"], text
     # stacked against one by one, the same chains summed in another order: float32 round-off
@@ -87,7 +138,7 @@ def test_demo_script_runs_as_a_script():
 
 
 def test_uci_projection_quick_projects_every_method_from_two_scaled_runs():
-    text = _run(os.path.join("uci", "projection.py"), "--quick")
+    text = _run_here(os.path.join("uci", "projection.py"), "--quick")
     # the four shared sets come from the committed run, the quick set from its two runs
     assert (
         len(re.findall(r"^\| (boston|concrete|energy|yacht) \| .* \| measured \|", text, re.M)) == 4
@@ -273,5 +324,5 @@ def test_mutation_jobs_must_be_positive(capsys):
 def test_laplace_glm_predict_quick_prints_both_paths():
     """benchmarks/laplace_glm_predict.py --quick: the per-layer and the full-Jacobian paths of
     the diagonal Laplace side by side, with the gap between their results."""
-    text = _run("laplace_glm_predict.py", "--quick")
+    text = _run_here("laplace_glm_predict.py", "--quick")
     assert "per layer" in text and "full Jacobians" in text, text

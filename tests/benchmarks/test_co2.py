@@ -10,12 +10,12 @@ figures: what is checked is that every cell the report promises is there.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
-import os
+import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,23 +28,25 @@ from benchmarks import co2_report as report
 from tests.benchmarks.test_results_rederived import assert_printed, sections
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "co2.py"
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> tuple[str, Path]:
-    """``co2.py --quick --out <tmp>``, once: (what it printed, the folder it wrote)."""
+    """``co2.py --quick --out <tmp>``, once: (what it printed, the folder it wrote). Its
+    ``main`` runs in this process (a fresh interpreter's start and imports cost more CPU-s than
+    the quick run's own training), its random generators put back after."""
     out = tmp_path_factory.mktemp("co2")
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "MPLBACKEND": "Agg"},
-    )
-    assert run.returncode == 0, run.stderr
-    return run.stdout, out
+    printed = io.StringIO()
+    rngs = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    try:
+        with contextlib.redirect_stdout(printed):
+            assert co2.main(["--quick", "--out", str(out)]) == 0
+    finally:
+        random.setstate(rngs[0])
+        np.random.set_state(rngs[1])
+        torch.random.set_rng_state(rngs[2])
+    return printed.getvalue(), out
 
 
 def _rows(markdown: str, title: str) -> dict[str, list[str]]:
