@@ -105,13 +105,18 @@ def gap_tables(records: list[dict]) -> str:
 def untuned_note(records: list[dict]) -> list[str]:
     """The lines that name the records' untuned rows (none if every row is tuned): a method
     with no tuned row, or a run of a dev row's method with the untuned row's configuration
-    (:func:`~benchmarks.uci.generic.generic_grid`: runs made before that method had a grid).
+    (:func:`~benchmarks.uci.generic.generic_grid`: runs made before that method had a grid),
+    with the data sets it is untuned on where it is tuned on others.
 
     Example:
         >>> tuned = {"method": "vbll", "config": {"epochs": 8, "lr": 1e-3, "prior_scale": 1.0}}
         >>> old = {"method": "sngp", "config": {"epochs": 8, "lr": 1e-3, "batch_size": 32}}
         >>> untuned_note([tuned]), untuned_note([tuned, old, {"method": "vbnn"}])[1][:28]
-        ([], 'Untuned rows (sngp, vbnn): t')
+        ([], 'Untuned rows (sngp; vbnn): t')
+        >>> tuned_here = {**tuned, "method": "sngp", "dataset": "energy_gap"}
+        >>> untuned_note([{**old, "dataset": "yacht_gap"}, tuned_here])[1][:33]
+        'Untuned rows (sngp on yacht): the'
+
     """
     generic = generic_grid(DatasetInfo("any", 100, 1))[0]
     generic.pop("epochs")
@@ -123,12 +128,22 @@ def untuned_note(records: list[dict]) -> list[str]:
         config.pop("epochs", None)
         return record["method"] not in DEV_METHODS or config == generic
 
-    untuned = sorted({r["method"] for r in records if untuned(r)})
-    if not untuned:
+    where: dict[str, set[str]] = {}
+    everywhere: dict[str, set[str]] = {}
+    for r in records:
+        base = r.get("dataset", "").rsplit("_", 1)[0]
+        everywhere.setdefault(r["method"], set()).add(base)
+        if untuned(r):
+            where.setdefault(r["method"], set()).add(base)
+    if not where:
         return []
+    named = [
+        m if where[m] == everywhere[m] else f"{m} on {', '.join(sorted(where[m]))}"
+        for m in sorted(where)
+    ]
     return [
         "",
-        f"Untuned rows ({', '.join(untuned)}): the harness's one configuration for a method "
+        f"Untuned rows ({'; '.join(named)}): the harness's one configuration for a method "
         "without a grid of its own (`benchmarks/uci/generic.py`: Adam at 1e-3, batch 32, "
         "about 10,000 steps), not a search.",
     ]

@@ -84,6 +84,10 @@ def test_rows_without_a_grid_of_their_own_are_named_untuned():
     text = gap_tables(rows)
     assert "| dkl | 0.900 ± 0.000 |" in text
     # a dev row run before its grid existed is untuned; a run of its grid is not
-    assert "Untuned rows (dkl, vbll, vbnn): the harness's one configuration" in text
+    assert "Untuned rows (dkl; vbll; vbnn): the harness's one configuration" in text
     assert "Untuned" not in gap_tables(rows[:1])  # a tuned row alone: no such line
     assert "Untuned" not in gap_tables(rows[-1:])
+    # a method tuned on one set and untuned on others: the note names where it is untuned
+    mixed = [{**rows[1], "dataset": d} for d in ("yacht_gap", "concrete_tail")]
+    mixed.append({**rows[4], "method": "dkl", "dataset": "energy_gap"})
+    assert "Untuned rows (dkl on concrete, yacht): the" in gap_tables(mixed)
