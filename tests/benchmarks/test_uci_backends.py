@@ -45,10 +45,25 @@ def _scores(records: list[dict]) -> list[dict]:
     return [{k: r[k] for k in SCORES} for r in records]
 
 
+ARGV = ["--methods", "ensemble,vi", "--quick", "--quiet"]
+TASKS = [(k, m) for k in (0, 1) for m in ("ensemble", "vi")]
+
+
 @pytest.fixture(scope="module")
-def one_process(toy: Path) -> list[dict]:
-    tasks = [Task("toy", str(toy / "toy"), k, m) for k in (0, 1) for m in ("ensemble", "vi")]
-    return run_tasks(tasks, BenchmarkSettings(quick=True), jobs=1, progress=False)
+def whole(toy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The four tasks (two splits of ensemble and vi) run whole by the command, in this process
+    (jobs 1): the records every backend must give, and the table a resumed run must write. One
+    run for both tests (they ran these same tasks twice, ~5 s each here)."""
+    out = tmp_path_factory.mktemp("uci-whole")
+    assert main(["--data", str(toy), *ARGV, "--out", str(out), "--splits", "all"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_process(whole: Path) -> list[dict]:
+    records = [json.loads(line) for line in (whole / RUNS_FILE).read_text().splitlines()]
+    assert sorted((r["split"], r["method"]) for r in records) == TASKS
+    return sorted(records, key=lambda r: TASKS.index((r["split"], r["method"])))
 
 
 @pytest.mark.parametrize(
@@ -62,7 +77,7 @@ def one_process(toy: Path) -> list[dict]:
 )
 def test_every_backend_gives_the_records_of_one_process(toy, one_process, backend):
     # the tasks are seeded from (data set, split, method): where they run changes nothing
-    tasks = [Task("toy", str(toy / "toy"), k, m) for k in (0, 1) for m in ("ensemble", "vi")]
+    tasks = [Task("toy", str(toy / "toy"), k, m) for k, m in TASKS]
     records = run_tasks(
         tasks, BenchmarkSettings(quick=True), jobs=2, progress=False, backend=backend
     )
@@ -76,10 +91,9 @@ def _table(out: Path) -> dict:
 
 
 @pytest.mark.skipif(not HAS_DASK, reason="dask.distributed missing")
-def test_a_run_stopped_under_loky_resumes_on_dask(toy, tmp_path):
-    argv = ["--data", str(toy), "--methods", "ensemble,vi", "--quick", "--quiet"]
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert main([*argv, "--out", str(whole), "--splits", "all"]) == 0
+def test_a_run_stopped_under_loky_resumes_on_dask(toy, whole, tmp_path):
+    argv = ["--data", str(toy), *ARGV]
+    parts = tmp_path / "parts"
     # "stopped" after split 0 (its records are in the resume file), then resumed on Dask
     assert main([*argv, "--out", str(parts), "--splits", "0", "--jobs", "2"]) == 0
     resumed = [*argv, "--out", str(parts), "--splits", "all", "--resume", "--jobs", "2"]

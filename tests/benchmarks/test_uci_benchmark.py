@@ -333,10 +333,40 @@ def _check_outputs(out: Path, datasets: set[str], methods: list[str], splits: li
     return payload
 
 
-def test_smoke_run_synthetic(toy_root: Path, tmp_path: Path) -> None:
-    methods = available_methods()
-    argv = ["--data", str(toy_root), "--splits", "1", "--quick", "--quiet", "--out", str(tmp_path)]
+@pytest.fixture(scope="module")
+def smoke_run(toy_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[list, Path]:
+    """Every method on split 1 of the toy, in this process (jobs 1): its argv and folder."""
+    out = tmp_path_factory.mktemp("uci-smoke")
+    argv = ["--data", str(toy_root), "--splits", "1", "--quick", "--quiet", "--out", str(out)]
     assert main(argv) == 0
+    return argv, out
+
+
+@pytest.fixture(scope="module")
+def fresh_process(toy_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documented command in a fresh process, with two loky workers: its output folder.
+
+    One run serves the two tests below (a fresh interpreter each cost ~10 s here): the command
+    from the repository root, and worker processes giving the numbers of one process (its
+    dropout and ensemble tasks against the same tasks of the in-process smoke run). ``--data``
+    names the data set's own folder, which :func:`find_datasets` takes as one data set."""
+    out = tmp_path_factory.mktemp("uci-fresh")
+    argv = ["--data", str(toy_root / "toy"), "--splits", "1", "--quick", "--quiet"]
+    argv += ["--methods", "dropout,ensemble", "--jobs", "2", "--out", str(out)]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.uci", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def test_smoke_run_synthetic(toy_root: Path, smoke_run: tuple[list, Path]) -> None:
+    argv, tmp_path = smoke_run
+    methods = available_methods()
     payload = _check_outputs(tmp_path, {"toy"}, methods, [1])
     # recorded as a reader types them in a clone: the machine's own folders as <dir>/<name>
     shown = {str(toy_root): f"<dir>/{toy_root.name}", str(tmp_path): f"<dir>/{tmp_path.name}"}
@@ -353,19 +383,11 @@ def test_smoke_run_synthetic(toy_root: Path, tmp_path: Path) -> None:
     assert (tmp_path / "uci.md").read_text().startswith("# UCI regression benchmark")
 
 
-def test_python_m_benchmarks_uci_from_the_repository_root(toy_root: Path, tmp_path: Path) -> None:
+def test_python_m_benchmarks_uci_from_the_repository_root(fresh_process: Path) -> None:
     # the documented command, in a fresh process: python -m benchmarks.uci records itself
-    argv = ["--data", str(toy_root), "--splits", "0", "--methods", "ensemble", "--quick"]
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.uci", *argv, "--quiet", "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    payload = _check_outputs(tmp_path, {"toy"}, ["ensemble"], [0])
+    payload = _check_outputs(fresh_process, {"toy"}, ["dropout", "ensemble"], [1])
     assert "-m benchmarks.uci --data" in payload["command"]
+    assert "--jobs 2" in payload["command"]
 
 
 def test_render_only_needs_results(toy_root: Path, tmp_path: Path) -> None:
@@ -374,14 +396,22 @@ def test_render_only_needs_results(toy_root: Path, tmp_path: Path) -> None:
     assert info.value.code == 2
 
 
-def test_two_processes_give_the_same_numbers(toy_root: Path, tmp_path: Path) -> None:
-    base = ["--data", str(toy_root / "toy"), "--splits", "0", "--quick", "--quiet"]
-    base += ["--methods", "dropout,ensemble"]
-    assert main([*base, "--out", str(tmp_path / "a")]) == 0
-    assert main([*base, "--out", str(tmp_path / "b"), "--jobs", "2"]) == 0
-    runs = [json.loads((tmp_path / p / "uci.json").read_text())["runs"] for p in "ab"]
-    scores = [[(r["test_ll"], r["rmse"]) for r in rs] for rs in runs]
-    assert scores[0] == scores[1]
+def test_two_processes_give_the_same_numbers(
+    smoke_run: tuple[list, Path], fresh_process: Path
+) -> None:
+    # the tasks are seeded from (data set, split, method): the same numbers in this process
+    # (jobs 1, among every other method) and in the fresh process's two loky workers
+    def scores(out: Path) -> dict:
+        runs = json.loads((out / "uci.json").read_text())["runs"]
+        return {
+            (r["method"], r["split"]): (r["test_ll"], r["rmse"])
+            for r in runs
+            if r["method"] in ("dropout", "ensemble")
+        }
+
+    workers = scores(fresh_process)
+    assert sorted(workers) == [("dropout", 1), ("ensemble", 1)]
+    assert workers == scores(smoke_run[1])
 
 
 @pytest.mark.skipif(not (SHARED / "yacht").is_dir(), reason="shared UCI data not present")

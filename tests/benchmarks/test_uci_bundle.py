@@ -43,12 +43,15 @@ def _small_decay_grid(info, quick):
     return [{**base, "epochs": 4, "weight_decay": wd} for wd in (1e-4, 1e-1)]
 
 
-@pytest.fixture
-def toy(tmp_path, monkeypatch):
+SETTINGS = BenchmarkSettings(validation_samples=20, test_samples=50)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(60, 3, generator=g)
     y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * torch.randn(60, generator=g)
-    folder = str(write_uci_folder(tmp_path / "toy", X, y, n_splits=3))
+    folder = str(write_uci_folder(tmp_path_factory.mktemp("bundle") / "toy", X, y, n_splits=3))
     grids = {
         "dropout": _small_dropout_grid,
         "swag": _small_decay_grid,
@@ -56,18 +59,29 @@ def toy(tmp_path, monkeypatch):
         "sghmc": _small_sgmcmc_grid,
         "csghmc": _small_sgmcmc_grid,
     }
-    for name in ("vi", "lrt", "dropout", "swag", "laplace", "sghmc", "csghmc"):
-        grid = grids.get(name, _small_grid)
-        spec = dataclasses.replace(registry.METHODS[name], grid=grid)
-        monkeypatch.setitem(registry.METHODS, name, spec)
-    return folder
+    with pytest.MonkeyPatch.context() as monkeypatch:  # the small grids, for this file only
+        for name in ("vi", "lrt", "dropout", "swag", "laplace", "sghmc", "csghmc"):
+            grid = grids.get(name, _small_grid)
+            spec = dataclasses.replace(registry.METHODS[name], grid=grid)
+            monkeypatch.setitem(registry.METHODS, name, spec)
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def vi_bundle(toy):
+    """The toy's three splits of vi trained stacked, for the two tests that check vi's bundle
+    (its records against split-by-split ones; its final fits shared): one bundle, not two
+    (~1.4 s each here)."""
+    return run_bundle([Task("toy", toy, s, "vi") for s in range(3)], SETTINGS)
 
 
 @pytest.mark.parametrize("method", ["vi", "lrt", "dropout", "swag", "laplace", "sghmc", "csghmc"])
-def test_bundled_records_are_the_split_by_split_records(toy, method):
-    settings = BenchmarkSettings(validation_samples=20, test_samples=50)
+def test_bundled_records_are_the_split_by_split_records(toy, request, method):
+    settings = SETTINGS
     tasks = [Task("toy", toy, s, method) for s in range(3)]
-    together = run_bundle(tasks, settings)
+    together = (
+        request.getfixturevalue("vi_bundle") if method == "vi" else run_bundle(tasks, settings)
+    )
     for task, got in zip(tasks, together, strict=True):
         alone = run_task(task, settings)
         assert got["stacked"] == 3 and got["split"] == task.split
@@ -113,13 +127,11 @@ def test_an_objective_that_does_not_stack_is_refused_before_training():
     assert seen == []
 
 
-def test_final_fits_share_a_run_across_epochs_and_overrides(toy):
+def test_final_fits_share_a_run_across_epochs_and_overrides(vi_bundle):
     """The toy's splits choose different epoch counts and noise factors from one grid
     configuration; the test above checks their records equal the split-by-split ones, this one
     that they really were trained in fewer runs than there are distinct choices."""
-    settings = BenchmarkSettings(validation_samples=20, test_samples=50)
-    records = run_bundle([Task("toy", toy, s, "vi") for s in range(3)], settings)
-    chosen = [r["config"] for r in records]
+    chosen = [r["config"] for r in vi_bundle]
     grid = _small_grid(None, False)
     groups = final_groups(registry.METHODS["vi"], grid, chosen)
     distinct = {str(sorted(c.items())) for c in chosen}

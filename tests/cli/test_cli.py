@@ -292,8 +292,10 @@ def test_a_reader_that_stops_early_ends_predict_quietly(tmp_path):
     X = rng.normal(size=(5_000, 2))  # 130 KB of output: more than a pipe's 64 KB buffer
     data = tmp_path / "d.csv"
     np.savetxt(data, np.c_[X, X.sum(1)], delimiter=",", header="a,b,y", comments="")
+    # 8 samples, not the default 100: the fit's validation scoring took ~8 s of this test here
+    # (~1 s with 8); the output is 5,000 rows of "mean,std" (134 KB) whatever the samples
     assert main(["fit", "--data", str(data), "--target", "y", "--epochs", "1",
-                 "--out", str(tmp_path / "run"), "--quiet"]) == 0  # fmt: skip
+                 "--num-samples", "8", "--out", str(tmp_path / "run"), "--quiet"]) == 0  # fmt: skip
     code = "import sys; from bnn_pyro.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "predict", "--model", str(tmp_path / "run" / "model.pt"),
