@@ -7,11 +7,15 @@ is ``ax.figure``. Nothing here calls ``plt.show()``. Artists carry ``gid``\\ s a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
-from matplotlib.axes import Axes
 
 from bnn_pyro.metrics import expected_calibration_error, regression_calibration, reliability_curve
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn (about a second)
+    from matplotlib.axes import Axes
 
 __all__ = [
     "plot_predictive_1d",
@@ -38,6 +42,8 @@ def get_axes(ax: object = None) -> Axes:
 
         _, ax = plt.subplots()
         return ax
+    from matplotlib.axes import Axes  # here: importing matplotlib costs about a second
+
     if not isinstance(ax, Axes):
         raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     return ax

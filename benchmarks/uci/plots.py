@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
 
 from benchmarks.uci.published import PUBLISHED_UCI
 from bnn_pyro.plots import get_axes
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn (about a second)
+    from matplotlib.axes import Axes
 
 __all__ = ["plot_uci_results"]
 
