@@ -154,9 +154,12 @@ def test_cyclical_sghmc_is_too_narrow_on_a_unimodal_posterior_as_documented():
     """``csghmc`` at its defaults (SGMCMC's docstring): each cycle's noise-free exploration pulls
     the chain to the mode and the sampling stage's small steps do not spread it out again, so
     the samples' variance is a fraction of the posterior's and they are worth a few draws per
-    cycle. Measured on WELL: a total variance 0.2-0.4 of the exact one, ESS 4-8; a right
-    sampler's ratio would be 1 within a few percent at this sample size."""
-    verdict, samples, cov = _fit(WELL, "csghmc", 1500)
+    cycle. Measured on WELL at 1500 epochs: a total variance 0.2-0.4 of the exact one, ESS 4-8;
+    at the 750 run here (half the cost), under seeds 0, 1 and 2: 0.06, 0.14 and 0.04, ESS 6.1,
+    6.1 and 3.7. A right sampler's ratio would be 1 within a few percent at this sample size:
+    sghmc at its defaults, 750 epochs, the same seeds, 1.04, 0.98 and 1.05, ESS 181, 153 and
+    184, so a csghmc that sampled the posterior would fail both bounds."""
+    verdict, samples, cov = _fit(WELL, "csghmc", 750)
     ratio = float(torch.cov(samples.T).trace() / cov.trace())
     assert ratio < 0.6, ratio
     assert verdict.ess < 50, verdict.ess  # too few effective draws for the judge to pass it
