@@ -16,17 +16,16 @@ command line itself) run in a fresh interpreter.
 import contextlib
 import io
 import os
-import random
 import re
 import runpy
 import subprocess
 import sys
 import warnings
 
-import numpy as np
 import pyro
 import pytest
-import torch
+
+from tests.benchmarks.in_process import generators_kept
 
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 
@@ -51,13 +50,12 @@ def _run_here(script: str, *args: str) -> str:
     folder = os.path.dirname(os.path.abspath(path))
     before = set(sys.modules)
     argv = sys.argv
-    rngs = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
     sys.argv = [path, *args]
     sys.path.insert(0, folder)
     printed = io.StringIO()
     try:
         # (warnings: a fresh interpreter printed them to its stderr, which the tests never read)
-        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        with generators_kept(), contextlib.redirect_stdout(printed), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 runpy.run_path(path, run_name="__main__")
@@ -71,9 +69,6 @@ def _run_here(script: str, *args: str) -> str:
             if where and "." not in name and os.path.dirname(os.path.abspath(where)) == folder:
                 del sys.modules[name]
         pyro.clear_param_store()
-        random.setstate(rngs[0])
-        np.random.set_state(rngs[1])
-        torch.random.set_rng_state(rngs[2])
     return printed.getvalue()
 
 

@@ -10,11 +10,8 @@ figures: what is checked is that every cell the report promises is there.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import random
 import re
 from pathlib import Path
 
@@ -25,6 +22,7 @@ import torch
 import bnn_pyro as bp
 from benchmarks import co2
 from benchmarks import co2_report as report
+from tests.benchmarks.in_process import run_main
 from tests.benchmarks.test_results_rederived import assert_printed, sections
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +35,7 @@ def quick(tmp_path_factory) -> tuple[str, Path]:
     ``main`` runs in this process (a fresh interpreter's start and imports cost more CPU-s than
     the quick run's own training), its random generators put back after."""
     out = tmp_path_factory.mktemp("co2")
-    printed = io.StringIO()
-    rngs = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-    try:
-        with contextlib.redirect_stdout(printed):
-            assert co2.main(["--quick", "--out", str(out)]) == 0
-    finally:
-        random.setstate(rngs[0])
-        np.random.set_state(rngs[1])
-        torch.random.set_rng_state(rngs[2])
-    return printed.getvalue(), out
+    return run_main(co2.main, ["--quick", "--out", str(out)]), out
 
 
 def _rows(markdown: str, title: str) -> dict[str, list[str]]:

@@ -8,20 +8,17 @@ checked is that each cell the report promises is there and is a number of the ri
 
 from __future__ import annotations
 
-import contextlib
 import doctest
-import io
 import math
-import random
 import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import bnn_pyro as bp
+from tests.benchmarks.in_process import run_main
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -44,16 +41,7 @@ def quick(ood, tmp_path_factory) -> tuple[str, str]:
     in this process (the script as ``ood`` loaded it; a fresh interpreter's start and imports
     cost more CPU-s than the quick run's own training), its random generators put back after."""
     out = tmp_path_factory.mktemp("ood") / "ood.md"
-    printed = io.StringIO()
-    rngs = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-    try:
-        with contextlib.redirect_stdout(printed):
-            assert ood.main(["--quick", "--out", str(out)]) == 0
-    finally:
-        random.setstate(rngs[0])
-        np.random.set_state(rngs[1])
-        torch.random.set_rng_state(rngs[2])
-    return printed.getvalue(), out.read_text(encoding="utf-8")
+    return run_main(ood.main, ["--quick", "--out", str(out)]), out.read_text(encoding="utf-8")
 
 
 def _sections(text: str) -> dict[str, str]:

@@ -8,19 +8,17 @@ checked is that every cell the report promises is there and is a number of the r
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import math
-import random
 import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+
+from tests.benchmarks.in_process import run_main
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPT = BENCHMARKS / "rotated_digits.py"
@@ -47,14 +45,7 @@ def quick(rd, tmp_path_factory) -> Path:
     this process (the script as ``rd`` loaded it; a fresh interpreter's start and imports cost
     more CPU-s than the quick run's own training), its random generators put back after."""
     out = tmp_path_factory.mktemp("rotated_digits")
-    rngs = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert rd.main(["--quick", "--out", str(out)]) == 0
-    finally:
-        random.setstate(rngs[0])
-        np.random.set_state(rngs[1])
-        torch.random.set_rng_state(rngs[2])
+    run_main(rd.main, ["--quick", "--out", str(out)])
     return out
 
 
