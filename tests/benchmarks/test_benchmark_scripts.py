@@ -13,21 +13,14 @@ stay in this process), concurrent_fits.py (its children and exit codes) and demo
 command line itself) run in a fresh interpreter.
 """
 
-import contextlib
-import io
 import os
 import re
-import runpy
 import subprocess
 import sys
-import warnings
 
-import pyro
 import pytest
 
-from tests.benchmarks.in_process import generators_kept
-
-BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+from tests.benchmarks.in_process import BENCHMARKS, run_script
 
 
 def _run(script: str, *args: str) -> str:
@@ -41,39 +34,8 @@ def _run(script: str, *args: str) -> str:
     return run.stdout
 
 
-def _run_here(script: str, *args: str) -> str:
-    """``python benchmarks/<script> *args`` in this process: what it printed. The script runs as
-    ``__main__`` with its folder first on ``sys.path``; afterwards the sibling modules it imported
-    from that folder are dropped, the random generators it seeded are put back as they were and
-    Pyro's parameter store it filled is emptied."""
-    path = os.path.join(BENCHMARKS, script)
-    folder = os.path.dirname(os.path.abspath(path))
-    before = set(sys.modules)
-    argv = sys.argv
-    sys.argv = [path, *args]
-    sys.path.insert(0, folder)
-    printed = io.StringIO()
-    try:
-        # (warnings: a fresh interpreter printed them to its stderr, which the tests never read)
-        with generators_kept(), contextlib.redirect_stdout(printed), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                runpy.run_path(path, run_name="__main__")
-            except SystemExit as stop:  # sys.exit(main()): the exit code, 0 when it ran through
-                assert stop.code in (0, None), (stop.code, printed.getvalue())
-    finally:
-        sys.argv = argv
-        sys.path.remove(folder)
-        for name in set(sys.modules) - before:
-            where = getattr(sys.modules[name], "__file__", None) or ""
-            if where and "." not in name and os.path.dirname(os.path.abspath(where)) == folder:
-                del sys.modules[name]
-        pyro.clear_param_store()
-    return printed.getvalue()
-
-
 def test_pyro_path_quick_prints_both_elbos_and_the_jit_speed_up():
-    text = _run_here("pyro_path.py", "--quick")
+    text = run_script("pyro_path.py", "--quick")
     for row in ("| Trace_ELBO |", "| JitTrace_ELBO |", "| composed guide |"):
         assert row in text, text
 
@@ -82,7 +44,7 @@ def test_methods_benchmark_vectorized_equals_loop(tmp_path):
     output = tmp_path / "methods.md"
     # --quick: every comparison once, Laplace's on 500 points in four batches (the full run's
     # 2,000 in four of 500: the same sums over batches, a quarter of the loop's backward passes)
-    text = _run_here("methods.py", "--quick", "--output", str(output))
+    text = run_script("methods.py", "--quick", "--output", str(output))
     assert output.read_text() == text.rstrip("\n") + "\n"
     diffs = re.findall(r"\| ([0-9.e+-]+) (rel|abs) \|$", text, flags=re.M)
     assert len(diffs) == 4, text
@@ -116,7 +78,7 @@ def test_stacked_quick_trains_the_same_ensemble_both_ways():
 
 
 def test_stacked_chains_quick_runs_each_chain_as_its_own_fit():
-    text = _run_here("stacked_chains.py", "--quick")
+    text = run_script("stacked_chains.py", "--quick")
     rows = re.findall(r"^\| (c?sghmc) \|.*\| ([0-9.e+-]+) \| ([0-9.e+-]+) \|$", text, flags=re.M)
     assert [r[0] for r in rows] == ["sghmc", "csghmc"], text
     # stacked against one by one, the same chains summed in another order: float32 round-off
@@ -133,7 +95,7 @@ def test_demo_script_runs_as_a_script():
 
 
 def test_uci_projection_quick_projects_every_method_from_two_scaled_runs():
-    text = _run_here(os.path.join("uci", "projection.py"), "--quick")
+    text = run_script(os.path.join("uci", "projection.py"), "--quick")
     # the four shared sets come from the committed run, the quick set from its two runs
     assert (
         len(re.findall(r"^\| (boston|concrete|energy|yacht) \| .* \| measured \|", text, re.M)) == 4
@@ -319,5 +281,5 @@ def test_mutation_jobs_must_be_positive(capsys):
 def test_laplace_glm_predict_quick_prints_both_paths():
     """benchmarks/laplace_glm_predict.py --quick: the per-layer and the full-Jacobian paths of
     the diagonal Laplace side by side, with the gap between their results."""
-    text = _run_here("laplace_glm_predict.py", "--quick")
+    text = run_script("laplace_glm_predict.py", "--quick")
     assert "per layer" in text and "full Jacobians" in text, text
