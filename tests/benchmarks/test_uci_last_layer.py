@@ -143,3 +143,17 @@ def test_the_rows_run_their_own_method_with_its_grid_and_eight_checkpoints():
                                hidden=8, seeds=[0, 1], checkpoints=[4], num_samples=4,
                                reports=[lambda e, p, s=seen: s.append(p)] * 2)  # fmt: skip
             assert [type(p.__self__).__name__ for p in seen] == [name.upper()] * 2
+
+
+def test_generic_model_builds_the_protocols_net_and_refuses_bad_input_before_building():
+    from benchmarks.uci.generic import generic_model
+
+    model = generic_model("vbll", 3, 8, 0, prior_scale=0.1)
+    assert model.prior_scale == 0.1 and model(torch.zeros(2, 3)).shape[0] == 2
+    again = generic_model("vbll", 3, 8, 0, prior_scale=0.1)  # the seed fixes the weights
+    pairs = zip(model.parameters(), again.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    with pytest.raises(ValueError, match="method must be one of"):
+        generic_model("nope", 3, 8, 0)
+    with pytest.raises(ValueError, match="prior_scale must be a finite float > 0.0"):
+        generic_model("vbll", 3, 8, 0, prior_scale=-1.0)
