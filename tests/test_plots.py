@@ -127,6 +127,7 @@ def test_regression_calibration_curve_carries_the_coverage():
         ({"x_train": torch.zeros(2)}, ValueError, "both x_train and y_train"),
         ({"x_train": torch.zeros(2), "y_train": torch.zeros(3)}, ValueError, "y_train must have"),
         ({"noise_std": -0.1}, ValueError, "noise_std"),
+        ({"ax": "not axes"}, TypeError, "ax must be a matplotlib Axes or None, got str"),
     ],
 )
 def test_predictive_1d_bad_arguments_raise(kwargs, error, match):
