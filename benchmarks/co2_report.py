@@ -81,8 +81,9 @@ def header(
         "",
         f"GP reference: scikit-learn's exact GP with the Mauna Loa kernel (trend SE + seasonal "
         f"SE × periodic with a fixed one-year period + rational quadratic + SE + white noise), "
-        f"hyperparameters by the marginal likelihood from the classic initial values, no "
-        f"restart, `normalize_y=True`, on the same training weeks; fitted kernel (standardised "
+        f"hyperparameters by the marginal likelihood from the classic initial values, L-BFGS-B "
+        f"run to its optimum, no restart, `normalize_y=True`, on the same training weeks; "
+        f"fitted kernel (standardised "
         f"units): `{notes['kernel']}`.",
         "",
         f'Methods: `bp.make(name, bp.nn.mlp(1, [50, 50], 1), bp.Gaussian(scale="learned"))` '
