@@ -136,6 +136,25 @@ def test_cli_missing_data_folder(tmp_path: Path, capsys: pytest.CaptureFixture) 
         find_datasets(tmp_path)
 
 
+def test_each_data_set_runs_its_own_splits(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--splits all`` over sets of 2 and 3 splits runs 2 and 3 (it once ran the fewest, 2, on
+    every set: concrete's gap splits 6 and 7 went missing beside yacht's six, silently); a
+    split one set lacks is refused naming that set."""
+    g = torch.Generator().manual_seed(0)
+    for name, n_splits in (("two", 2), ("three", 3)):
+        X = torch.randn(40, 2, generator=g)
+        (tmp_path / "data").mkdir(exist_ok=True)
+        write_uci_folder(tmp_path / "data" / name, X, X[:, 0] + 0.1, n_splits=n_splits)
+    argv = ["--data", str(tmp_path / "data"), "--methods", "dropout", "--quick", "--quiet"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    records = (tmp_path / "out" / "uci_runs.jsonl").read_text().splitlines()
+    done = sorted((r["dataset"], r["split"]) for r in map(json.loads, records))
+    assert done == [("three", 0), ("three", 1), ("three", 2), ("two", 0), ("two", 1)]
+    with pytest.raises(SystemExit):
+        main([*argv, "--splits", "2", "--out", str(tmp_path / "refused")])
+    assert "two: splits must be < n_splits = 2" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------- protocol
 def test_mean_stderr_matches_numpy() -> None:
     values = np.random.default_rng(0).normal(size=20)
