@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from bnn_pyro._checks import check_float, check_int, check_module
 from bnn_pyro._rng import seeded
-from bnn_pyro.likelihoods import Gaussian, Likelihood
+from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.checks import check_targets
 from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
@@ -117,7 +117,7 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         check_float("jitter", jitter, minimum=0.0)
         check_int("num_samples", num_samples)
         self._set_likelihood(likelihood, noise_scale)
-        if not isinstance(self.likelihood, Gaussian):
+        if not self.likelihood.gaussian:
             raise ValueError(
                 f"DKL is a Gaussian process regression and takes a Gaussian likelihood, got "
                 f"{type(self.likelihood).__name__}: for a classifier use 'sngp' or 'vbll'"

@@ -82,6 +82,11 @@ def test_the_fit_s_bar_names_the_method(capsys):
         "DKL is a Gaussian process regression and takes a Gaussian likelihood, got "
         "Categorical: for a classifier use 'sngp' or 'vbll'",
     ),
+    (  # Gaussian, but a noise per row, which the GP's one noise cannot be: refused first
+        lambda: DKL(bp.nn.mlp(2, [4], 2), bp.HeteroscedasticGaussian()), ValueError,
+        "DKL supports a Gaussian or Categorical likelihood, got "
+        "HeteroscedasticGaussian(min_scale=0.001)",
+    ),
     *[
         (lambda kw=kw: DKL(bp.nn.mlp(2, [4], 1), "regression", **kw), ValueError, text)
         for kw, text in [
