@@ -39,6 +39,7 @@ def resolve_likelihood(
     owner: str,
     heteroscedastic: bool = False,
     variance_heads: bool = False,
+    classifies: bool = True,
 ) -> tuple[Likelihood, float | torch.Tensor | None]:
     """A method's likelihood as ``(Likelihood object, noise_scale)``.
 
@@ -55,6 +56,8 @@ def resolve_likelihood(
         variance_heads: the members output a mean and a variance per target
             (``gaussian_nll=True``): a Gaussian becomes ``HeteroscedasticGaussian()``, anything
             but a Gaussian is refused.
+        classifies: the method also classifies; ``False``: the refusal of another likelihood
+            names the Gaussian alone (the method refuses a Categorical itself, saying why).
 
     Returns:
         The likelihood and the noise std (``None``: not given).
@@ -95,7 +98,7 @@ def resolve_likelihood(
     if isinstance(value, HeteroscedasticGaussian) and heteroscedastic:
         return value, noise
     if isinstance(value, Likelihood):
-        known = "Gaussian or Categorical" + (
+        known = ("Gaussian or Categorical" if classifies else "Gaussian") + (
             " or HeteroscedasticGaussian" if heteroscedastic else ""
         )
         raise ValueError(f"{owner} supports a {known} likelihood, got {value!r}")

@@ -86,12 +86,14 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
         noise_scale: Any,
         heteroscedastic: bool = False,
         variance_heads: bool = False,
+        classifies: bool = True,
     ) -> None:
         """Resolve the likelihood (a :class:`Likelihood` or a name such as ``"regression"``) and
         the noise (:func:`~bnn_pyro.likelihoods.resolve.resolve_likelihood`)."""
         self.likelihood, noise = resolve_likelihood(
-            likelihood, noise_scale, type(self).__name__, heteroscedastic, variance_heads
-        )
+            likelihood, noise_scale, type(self).__name__, heteroscedastic, variance_heads,
+            classifies=classifies,
+        )  # fmt: skip
         self.noise_scale = noise
 
     # ------------------------------------------------------------------ fit

@@ -116,7 +116,7 @@ class DKL(LastLayerReader, ClosedFormPredictive, ClassicMethod):
         check_float("variance", variance, minimum=0.0, strict=True)
         check_float("jitter", jitter, minimum=0.0)
         check_int("num_samples", num_samples)
-        self._set_likelihood(likelihood, noise_scale)
+        self._set_likelihood(likelihood, noise_scale, classifies=False)
         if not self.likelihood.gaussian:
             raise ValueError(
                 f"DKL is a Gaussian process regression and takes a Gaussian likelihood, got "

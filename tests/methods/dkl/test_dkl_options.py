@@ -84,8 +84,7 @@ def test_the_fit_s_bar_names_the_method(capsys):
     ),
     (  # Gaussian, but a noise per row, which the GP's one noise cannot be: refused first
         lambda: DKL(bp.nn.mlp(2, [4], 2), bp.HeteroscedasticGaussian()), ValueError,
-        "DKL supports a Gaussian or Categorical likelihood, got "
-        "HeteroscedasticGaussian(min_scale=0.001)",
+        "DKL supports a Gaussian likelihood, got HeteroscedasticGaussian(min_scale=0.001)",
     ),
     *[
         (lambda kw=kw: DKL(bp.nn.mlp(2, [4], 1), "regression", **kw), ValueError, text)
