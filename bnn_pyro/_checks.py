@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a check needs it: the CLI checks its options first
+    import torch
 
 __all__ = [
     "as_tensor",
@@ -117,9 +119,12 @@ def check_module(name: str, value: Any) -> torch.nn.Module:
     """Return ``value`` if it is a ``torch.nn.Module``, else raise ``TypeError``.
 
     Example:
+        >>> import torch
         >>> check_module("net", torch.nn.Linear(1, 1)).out_features
         1
     """
+    import torch
+
     return check_instance(name, value, torch.nn.Module, "a torch.nn.Module")
 
 
@@ -128,6 +133,7 @@ def check_instance(name: str, value: Any, cls: type | tuple[type, ...], what: st
     ``what`` is expected (e.g. ``"a bnn_pyro Likelihood (e.g. bp.Gaussian(), bp.Categorical())"``).
 
     Example:
+        >>> import torch
         >>> check_instance("net", 3, torch.nn.Module, "a torch.nn.Module")
         Traceback (most recent call last):
           ...
@@ -142,9 +148,12 @@ def check_tensor(name: str, value: Any, floating: bool = True) -> torch.Tensor:
     """Return ``value`` if it is a tensor (a floating one when ``floating``), else raise.
 
     Example:
+        >>> import torch
         >>> check_tensor("x", torch.zeros(2)).shape
         torch.Size([2])
     """
+    import torch
+
     if not isinstance(value, torch.Tensor):
         raise TypeError(
             f"{name} must be a torch.Tensor, got {type(value).__name__}; convert with "
@@ -159,11 +168,14 @@ def check_finite(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """Raise ``ValueError`` naming ``name`` if ``tensor`` holds NaN or inf; return it.
 
     Example:
+        >>> import torch
         >>> check_finite("y", torch.tensor([1.0, float("nan")]))
         Traceback (most recent call last):
           ...
         ValueError: y must be finite, got 1 NaN or infinite value(s)
     """
+    import torch
+
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
         bad = int((~torch.isfinite(tensor)).sum())
         raise ValueError(f"{name} must be finite, got {bad} NaN or infinite value(s)")
@@ -187,6 +199,8 @@ def as_tensor(
         device: target device.
         min_dim: the fewest dimensions accepted (``2`` for a design matrix ``(N, D)``).
     """
+    import torch
+
     if isinstance(value, torch.Tensor):
         tensor = value.detach()
     elif isinstance(value, (np.ndarray, list, tuple)) or np.isscalar(value):
@@ -227,6 +241,8 @@ def check_device(name: str, value: Any) -> torch.device | None:
     """
     if value is None:
         return None
+    import torch
+
     if isinstance(value, bool) or not isinstance(value, str | torch.device | int):
         raise TypeError(
             f"{name} must be a str, int or torch.device such as 'cpu' or 'cuda', got "

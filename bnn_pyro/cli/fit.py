@@ -193,7 +193,6 @@ def run_fit(args: argparse.Namespace) -> int:
     """
     from bnn_pyro.cli.io import read_csv
     from bnn_pyro.cli.target import check_fitted, read_target
-    from bnn_pyro.estimators import TabularBNN
 
     _check_options(args)
     lr, batch_size = method_defaults(args.method, args.lr, args.batch_size)
@@ -207,6 +206,8 @@ def run_fit(args: argparse.Namespace) -> int:
         raise CLIError(f"--data: {args.data}: no feature columns besides the target")
     with naming("--features"):
         X = table.numbers(features)
+    from bnn_pyro.estimators import TabularBNN  # torch: after the checks of the file (a second)
+
     model = TabularBNN(
         task,
         args.method,

@@ -49,12 +49,13 @@ def run_predict(args: argparse.Namespace) -> int:
     import numpy as np
 
     from bnn_pyro.cli.io import read_csv, write_csv
-    from bnn_pyro.estimators import TabularBNN
 
     if args.out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         raise CLIError(f"--out: {args.out}: its folder does not exist")
     if not os.path.isfile(args.model):
         raise CLIError(f"--model: {args.model}: no such model file")
+    from bnn_pyro.estimators import TabularBNN  # torch: after the checks of the paths (a second)
+
     with naming("--model"):
         model = TabularBNN.load(args.model)
     with naming("--data"):

@@ -241,6 +241,24 @@ def test_help_and_version_import_neither_torch_nor_numpy(argv):
     assert run.stdout.splitlines()[-1] == "[]", run.stdout
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fit", "--data", "missing.csv", "--target", "y", "--out", "run"],
+        ["fit", "--data", "missing.csv", "--target", "y", "--out", "run", "--epochs", "0"],
+        ["predict", "--model", "missing.pt", "--data", "missing.csv"],
+    ],
+)
+def test_a_bad_path_or_option_is_refused_before_torch_is_imported(argv):
+    # a typo in a path or an option is told in a tenth of a second, not after torch's import
+    # (over a second): the options and the files are checked before the methods are imported
+    code = _IMPORTED.format(argv=argv)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "error: --" in run.stderr, run.stderr
+    assert "torch" not in run.stdout.splitlines()[-1], run.stdout
+
+
 def test_fit_help_lists_every_method_and_a_bad_method_names_them(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
