@@ -28,6 +28,7 @@ from bnn_pyro.methods.sgmcmc.samplers import (
     sghmc_step,
     sgld_step,
 )
+from bnn_pyro.methods.sgmcmc.stability import WINDOW, KineticGuard
 from bnn_pyro.training import TrainingStep
 
 __all__ = ["ChainStep", "RunPlan", "plan_run"]
@@ -256,6 +257,16 @@ class ChainStep(MeasuredStep, TrainingStep):
         self.dataset_size, self.temperature, self.mdecay = dataset_size, temperature, mdecay
         self.generator = generator
         self.state = SGHMCState.start(theta) if sampler == "sghmc" else None
+        # an SGHMC chain at a constant schedule that turns unstable after its burn-in goes back
+        # and halves its step (:mod:`~bnn_pyro.methods.sgmcmc.stability`)
+        guarded = self.state is not None and plan.schedule == "constant"
+        self.guard = (
+            KineticGuard(
+                theta, self.state, self.collectors, plan.burn_in, temperature, dataset_size
+            )  # fmt: skip
+            if guarded and plan.burn_in >= WINDOW
+            else None
+        )
         # a cyclical run on the whole data set averages its preconditioner over every
         # exploration step (set at its first step, where the batch's rows are known)
         self.average_all = False
@@ -291,6 +302,8 @@ class ChainStep(MeasuredStep, TrainingStep):
             adapt_sghmc(self.state, grad, forget=not self.average_all)  # type: ignore[arg-type]
             self.preconditioner_moved()
         lr, sampling = plan.step_size(k) * self.step_scale(), plan.sampling(k)
+        if self.guard is not None:
+            lr = lr * self.guard.shrink
         with torch.no_grad():
             if self.state is not None:
                 sghmc_step(
@@ -315,12 +328,16 @@ class ChainStep(MeasuredStep, TrainingStep):
                     noise=sampling,
                     preconditioner=self.dense,
                 )
+        # a chain that blew up goes back to a stable step (this step is then not offered)
+        went_back = None if self.guard is None else self.guard.after_step(k)
         finite = torch.isfinite(self.theta).reshape(len(values), -1).all(1).cpu()
         if not bool(finite.all()):
             where = which_chains(finite)
             raise TrainingDivergedError(f"SG-MCMC: the chain left the finite numbers{where}")
-        if sampling:  # the collector drops those before the burn-in's end and thins the rest
+        if sampling:  # the collector drops the burn-in's and thins the rest
             for chain, collector in enumerate(self.collectors):
+                if went_back is not None and went_back[chain]:
+                    continue
                 row = self.theta if self.theta.dim() == 1 else self.theta[chain]
                 collector.offer(self.sampled, lambda row=row: self.potential.constrain(row))
             self.sampled += 1

@@ -8,6 +8,11 @@ its own) keeps each of the ``n`` candidates seen so far with the same probabilit
 ``max_samples / n``, so the kept samples are a uniform subset of the chain's candidates,
 however long it runs. They come back in the chain's order (each remembers its step), as
 autocorrelation-based diagnostics need.
+
+A chain that may step back (:mod:`~bnn_pyro.methods.sgmcmc.stability`) marks the collector
+(:meth:`SampleCollector.mark`) and can later undo every offer since a mark
+(:meth:`SampleCollector.rewind`): the collector then holds what it held at the mark, rows that
+later samples replaced included (each replaced row is journaled until its mark is released).
 """
 
 from __future__ import annotations
@@ -55,6 +60,10 @@ class SampleCollector:
         self.store: torch.Tensor | None = None  # (<= max_samples, P), grown as samples come
         self.steps = torch.empty(0, dtype=torch.long)  # the step of each stored sample
         self.kept = 0
+        # (slot, its row and step before an offer replaced them), kept while a mark may rewind
+        self._journal: list[tuple[int, torch.Tensor, int]] = []
+        self._released = 0  # journal entries dropped from the front (marks count from 0)
+        self._journaling = False
 
     def is_candidate(self, step: int) -> bool:
         """Whether step ``step`` (0-based) is past the burn-in and on the thinning grid.
@@ -92,10 +101,53 @@ class SampleCollector:
                 grown[: self.kept] = self.store[: self.kept]
                 steps[: self.kept] = self.steps[: self.kept]
             self.store, self.steps = grown, steps
+        if self._journaling and slot < self.kept:  # a replaced row: journaled for a rewind
+            self._journal.append((slot, self.store[slot].clone(), int(self.steps[slot])))
         self.store[slot] = value
         self.steps[slot] = step
         self.kept = max(self.kept, slot + 1)
         return True
+
+    def mark(self) -> tuple[int, int, torch.Tensor, int]:
+        """A point :meth:`rewind` can return to; from the first mark on, each row an offer
+        replaces is journaled (until :meth:`release` drops it).
+
+        Example:
+            >>> collector = SampleCollector(max_samples=2, seed=0)
+            >>> _ = [collector.offer(s, lambda s=s: torch.tensor([float(s)])) for s in range(2)]
+            >>> point = collector.mark()
+            >>> _ = [collector.offer(s, lambda s=s: torch.tensor([float(s)])) for s in range(2, 9)]
+            >>> collector.rewind(point)
+            >>> collector.seen, collector.samples[:, 0].tolist()
+            (2, [0.0, 1.0])
+        """
+        self._journaling = True
+        state = self.generator.get_state()
+        return (self.seen, self.kept, state, self._released + len(self._journal))
+
+    def rewind(self, mark: tuple[int, int, torch.Tensor, int]) -> None:
+        """Undo every offer since ``mark`` (one :meth:`mark` returned, not yet released): the
+        samples, the count of candidates and the reservoir's generator are as they were then.
+
+        Raises:
+            ValueError: a mark already released.
+        """
+        seen, kept, state, at = mark
+        if at < self._released:
+            raise ValueError("this mark was released: the collector cannot rewind to it")
+        while self._released + len(self._journal) > at:
+            slot, row, step = self._journal.pop()
+            self.store[slot] = row  # type: ignore[index]
+            self.steps[slot] = step
+        self.seen, self.kept = seen, kept
+        self.generator.set_state(state)
+
+    def release(self, mark: tuple[int, int, torch.Tensor, int]) -> None:
+        """Forget the journal before ``mark``: no rewind will go back further (memory)."""
+        drop = mark[3] - self._released
+        if drop > 0:
+            del self._journal[:drop]
+            self._released += drop
 
     @property
     def samples(self) -> torch.Tensor:

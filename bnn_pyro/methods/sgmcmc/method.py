@@ -62,7 +62,10 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right on the linear regressions, at
     about three passes over the data an epoch, but on a small network's posterior further from
     NUTS and wider than the full batch's. Keep ``batch_size=None`` where the data set fits one
-    step.
+    step. An SGHMC chain whose step stops being stable after its burn-in (a ReLU unit idle
+    until then wakes, and the curvature along its weights jumps) goes back to a stable state,
+    drops the samples since, halves its step and warns (:mod:`~bnn_pyro.methods.sgmcmc.
+    stability`).
 
     The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
     cycle's noise-free exploration pulls the chain to the mode, and the sampling stage that

@@ -173,3 +173,43 @@ def test_collectors_without_a_seed_draw_distinct_seeds_from_the_global_generator
     torch.manual_seed(0)
     seeds = {SampleCollector(1).generator.initial_seed() for _ in range(200)}
     assert len(seeds) == 200
+
+
+def _offered(collector, steps):
+    for s in steps:
+        collector.offer(s, lambda s=s: torch.tensor([float(s), -float(s)]))
+
+
+@pytest.mark.parametrize("bound", [3, 50])
+def test_a_rewind_undoes_every_offer_since_the_mark_replaced_rows_included(bound):
+    # bound 3: the reservoir replaces rows after the mark (the journal restores them);
+    # bound 50: it only appends. Either way the collector is the one that stopped at the mark:
+    # the same samples, count and reservoir generator, so that the next offers match too.
+    rewound, stopped = SampleCollector(bound, seed=4), SampleCollector(bound, seed=4)
+    _offered(rewound, range(10))
+    _offered(stopped, range(10))
+    point = rewound.mark()
+    _offered(rewound, range(10, 40))
+    rewound.rewind(point)
+    assert rewound.seen == stopped.seen and rewound.kept == stopped.kept
+    assert torch.equal(rewound.samples, stopped.samples)
+    _offered(rewound, range(40, 70))
+    _offered(stopped, range(40, 70))
+    assert torch.equal(rewound.samples, stopped.samples)
+    assert torch.equal(rewound.steps[: rewound.kept], stopped.steps[: stopped.kept])
+
+
+def test_a_released_mark_cannot_be_rewound_to_and_a_later_one_still_can():
+    collector = SampleCollector(2, seed=0)
+    _offered(collector, range(4))
+    first = collector.mark()
+    _offered(collector, range(4, 8))
+    second = collector.mark()
+    _offered(collector, range(8, 12))
+    collector.release(second)
+    with pytest.raises(ValueError, match="released"):
+        collector.rewind(first)
+    collector.rewind(second)
+    stopped = SampleCollector(2, seed=0)
+    _offered(stopped, range(8))
+    assert collector.seen == 8 and torch.equal(collector.samples, stopped.samples)
