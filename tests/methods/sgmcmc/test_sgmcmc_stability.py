@@ -13,18 +13,20 @@ read as a blow-up."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
 import torch
 
-from bnn_pyro.exceptions import TrainingDivergedError
+from bnn_pyro.exceptions import TrainingDivergedError, TrainingInstabilityWarning
 from bnn_pyro.methods.sgmcmc.chain import ChainStep, RunPlan
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.samplers import SGHMCState
 from bnn_pyro.methods.sgmcmc.stability import (
     MAX_HALVINGS,
     WINDOW,
+    KineticGuard,
     kinetic_temperature,
     trip_level,
 )
@@ -152,3 +154,118 @@ def test_the_trip_level_allows_more_for_few_coordinates():
     # χ²_1 > 70 has probability 1e-16; for many coordinates the level tends to 10
     assert trip_level(1) == 70.0 and trip_level(60) == 11.0
     assert trip_level(10**6) == pytest.approx(10.0, abs=1e-4)
+
+
+# ---------------------------------------------------------------------- the guard driven by hand
+# Four coordinates (trip level 10 + 60 / 4 = 25), lr 0.5, N 1, T 1, M⁻¹ 1: e = v² / 0.25, so a
+# velocity of sqrt(e / 4) in every coordinate gives each e below exactly (e = 4, 100: v = 1, 5).
+HAND_P = 4
+
+
+class Hand:
+    """A :class:`KineticGuard` over ``chains`` chains whose ``e`` and position the test sets
+    before each step; each chain's collector (a reservoir of 40 samples: from the 41st offer on,
+    most offers replace a row, which the collector journals between marks) is offered its position
+    after the burn-in unless the chain went back, as ``ChainStep`` does."""
+
+    def __init__(self, chains=1, burn_in=6):
+        shape = (HAND_P,) if chains == 1 else (chains, HAND_P)
+        self.theta = torch.zeros(shape, dtype=D)
+        self.state = SGHMCState.start(self.theta)
+        self.state.lr = 0.5
+        self.collectors = [SampleCollector(40, seed=i) for i in range(chains)]
+        self.guard = KineticGuard(self.theta, self.state, self.collectors, burn_in, 1.0, 1)
+        self.burn_in, self.chains = burn_in, chains
+
+    def step(self, k, e, position=None):
+        e = torch.as_tensor(e, dtype=D).reshape(self.chains, 1)
+        velocity = (e / 4).sqrt().expand(self.chains, HAND_P)
+        self.state.momentum.copy_(velocity.reshape(self.theta.shape))
+        self.theta.fill_(float(k) if position is None else position)
+        went_back = self.guard.after_step(k)
+        for i, back in enumerate(went_back):
+            if k >= self.burn_in and not back:
+                row = self.theta if self.chains == 1 else self.theta[i]
+                self.collectors[i].offer(k - self.burn_in, lambda row=row: row.clone())
+        return went_back
+
+
+def test_the_level_is_the_median_e_of_the_burn_ins_second_half_times_the_trip_level():
+    hand = Hand(burn_in=6)
+    for k, e in enumerate([50, 50, 1, 6, 2, 4]):  # the second half is k >= 3: median 4
+        assert hand.step(k, e) == [False]
+    # the level is 25 x 4 = 100, inclusive: a level read from k >= 2 or k >= 4 (median 2),
+    # from the first checked step (e = 1) or divided by the median would trip at 100
+    assert hand.step(6, 1) == [False]
+    assert hand.step(7, 100) == [False]
+    with pytest.warns(TrainingInstabilityWarning):
+        assert hand.step(8, 101) == [True]
+
+
+def test_a_burn_in_level_below_one_counts_as_one():
+    hand = Hand(burn_in=6)
+    for k in range(6):
+        hand.step(k, 0.25)  # a cool burn-in: the level is 25 x 1, not 25 x 0.25, nor 25 x 2
+    assert hand.step(6, 25) == [False]
+    with pytest.warns(TrainingInstabilityWarning):
+        assert hand.step(7, 36) == [True]
+
+
+def test_without_a_burn_in_each_chain_takes_its_first_steps_level():
+    hand = Hand(chains=2, burn_in=0)
+    assert hand.step(0, [4, 1]) == [False, False]  # levels 100 and 25, one per chain
+    with pytest.warns(TrainingInstabilityWarning, match="chain 1 turned unstable"):
+        assert hand.step(1, [100, 30]) == [False, True]
+
+
+def test_a_chain_whose_position_is_not_finite_trips_alone():
+    hand = Hand(chains=2, burn_in=0)
+    hand.step(0, [1, 1])
+    hand.step(1, [1, 1])
+    hand.theta[0, 2] = float("nan")  # chain 0 left the finite numbers; its velocity did not
+    with pytest.warns(TrainingInstabilityWarning, match="chain 0 turned unstable"):
+        assert hand.guard.check(2) == [True, False]
+
+
+def test_a_tripped_chain_returns_to_the_older_of_its_last_two_marks():
+    hand = Hand(burn_in=6)
+    for k in range(6):
+        hand.step(k, 1)
+    twin = SampleCollector(40, seed=0)  # what the collector held at the mark it returns to
+    velocity = {}
+    for k in range(6, 82):  # marks at 6, 31, 56 and 81 (every WINDOW steps): 56 and 81 kept
+        e = 1 + (k % 5) / 10
+        hand.step(k, e)
+        velocity[k] = (e / 4) ** 0.5
+        if k < 56:
+            twin.offer(k - 6, lambda k=k: torch.full((HAND_P,), float(k), dtype=D))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert hand.step(85, 1000) == [True]
+    assert hand.theta.tolist() == [56.0] * HAND_P
+    assert hand.state.momentum.tolist() == pytest.approx([velocity[56]] * HAND_P, abs=1e-12)
+    collector = hand.collectors[0]
+    assert collector.seen == twin.seen and torch.equal(collector.samples, twin.samples)
+    assert [w.category for w in caught] == [TrainingInstabilityWarning]
+    assert str(caught[0].message) == (
+        "SGHMC: chain 0 turned unstable at step 85 (its kinetic temperature 1e+03 times its "
+        "target, 25 the most allowed); it went back to its last stable steps and halved its "
+        "step size"
+    )
+    assert hand.guard.shrink == 0.5 and hand.guard.halvings == [1]
+
+
+def test_the_diverged_chains_message_names_its_step_and_the_fixes():
+    hand = Hand(burn_in=0)
+    hand.step(0, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(1, MAX_HALVINGS + 1):
+            assert hand.step(k, 1000) == [True]
+    message = (
+        f"SGHMC: chain 0 is still unstable at step {MAX_HALVINGS + 1} after its step was halved "
+        f"{MAX_HALVINGS} times; set a smaller lr, or batch_size=None for a step measured on the "
+        "posterior"
+    )
+    with pytest.raises(TrainingDivergedError, match=f"^{re.escape(message)}$"):
+        hand.step(MAX_HALVINGS + 1, 1000)
