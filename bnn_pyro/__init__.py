@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from bnn_pyro._lazy import lazy_face
 from bnn_pyro.exceptions import (
     CheckpointError,
+    HotChainWarning,
     NotFittedError,
     PosteriorCollapseWarning,
     TrainingDivergedError,
@@ -114,6 +115,7 @@ __all__ = [
     "LocalReparameterization",
     "MeanFieldNormalGuide",
     "NotFittedError",
+    "HotChainWarning",
     "PosteriorCollapseWarning",
     "TrainingInstabilityWarning",
     "ScaleMixturePrior",

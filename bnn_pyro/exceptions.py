@@ -10,6 +10,7 @@ import warnings
 __all__ = [
     "CLIError",
     "CheckpointError",
+    "HotChainWarning",
     "NotFittedError",
     "PosteriorCollapseWarning",
     "TrainingInstabilityWarning",
@@ -103,6 +104,19 @@ class PosteriorCollapseWarning(UserWarning):
 
     Example:
         >>> issubclass(PosteriorCollapseWarning, UserWarning)
+        True
+    """
+
+
+class HotChainWarning(UserWarning):
+    """Warned at the end of an SGHMC ``fit`` when a chain sampled hotter than its temperature:
+    its velocity's mean kinetic temperature over the sampling steps was at least twice the
+    target's, so its samples are wider than the posterior (their variance about that many times
+    its own or more). The minibatch gradient's noise at a fixed step does this on large data
+    sets; the message names the fixes (see :mod:`bnn_pyro.methods.sgmcmc.stability`).
+
+    Example:
+        >>> issubclass(HotChainWarning, UserWarning)
         True
     """
 

@@ -4,6 +4,19 @@ training loop, and ``RunPlan``: the step sizes, adaptation and collection of a w
 A run without a given ``lr`` measures its step on the posterior it samples, and on minibatches
 steps with a control variate (:class:`~bnn_pyro.methods.sgmcmc.measured.MeasuredStep`, which
 ``ChainStep`` is).
+
+The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
+cycle's noise-free exploration pulls the chain to the mode, and the sampling stage that
+follows steps with the cosine's smallest step sizes (below a tenth of the largest at the
+default ``explore``), too small to spread out again before the cycle ends: its samples are
+too narrow and worth a few draws per cycle. The ways out are not the cyclical method any
+more (noise in the exploration: sghmc with a varying step), or not safe (a sampling stage
+restarted at a measured step throws a network's weights that the exploration left idle,
+whose preconditioner is large, far enough to diverge). It is meant for visiting several
+modes; its defaults are the cyclical method's (4 cycles, ``explore=0.8``, no burn-in), with
+the step measured at the start of each cycle and of its sampling stage (stable on any
+posterior's scale) and a preconditioner averaged over every exploration step (on
+minibatches, over Springenberg et al.'s window).
 """
 
 from __future__ import annotations
@@ -367,6 +380,16 @@ class ChainStep(MeasuredStep, TrainingStep):
         self.average_all = self.plan.schedule == "cyclical" and not self._minibatch(xb)
         if self.average_all:
             self.state.tau.zero_()  # type: ignore[union-attr]
+
+    def heat(self, chain: int = 0) -> float | None:
+        """Chain ``chain``'s mean kinetic temperature over the sampling steps it kept
+        (:meth:`~bnn_pyro.methods.sgmcmc.stability.KineticGuard.heat`: 1 on an exact chain);
+        ``None`` for a run the guard does not watch (SGLD, a cyclical schedule, a burn-in under
+        :data:`~bnn_pyro.methods.sgmcmc.stability.WINDOW` steps) or a chain that kept no step."""
+        if self.guard is None:
+            return None
+        value = float(self.guard.heat()[chain])
+        return None if math.isnan(value) else value
 
     def state_dict(self) -> dict:
         """No resumable state: an SG-MCMC run is not resumed."""

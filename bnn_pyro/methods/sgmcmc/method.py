@@ -20,6 +20,7 @@ from bnn_pyro.methods.sgmcmc.checkpointing import SGMCMCCheckpoint
 from bnn_pyro.methods.sgmcmc.collector import SampleCollector
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.predictive import SamplePredictive
+from bnn_pyro.methods.sgmcmc.stability import warn_if_hot
 from bnn_pyro.methods.sgmcmc.stacked import chain_potential
 from bnn_pyro.methods.sgmcmc.step_sizes import MDECAY, MEASURED, run_step
 from bnn_pyro.methods.vi.model import VariationalBNN
@@ -56,29 +57,20 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
     preconditioner, the inverse of the posterior's curvature (:mod:`~bnn_pyro.methods.sgmcmc.
     dense`), and decorrelates in about ten steps on any Gaussian posterior (judge a run with
     :func:`~bnn_pyro.methods.sgmcmc.chain_diagnostics`). Minibatches (``batch_size``) add their
-    gradient noise: a run on them takes a fixed step on the plain minibatch gradient
-    (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`), which trades exactness for
-    speed. ``lr="measured"`` steps with a control variate and a step bounded by the noise it
-    measures (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right on the linear regressions, at
-    about three passes over the data an epoch, but on a small network's posterior further from
-    NUTS and wider than the full batch's. Keep ``batch_size=None`` where the data set fits one
-    step. An SGHMC chain whose step stops being stable after its burn-in (a ReLU unit idle
-    until then wakes, and the curvature along its weights jumps) goes back to a stable state,
-    drops the samples since, halves its step and warns (:mod:`~bnn_pyro.methods.sgmcmc.
-    stability`).
+    gradient noise: a run on them takes a fixed step
+    (:data:`~bnn_pyro.methods.sgmcmc.step_sizes.MINIBATCH_LR`) that trades exactness for speed,
+    the more so the more rows; ``last_run["kinetic_temperature"]`` (1 on an exact chain) reads
+    about the samples' variance over the posterior's, and a run warns from 2 on
+    (:class:`~bnn_pyro.exceptions.HotChainWarning`). ``lr="measured"`` bounds the step by the
+    noise it measures, with a control variate (:mod:`~bnn_pyro.methods.sgmcmc.measured`): right
+    on linear regressions at about three passes over the data an epoch, but wider than the full
+    batch's on a small network. Keep ``batch_size=None`` where the data fit one step. An SGHMC
+    chain that turns unstable after its burn-in goes back, drops the samples since, halves its
+    step and warns (:mod:`~bnn_pyro.methods.sgmcmc.stability`).
 
-    The cyclical schedule (``csghmc``) is not right on a unimodal posterior, by its design: each
-    cycle's noise-free exploration pulls the chain to the mode, and the sampling stage that
-    follows steps with the cosine's smallest step sizes (below a tenth of the largest at the
-    default ``explore``), too small to spread out again before the cycle ends: its samples are
-    too narrow and worth a few draws per cycle. The ways out are not the cyclical method any
-    more (noise in the exploration: sghmc with a varying step), or not safe (a sampling stage
-    restarted at a measured step throws a network's weights that the exploration left idle,
-    whose preconditioner is large, far enough to diverge). It is meant for visiting several
-    modes; its defaults are the cyclical method's (4 cycles, ``explore=0.8``, no burn-in), with
-    the step measured at the start of each cycle and of its sampling stage (stable on any
-    posterior's scale) and a preconditioner averaged over every exploration step (on
-    minibatches, over Springenberg et al.'s window).
+    The cyclical schedule (``csghmc``) is meant for visiting several modes and, by its design, is
+    not right on a unimodal posterior: its samples are too narrow (why, and its defaults:
+    :mod:`~bnn_pyro.methods.sgmcmc.chain`).
 
     Args:
         net: any ``torch.nn.Module`` ``(N, *features) -> (N, O)`` whose parameters the prior
@@ -239,6 +231,8 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
         Warns:
             TrainingInstabilityWarning: a regression chain whose kept samples predict the
                 training targets worse than their mean does (:meth:`check_in_sample`).
+            HotChainWarning: an SGHMC chain that sampled at twice its temperature or more
+                (``last_run["kinetic_temperature"]``): its samples are too wide.
 
         Raises:
             TrainingDivergedError: a potential or gradient that is not finite. Like any
@@ -302,7 +296,7 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             finally:
                 self.bnn.train(was_training)
                 self._step = None
-        self.keep_run(step, X)
+        self.keep_run(step, X, heat=step.heat())
         self.check_in_sample(X, y)
         return history
 
@@ -371,9 +365,12 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             dense=dense.uses_dense(self.preconditioner, self._linear, potential.size),
         )
 
-    def keep_run(self, step: ChainStep, X: torch.Tensor) -> None:
-        """Keep what a run collected (``step``: the run's :class:`ChainStep`, this chain's
-        alone) and what :meth:`predict` needs to know of its data ``X (N, ...)``."""
+    def keep_run(
+        self, step: ChainStep, X: torch.Tensor, heat: float | None = None, what: str = "the chain"
+    ) -> None:
+        """Keep what a run collected (``step``: its :class:`ChainStep`, this chain's alone), what
+        :meth:`predict` needs of its data ``X (N, ...)``, and ``heat`` (:meth:`ChainStep.heat`)
+        in :attr:`last_run`, warning if it is hot (``what``: the chain)."""
         potential, plan = step.potential, step.plan
         self.potential = potential
         self.kept_samples = step.collector.samples.clone()
@@ -387,7 +384,9 @@ class SGMCMC(SGMCMCCheckpoint, SamplePredictive):
             "burn_in": plan.burn_in,
             "thinning": step.collector.thinning,
             "seen": step.collector.seen,
+            "kinetic_temperature": heat,
         }
+        warn_if_hot(heat, what)
 
     def extra_repr(self) -> str:
         fitted = f"{len(self.kept_samples)} samples" if self.potential else "not fitted"
