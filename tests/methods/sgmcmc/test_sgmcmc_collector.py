@@ -213,3 +213,63 @@ def test_a_released_mark_cannot_be_rewound_to_and_a_later_one_still_can():
     stopped = SampleCollector(2, seed=0)
     _offered(stopped, range(8))
     assert collector.seen == 8 and torch.equal(collector.samples, stopped.samples)
+
+
+def _replacing_offers(collector, steps, rows):
+    """Offer ``steps`` until the collector's journal has grown by exactly ``rows`` entries
+    (offers that replace a row after a mark); returns the next step."""
+    start = len(collector._journal)
+    step = steps
+    while len(collector._journal) < start + rows:
+        _offered(collector, [step])
+        step += 1
+    return step
+
+
+def test_nothing_is_journaled_before_a_mark_nor_for_an_appended_row():
+    # the journal holds copies of replaced rows: an unguarded run, which never marks, must not
+    # keep one per replacement (P numbers each, for the whole run), nor a row that was appended
+    collector = SampleCollector(3, seed=0)
+    _offered(collector, range(200))  # many replacements, no mark
+    assert collector._journal == []
+    appending = SampleCollector(50, seed=0)
+    _offered(appending, range(5))
+    appending.mark()
+    _offered(appending, range(5, 40))  # appends only: nothing to restore
+    assert appending._journal == []
+
+
+def test_released_marks_count_from_the_journals_front_across_releases():
+    # three marks, two releases (as the guard releases its middle mark at each new one): the
+    # latest kept mark still rewinds to exactly where it was taken
+    collector = SampleCollector(2, seed=1)
+    _offered(collector, range(2))
+    marks, step = [], 2
+    for _ in range(3):
+        marks.append(collector.mark())
+        step = _replacing_offers(collector, step, 3)
+    collector.release(marks[1])
+    collector.release(marks[2])
+    rewound_to = marks[2]
+    collector.rewind(rewound_to)
+    assert collector.seen == rewound_to[0] and collector.kept == rewound_to[1]
+    twin = SampleCollector(2, seed=1)
+    _offered(twin, range(rewound_to[0]))
+    assert torch.equal(collector.samples, twin.samples)
+    for point in marks[:2]:
+        with pytest.raises(
+            ValueError, match="^this mark was released: the collector cannot rewind to it$"
+        ):
+            collector.rewind(point)
+
+
+def test_a_mark_one_replacement_before_a_released_one_is_released_too():
+    collector = SampleCollector(2, seed=0)
+    _offered(collector, range(2))
+    first = collector.mark()
+    step = _replacing_offers(collector, 2, 1)  # exactly one journal entry between the marks
+    second = collector.mark()
+    _replacing_offers(collector, step, 2)
+    collector.release(second)
+    with pytest.raises(ValueError, match="released"):
+        collector.rewind(first)
