@@ -17,7 +17,8 @@ the burn-in's second half (its median, at least 1), and from the burn-in's end o
 
 * every :data:`WINDOW` steps it marks the chain (its position, its velocity per unit of step,
   the collector's :meth:`~bnn_pyro.methods.sgmcmc.collector.SampleCollector.mark`), keeping the
-  last two marks;
+  last two marks, the first at the burn-in's last step (a chain that trips on its first
+  sampling step goes back there);
 * a chain whose ``e`` passes :func:`trip_level` of that level, or whose position is no longer
   finite, goes back to the older mark (at least :data:`WINDOW` steps back, before the blow-up
   began), drops the samples collected since, and halves its step; after :data:`MAX_HALVINGS`
@@ -191,6 +192,8 @@ class KineticGuard:
         """After burn-in step ``k``: keep its ``e`` if it is in the burn-in's second half."""
         if 2 * k >= self.burn_in:
             self._burn.append(self._temperature())
+        if k == self.burn_in - 1:  # the first mark: where a trip at the next step goes back
+            self._mark()
 
     def check(self, k: int) -> list[bool]:
         """After step ``k`` (past the burn-in): mark every :data:`WINDOW` steps, and send a
@@ -202,12 +205,13 @@ class KineticGuard:
         """
         if self._level is None:
             self._start()
+            if not self._marks:  # a guard made without a burn-in: its first state
+                self._mark()
         e = self._temperature()
         finite = torch.isfinite(self.theta).reshape(self.chains, -1).all(-1).cpu()
         tripped = (~finite) | ~(e <= self._level)  # a NaN e trips too
-        kept = ~tripped
-        self._heat += torch.where(kept, e.to(torch.float64), 0.0)
-        self._heat_steps += kept.to(torch.float64)
+        self._heat += e  # a chain that trips gets its mark's sums back below
+        self._heat_steps += 1
         if bool(tripped.any()):
             self._go_back(k, tripped, e)
         elif (k - self.burn_in) % WINDOW == 0:

@@ -35,6 +35,7 @@ from bnn_pyro.methods.sgmcmc.stability import (
     KineticGuard,
     kinetic_temperature,
     trip_level,
+    warn_if_hot,
 )
 
 D = torch.float64
@@ -264,6 +265,17 @@ def test_a_tripped_chain_returns_to_the_older_of_its_last_two_marks():
     assert hand.guard.heat().tolist() == pytest.approx([sum(kept) / len(kept)], rel=1e-12)
 
 
+def test_a_chain_that_trips_on_its_first_sampling_step_goes_back_to_the_burn_ins_end():
+    hand = Hand(burn_in=6)
+    for k in range(6):
+        hand.step(k, 1)
+    with pytest.warns(TrainingInstabilityWarning, match="at step 6 "):
+        assert hand.step(6, 1000) == [True]
+    assert hand.theta.tolist() == [5.0] * HAND_P  # the burn-in's last state
+    assert hand.collectors[0].seen == 0 and hand.guard.shrink == 0.5
+    assert hand.step(7, 1) == [False]  # and it goes on from there
+
+
 def test_the_diverged_chains_message_names_its_step_and_the_fixes():
     hand = Hand(burn_in=0)
     hand.step(0, 1)
@@ -303,6 +315,21 @@ def _sghmc_fit(X, y, seed=0, **fit):
         warnings.simplefilter("always")
         m.fit(X, y, progress=False, seed=seed, **fit)
     return m, [str(w.message) for w in caught if w.category is HotChainWarning]
+
+
+def test_a_chain_is_hot_from_twice_its_temperature_and_the_warning_names_the_fixes():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for heat in (None, 1.0, HOT * (1 - 1e-9), HOT):
+            warn_if_hot(heat, "chain 3 of the stacked fit")
+    assert [w.category for w in caught] == [HotChainWarning]
+    assert str(caught[0].message) == (
+        "SGHMC: chain 3 of the stacked fit sampled at 2 times its temperature (its velocity's "
+        "mean kinetic temperature over the sampling steps, 1 on an exact chain): the minibatch "
+        "gradient's noise or too long a step heats it, and its samples' variance is about that "
+        "many times the posterior's or more; take a smaller lr (the excess falls with lr²), "
+        'lr="measured", or batch_size=None'
+    )
 
 
 def test_a_chain_heated_by_minibatch_noise_warns_and_its_samples_are_as_wide_as_it_says():
