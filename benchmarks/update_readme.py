@@ -15,7 +15,9 @@ timing benchmarks),
 ``laplace_kron`` (KFAC Laplace beside laplace-torch, ``benchmarks/laplace_kron.py``),
 ``sgmcmc_defaults`` (each sampler at its defaults on a family of exact posteriors,
 ``benchmarks/sgmcmc_defaults.py``), ``sgmcmc_peers`` (SG-MCMC beside posteriors and
-torch-uncertainty on an exact posterior, ``benchmarks/sgmcmc_peers.py``), ``memory``
+torch-uncertainty on an exact posterior, ``benchmarks/sgmcmc_peers.py``),
+``sgmcmc_large_data`` (SGHMC's samples against the exact posterior as the rows grow,
+``benchmarks/sgmcmc_large_data.py``), ``memory``
 (peak memory of a large ``predict``, ``benchmarks/memory.py``), ``distributed`` (1 and 2
 processes, ``benchmarks/distributed.py``), ``stacked`` (an ensemble's members trained stacked
 and one by one, ``benchmarks/stacked.py``), ``stacked_chains`` (SG-MCMC chains stacked against

@@ -85,6 +85,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "laplace_kron",
         "sgmcmc_defaults",
         "sgmcmc_peers",
+        "sgmcmc_large_data",
         "memory",
         "distributed",
         "stacked",

@@ -123,8 +123,8 @@ def warn_if_hot(heat: float | None, what: str = "the chain") -> None:
             f"SGHMC: {what} sampled at {heat:.3g} times its temperature (its velocity's mean "
             "kinetic temperature over the sampling steps, 1 on an exact chain): the minibatch "
             "gradient's noise or too long a step heats it, and its samples' variance is about "
-            "that many times the posterior's or more; take a smaller lr (the excess falls with "
-            'lr²), lr="measured", or batch_size=None',
+            "that many times the posterior's or more; take batch_size=None (the whole data set "
+            "per step), or a smaller lr (the excess falls with lr²)",
             HotChainWarning,
         )
 

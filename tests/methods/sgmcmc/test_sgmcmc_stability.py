@@ -327,8 +327,8 @@ def test_a_chain_is_hot_from_twice_its_temperature_and_the_warning_names_the_fix
         "SGHMC: chain 3 of the stacked fit sampled at 2 times its temperature (its velocity's "
         "mean kinetic temperature over the sampling steps, 1 on an exact chain): the minibatch "
         "gradient's noise or too long a step heats it, and its samples' variance is about that "
-        "many times the posterior's or more; take a smaller lr (the excess falls with lr²), "
-        'lr="measured", or batch_size=None'
+        "many times the posterior's or more; take batch_size=None (the whole data set per "
+        "step), or a smaller lr (the excess falls with lr²)"
     )
 
 
