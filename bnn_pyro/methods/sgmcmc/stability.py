@@ -205,8 +205,6 @@ class KineticGuard:
         """
         if self._level is None:
             self._start()
-            if not self._marks:  # a guard made without a burn-in: its first state
-                self._mark()
         e = self._temperature()
         finite = torch.isfinite(self.theta).reshape(self.chains, -1).all(-1).cpu()
         tripped = (~finite) | ~(e <= self._level)  # a NaN e trips too
