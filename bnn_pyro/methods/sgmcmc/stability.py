@@ -176,9 +176,10 @@ class KineticGuard:
         self._burn: list[torch.Tensor] = []  # e over the burn-in's second half, (K,) each
         self._level: torch.Tensor | None = None  # the trip level per chain, (K,)
         self._marks: list[dict[str, Any]] = []  # the older mark first
-        # e summed over each chain's sampling steps, and their count (K,): what heat() averages
-        self._heat = torch.zeros(self.chains, dtype=torch.float64)
-        self._heat_steps = torch.zeros(self.chains, dtype=torch.float64)
+        # e summed over each chain's sampling steps, and their count (K,): what heat() averages,
+        # on the CPU with each step's e (read there, as the trip is decided there)
+        self._heat = torch.zeros(self.chains, dtype=torch.float64, device="cpu")
+        self._heat_steps = torch.zeros(self.chains, dtype=torch.float64, device="cpu")
 
     def after_step(self, k: int) -> list[bool]:
         """After step ``k``: :meth:`record` it in the burn-in, :meth:`check` it after. Returns
