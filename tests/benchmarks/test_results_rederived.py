@@ -33,8 +33,9 @@ What CI re-derives, per results block of ``benchmarks/update_readme.py``:
   yacht's SWAG split 10 (1 s).
 * ``uci_gap``: both tables and the target line rebuilt from ``uci_gap_runs.jsonl`` (< 1 s).
 * ``uci_dev``: the table and the target lines rebuilt from ``uci_dev_runs.jsonl`` and the
-  committed ``uci.json``'s summary (< 1 s); the DKL row's final fits of yacht split 0 and
-  bostonHousing split 1 re-run from their chosen configurations (``test_uci_refit_rederived.py``).
+  committed ``uci.json``'s summary (< 1 s); the DKL row's final fit of bostonHousing split 1
+  re-run from its chosen configuration (``test_uci_refit_rederived.py``; the row's other fits
+  do not reproduce from one CPU to another, as that file says).
 * ``uci_laplace`` (``results/uci/laplace_peer.md``): the page rebuilt from
   ``laplace_peer.json`` (< 1 s); bostonHousing split 12 re-run (the MAP net, our three
   posteriors and laplace-torch's two), their figures against the JSON at the page's precision
@@ -91,8 +92,10 @@ What CI cannot re-derive, and why:
   the committed, with the committed run's own code too), the ensemble (0.3) and the two SGHMC
   rows (one float32 chain of 6,000 to 24,000 steps: on the demo problem, data ``sd ok`` 0.43
   on an AMD EPYC against the committed 0.73, same code); in
-  ``uci_intervals``, the yacht ensembles (0.05). They would need a tolerance wider than the
-  printed precision.
+  ``uci_intervals``, the yacht ensembles (0.05); in ``uci_dev``, the tuned DKL row's exact GPs
+  (0.007-0.67 nats of test log-likelihood per split on an Intel Xeon against the AMD EPYC that
+  ran them; of sixteen splits measured, bostonHousing's split 1 alone reproduces). They would
+  need a tolerance wider than the printed precision.
 * rows too slow for the budget (about 2 minutes of CI on 2 cores): the other UCI cells (a final
   group 5-170 s, the hyper-parameter search far more; ``uci_gap``'s groups also need their
   search), the other ``no_data``/``no_data_activations`` rows (5-170 CPU-s each), the other
