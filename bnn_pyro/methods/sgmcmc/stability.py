@@ -11,8 +11,8 @@ The chain's own kinetic temperature tells. In SGHMC's stationary law each veloci
 ``N(0, T (lr²/N) M⁻¹)``, so ``e = mean_i v_i² / (T (lr²/N) M⁻¹_i)`` is ``χ²_P / P``: about 1 on
 an exact chain, a few where the minibatch gradient's noise heats it, and steady. An unstable
 direction multiplies its velocity every step, and ``e`` leaves that level by orders of magnitude
-(measured on the CO2 series, ``mlp(1, [50, 50], 1)`` at the default minibatch step: about 1.1
-until a unit wakes, then above 100 on the next step). The guard measures the level ``e`` had in
+within a few steps (as on the Mauna Loa CO2 series of ``benchmarks/co2.py`` at the default
+minibatch step, when a ReLU unit wakes). The guard measures the level ``e`` had in
 the burn-in's second half (its median, at least 1), and from the burn-in's end on:
 
 * every :data:`WINDOW` steps it marks the chain (its position, its velocity per unit of step,
@@ -27,12 +27,12 @@ the burn-in's second half (its median, at least 1), and from the burn-in's end o
 The same temperature, averaged over the sampling steps a chain keeps (:meth:`KineticGuard.heat`),
 says whether its samples are as wide as the posterior: a chain at ``e`` above 1 samples a hotter
 law. The minibatch gradient's noise at a fixed step heats a chain more the more rows there are
-(its variance grows with ``N²``, the injected noise's does not); measured on a Bayesian linear
-regression (4 weights, batches of 128, the default minibatch step) against its exact posterior:
-``e`` 1.14 / 1.9 / 3.5 / 7.4 / 62 at ``N`` = 1e3 / 2e3 / 5e3 / 1e4 / 1e5, and the samples'
-variance 1.2 / 1.9 / 5.3-6.3 / 9.7-11 / 91-112 times the exact one: the variance is inflated
-at least ``e``-fold. A run whose chain sampled at :data:`HOT` or above warns
-(:class:`~bnn_pyro.exceptions.HotChainWarning`, :meth:`~bnn_pyro.methods.sgmcmc.SGMCMC.check_heat`).
+(its variance grows with ``N²``, the injected noise's does not). Against a Bayesian linear
+regression's exact posterior (``benchmarks/sgmcmc_large_data.py``, on the Results page), a hot
+chain's samples have about ``e`` times the posterior's variance, or more where the chain has
+not converged. A run whose chain sampled at :data:`HOT` or above warns
+(:class:`~bnn_pyro.exceptions.HotChainWarning`, from
+:meth:`~bnn_pyro.methods.sgmcmc.SGMCMC.keep_run`).
 
 A chain that never trips runs exactly as without the guard. Only SGHMC with a constant schedule
 is guarded: a cyclical run's exploration has no noise, so its velocity has no temperature to
