@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 import pyro
 import torch
 from _report import publish  # benchmarks/_report.py (scripts run from this folder)
+from sgmcmc_peer_runs import NOISE, exact_posterior  # the peers' bench: the same regression
 
 import bnn_pyro as bp
 from bnn_pyro.exceptions import HotChainWarning, TrainingInstabilityWarning
@@ -39,7 +40,7 @@ from bnn_pyro.exceptions import HotChainWarning, TrainingInstabilityWarning
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                        "sgmcmc_large_data.md")  # fmt: skip
 SIZES, QUICK_SIZES = (1_000, 10_000, 100_000), (1_000, 4_000)
-NOISE, BATCH = 0.5, 128
+BATCH = 128
 MINIBATCH_STEPS, FULL_STEPS = 8_000, 2_000
 QUICK_MINIBATCH_STEPS, QUICK_FULL_STEPS = 800, 200
 #: The three ways a row is fitted: label -> fit's options.
@@ -63,10 +64,7 @@ def regression(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.
     g = torch.Generator().manual_seed(0)
     X = torch.randn(n, 3, generator=g)
     y = X @ torch.tensor([[0.8], [-1.5], [0.25]]) + 0.7 + NOISE * torch.randn(n, 1, generator=g)
-    phi = torch.cat([X, torch.ones(n, 1)], 1).double()
-    cov = torch.linalg.inv(torch.eye(4, dtype=torch.float64) + phi.T @ phi / NOISE**2)
-    mean = (cov @ phi.T @ y.double() / NOISE**2).squeeze(-1)
-    return X, y, mean, cov
+    return X, y, *exact_posterior(X, y)
 
 
 def run_one(n: int, options: dict, minibatch_steps: int, full_steps: int) -> dict:

@@ -377,6 +377,7 @@ def fit_stacked_sgmcmc(
         if isinstance(step.scale, torch.Tensor):  # the step chain i measured
             own.scale = step.scale[i]
         m.position = theta[i].clone()
-        m.keep_run(own, xs[i], heat=step.heat(i), what=f"chain {i} of the stacked fit")
-        m.check_in_sample(xs[i], ys[i], what=f"chain {i} of the stacked fit")
+        what = f"chain {i} of the stacked fit"
+        m.keep_run(own, xs[i], heat=step.heat(i), what=what)
+        m.check_in_sample(xs[i], ys[i], what=what)
     return history
