@@ -60,6 +60,12 @@ def test_step_time_quick_prints_its_tables():
     assert "| bnn_pyro fit, elbo='meanfield' |" in text and text.count("| 13→50→1 |") == 3
     assert "| bnn_pyro fit, compile=True |" in text
     assert "| Predictive(parallel=False) |" in text
+    verdict = (
+        r"^- bnn_pyro fit / torch BBB: [0-9.]+× \(13→50→1\), [0-9.]+× \(784→400→400→10\); "
+        r"target ≤ 1\.0×: met on [0-2] of 2$"
+    )
+    assert re.search(verdict, text, re.M)
+    assert _doctests_passed("step_time.py") == 1  # the verdict line's example
 
 
 def test_stacked_quick_trains_the_same_ensemble_both_ways():

@@ -24,7 +24,7 @@ from bnn_pyro.methods.vi.stacked_likelihoods import row_log_likelihood
 from bnn_pyro.nn.pyro_net import site_prior
 from bnn_pyro.weight_distributions import SharedNormal
 
-__all__ = ["LogJoint", "sum_site", "sum_sq"]
+__all__ = ["FlatPriors", "LogJoint", "sum_site", "sum_sq"]
 
 
 class LogJoint:
@@ -65,6 +65,7 @@ class LogJoint:
         self.one_prior = _one_setting([b.prior for b in self.bnns])
         self.one_likelihood = _one_setting([b.likelihood for b in self.bnns])
         self._priors: dict[tuple, dict[str, tuple]] = {}  # see priors
+        self._flat: dict[tuple, FlatPriors] = {}  # see flat_priors
         self._fixed_latents: dict[tuple, dict[str, torch.Tensor]] = {}  # row_log_likelihood's
 
     def site_priors(self, site: Any) -> list[Any]:
@@ -112,12 +113,72 @@ class LogJoint:
             self._priors[key] = out
         return out
 
-    def log_prior(self, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
+    def flat_priors(self, like: torch.Tensor, layout: Sequence[tuple[str, int]]) -> FlatPriors:
+        """The ``SharedNormal`` priors of the sites ``layout`` lays end to end in one flat vector
+        (``(name, size)`` each, in order), as that vector's constants (:class:`FlatPriors`).
+        Kept as :meth:`priors` keeps its own."""
+        key = (like.device, like.dtype, *(id(b.prior) for b in self.bnns), tuple(layout))
+        out = self._flat.get(key)
+        if out is not None:
+            return out
+        priors = self.priors(like)
+        normal = {n for n, _ in layout if priors.get(n, ("",))[0] == "normal"}
+        rows = len(self.bnns) if self.stacked else 1
+
+        def column(index: int) -> Any:  # one constant over the vector: a number where it can
+            parts = [priors[n][1][index] if n in normal else None for n, _ in layout]
+            if all(isinstance(v, float) and v == parts[0] for v in parts):
+                return parts[0]
+            cols = [
+                torch.as_tensor(0.0 if v is None else v, dtype=like.dtype, device=like.device)
+                .reshape(-1, 1)
+                .expand(rows, size)
+                for v, (_, size) in zip(parts, layout, strict=True)
+            ]
+            flat = torch.cat(cols, -1)
+            return flat.unsqueeze(1) if self.particles and self.stacked else flat.view(
+                flat.shape[int(not self.stacked) :]
+            )  # fmt: skip
+
+        sizes = dict(layout)
+        out = FlatPriors(
+            normal,
+            loc=column(0),
+            half_precision=column(1),
+            norm=sum((priors[n][1][2] for n in normal), 0.0),
+            kl_const=sum((sizes[n] * (priors[n][1][3] - 0.5) for n in normal), 0.0),
+            mask=None
+            if len(normal) == len(layout)
+            else torch.cat(
+                [
+                    torch.full((size,), float(n in normal), dtype=like.dtype, device=like.device)
+                    for n, size in layout
+                ]
+            ),
+        )
+        if all(b.prior.cached is not False for b in self.bnns):
+            self._flat[key] = out
+        return out
+
+    def log_prior(
+        self,
+        values: dict[str, torch.Tensor],
+        like: torch.Tensor,
+        flat: tuple[torch.Tensor, Sequence[tuple[str, int]]] | None = None,
+    ) -> Any:
         """``log p(w)`` of the net's weight sites at ``values`` (``{site: value}``): one
         model's scalar, ``(K,)`` or ``(K, P)``. ``like``: a tensor on the values' device and
-        dtype."""
+        dtype. ``flat``: the same values of the sites ``layout`` names as one flat vector
+        ``(*lead, sum of sizes)``, with that ``layout``; its Gaussian sites are then scored in
+        one pass over it (:meth:`flat_priors`), the others site by site."""
         log_p: Any = 0.0
+        done: set[str] = set()
+        if flat is not None:
+            priors = self.flat_priors(like, flat[1])
+            log_p, done = priors.log_prob(flat[0], self.lead), priors.sites
         for name, (kind, c) in self.priors(like).items():
+            if name in done:
+                continue
             w = values[name]
             if kind == "any":  # its own density: one call where the members share the prior
                 if self.one_prior:
@@ -193,6 +254,51 @@ class LogJoint:
         return row_log_likelihood(self.bnns, lik, f, y, noise, self._fixed_latents)
 
 
+class FlatPriors:
+    """The ``SharedNormal`` priors of sites laid end to end in one flat vector ``(*lead, D)``
+    (what :meth:`LogJoint.flat_priors` returns): a few ops over the vector score them all.
+
+    Attributes:
+        sites: the names of the sites it covers (the others are scored site by site).
+        loc, half_precision: the prior's loc and ``1 / (2 scale^2)`` per element: a number where
+            every element shares it, else ``(D,)`` (one model), ``(K, D)`` or ``(K, 1, D)``
+            (stacked, with particles), 0 on the elements of sites it does not cover.
+        norm: the covered sites' normalisers summed: a number, or ``(K,)`` / ``(K, 1)``.
+        kl_const: ``sum size * (log scale - 1/2)`` over them, the closed-form KL's constant.
+        mask: ``None`` where it covers every element, else ``(D,)``: 1 on covered elements.
+    """
+
+    def __init__(
+        self, sites: set[str], *, loc: Any, half_precision: Any, norm: Any, kl_const: Any,
+        mask: torch.Tensor | None,
+    ) -> None:  # fmt: skip
+        self.sites, self.loc, self.half_precision = sites, loc, half_precision
+        self.norm, self.kl_const, self.mask = norm, kl_const, mask
+
+    def _centred(self, t: torch.Tensor) -> torch.Tensor:
+        return t if isinstance(self.loc, float) and self.loc == 0.0 else t - self.loc
+
+    def log_prob(self, z: torch.Tensor, lead: int) -> Any:
+        """``log p`` of the covered sites at the flat values ``z`` ``(*lead, D)``: ``lead``'s
+        shape (a scalar for one model)."""
+        c = self._centred(z)
+        hp = self.half_precision
+        quad = hp * sum_sq(c, lead) if isinstance(hp, float) else (hp * c * c).sum(-1)
+        return -quad - self.norm
+
+    def kl(self, loc: torch.Tensor, scale: torch.Tensor, lead: int) -> Any:
+        """``KL(q || p)`` of the covered sites for ``q = N(loc, scale^2)`` per element (flat,
+        ``(*lead, D)``), in closed form: ``lead``'s shape."""
+        c, hp = self._centred(loc), self.half_precision
+        if isinstance(hp, float):
+            quad = hp * (sum_sq(scale, lead) + sum_sq(c, lead))
+        else:
+            quad = (hp * (scale * scale + c * c)).sum(-1)
+        log_s = scale.log()
+        logs = sum_site(log_s, lead) if self.mask is None else (self.mask * log_s).sum(-1)
+        return quad - logs + self.kl_const
+
+
 def _one_setting(parts: Sequence[Any]) -> bool:
     """Whether the priors (or likelihoods) are one: the same object, or equal settings (one whose
     settings cannot be written out, e.g. a prior typed by a custom layer class, counts as its
@@ -225,6 +331,6 @@ def sum_sq(t: torch.Tensor, lead: int) -> torch.Tensor:
         (tensor(24.), tensor([12., 12.]))
     """
     if lead == 0:
-        flat = t.reshape(-1)
+        flat = t if t.dim() == 1 else t.reshape(-1)
         return torch.dot(flat, flat)
     return (t * t).reshape(t.shape[:lead] + (-1,)).sum(-1)

@@ -112,6 +112,14 @@ class VIObjective:
         self._paths = self.joint.paths
         self._twin = first.evaluator.twin
         self._others = [s.name for s in self.specs if s.name not in self._paths]
+        # the real sites, drawn as one flat vector (_draw); the others (positive, constrained)
+        real = [not s.exp and s.support is constraints.real for s in self.specs]
+        self._real = [i for i, r in enumerate(real) if r]
+        self._transformed = [i for i, r in enumerate(real) if not r]
+        self._layout = tuple((self.specs[i].name, self.specs[i].shape.numel()) for i in self._real)
+        self._sizes = [size for _, size in self._layout]
+        self._shapes = {self.specs[i].name: self.specs[i].shape for i in self._real}
+        self._one_flat = not self._transformed and not self.stacked and not self.particles
         self._dropout = any(type(m) is nn.Dropout for m in self._twin.module.modules())
 
     @property
@@ -140,6 +148,14 @@ class VIObjective:
             ]
         )
 
+    def _flat_eps(self, loc: torch.Tensor) -> torch.Tensor:
+        """One model's eps of every site, drawn into one flat vector like ``loc`` ``(D,)``, site
+        by site in the guide's order: the numbers of the guide's ``torch.randn`` calls."""
+        eps = torch.empty_like(loc)
+        for chunk in eps.split(self._sizes):
+            chunk.normal_()
+        return eps
+
     def noise(self, locs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The standard normal noise of one call's weight draws, site by site (what the call
         draws itself when not handed it): a compiled objective takes it as an input, drawn
@@ -151,65 +167,77 @@ class VIObjective:
         locs: Sequence[torch.Tensor],
         rhos: Sequence[torch.Tensor],
         noise: Sequence[torch.Tensor] | None = None,
-    ) -> tuple[dict[str, torch.Tensor], Any, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
-        """The guide's draws ``{site: value}``, ``log q`` of them (``0.0`` in the mean-field
-        mode, which scores ``KL(q || p)`` instead) and ``{site: (loc, scale)}`` of every site,
-        broadcastable against its value (what the KL terms and the estimators need)."""
-        lead, stl = self._lead(), self.mode == "stl"
-        values: dict[str, torch.Tensor] = {}
-        params: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        log_q: Any = 0.0
-        for i, (spec, loc, rho) in enumerate(zip(self.specs, locs, rhos, strict=True)):
-            scale = F.softplus(rho)
-            eps = self._eps(loc) if noise is None else noise[i]
+    ) -> Draw:
+        """The guide's draws (:class:`Draw`): the real sites' as one flat vector (their draws,
+        ``log q`` and later their Gaussian prior in a few ops over it, not a dozen a site; on a
+        small net those ops are most of a step), the others site by site."""
+        if not len(locs) == len(rhos) == len(self.specs):
+            raise ValueError(
+                f"one loc and one rho per guide site ({len(self.specs)}), in the guide's order: "
+                f"got {len(locs)} locs and {len(rhos)} rhos"
+            )
+        lead, stl, dim = self._lead(), self.mode == "stl", int(self.stacked)
+        # one model whose sites are all real draws its eps into the flat vector (_flat_eps)
+        eps = None if noise is None and self._one_flat else noise or self.noise(locs)
+        draw = Draw()
+        if self._real:
+            loc = _flat([locs[i] for i in self._real], dim)
+            scale = F.softplus(_flat([rhos[i] for i in self._real], dim))
+            e = self._flat_eps(loc) if eps is None else _flat([eps[i] for i in self._real], lead)
             if self.particles:  # (the particles' dimension after the members')
-                loc, scale = (t.unsqueeze(int(self.stacked)) for t in (loc, scale))
-            z = loc + eps * scale
-            params[spec.name] = (loc, scale)
-            real = not spec.exp and spec.support is constraints.real
-            values[spec.name] = z if real else z.exp() if spec.exp else spec.transform(z)
+                loc, scale = loc.unsqueeze(dim), scale.unsqueeze(dim)
+            z = loc + e * scale
+            draw.flat, draw.shapes = (loc, scale, z), self._shapes
+            draw.values.update(_unflat(z, self._shapes))
+            if self.mode != "meanfield":
+                if stl:  # scored with detached parameters (StickingTheLanding_ELBO)
+                    s = scale.detach()
+                    e = (z - loc.detach()) / s
+                else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
+                    s = scale
+                draw.log_q = -0.5 * sum_sq(e, lead) - sum_site(s.log(), lead)
+                draw.log_q = draw.log_q - e.shape[-1] * LOG_SQRT_2PI
+        for i in self._transformed:  # a LogNormal or transformed site: its own density
+            spec, loc = self.specs[i], locs[i]
+            scale = F.softplus(rhos[i])
+            if self.particles:
+                loc, scale = (t.unsqueeze(dim) for t in (loc, scale))
+            z = loc + eps[i] * scale
+            draw.transformed[spec.name] = (loc, scale)
+            draw.values[spec.name] = z.exp() if spec.exp else spec.transform(z)
             if self.mode == "meanfield":
                 continue
-            if not real:  # a LogNormal or transformed site: its own density
-                q = self._q(spec, *((loc.detach(), scale.detach()) if stl else (loc, scale)))
-                log_q = log_q + sum_site(q.log_prob(values[spec.name]), lead)
-                continue
-            if stl:  # scored with detached parameters (StickingTheLanding_ELBO)
-                s = scale.detach()
-                e = (z - loc.detach()) / s
-            else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
-                s, e = scale, eps
-            log_q = log_q - 0.5 * sum_sq(e, lead) - sum_site(s.log(), lead)
-            log_q = log_q - eps.shape[lead:].numel() * LOG_SQRT_2PI
-        return values, log_q, params
+            q = self._q(spec, *((loc.detach(), scale.detach()) if stl else (loc, scale)))
+            draw.log_q = draw.log_q + sum_site(q.log_prob(draw.values[spec.name]), lead)
+        if self._transformed:  # (in the guide's order)
+            draw.values = {spec.name: draw.values[spec.name] for spec in self.specs}
+        return draw
 
     def _q(self, spec: Any, loc: torch.Tensor, scale: torch.Tensor) -> Any:
         return self.guide.site_distribution(spec, loc, scale)
 
-    def _kl(self, params: dict, values: dict[str, torch.Tensor], like: torch.Tensor) -> Any:
-        """The net sites' ``KL(q || p)``: closed form where Pyro has one, else ``log q - log p``
-        of the draw (as ``TraceMeanField_ELBO`` scores a site); a scalar or ``(K,)``."""
-        lead, kl = self._lead(), 0.0
+    def _kl(self, draw: Draw, like: torch.Tensor) -> Any:
+        """The net sites' ``KL(q || p)``: closed form where Pyro has one (the Gaussian priors of
+        the flat sites in one pass over them), else ``log q - log p`` of the draw (as
+        ``TraceMeanField_ELBO`` scores a site); a scalar or ``(K,)``."""
+        lead, kl, done = self._lead(), 0.0, set()
+        if draw.flat is not None:
+            flat = self.joint.flat_priors(like, self._layout)
+            kl, done = flat.kl(draw.flat[0], draw.flat[1], lead), flat.sites
         constants = self.joint.priors(like)
-        for site in self.joint.sites:
-            kind, c = constants[site.name]
-            loc, scale = params[site.name]
-            if kind == "any":
-                spec = self._specs[site.name]
-                kl = kl + self.joint.each(
-                    lambda p, v, m, s, spec=spec: _site_kl(self._q(spec, m, s), p, v),
-                    c,
-                    *(values[site.name], loc, scale),
-                )
+        for site in self.joint.sites:  # (every Gaussian prior's site is real: a flat one)
+            if site.name in done:
                 continue
-            m, half_precision, _, log_s = c
-            centred = loc if isinstance(m, float) and m == 0.0 else loc - m
-            n = loc.shape[lead:].numel()
-            quad = half_precision * (sum_sq(scale, lead) + sum_sq(centred, lead))
-            kl = kl + (quad - sum_site(scale.log(), lead) + n * (log_s - 0.5))
+            spec, (_, c) = self._specs[site.name], constants[site.name]
+            loc, scale = draw.params[site.name]
+            kl = kl + self.joint.each(
+                lambda p, v, m, s, spec=spec: _site_kl(self._q(spec, m, s), p, v),
+                c,
+                *(draw.values[site.name], loc, scale),
+            )
         return kl
 
-    def _latent_kl(self, params: dict) -> Any:
+    def _latent_kl(self, draw: Draw) -> Any:
         """The mean-field mode's score of a likelihood latent, ``-KL(q || p)``, as
         :meth:`LogJoint.latent_terms <bnn_pyro.methods.vi.log_joint.LogJoint.latent_terms>`
         calls it (member ``k``, ``None`` for one model); ``None`` in the other modes (its
@@ -219,18 +247,18 @@ class VIObjective:
         specs = self._specs
 
         def score(k: int | None, name: str, prior: Any, value: torch.Tensor) -> torch.Tensor:
-            loc, scale = (t if k is None else t[k] for t in params[name])
+            loc, scale = (t if k is None else t[k] for t in draw.params[name])
             return -_site_kl(self._q(specs[name], loc, scale), prior, value)
 
         return score
 
-    def _forward(self, x: torch.Tensor, values: dict, params: dict, shared: dict) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, draw: Draw, shared: dict) -> torch.Tensor:
         """The net's output on the draws: ``(B, O)`` for one model, ``(K, B, O)`` stacked,
         ``(K * P, B, O)`` with particles (member k's P draws consecutive)."""
         flat = self.particles and self.stacked  # member k's P draws consecutive
         stacked = {
             self._paths[n]: v.flatten(0, 1) if flat else v
-            for n, v in values.items()
+            for n, v in draw.values.items()
             if n in self._paths
         }
         net = self._twin.load(shared, stacked)
@@ -244,8 +272,9 @@ class VIObjective:
         with member_dropout(net, self.generators) if dropout else nullcontext():
             if estimator is None:
                 return net(x)
+            params = draw.params
             guide = {n: params[n] for n in self._paths if n in params}
-            return reparameterized_forward(net, x, values, guide, estimator, self.generators)
+            return reparameterized_forward(net, x, draw.values, guide, estimator, self.generators)
 
     def __call__(
         self,
@@ -258,16 +287,17 @@ class VIObjective:
         shared: dict[str, torch.Tensor] | None = None,
         noise: Sequence[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        values, log_q, params = self._draw(locs, rhos, noise)
-        like, joint = locs[0], self.joint
-        f = self._forward(x, values, params, shared or {})
+        draw = self._draw(locs, rhos, noise)
+        like, joint, values = locs[0], self.joint, draw.values
+        f = self._forward(x, draw, shared or {})
         latent, latents = (0.0, {})
         if self._others:
-            latent, latents = joint.latent_terms(values, f, self._latent_kl(params))
+            latent, latents = joint.latent_terms(values, f, self._latent_kl(draw))
         if self.mode == "meanfield":
-            penalty = latent - self._kl(params, values, like)  # -KL of every site
+            penalty = latent - self._kl(draw, like)  # -KL of every site
         else:
-            penalty = joint.log_prior(values, like) + latent - log_q
+            flat = None if draw.flat is None else (draw.flat[2], self._layout)
+            penalty = joint.log_prior(values, like, flat) + latent - draw.log_q
         n_over_b = 1.0 if dataset_size is None else dataset_size / f.shape[-2]
         if self.particles and self.stacked:
             k, p = len(self.bnns), self.particles
@@ -279,6 +309,46 @@ class VIObjective:
             return -(data + kl_weight * penalty.mean(-1)), -data.detach()
         data = rows.sum(-1) * n_over_b
         return -(data + kl_weight * penalty), -data.detach()
+
+
+class Draw:
+    """One call's draws of the guide: ``values`` ``{site: value}``, ``log_q`` of them (``0.0``
+    in the mean-field mode, which scores ``KL(q || p)`` instead), :attr:`params` and ``flat``:
+    the real sites' ``(loc, scale, value)`` laid end to end, ``(*lead, D)`` each (their sites'
+    views are in ``values`` and ``params``), or ``None``; ``shapes``: those sites' shapes."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, torch.Tensor] = {}
+        self.log_q: Any = 0.0
+        self.flat: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self.shapes: dict[str, torch.Size] = {}
+        #: ``{site: (loc, scale)}`` of the sites drawn one by one (positive, constrained).
+        self.transformed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._views: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def params(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """``{site: (loc, scale)}`` of every site, broadcastable against its value (what the
+        KL terms and the estimators need; the flat sites' views made on first use: most steps
+        need none)."""
+        if self._views is None:
+            self._views = dict(self.transformed)
+            if self.flat is not None:
+                locs, scales = (_unflat(t, self.shapes) for t in self.flat[:2])
+                self._views.update({n: (locs[n], scales[n]) for n in self.shapes})
+        return self._views
+
+
+def _flat(tensors: Sequence[torch.Tensor], lead: int) -> torch.Tensor:
+    """The tensors laid end to end after their first ``lead`` dimensions: ``(*lead, D)``."""
+    return torch.cat([t.reshape(t.shape[:lead] + (-1,)) for t in tensors], -1)
+
+
+def _unflat(flat: torch.Tensor, shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
+    """``{site: view}`` of a flat ``(*lead, D)`` tensor, each ``(*lead, *shape)``."""
+    parts = flat.split([shape.numel() for shape in shapes.values()], -1)
+    pairs = zip(shapes.items(), parts, strict=True)
+    return {n: t.view(t.shape[:-1] + shape) for (n, shape), t in pairs}
 
 
 def _site_kl(q: Any, p: Any, value: torch.Tensor) -> torch.Tensor:

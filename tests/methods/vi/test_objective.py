@@ -74,7 +74,8 @@ def test_a_parameter_list_that_misses_a_site_is_refused():
     a loss without that site."""
     models, X, y = _models(1)
     locs, rhos = _params(models, False)
-    with pytest.raises(ValueError, match="zip"):
+    refusal = r"one loc and one rho per guide site \(5\).*got 4 locs and 4 rhos"
+    with pytest.raises(ValueError, match=refusal):
         VIObjective(models)(locs[:-1], rhos[:-1], X[0], y[0], 64)
 
 
