@@ -177,26 +177,26 @@ class VIObjective:
                 f"got {len(locs)} locs and {len(rhos)} rhos"
             )
         lead, stl, dim = self._lead(), self.mode == "stl", int(self.stacked)
-        # one model whose sites are all real draws its eps into the flat vector (_flat_eps)
-        eps = None if noise is None and self._one_flat else noise or self.noise(locs)
-        draw = Draw()
-        if self._real:
-            loc = _flat([locs[i] for i in self._real], dim)
-            scale = F.softplus(_flat([rhos[i] for i in self._real], dim))
-            e = self._flat_eps(loc) if eps is None else _flat([eps[i] for i in self._real], lead)
-            if self.particles:  # (the particles' dimension after the members')
-                loc, scale = loc.unsqueeze(dim), scale.unsqueeze(dim)
-            z = loc + e * scale
-            draw.flat, draw.shapes = (loc, scale, z), self._shapes
-            draw.values.update(_unflat(z, self._shapes))
-            if self.mode != "meanfield":
-                if stl:  # scored with detached parameters (StickingTheLanding_ELBO)
-                    s = scale.detach()
-                    e = (z - loc.detach()) / s
-                else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
-                    s = scale
-                draw.log_q = -0.5 * sum_sq(e, lead) - sum_site(s.log(), lead)
-                draw.log_q = draw.log_q - e.shape[-1] * LOG_SQRT_2PI
+        # one model whose sites are all real draws its eps into the flat vector (_flat_eps);
+        # not in a compiled graph, where each draw into it would be a copy of the whole
+        into = noise is None and self._one_flat and not torch.compiler.is_compiling()
+        eps = None if into else noise or self.noise(locs)
+        # (every model has weights, and a weight's support is the real line: never empty)
+        loc = _flat([locs[i] for i in self._real], dim)
+        scale = F.softplus(_flat([rhos[i] for i in self._real], dim))
+        e = self._flat_eps(loc) if eps is None else _flat([eps[i] for i in self._real], lead)
+        if self.particles:  # (the particles' dimension after the members')
+            loc, scale = loc.unsqueeze(dim), scale.unsqueeze(dim)
+        z = loc + e * scale
+        draw = Draw((loc, scale, z), self._shapes)
+        if self.mode != "meanfield":
+            if stl:  # scored with detached parameters (StickingTheLanding_ELBO)
+                s = scale.detach()
+                e = (z - loc.detach()) / s
+            else:  # (w - loc) / scale is eps: only log(scale) carries a gradient
+                s = scale
+            draw.log_q = -0.5 * sum_sq(e, lead) - sum_site(s.log(), lead)
+            draw.log_q = draw.log_q - e.shape[-1] * LOG_SQRT_2PI
         for i in self._transformed:  # a LogNormal or transformed site: its own density
             spec, loc = self.specs[i], locs[i]
             scale = F.softplus(rhos[i])
@@ -220,10 +220,8 @@ class VIObjective:
         """The net sites' ``KL(q || p)``: closed form where Pyro has one (the Gaussian priors of
         the flat sites in one pass over them), else ``log q - log p`` of the draw (as
         ``TraceMeanField_ELBO`` scores a site); a scalar or ``(K,)``."""
-        lead, kl, done = self._lead(), 0.0, set()
-        if draw.flat is not None:
-            flat = self.joint.flat_priors(like, self._layout)
-            kl, done = flat.kl(draw.flat[0], draw.flat[1], lead), flat.sites
+        lead, flat = self._lead(), self.joint.flat_priors(like, self._layout)
+        kl, done = flat.kl(draw.flat[0], draw.flat[1], lead), flat.sites
         constants = self.joint.priors(like)
         for site in self.joint.sites:  # (every Gaussian prior's site is real: a flat one)
             if site.name in done:
@@ -296,7 +294,7 @@ class VIObjective:
         if self.mode == "meanfield":
             penalty = latent - self._kl(draw, like)  # -KL of every site
         else:
-            flat = None if draw.flat is None else (draw.flat[2], self._layout)
+            flat = (draw.flat[2], self._layout)
             penalty = joint.log_prior(values, like, flat) + latent - draw.log_q
         n_over_b = 1.0 if dataset_size is None else dataset_size / f.shape[-2]
         if self.particles and self.stacked:
@@ -315,13 +313,14 @@ class Draw:
     """One call's draws of the guide: ``values`` ``{site: value}``, ``log_q`` of them (``0.0``
     in the mean-field mode, which scores ``KL(q || p)`` instead), :attr:`params` and ``flat``:
     the real sites' ``(loc, scale, value)`` laid end to end, ``(*lead, D)`` each (their sites'
-    views are in ``values`` and ``params``), or ``None``; ``shapes``: those sites' shapes."""
+    views are in ``values`` and ``params``); ``shapes``: those sites' shapes."""
 
-    def __init__(self) -> None:
-        self.values: dict[str, torch.Tensor] = {}
+    def __init__(
+        self, flat: tuple[torch.Tensor, torch.Tensor, torch.Tensor], shapes: dict[str, torch.Size]
+    ) -> None:
+        self.flat, self.shapes = flat, shapes
+        self.values: dict[str, torch.Tensor] = _unflat(flat[2], shapes)
         self.log_q: Any = 0.0
-        self.flat: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self.shapes: dict[str, torch.Size] = {}
         #: ``{site: (loc, scale)}`` of the sites drawn one by one (positive, constrained).
         self.transformed: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._views: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -332,10 +331,8 @@ class Draw:
         KL terms and the estimators need; the flat sites' views made on first use: most steps
         need none)."""
         if self._views is None:
-            self._views = dict(self.transformed)
-            if self.flat is not None:
-                locs, scales = (_unflat(t, self.shapes) for t in self.flat[:2])
-                self._views.update({n: (locs[n], scales[n]) for n in self.shapes})
+            locs, scales = (_unflat(t, self.shapes) for t in self.flat[:2])
+            self._views = {n: (locs[n], scales[n]) for n in self.shapes} | self.transformed
         return self._views
 
 

@@ -14,6 +14,8 @@ import torch
 
 import bnn_pyro as bp
 from bnn_pyro.methods.vi.log_joint import LogJoint, _one_setting
+from bnn_pyro.priors.base import Prior
+from bnn_pyro.weight_distributions import SharedNormal
 
 K, D = 3, 4
 
@@ -85,6 +87,114 @@ def test_one_models_prior_and_its_particles():
     torch.testing.assert_close(got, torch.stack(want), rtol=1e-12, atol=0)
     leads = [one.lead, particles.lead, LogJoint([bnn], stacked=False, particles=1).lead]
     assert leads + [LogJoint(_bnns(), stacked=True, particles=2).lead] == [0, 1, 1, 2]
+
+
+def test_one_models_shifted_prior_site_by_site():
+    """The site-by-site path (the stacked SG-MCMC potential's) of a prior whose loc is a
+    number other than 0 centres the weights on it: Pyro's density of the same values."""
+    bnn = _bnns(prior=lambda k: bp.IIDPrior(dist.Normal(1.0, 2.0)), k=1)[0]
+    values = _values([bnn], ())
+    got = LogJoint([bnn], stacked=False).log_prior(values, values["net.0.weight"])
+    torch.testing.assert_close(got, _own_log_prior(bnn, values), rtol=1e-12, atol=0)
+
+
+class _Mixed(Prior):
+    """Member ``k``'s prior: ``N(1 + k/10, s^2)`` on the weights, the library's SharedNormal
+    with a scale of its own per layer (``s = 0.5`` on the first, 1.5 after), and a Laplace on
+    the biases (sites the flat vector's Gaussian terms leave to their own density), the two
+    kinds interleaved in the model's order."""
+
+    def __init__(self, k: int = 0) -> None:
+        super().__init__()
+        self.k = k
+
+    def scale(self, name):
+        return 0.5 if name == "net.0.weight" else 1.5
+
+    def distribution(self, module, param_name, device, dtype, *, name=None):
+        if param_name == "weight":
+            return SharedNormal(1.0 + self.k / 10, self.scale(name), device, dtype)
+        t = lambda v: torch.tensor(v, device=device, dtype=dtype)  # noqa: E731
+        return dist.Laplace(t(0.1), t(2.0))
+
+
+def _mixed_layout(bnns):
+    """The net's sites end to end, then a real site that is no net site (a likelihood's)."""
+    return [(s.name, s.shape.numel()) for s in bnns[0].evaluator.sites] + [("likelihood.c", 3)]
+
+
+def _parts(flat, layout):
+    """``{name: (*lead, size)}`` slices of a flat tensor, by the layout."""
+    return dict(zip((n for n, _ in layout), flat.split([n for _, n in layout], -1), strict=True))
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_the_flat_priors_score_as_torchs_own_distributions(stacked):
+    """The weights of a flat vector that also holds Laplace-prior biases and a site with no
+    prior of the net's: ``log p`` (flat Gaussian weights + the biases site by site) is the sum of
+    torch's ``Normal``/``Laplace`` densities, member by member, with and without the flat
+    vector; ``kl`` is torch's closed-form ``KL(N(m, s) || N(loc0, scale0))`` over the weights
+    alone (its mask leaves out the biases' and the other site's log-scales)."""
+    k = K if stacked else 1
+    bnns = _bnns(prior=_Mixed, k=k)
+    lead = (K,) if stacked else ()
+    layout, joint = _mixed_layout(bnns), LogJoint(bnns, stacked=stacked)
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(*lead, sum(n for _, n in layout), generator=g, dtype=torch.float64)
+    scale = torch.rand(z.shape, generator=g, dtype=torch.float64) + 0.1
+    sites = {s.name: s for s in bnns[0].evaluator.sites}
+    values = {
+        n: v.reshape(*lead, *sites[n].shape) for n, v in _parts(z, layout).items() if n in sites
+    }
+    flat = joint.flat_priors(z, layout)
+    assert flat.sites == {n for n in sites if n.endswith("weight")}
+
+    def own(i, of, kl):  # member i's terms from torch's distributions
+        total, t = 0.0, lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+        for n, v in _parts(of, layout).items():
+            v = v[i] if stacked else v
+            prior = _Mixed(i)
+            if n.endswith("weight"):
+                p = torch.distributions.Normal(t(1.0 + i / 10), t(prior.scale(n)))
+                if kl:
+                    s = _parts(scale, layout)[n]
+                    q = torch.distributions.Normal(v, s[i] if stacked else s)
+                    total = total + torch.distributions.kl_divergence(q, p).sum()
+                    continue
+            elif n.endswith("bias") and not kl:
+                p = torch.distributions.Laplace(t(0.1), t(2.0))
+            else:
+                continue
+            total = total + p.log_prob(v).sum()
+        return total
+
+    want = torch.stack([own(i, z, False) for i in range(k)]).reshape(lead)
+    torch.testing.assert_close(joint.log_prior(values, z, (z, layout)), want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(joint.log_prior(values, z), want, rtol=1e-12, atol=0)
+    want_kl = torch.stack([own(i, z, True) for i in range(k)]).reshape(lead)
+    torch.testing.assert_close(flat.kl(z, scale, len(lead)), want_kl, rtol=1e-12, atol=0)
+
+
+def test_the_flat_priors_are_kept_per_dtype_and_prior_on_the_values_device():
+    """Kept per dtype and prior objects (another prior object is read anew); made in the
+    values' dtype (a float32 constant is another number) and on their device: under a ``meta``
+    default device the same float64 CPU tensors as outside it."""
+    bnns = _bnns(prior=_Mixed)
+    layout, joint = _mixed_layout(bnns), LogJoint(bnns, stacked=True)
+    like = torch.zeros((), dtype=torch.float64)
+    first = joint.flat_priors(like, layout)
+    assert joint.flat_priors(like, layout) is first
+    single = joint.flat_priors(like.float(), layout)
+    assert single is not first and single.half_precision.dtype == torch.float32
+    bnns[1].prior = _Mixed(5)
+    again = joint.flat_priors(like, layout)
+    assert again is not first  # (the distributions themselves are cached on the layers)
+    with torch.device("meta"):
+        moved = LogJoint(bnns, stacked=True).flat_priors(like, layout)
+    for name in ("loc", "half_precision", "mask", "norm", "kl_const"):
+        got, want = getattr(moved, name), getattr(again, name)
+        assert got.device.type == "cpu" and got.dtype == torch.float64, name
+        assert torch.equal(got, want), name
 
 
 def test_refusals_name_the_problem():

@@ -120,13 +120,15 @@ def test_one_models_particles_are_drawn_in_its_dtype():
     torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("noise_scale", ["learned", 0.3])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_noise_handed_in_is_the_noise_a_call_draws(stacked):
+def test_noise_handed_in_is_the_noise_a_call_draws(stacked, noise_scale):
     """``noise(locs)`` draws what a call draws itself, in its order: handed back, the same loss
     and data term; zero noise puts every weight at its mean (the loss of the means, with no
-    draw made, whatever the seed)."""
+    draw made, whatever the seed). With a fixed noise every site is real: one model then draws
+    into the flat vector when not handed the noise, and takes it when handed."""
     k = 2 if stacked else 1
-    models, X, y = _models(k)
+    models, X, y = _models(k, lambda: bp.Gaussian(noise_scale))
     locs, rhos = _params(models, stacked)
     x, t = (X, y) if stacked else (X[0], y[0])
 
