@@ -97,6 +97,9 @@ class StackedPotential:
         # the model's terms as the VI objective scores them: the chains' priors (one call on
         # all of them where they share one), the likelihood's latents and each row's density
         self.joint = LogJoint([m.bnn for m in self.models], stacked=True)
+        #: the sites as laid end to end in ``theta``: the Gaussian priors of those whose value is
+        #: their unconstrained part score in one pass over it (``LogJoint.flat_priors``)
+        self.layout = tuple((s.name, s.numel) for s in self.sites)
 
     def constrain(self, theta: torch.Tensor) -> torch.Tensor:
         """``(..., P)`` unconstrained → the sites' own spaces (as every chain's potential)."""
@@ -128,7 +131,7 @@ class StackedPotential:
         )
         f = net(x)  # (K, B, O)
         joint = self.joint
-        log_joint = log_det + joint.log_prior(values, theta)
+        log_joint = log_det + joint.log_prior(values, theta, (theta, self.layout))
         if len(values) > len(self.paths):  # each chain's draw of the likelihood's own latents
             log_joint = log_joint + joint.latent_terms(values, f)[0]
         rows = joint.row_log_likelihood(f, y, values)  # (K, B)
