@@ -116,7 +116,19 @@ class LogJoint:
     def flat_priors(self, like: torch.Tensor, layout: Sequence[tuple[str, int]]) -> FlatPriors:
         """The ``SharedNormal`` priors of the sites ``layout`` lays end to end in one flat vector
         (``(name, size)`` each, in order), as that vector's constants (:class:`FlatPriors`).
-        Kept as :meth:`priors` keeps its own."""
+        Kept as :meth:`priors` keeps its own.
+
+        Example:
+            >>> import bnn_pyro as bp
+            >>> bnn = bp.VariationalBNN(bp.nn.mlp(2, [3], 1), bp.Gaussian(0.5))  # N(0, 1) prior
+            >>> layout = [(s.name, s.shape.numel()) for s in bnn.evaluator.sites]
+            >>> flat = LogJoint([bnn], stacked=False).flat_priors(torch.zeros(()), layout)
+            >>> [size for _, size in layout], flat.half_precision, flat.mask  # one number for all
+            ([6, 3, 3, 1], 0.5, None)
+            >>> z = torch.zeros(13)  # (D,): every weight at 0; -13 log(2 pi)/2, and KL 0 at q = p
+            >>> round(flat.log_prob(z, 0).item(), 4), flat.kl(z, torch.ones(13), 0).item()
+            (-11.9462, 0.0)
+        """
         key = (like.device, like.dtype, *(id(b.prior) for b in self.bnns), tuple(layout))
         out = self._flat.get(key)
         if out is not None:
