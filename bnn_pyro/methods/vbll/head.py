@@ -22,6 +22,7 @@ to: the same predictive and, for one output, the same loss up to the KL's consta
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -125,35 +126,52 @@ class VBLLHead(nn.Module):
     # ------------------------------------------------------------------ q(W)
     def scale_tril(self) -> torch.Tensor:
         """``L (O, F, F)``: the lower Cholesky factor of each output's ``Σ_o = L_o L_oᵀ``."""
-        diag = torch.diag_embed(self.log_diag.exp())
-        if self.covariance == "diagonal":
-            return diag
-        return torch.tril(self.off_diag, diagonal=-1) + diag
+        lower, diag = self._factor()
+        diag = torch.diag_embed(diag)
+        return diag if lower is None else lower + diag
 
-    def output_moments(self, phi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _factor(self) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``L``'s strictly lower part ``(O, F, F)`` (``None`` for a diagonal ``q``) and its
+        diagonal ``(O, F)``, apart: what the ELBO reads, without an ``(O, F, F)`` diagonal
+        matrix. The lower part is ``off_diag`` times a constant mask (``tril`` costs more, and
+        so does its backward)."""
+        diag = self.log_diag.exp()
+        if self.covariance == "diagonal":
+            return None, diag
+        return self.off_diag * _strictly_lower(self.off_diag), diag
+
+    def output_moments(
+        self, phi: torch.Tensor, factor: tuple[torch.Tensor | None, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean ``(N, O)`` and variance ``(N, O)`` of ``W φ`` under ``q`` (no noise).
 
         Args:
             phi: ``(N, F)`` features.
+            factor: :meth:`_factor`'s parts, where the caller has them already.
         """
         mean = phi @ self.mean.T
-        if self.covariance == "diagonal":
-            var = (phi**2) @ (2 * self.log_diag).exp().T
-        else:  # ‖L_oᵀ φ‖², per row and output
-            var = torch.einsum("ofg,nf->nog", self.scale_tril(), phi).pow(2).sum(-1)
-        return mean, var
+        lower, diag = self._factor() if factor is None else factor
+        if lower is None:
+            return mean, (phi**2) @ (diag**2).T
+        # Lᵀ φ = (strictly lower)ᵀ φ + diag ∘ φ, per row and output: one matrix product for
+        # every output, φ (N, F) @ (F, O·F)
+        o, f = diag.shape
+        spread = phi @ lower.permute(1, 0, 2).reshape(f, o * f)
+        spread = spread.view(len(phi), o, f) + diag * phi.unsqueeze(-2)
+        return mean, spread.pow(2).sum(-1)
 
     def noise_variance(self) -> torch.Tensor:
         """``σ² (O,)``: the regression noise, or a classifier's logit noise."""
         return (2 * self.noise_log_scale).exp()
 
-    def kl(self) -> torch.Tensor:
-        """``Σ_o KL(N(m_o, Σ_o) ‖ N(0, s I))`` in nats, ``()``."""
+    def kl(self, factor: tuple[torch.Tensor | None, torch.Tensor] | None = None) -> torch.Tensor:
+        """``Σ_o KL(N(m_o, Σ_o) ‖ N(0, s I))`` in nats, ``()``; ``factor`` as in
+        :meth:`output_moments`."""
         s, f = self.prior_variance, self.mean.shape[-1]
-        if self.covariance == "diagonal":  # tr Σ_o, without the (O, F, F) diagonal matrices
-            trace = (2 * self.log_diag).exp().sum(-1)
-        else:
-            trace = self.scale_tril().pow(2).sum((-2, -1))  # tr Σ_o = ‖L_o‖²_F
+        lower, diag = self._factor() if factor is None else factor
+        trace = diag.pow(2).sum(-1)  # tr Σ_o = ‖L_o‖²_F
+        if lower is not None:
+            trace = trace + lower.pow(2).sum((-2, -1))
         log_det = 2 * self.log_diag.sum(-1)
         per_output = trace / s + self.mean.pow(2).sum(-1) / s - f + f * math.log(s) - log_det
         return 0.5 * per_output.sum()
@@ -167,14 +185,20 @@ class VBLLHead(nn.Module):
         return self.dof * log_det - 0.5 * self.wishart_scale * precision.sum()
 
     # ------------------------------------------------------------------ the ELBO
-    def expected_log_lik(self, phi: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def expected_log_lik(
+        self,
+        phi: torch.Tensor,
+        y: torch.Tensor,
+        factor: tuple[torch.Tensor | None, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Each row's expected log-likelihood under ``q`` (a bound for a classifier), ``(N,)``.
 
         Args:
             phi: ``(N, F)`` features.
             y: ``(N, O)`` regression targets or ``(N,)`` class indices.
+            factor: as in :meth:`output_moments`.
         """
-        mean, var = self.output_moments(phi)
+        mean, var = self.output_moments(phi, factor)
         noise = self.noise_variance()
         if self.classifies:
             spread = mean + 0.5 * (var + noise)
@@ -195,8 +219,9 @@ class VBLLHead(nn.Module):
             >>> loss.shape, loss.requires_grad
             (torch.Size([]), True)
         """
-        penalty = (self.kl() - self.noise_log_prior()) * (kl_weight / n)
-        return penalty - self.expected_log_lik(phi, y).mean()
+        factor = self._factor()  # L once, for the KL and the likelihood both
+        penalty = (self.kl(factor) - self.noise_log_prior()) * (kl_weight / n)
+        return penalty - self.expected_log_lik(phi, y, factor).mean()
 
     # ------------------------------------------------------------------ draws
     def sample_outputs(self, phi: torch.Tensor, num_samples: int) -> torch.Tensor:
@@ -207,10 +232,10 @@ class VBLLHead(nn.Module):
         it."""
         o, f = self.mean.shape
         eps = torch.randn(num_samples, o, f, dtype=phi.dtype, device=phi.device)
-        if self.covariance == "diagonal":
-            spread = self.log_diag.exp() * eps
-        else:  # L_o ε_so: one product per output for all draws (L is not copied per draw)
-            spread = torch.einsum("ofg,sog->sof", self.scale_tril(), eps)
+        lower, diag = self._factor()
+        spread = diag * eps
+        if lower is not None:  # L_o ε_so: one product per output for all draws
+            spread = spread + torch.einsum("ofg,sog->sof", lower, eps)
         weights = self.mean + spread  # (S, O, F)
         out = torch.einsum("sof,nf->sno", weights, phi)
         if self.classifies:
@@ -227,3 +252,14 @@ class VBLLHead(nn.Module):
         """
         o, f = self.mean.shape
         return f"features={f}, outputs={o}, covariance={self.covariance!r}"
+
+
+@functools.lru_cache(maxsize=8)
+def _mask(size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.ones(size, size, device=device, dtype=dtype).tril(-1)
+
+
+def _strictly_lower(like: torch.Tensor) -> torch.Tensor:
+    """``(F, F)``: ones below the diagonal, zeros elsewhere, on ``like``'s device and dtype
+    (made once per size, device and dtype)."""
+    return _mask(like.shape[-1], like.device, like.dtype)
