@@ -27,6 +27,8 @@ beside a plain network and laplace-torch, ``benchmarks/ood.py``), ``rotated_digi
 classifier on test digits rotated further and further from the upright training images,
 ``benchmarks/rotated_digits.py``), ``no_data`` (every method's
 band in gaps and beyond the data against NUTS, ``benchmarks/no_data.py``),
+``last_layer_cost`` (what VBLL and SNGP cost over the plain net, beside the ``vbll`` package's
+own layer, and DKL against the exact GP, ``benchmarks/last_layer_cost.py``),
 ``no_data_activations`` (the demo's VI with other activations, same judge,
 ``benchmarks/no_data_activations.py``), ``co2`` (every regression method forecasting the Mauna
 Loa CO2 series a decade past its data, beside an exact GP, ``benchmarks/co2.py``), ``uci_gap``

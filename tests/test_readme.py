@@ -91,6 +91,7 @@ def test_readme_results_are_the_benchmark_outputs():
         "stacked",
         "stacked_chains",
         "threads",
+        "last_layer_cost",
         "ood",
         "no_data",
         "no_data_activations",

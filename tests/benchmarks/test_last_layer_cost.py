@@ -24,24 +24,28 @@ def cost():
 def test_a_tiny_run_has_a_row_per_contender_with_its_ratios(cost):
     problem = cost.Problem("tiny classifier", 4, 8, 3, 40, 20, 1)
     rows = cost.measure(problem, repeats=1)
-    assert [r["method"] for r in rows] == ["plain net", *cost.TARGETED]
+    peers = list(cost.PEER_ROWS) if cost._has_vbll() else []
+    assert [r["method"] for r in rows] == ["plain net", *cost.TARGETED, *peers]
     base = rows[0]
     for r in rows:
         assert r["fit"] > 0 and r["predict"] > 0
         assert r["fit_ratio"] == pytest.approx(r["fit"] / base["fit"])
         assert r["predict_ratio"] == pytest.approx(r["predict"] / base["predict"])
     table = cost.table({problem.name: rows})
-    assert table.count("| tiny classifier |") == 4
+    assert table.count("| tiny classifier |") == 4 + len(peers)
 
 
 def test_a_regression_adds_dkl_beside_the_exact_gp(cost):
     problem = cost.Problem("tiny regression", 3, 8, 1, 80, 20, 1)
     rows = cost.measure(problem, repeats=1)
     names = [r["method"] for r in rows]
-    assert names == ["plain net", *cost.TARGETED, *cost.GP_ROWS, cost.GP]
+    peers = list(cost.PEER_ROWS) if cost._has_vbll() else []
+    assert names == ["plain net", *cost.TARGETED, *cost.GP_ROWS, *peers, cost.GP]
     lines = cost.verdicts({problem.name: rows})
-    gp, dkl = rows[-1], rows[4]
-    assert f"- dkl (tiny regression): fit {dkl['fit'] / gp['fit']:.2f}x and predict" in lines[3]
+    gp, dkl = rows[-1], rows[names.index("dkl")]
+    assert f"- dkl (tiny regression): fit {dkl['fit'] / gp['fit']:.2f}x and predict" in "\n".join(
+        lines
+    )
 
 
 def test_the_exact_gp_row_trains_its_kernel(cost):
@@ -90,3 +94,35 @@ def test_the_plain_fit_trains(cost):
     before = F.mse_loss(problem.net()(x)[:, 0], y)
     net = cost.plain_fit(problem, x, y)
     assert float(F.mse_loss(net(x)[:, 0], y)) < 0.5 * float(before)
+
+
+def test_the_peer_verdict_reads_each_vbll_row_against_the_package_s_own(cost):
+    rows = [
+        {"method": "vbll", "fit": 3.0, "fit_ratio": 3.0},
+        {"method": "vbll, diagonal covariance", "fit": 1.0, "fit_ratio": 1.0},
+        {"method": "vbll package, its own loop", "fit": 4.0, "fit_ratio": 4.0},
+        {"method": "vbll package, its own loop, diagonal", "fit": 2.0, "fit_ratio": 2.0},
+    ]
+    lines = cost.verdicts({"a": rows})
+    assert (
+        "- vbll package, its own loop: fit 4.00x the plain net's; vbll's fit 0.75x its (no "
+        "target)" in lines
+    )
+    assert (
+        "- vbll package, its own loop, diagonal: fit 2.00x the plain net's; vbll, diagonal "
+        "covariance's fit 0.50x its (no target)" in lines
+    )
+
+
+def test_the_peer_row_trains_the_vbll_package_s_layer(cost):
+    """The ``vbll`` row is a real fit of the package's own layer: its loss goes down."""
+    pytest.importorskip("vbll")
+    import torch
+
+    problem = cost.Problem("tiny classifier", 4, 16, 3, 64, 16, 40)
+    x, y, _ = problem.data()
+    torch.manual_seed(0)
+    model = cost.peer_fit(problem, x, y, "dense")
+    fresh = cost.peer_fit(cost.Problem(**{**problem.__dict__, "epochs": 0}), x, y, "dense")
+    with torch.no_grad():
+        assert float(model(x).train_loss_fn(y)) < float(fresh(x).train_loss_fn(y)) - 0.1
