@@ -147,6 +147,13 @@ def test_full_batch_chains_equal_their_own_fits():
             "^these models cannot run stacked: the models differ in their nets or their Bayesian "
             "sites$",
         ),  # fmt: skip
+        (  # one likelihood class, but the second chain's noise is a latent site of its own
+            lambda ms: [
+                ms[0],
+                bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Gaussian(scale="learned")),
+            ],
+            r"^the chains' models differ in their latent sites \(names or shapes\)$",
+        ),  # fmt: skip
         (  # one output each, the same sites: the chains differ only in what they score
             lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Bernoulli())],
             r"the chains' likelihoods must be of one class; got \['Bernoulli', 'Gaussian'\]",
@@ -177,6 +184,14 @@ class _OwnObserve(bp.Gaussian):
         return super().observe(f, y, **kwargs)
 
 
+class _OwnLatents(bp.Gaussian):
+    """A likelihood whose class draws its latents by code of its own: one chain reads them
+    through Pyro's trace, K chains have no layout for them."""
+
+    def sample_latents(self, f):
+        return super().sample_latents(f)
+
+
 def _hooked(models):
     models[1].bnn.net.register_forward_hook(lambda module, args, out: out)
     return models
@@ -189,6 +204,11 @@ def _hooked(models):
             lambda: _models("sghmc", [_OwnObserve(0.3), _OwnObserve(0.3)]),
             r"^these models cannot run stacked: _OwnObserve defines its own observe\(\), which "
             "the plain-torch objective does not read$",
+        ),
+        (
+            lambda: _models("sghmc", [_OwnLatents(scale="learned"), _OwnLatents(scale="learned")]),
+            r"^these models cannot run stacked: _OwnLatents draws latent sites of its own, which "
+            "a stacked fit does not lay out for several models$",
         ),
         (
             lambda: _hooked(_models("sghmc", [bp.Gaussian(0.3), bp.Gaussian(0.3)])),

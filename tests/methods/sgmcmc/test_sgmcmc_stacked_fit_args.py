@@ -55,6 +55,12 @@ def test_its_own_arguments_are_refused_with_their_names():
     assert _raised(fit(lr=0.0)) == "lr must be a finite float > 0.0, got 0.0"
     assert _raised(fit(lr=-1.0)) == "lr must be a finite float > 0.0, got -1.0"
     assert _raised(fit(batch_size=0)) == "batch_size must be an int >= 1, got 0"
+    assert _raised(fit(shuffle="yes")) == "shuffle must be a bool, got str ('yes')"
+    # validation targets are named as such, not as the training targets
+    xv, yv = _data(rows=10)
+    assert _raised(fit(validation_data=(xv[0], yv[0, :7]))) == (
+        "X and y_val must have the same number of rows, got 10 and 7"
+    )
 
 
 def test_nested_lists_are_taken_as_tensors():
@@ -160,3 +166,26 @@ def test_an_unshuffled_run_is_each_chains_own():
         for site, value in a.samples().items():
             assert torch.allclose(value, b.samples()[site], rtol=TOL, atol=TOL)
             assert not torch.allclose(value, c.samples()[site], rtol=TOL, atol=TOL)
+
+
+def test_a_callback_that_needs_validation_runs_with_it_and_is_refused_without():
+    """``EarlyStopping("val_nll")`` is checked against the run before any work: refused by its
+    own check without validation data, run (and stopping the run) with it."""
+    X, y = _data()
+    xv, yv = _data(rows=10)
+    options = {"seeds": [0, 1], "epochs": 6, "batch_size": 8, "lr": 1e-3, "progress": False}
+    stop = bp.training.EarlyStopping("val_nll", patience=1, min_delta=1e9)
+    with pytest.raises(ValueError, match="val_nll"):
+        fit_stacked_sgmcmc(_models(), X, y, callbacks=[stop], **options)
+    stop = bp.training.EarlyStopping("val_nll", patience=1, min_delta=1e9)
+    history = fit_stacked_sgmcmc(
+        _models(), X, y, callbacks=[stop], validation_data=(xv[0], yv[0]), **options
+    )
+    assert len(history["loss"]) == 2  # no epoch improves by 1e9: stopped after patience 1
+
+
+def test_a_run_without_validation_data_records_no_validation_score():
+    X, y = _data()
+    history = fit_stacked_sgmcmc(_models(), X, y, seeds=[0, 1], epochs=2, progress=False)
+    assert "val_nll" not in history and "member_val_nll" not in history
+    assert len(history["loss"]) == 2
