@@ -22,6 +22,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:torch")
 METHODS = {
     "mc dropout": lambda: bp.MCDropout(relu_mlp(3, 1, 8, dropout=0.2), likelihood="regression"),
     "functional bnn": lambda: VariationalBayesNN(3, [8], 1, likelihood="regression"),
+    # a dense last layer: the mask of its factor comes from a cached helper the graph traces
+    "vbll": lambda: bp.VBLL(relu_mlp(3, 1, 8), bp.Gaussian(scale="learned")),
     # two members of one architecture: the stacked path, each member's own minibatches
     "stacked ensemble": lambda: bp.DeepEnsemble(
         lambda: relu_mlp(3, 1, 8), 2, likelihood="regression"
