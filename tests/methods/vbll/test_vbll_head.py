@@ -187,3 +187,43 @@ def test_each_draw_is_the_mean_plus_the_scale_times_its_standard_normal(covarian
         expected = torch.einsum("sof,nf->sno", weights, phi) + head.noise_log_scale.exp() * noise
     assert got.shape == (3, 5, OUT)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)  # float64 round-off
+
+
+@pytest.mark.parametrize("classifies", [False, True])
+def test_a_loss_builds_the_factor_once_for_the_kl_and_the_likelihood(classifies, monkeypatch):
+    """The dense factor is the head's largest tensor (``O·F²``): one loss makes it once and
+    hands it to both terms; a caller without it gets the same numbers, made on the spot."""
+    head = _head("dense", classifies=classifies)
+    g = torch.Generator().manual_seed(6)
+    phi = torch.randn(7, F, generator=g, dtype=torch.float64)
+    y = (
+        torch.randint(0, OUT, (7,), generator=g)
+        if classifies
+        else torch.randn(7, OUT, generator=g, dtype=torch.float64)
+    )
+    made = []
+    real = VBLLHead._factor
+    monkeypatch.setattr(VBLLHead, "_factor", lambda self: made.append(1) or real(self))
+    loss = head.loss(phi, y, n=30)
+    assert len(made) == 1
+    factor = real(head)
+    mean, var = head.output_moments(phi, factor)
+    assert len(made) == 1  # a factor handed in is used, not made again
+    separate = (head.kl() - head.noise_log_prior()) / 30 - head.expected_log_lik(phi, y).mean()
+    assert len(made) == 3  # each term alone makes its own
+    torch.testing.assert_close(loss, separate, rtol=1e-14, atol=0.0)
+    torch.testing.assert_close((mean, var), head.output_moments(phi), rtol=1e-14, atol=0.0)
+
+
+def test_the_factor_is_made_in_the_head_s_dtype_and_on_its_device():
+    """The mask of the strictly lower part follows the head: a bfloat16 head's factor stays
+    bfloat16 (a float32 mask would promote it), and a head on another device (``meta`` here, a
+    stand-in for a GPU) finds its mask there."""
+    half = VBLLHead(3, 2, classifies=True, prior_variance=1, wishart_scale=1, dof=1,
+                    dtype=torch.bfloat16)  # fmt: skip
+    assert [t.dtype for t in half._factor()] == [torch.bfloat16, torch.bfloat16]
+    meta = VBLLHead(3, 2, classifies=True, prior_variance=1, wishart_scale=1, dof=1,
+                    device="meta")  # fmt: skip
+    lower, diag = meta._factor()
+    assert lower.device.type == diag.device.type == "meta"
+    assert lower.shape == (2, 3, 3) and diag.shape == (2, 3)
