@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -107,22 +109,32 @@ PROBLEMS = [
 ]
 
 
-def plain_fit(problem: Problem, x: torch.Tensor, y: torch.Tensor) -> nn.Module:
-    """The hand-written loop: Adam at 1e-3, reshuffled minibatches, MSE or cross-entropy."""
-    torch.manual_seed(0)
-    net = problem.net()
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+def hand_loop(
+    model: nn.Module,
+    loss: Callable[[Any, torch.Tensor], torch.Tensor],
+    problem: Problem,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> nn.Module:
+    """The loop a user writes: Adam at 1e-3 on ``loss(model(xb), yb)`` over ``problem.epochs``
+    of minibatches reshuffled by a generator seeded 0 (the same ones for every hand-written
+    contender)."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(0)
     for _ in range(problem.epochs):
         for idx in torch.randperm(len(x), generator=g).split(problem.batch):
             opt.zero_grad()
-            out = net(x[idx])
-            loss = F.cross_entropy(out, y[idx]) if problem.classifies else F.mse_loss(
-                out[:, 0], y[idx]
-            )  # fmt: skip
-            loss.backward()
+            loss(model(x[idx]), y[idx]).backward()
             opt.step()
-    return net
+    return model
+
+
+def plain_fit(problem: Problem, x: torch.Tensor, y: torch.Tensor) -> nn.Module:
+    """The plain net by :func:`hand_loop`, on the cross-entropy or the squared error."""
+    torch.manual_seed(0)
+    if problem.classifies:
+        return hand_loop(problem.net(), F.cross_entropy, problem, x, y)
+    return hand_loop(problem.net(), lambda out, yb: F.mse_loss(out[:, 0], yb), problem, x, y)
 
 
 def method_fit(
@@ -139,8 +151,8 @@ def peer_fit(
     problem: Problem, x: torch.Tensor, y: torch.Tensor, parameterization: str
 ) -> nn.Module:
     """The ``vbll`` package's last layer (``Regression`` or ``DiscClassification``, its
-    defaults but the weight ``1 / N``) on the plain net's body, trained by its README's loop:
-    Adam at 1e-3 on ``train_loss_fn``, the plain loop's minibatches."""
+    defaults but the weight ``1 / N``) on the plain net's body, trained as its README writes
+    (:func:`hand_loop` on ``train_loss_fn``)."""
     import vbll  # the peers extra: only where it is installed
 
     torch.manual_seed(0)
@@ -149,16 +161,10 @@ def peer_fit(
     layer = (vbll.DiscClassification if problem.classifies else vbll.Regression)(
         hidden, problem.outputs, 1.0 / len(x), parameterization=parameterization
     )
-    model = nn.Sequential(body, layer)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(0)
     targets = y if problem.classifies else y.unsqueeze(-1)
-    for _ in range(problem.epochs):
-        for idx in torch.randperm(len(x), generator=g).split(problem.batch):
-            opt.zero_grad()
-            model(x[idx]).train_loss_fn(targets[idx]).backward()
-            opt.step()
-    return model
+    return hand_loop(
+        nn.Sequential(body, layer), lambda out, yb: out.train_loss_fn(yb), problem, x, targets
+    )
 
 
 def gp_fit(problem: Problem, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:

@@ -35,6 +35,9 @@ __all__ = ["COVARIANCES", "VBLLHead"]
 
 #: The covariance of ``q(w_o)``: a dense Cholesky factor per output, or a diagonal.
 COVARIANCES = ("dense", "diagonal")
+#: ``L``'s strictly lower part ``(O, F, F)`` (``None`` for a diagonal ``q``) and its diagonal
+#: ``(O, F)`` (:meth:`VBLLHead._factor`).
+Factor = tuple[torch.Tensor | None, torch.Tensor]
 
 
 class VBLLHead(nn.Module):
@@ -130,7 +133,7 @@ class VBLLHead(nn.Module):
         diag = torch.diag_embed(diag)
         return diag if lower is None else lower + diag
 
-    def _factor(self) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def _factor(self) -> Factor:
         """``L``'s strictly lower part ``(O, F, F)`` (``None`` for a diagonal ``q``) and its
         diagonal ``(O, F)``, apart: what the ELBO reads, without an ``(O, F, F)`` diagonal
         matrix. The lower part is ``off_diag`` times a constant mask (``tril`` costs more, and
@@ -141,7 +144,7 @@ class VBLLHead(nn.Module):
         return self.off_diag * _strictly_lower(self.off_diag), diag
 
     def output_moments(
-        self, phi: torch.Tensor, factor: tuple[torch.Tensor | None, torch.Tensor] | None = None
+        self, phi: torch.Tensor, factor: Factor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean ``(N, O)`` and variance ``(N, O)`` of ``W φ`` under ``q`` (no noise).
 
@@ -164,7 +167,7 @@ class VBLLHead(nn.Module):
         """``σ² (O,)``: the regression noise, or a classifier's logit noise."""
         return (2 * self.noise_log_scale).exp()
 
-    def kl(self, factor: tuple[torch.Tensor | None, torch.Tensor] | None = None) -> torch.Tensor:
+    def kl(self, factor: Factor | None = None) -> torch.Tensor:
         """``Σ_o KL(N(m_o, Σ_o) ‖ N(0, s I))`` in nats, ``()``; ``factor`` as in
         :meth:`output_moments`."""
         s, f = self.prior_variance, self.mean.shape[-1]
@@ -189,7 +192,7 @@ class VBLLHead(nn.Module):
         self,
         phi: torch.Tensor,
         y: torch.Tensor,
-        factor: tuple[torch.Tensor | None, torch.Tensor] | None = None,
+        factor: Factor | None = None,
     ) -> torch.Tensor:
         """Each row's expected log-likelihood under ``q`` (a bound for a classifier), ``(N,)``.
 
