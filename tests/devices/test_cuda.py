@@ -216,6 +216,16 @@ def test_data_on_the_cpu_is_moved_to_a_model_on_cuda(name):
     assert mean.device.type == "cuda"  # predictions live where the model lives
 
 
+def test_integer_indices_on_the_cpu_are_moved_to_an_embedding_net_on_cuda():
+    """A classic method's ``predict`` moves an embedding net's CPU indices to the GPU as
+    integers (left on the CPU they meet the CUDA table and raise)."""
+    net = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Flatten(),
+                              torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))  # fmt: skip
+    method = bp.MCDropout(net, likelihood=bp.Categorical()).to(CUDA)
+    mean, _ = method.predict(torch.tensor([[1, 2], [3, 9]]), num_samples=4, seed=0)
+    assert mean.device.type == "cuda" and mean.shape == (2, 2)
+
+
 @pytest.mark.parametrize("elbo", ["trace", "meanfield"])
 def test_the_checked_direct_loss_is_taken_on_cuda(elbo, monkeypatch):
     """The plain-torch loss agrees with Pyro's ELBO on the GPU too (else every step takes

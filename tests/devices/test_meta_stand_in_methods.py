@@ -290,3 +290,54 @@ def test_stacked_local_reparameterization_draws_on_the_inputs_device(estimator):
     got = _on_cpu_under_meta(forward)
     assert got.device.type == "cpu" and got.dtype == torch.float64
     assert torch.equal(got, want)
+
+
+# ---------------------------------------------------------------------- classic predict
+def _dropout_on_meta(net: torch.nn.Module) -> bp.MCDropout:
+    """MC dropout over ``net`` (float32), moved to ``meta``: the second device."""
+    return bp.MCDropout(net, likelihood=bp.Categorical()).to("meta")
+
+
+def test_classic_predict_moves_cpu_float64_inputs_to_the_model_s_device_and_dtype():
+    """``predict`` takes inputs on another device and in another precision and moves them as
+    ``fit`` does: CPU float64 rows into a float32 net on ``meta`` give ``meta`` float32 moments
+    and samples. An input left on the CPU, or left in float64, meets the ``meta`` float32
+    weights in the first layer and raises."""
+    m = _dropout_on_meta(torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Dropout(0.5),
+                                             torch.nn.Linear(8, 2)))  # fmt: skip
+    x = torch.randn(4, 3, dtype=torch.float64)
+    mean, var, samples = m.predict(x, return_samples=True, num_samples=3)
+    for out in (mean, var, samples):
+        assert out.device == META and out.dtype == torch.float32
+    assert samples.shape == (3, 4, 2)
+
+
+def test_classic_predict_moves_integer_indices_to_the_model_s_device_unconverted():
+    """An embedding net's integer indices stay integers on their way to the model's device (a
+    float cast breaks ``nn.Embedding``). Indices left on the CPU do not raise against a
+    ``meta`` table: ``tests/devices/test_cuda.py`` checks that move on a GPU."""
+    net = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Flatten(),
+                              torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))  # fmt: skip
+    mean, var = _dropout_on_meta(net).predict(torch.tensor([[1, 2], [3, 9]]), num_samples=3)
+    assert mean.device == META and mean.shape == (2, 2) and var.device == META
+
+
+def test_sngp_draws_its_output_weights_on_the_features_device_whatever_the_default_device():
+    """SNGP's head draws the output weights' noise on the features' device (CPU), not the
+    default device: under a ``meta`` default device the same samples as outside it from the
+    same global seed (noise drawn on the default device would be ``meta``, and so would the
+    samples)."""
+    from bnn_pyro.methods.sngp.head import RandomFeatureGP
+
+    torch.manual_seed(0)
+    head = RandomFeatureGP(3, 2, num_features=16, lengthscale=1.0, prior_scale=1.0)
+    phi = head.features(torch.randn(4, 3))
+
+    def draw():  # noqa: ANN202
+        torch.manual_seed(1)
+        return head.sample_outputs(phi, 5)
+
+    want = draw()
+    got = _on_cpu_under_meta(draw)
+    assert got.device.type == "cpu" and got.shape == (5, 4, 2)
+    assert torch.equal(got, want)
