@@ -34,7 +34,11 @@ from bnn_pyro.methods.sgmcmc.dense import check_dense_step
 from bnn_pyro.methods.sgmcmc.potential import PyroPotential
 from bnn_pyro.methods.sgmcmc.step_sizes import MEASURED, run_step
 from bnn_pyro.methods.vi.log_joint import LogJoint
-from bnn_pyro.methods.vi.stacked_support import why_not_stacked_nets, why_not_stacked_prior
+from bnn_pyro.methods.vi.stacked_support import (
+    likelihood_setting,
+    why_not_stacked_nets,
+    why_not_stacked_prior,
+)
 from bnn_pyro.training.batches import validation_pair
 from bnn_pyro.training.callbacks import History, check_callbacks
 from bnn_pyro.training.loop import Callback, train
@@ -87,11 +91,8 @@ class StackedPotential:
         reason = why_not_stacked_chains(self.models)
         if reason is not None:
             raise ValueError(reason)
-        first = self.potentials[0]
-        layout = [(s.name, s.shape) for s in first.sites]
-        if any([(s.name, s.shape) for s in p.sites] != layout for p in self.potentials[1:]):
-            raise ValueError("the chains' models differ in their latent sites (names or shapes)")
-        self.sites = first.sites
+        # one net, no prior latents and one likelihood setting (checked above): one site layout
+        self.sites = self.potentials[0].sites
         evaluator = self.models[0].bnn.evaluator
         self.twin, self.paths = evaluator.twin, evaluator.paths
         # the model's terms as the VI objective scores them: the chains' priors (one call on
@@ -207,7 +208,9 @@ def chain_potential(method: Any, x: torch.Tensor, y: torch.Tensor | None) -> Pyr
 def why_not_stacked_chains(models: Sequence[Any]) -> str | None:
     """Why the chains of ``models`` (``SGMCMC``) cannot run as one, or ``None``: read off their
     types and settings before any work. They must share the run's settings (:data:`SHARED`)
-    and one likelihood class that scores its rows by the library's own code
+    and one likelihood class and setting
+    (:func:`~bnn_pyro.methods.vi.stacked_support.likelihood_setting`: a noise learned by all or
+    by none) that scores its rows by the library's own code
     (:func:`~bnn_pyro.likelihoods.plain.why_not_plain`), have no prior with latent sites of its
     own, and nets that run as one stacked net
     (:func:`~bnn_pyro.methods.vi.stacked_support.why_not_stacked_nets`). That the stacked
@@ -222,6 +225,8 @@ def why_not_stacked_chains(models: Sequence[Any]) -> str | None:
         True
         >>> why_not_stacked_chains([make(bp.Gaussian(0.1)), make(bp.Bernoulli())])
         "the chains' likelihoods must be of one class; got ['Bernoulli', 'Gaussian']"
+        >>> why_not_stacked_chains([make(bp.Gaussian(0.1)), make(bp.Gaussian("learned"))])[:47]
+        "the chains' likelihoods must share one setting:"
     """
     reason = why_not_stacked_prior([m.bnn for m in models], "chain")
     if reason is not None:
@@ -233,6 +238,11 @@ def why_not_stacked_chains(models: Sequence[Any]) -> str | None:
     kinds = sorted({type(m.likelihood).__name__ for m in models})
     if len(kinds) > 1:
         return f"the chains' likelihoods must be of one class; got {kinds}"
+    if len({likelihood_setting(m.likelihood) for m in models}) > 1:
+        return (
+            "the chains' likelihoods must share one setting: a noise learned by every chain or "
+            "fixed for every chain, one heteroscedastic min_scale"
+        )
     reason = why_not_plain(models[0].likelihood, stacked=True)
     if reason is None:
         reason = why_not_stacked_nets([m.bnn for m in models])

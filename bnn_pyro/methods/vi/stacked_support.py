@@ -13,12 +13,24 @@ from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 from bnn_pyro.nn.pyro_net import DEVICE_REF
 
-__all__ = ["members_elbo", "why_not_stacked_nets", "why_not_stacked_prior", "why_not_stacked_vi"]
+__all__ = [
+    "likelihood_setting", "members_elbo", "why_not_stacked_nets", "why_not_stacked_prior",
+    "why_not_stacked_vi",
+]  # fmt: skip
 
 
-def _floor(likelihood: Any) -> float | None:
-    """A heteroscedastic likelihood's ``min_scale`` (members must share it), else ``None``."""
-    return getattr(likelihood, "min_scale", None)
+def likelihood_setting(likelihood: Any) -> tuple[type, bool, float | None]:
+    """What stacked members' likelihoods must share: the class, whether the noise is learned
+    (a latent site of the likelihood's own) and a heteroscedastic likelihood's ``min_scale``.
+
+    Example:
+        >>> from bnn_pyro.likelihoods import Gaussian
+        >>> likelihood_setting(Gaussian(0.1)) == likelihood_setting(Gaussian(0.2))
+        True
+        >>> likelihood_setting(Gaussian(scale="learned"))[1]
+        True
+    """
+    return type(likelihood), likelihood.learned, getattr(likelihood, "min_scale", None)
 
 
 def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
@@ -38,11 +50,7 @@ def why_not_stacked_vi(bnns: Sequence[Any]) -> str | None:
     reason = why_not_stacked_nets(bnns)
     if reason is not None:
         return reason
-    kinds = {
-        (type(b.likelihood), getattr(b.likelihood, "learned", False), _floor(b.likelihood))
-        for b in bnns
-    }
-    if len(kinds) > 1:
+    if len({likelihood_setting(b.likelihood) for b in bnns}) > 1:
         return (
             "the likelihoods must be of one class with one setting (a learned noise, a "
             "heteroscedastic min_scale)"

@@ -152,7 +152,8 @@ def test_full_batch_chains_equal_their_own_fits():
                 ms[0],
                 bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Gaussian(scale="learned")),
             ],
-            r"^the chains' models differ in their latent sites \(names or shapes\)$",
+            r"^the chains' likelihoods must share one setting: a noise learned by every chain or "
+            r"fixed for every chain, one heteroscedastic min_scale$",
         ),  # fmt: skip
         (  # one output each, the same sites: the chains differ only in what they score
             lambda ms: [ms[0], bp.make("sghmc", bp.nn.mlp(3, [8], 1).double(), bp.Bernoulli())],

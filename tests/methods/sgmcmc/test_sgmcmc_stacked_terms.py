@@ -122,9 +122,16 @@ def test_the_jacobian_is_given_the_transforms_output():
     _assert_rows_are_each_chains_own(stacked, theta, x, y, 20)
 
 
-def test_chains_with_other_latent_sites_are_refused_by_name():
-    """The chains' site layouts (names and shapes) must match, each against the first: here
-    the third chain's noise is learned (a latent site the others lack) on the same net."""
+SETTINGS_DIFFER = (
+    "the chains' likelihoods must share one setting: a noise learned by every chain or fixed "
+    "for every chain, one heteroscedastic min_scale"
+)
+
+
+def test_chains_with_a_learned_and_a_fixed_noise_are_refused_before_any_work(monkeypatch):
+    """The third chain's noise is learned (a latent site the others lack) on the same net:
+    refused by the stacked fit before any chain starts its run, and by the stacked potential
+    itself, with the same line."""
     torch.manual_seed(0)
     noises = [0.3, 0.3, "learned"]
     models = [bp.make("sgld", bp.nn.mlp(3, [5], 1), bp.Gaussian(s)) for s in noises]
@@ -132,7 +139,16 @@ def test_chains_with_other_latent_sites_are_refused_by_name():
     steps = [m.start_run(x, y, steps=4, lr=0.01) for m in models]
     with pytest.raises(ValueError) as caught:
         StackedPotential(models, [s.potential for s in steps])
-    assert str(caught.value) == "the chains' models differ in their latent sites (names or shapes)"
+    assert str(caught.value) == SETTINGS_DIFFER
+
+    def no_run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("a chain started its run before the refusal")
+
+    for m in models:
+        monkeypatch.setattr(m, "start_run", no_run)
+    with pytest.raises(ValueError) as caught:
+        bp.fit_stacked(models, x, y, seeds=[0, 1, 2], epochs=1)
+    assert str(caught.value) == SETTINGS_DIFFER
 
 
 def _hierarchical():
