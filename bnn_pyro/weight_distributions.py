@@ -150,10 +150,7 @@ class ReparamNormal(dist.Normal):
     """
 
     _last: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def expand(self, batch_shape: torch.Size, _instance: Any = None) -> ReparamNormal:
-        new = self._get_checked_instance(ReparamNormal, _instance)
-        return super().expand(batch_shape, _instance=new)
+    # (no expand of its own: Normal.expand builds a ReparamNormal, whose __init__ is Normal's)
 
     def rsample(self, sample_shape: torch.Size = _NO_SHAPE) -> torch.Tensor:
         shape = self._extended_shape(sample_shape)

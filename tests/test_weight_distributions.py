@@ -133,3 +133,38 @@ def test_rebuild_on_names_a_distribution_it_cannot_rebuild():
         "distribution whose constructor takes them (Renamed.__init__() got an unexpected "
         "keyword argument 'loc')"
     )
+
+
+class TaggedShared(SharedNormal):
+    """A subclass with a constructor of its own, expanding by torch's protocol."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(0.0, 2.0, torch.device("cpu"), torch.float32)
+        self.tag = tag
+
+    def expand(self, batch_shape, _instance=None):  # noqa: ANN001, ANN201
+        new = self._get_checked_instance(TaggedShared, _instance)
+        return super().expand(batch_shape, _instance=new)
+
+
+class TaggedMixture(ScaleMixtureNormal):
+    """As ``TaggedShared``, for the scale mixture."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(0.5, 1.0, 0.1)
+        self.tag = tag
+
+    def expand(self, batch_shape, _instance=None):  # noqa: ANN001, ANN201
+        new = self._get_checked_instance(TaggedMixture, _instance)
+        return super().expand(batch_shape, _instance=new)
+
+
+@pytest.mark.parametrize("cls", [TaggedShared, TaggedMixture])
+def test_a_subclass_expands_into_its_own_instance(cls):
+    """``expand`` builds its copy in the ``_instance`` a subclass hands it, so the copy is of
+    the subclass and scores as the original does."""
+    d = cls("t")
+    expanded = d.expand((3,))
+    assert type(expanded) is cls and expanded.batch_shape == (3,)
+    value = torch.tensor([0.0, 0.5, -1.0])
+    torch.testing.assert_close(expanded.log_prob(value), d.log_prob(value).expand(3))
