@@ -43,21 +43,30 @@ def _registered(estimator: str, conv: bool, with_bias: bool = True):  # noqa: AN
     return handler, (w, loc, scale), (b, b_loc, b_scale)
 
 
+def _hook_and_reference(handler, weight, bias, conv, reference):  # noqa: ANN001, ANN202
+    """The hook's output on a batch (of images for ``conv``) and ``reference(x, layer)``, each
+    from seed 0: a linear layer's ``(4, 3)`` rows, or a padded 3x3 conv's ``(4, 2, 5, 5)``."""
+    layer = Conv2d(2, 3, 3, padding=1) if conv else None
+    x = torch.randn(4, 2, 5, 5) if conv else torch.randn(4, 3)
+    torch.manual_seed(0)
+    got = handler.forward_layer(x, weight, bias, layer)
+    torch.manual_seed(0)
+    return got, reference(x, layer)
+
+
 @pytest.mark.parametrize("conv", [False, True])
 def test_local_runs_the_local_estimator_on_the_weights_and_the_biases_guides(conv):
     """Under one seed the hook's output is the local estimator's given the weight's and the
     bias's ``loc`` and ``scale`` (not their drawn values) and the S particles the weight
     carries."""
     handler, (w, loc, scale), (b, b_loc, b_scale) = _registered("local", conv)
-    layer = Conv2d(2, 3, 3, padding=1) if conv else None
-    x = torch.randn(4, 2, 5, 5) if conv else torch.randn(4, 3)
-    torch.manual_seed(0)
-    got = handler.forward_layer(x, w, b, layer)
-    torch.manual_seed(0)
-    if conv:
-        want = local_reparam_conv2d(x, loc, scale, b_loc, b_scale, layer, (S,))
-    else:
-        want = local_reparam_linear(x, loc, scale, b_loc, b_scale, (S,))
+
+    def local(x, layer):  # noqa: ANN001, ANN202
+        if conv:
+            return local_reparam_conv2d(x, loc, scale, b_loc, b_scale, layer, (S,))
+        return local_reparam_linear(x, loc, scale, b_loc, b_scale, (S,))
+
+    got, want = _hook_and_reference(handler, w, b, conv, local)
     assert got.shape[0] == S and handler.num_reparameterized == 1
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
@@ -67,12 +76,11 @@ def test_flipout_runs_the_flipout_estimator_on_the_drawn_weight_and_bias(conv):
     """``estimator="flipout"``: the flipout estimator from the weight's ``loc`` and the drawn
     weight and bias (their perturbations), under one seed the same numbers."""
     handler, (w, loc, _), (b, _, _) = _registered("flipout", conv)
-    layer = Conv2d(2, 3, 3, padding=1) if conv else None
-    x = torch.randn(4, 2, 5, 5) if conv else torch.randn(4, 3)
-    torch.manual_seed(0)
-    got = handler.forward_layer(x, w, b, layer)
-    torch.manual_seed(0)
-    want = flipout_conv2d(x, loc, w, b, layer) if conv else flipout_linear(x, loc, w, b)
+
+    def flipout(x, layer):  # noqa: ANN001, ANN202
+        return flipout_conv2d(x, loc, w, b, layer) if conv else flipout_linear(x, loc, w, b)
+
+    got, want = _hook_and_reference(handler, w, b, conv, flipout)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -81,15 +89,13 @@ def test_a_bias_drawn_elsewhere_enters_as_its_value(conv):
     """A bias the handler did not see drawn (a point estimate) is added as it is, without a
     scale, to the local estimator's output."""
     handler, (w, loc, scale), (b, _, _) = _registered("local", conv, with_bias=False)
-    layer = Conv2d(2, 3, 3, padding=1) if conv else None
-    x = torch.randn(4, 2, 5, 5) if conv else torch.randn(4, 3)
-    torch.manual_seed(0)
-    got = handler.forward_layer(x, w, b, layer)
-    torch.manual_seed(0)
-    if conv:
-        want = local_reparam_conv2d(x, loc, scale, b, None, layer, (S,))
-    else:
-        want = local_reparam_linear(x, loc, scale, b, None, (S,))
+
+    def local(x, layer):  # noqa: ANN001, ANN202
+        if conv:
+            return local_reparam_conv2d(x, loc, scale, b, None, layer, (S,))
+        return local_reparam_linear(x, loc, scale, b, None, (S,))
+
+    got, want = _hook_and_reference(handler, w, b, conv, local)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
