@@ -90,9 +90,11 @@ def test_the_checkpoint_config_of_the_defaults():
 
 
 def test_a_config_loads_in_its_dtype_and_an_older_one_without_elbo_gets_the_elbo():
-    config = bp.VariationalBNN(bp.nn.mlp(2, [3], 1).double(), G, elbo="stl").checkpoint_config()
+    options = dict(guide="normal", init_scale=0.05, num_samples=7, elbo="stl")
+    config = bp.VariationalBNN(bp.nn.mlp(2, [3], 1).double(), G, **options).checkpoint_config()
     loaded = bp.VariationalBNN.from_checkpoint_config(bp.nn.mlp(2, [3], 1), config)
     assert loaded.dtype == torch.float64 and loaded.default_elbo == "stl"
+    assert (loaded.guide_spec, loaded.init_scale, loaded.num_samples) == ("normal", 0.05, 7)
     older = {k: v for k, v in config.items() if k != "elbo"}
     assert bp.VariationalBNN.from_checkpoint_config(bp.nn.mlp(2, [3], 1), older).default_elbo == (
         "trace"
@@ -117,3 +119,15 @@ def test_an_unsupported_layer_is_refused_naming_the_method():
 def test_the_weight_sites_are_named_under_net():
     bnn = bp.VariationalBNN(bp.nn.mlp(2, [3], 1), G)
     assert bnn.site_names == ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
+
+
+def test_the_kl_is_made_on_the_models_device_whatever_the_default_device():
+    """Under a ``meta`` default device (a stand-in for a second device) the CPU model's KL is
+    the same CPU number: a probe row or a running total made on the default device would make
+    it ``meta``."""
+    bnn = _fitted()
+    want = bnn.kl_divergence()
+    with torch.device("meta"):
+        got = bnn.kl_divergence()
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
