@@ -346,9 +346,8 @@ def _reparameterization(value: Any, guide: Any) -> str | None:
     return value
 
 
-def _guide_ready(guide: nn.Module) -> bool:
+def _guide_ready(guide: MeanFieldNormalGuide | AutoGuideWrapper) -> bool:
+    # build_guide returns the mean-field guide or wraps every other guide in AutoGuideWrapper
     if isinstance(guide, MeanFieldNormalGuide):
         return guide.is_setup
-    if isinstance(guide, AutoGuideWrapper):
-        return guide.ready
-    return getattr(guide, "prototype_trace", None) is not None
+    return guide.ready

@@ -1,6 +1,7 @@
 """``VariationalBNN``'s constructor: each refusal with its whole message, the defaults, and
 the guide it builds starting at the net's own weights."""
 
+import pyro
 import pytest
 import torch
 
@@ -67,3 +68,44 @@ def test_the_guide_starts_at_the_nets_own_weights_and_at_init_scale():
         weight = net.get_parameter(name.removeprefix("net."))
         torch.testing.assert_close(normal.loc.detach(), weight.detach())
         torch.testing.assert_close(normal.scale.detach(), torch.full_like(weight, 0.05))
+
+
+def test_an_autoguides_parameters_live_in_the_models_own_param_store():
+    """Every guide but the mean-field one runs in the model's param store: inside
+    ``param_scope()``, ``pyro.param(name)`` is the tensor the guide trains, and Pyro's global
+    store is left empty (a guide given a store of its own would hide its parameters there)."""
+    pyro.clear_param_store()
+    bnn = bp.VariationalBNN(NET, bp.Gaussian(0.5), guide="normal")
+    bnn.setup_guide(torch.randn(4, 2), torch.zeros(4))
+    names = bnn.param_scope().names()
+    assert sorted(names) == sorted(
+        f"AutoNormal.{kind}.net.{layer}.{p}"
+        for kind in ("locs", "scales")
+        for layer in (0, 2)
+        for p in ("weight", "bias")
+    )
+    with bnn.param_scope():
+        loc = pyro.param("AutoNormal.locs.net.0.weight")
+    assert loc.unconstrained() is bnn.guide.autoguide.locs.get_parameter(
+        "net.0.weight_unconstrained"
+    )
+    assert list(pyro.get_param_store().keys()) == []
+
+
+def test_fast_loss_by_default_is_the_elbo_with_one_draw():
+    """``fast_loss()`` with no arguments is the plain ELBO (``Trace_ELBO``'s form, one draw per
+    step), not the alpha energy's several particles, which the ELBO refuses."""
+    bnn = bp.VariationalBNN(NET, bp.Gaussian(0.5))
+    bnn.setup_guide(torch.randn(4, 2), torch.zeros(4))
+    loss = bnn.fast_loss()
+    assert (loss.objective.mode, loss.objective.particles) == ("trace", 0)
+
+
+def test_fast_loss_with_alpha_needs_its_particles():
+    """The alpha energy has no default draw count in ``fast_loss`` (``fit`` passes its own):
+    without ``particles`` it is refused, naming the count it got (none: 0)."""
+    bnn = bp.VariationalBNN(NET, bp.Gaussian(0.5))
+    bnn.setup_guide(torch.randn(4, 2), torch.zeros(4))
+    with pytest.raises(ValueError, match=r"^num_particles must be an int >= 2, got 0$"):
+        bnn.fast_loss(alpha=0.5)
+    assert bnn.fast_loss(alpha=0.5, particles=3).objective.particles == 3
