@@ -359,6 +359,34 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     return statuses, tests, doctests
 
 
+#: How ``mutmut run`` says it stopped before any mutant: the tests fail on the unmutated copy, or
+#: a forced failure is not seen.
+_MUTMUT_STOPS = ("Failed to run clean test", "FAILED: Unable to force test failures")
+
+
+def refuse_unclean(output: str) -> None:
+    """Stop with ``mutmut``'s own account where it mutated nothing: the tests failed on the
+    unmutated copy (``mutmut`` then marks every mutant "not checked", which a report would
+    read as 0% caught), or its forced-fail check found tests that cannot fail.
+
+    Example:
+        >>> refuse_unclean("Running mutation testing\\r74/74")  # it ran: nothing to say
+        >>> refuse_unclean("E  assert 1 == 2\\nFAILED t.py::test_x\\nFailed to run clean test")
+        Traceback (most recent call last):
+        ...
+        SystemExit: mutmut ran no mutant: Failed to run clean test; its last lines:
+        E  assert 1 == 2
+        FAILED t.py::test_x
+        Failed to run clean test
+    """
+    lines = output.splitlines()  # (a spinner's carriage returns split too)
+    stop = next((line for line in lines if line.startswith(_MUTMUT_STOPS)), None)
+    if stop is None:
+        return
+    tail = "\n".join(line for line in lines[-25:] if line.strip())
+    raise SystemExit(f"mutmut ran no mutant: {stop}; its last lines:\n{tail}")
+
+
 def run(
     module: str,
     tests: list[str],
@@ -388,8 +416,9 @@ def run(
             handle.write(setup_cfg(module, tests, doctests))
         env = environment()
         children = [] if jobs is None else ["--max-children", str(jobs)]
-        subprocess.run([mutmut, "run", *children, *(names or [])], cwd=work, env=env,
-                       stdout=subprocess.DEVNULL, check=False)  # fmt: skip
+        ran = subprocess.run([mutmut, "run", *children, *(names or [])], cwd=work, env=env,
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        refuse_unclean(ran.stdout + ran.stderr)
         listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, env=env,
                                 capture_output=True, text=True, check=True)  # fmt: skip
         statuses = parse_results(listed.stdout)
