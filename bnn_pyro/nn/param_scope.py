@@ -155,7 +155,9 @@ def refuse_bare_jit(scope: ParamScope) -> None:
     """Raise when a ``pyro.ops.jit`` compiled function (``JitTrace_ELBO`` and its kin) is
     running this model outside its :class:`ParamScope`: Pyro's JIT looks each parameter up by
     name in the global store between calls, where a model with a store of its own keeps none,
-    and would fail with a ``KeyError`` deep inside Pyro after the first trace.
+    and would fail with a ``KeyError`` deep inside Pyro after the first trace. Inside another
+    model's scope, the message names the cause that puts it there: one JIT ELBO given to two
+    models' ``SVI`` runs the first model it compiled for.
 
     Example:
         >>> refuse_bare_jit(ParamScope())  # not under Pyro's JIT: nothing to refuse
@@ -167,6 +169,12 @@ def refuse_bare_jit(scope: ParamScope) -> None:
         if frame is None:
             return
         if frame.f_code.co_name == "__call__" and frame.f_globals.get("__name__") == "pyro.ops.jit":
+            if type(pyro.get_param_store()._params) is _ScopedTable:  # another model's scope
+                raise RuntimeError(
+                    "Pyro's JIT is running this model inside another model's param scope: a JIT "
+                    "ELBO keeps the model and guide of its first call, whatever SVI it is then "
+                    "given to; give each model its own ELBO instance"
+                )
             raise RuntimeError(
                 "Pyro's JIT ELBOs look parameters up by name in the global param store between "
                 "steps, and this model keeps its own: run the loop inside "

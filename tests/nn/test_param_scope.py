@@ -173,3 +173,15 @@ def test_the_jit_is_looked_for_among_the_nearest_frames_only():
     with pytest.raises(RuntimeError):
         _under_pyro_jit(ParamScope(), depth=60)
     _under_pyro_jit(ParamScope(), depth=100)
+
+
+def test_pyros_jit_inside_another_models_scope_names_the_reused_elbo():
+    """Run by the JIT inside a scope that is not its own (another model's store is the global
+    one), the model says why it is there: one JIT ELBO given to two models."""
+    with ParamScope(), pytest.raises(RuntimeError) as caught:
+        _under_pyro_jit(ParamScope())
+    assert str(caught.value) == (
+        "Pyro's JIT is running this model inside another model's param scope: a JIT ELBO keeps "
+        "the model and guide of its first call, whatever SVI it is then given to; give each "
+        "model its own ELBO instance"
+    )

@@ -11,6 +11,7 @@ reflection. Every objective that trains the right parameters must land on those 
 from __future__ import annotations
 
 import copy
+import functools
 
 import pyro
 import pyro.distributions as dist
@@ -92,18 +93,22 @@ def _fit(bnn: bp.VariationalBNN, elbo=None, epochs: int = 650) -> None:
 
 
 # ------------------------------------------------------------------ ELBOs through fit
+# Each test makes its ELBO (a class and its options), so that a test run again in one process
+# (pytest run twice in-process, as mutmut does) gets a new one: a JIT ELBO keeps the model of its
+# first call, and fit refuses it for another model.
 @pytest.mark.parametrize(
-    "elbo",
+    "make",
     [
-        TraceGraph_ELBO(),
-        RenyiELBO(alpha=0.5, num_particles=2),
-        TraceMeanField_ELBO(),
-        JitTrace_ELBO(ignore_jit_warnings=True),
-        JitTraceGraph_ELBO(ignore_jit_warnings=True),
+        TraceGraph_ELBO,
+        functools.partial(RenyiELBO, alpha=0.5, num_particles=2),
+        TraceMeanField_ELBO,
+        functools.partial(JitTrace_ELBO, ignore_jit_warnings=True),
+        functools.partial(JitTraceGraph_ELBO, ignore_jit_warnings=True),
     ],
-    ids=lambda e: type(e).__name__,
+    ids=lambda make: getattr(make, "func", make).__name__,
 )
-def test_fit_takes_every_pyro_elbo_and_lands_on_the_exact_means(elbo) -> None:
+def test_fit_takes_every_pyro_elbo_and_lands_on_the_exact_means(make) -> None:
+    elbo = make()
     bnn = _bnn()
     _fit(bnn, elbo, epochs=800 if isinstance(elbo, RenyiELBO) else 650)
     _assert_exact_means(bnn, *_data())
@@ -130,6 +135,55 @@ def test_jit_compiles_once_across_calls_of_fit() -> None:
     for _ in range(2):
         bnn.fit(X, y, epochs=2, batch_size=None, elbo=elbo, progress=False)
     assert len(elbo._loss_and_surrogate_loss.compiled) == 1
+
+
+@pytest.mark.parametrize("cls", [JitTrace_ELBO, JitTraceGraph_ELBO])
+def test_one_jit_elbo_given_to_a_second_models_fit_is_refused_before_any_work(cls) -> None:
+    """A JIT ELBO compiles its loss as a closure over the model and guide of its first call and
+    runs that pair ever after: given to a second model's ``fit`` it would train the first. It
+    is refused before the second model changes; a fresh instance trains it."""
+    X, y = _data()
+    elbo = cls(ignore_jit_warnings=True)
+    first, second = _bnn(), _bnn()
+    first.fit(X, y, epochs=2, batch_size=None, elbo=elbo, progress=False)
+    with pytest.raises(ValueError) as caught:
+        second.fit(X, y, epochs=2, batch_size=None, elbo=elbo, progress=False)
+    assert str(caught.value) == (
+        f"this {cls.__name__} has compiled another model's loss, and Pyro's JIT ELBOs keep the "
+        f"model and guide of their first call: give each model its own (elbo={cls.__name__}())"
+    )
+    assert not second.is_fitted()
+    first.fit(X, y, epochs=2, batch_size=None, elbo=elbo, progress=False)  # its own: it goes on
+    second.fit(X, y, epochs=2, batch_size=None, elbo=cls(ignore_jit_warnings=True),
+               progress=False)  # fmt: skip
+    assert second.is_fitted()
+
+
+def test_a_jit_elbo_first_used_in_the_users_own_loop_goes_on_in_that_models_fit() -> None:
+    """The user's loop hands Pyro ``bnn.model``, a bound method other than the one ``fit``
+    keeps: the same model, so its compiled loss is not refused."""
+    bnn, elbo = _bnn(), JitTrace_ELBO(ignore_jit_warnings=True)
+    with bnn.param_scope():
+        _own_loop(bnn, elbo, steps=2)
+    X, y = _data()
+    bnn.fit(X, y, epochs=2, batch_size=None, elbo=elbo, progress=False)
+    assert bnn.is_fitted()
+
+
+def test_one_jit_elbo_in_a_second_models_own_loop_names_the_cause() -> None:
+    """In the user's own loop nothing runs before the step: the first model, run by the ELBO
+    inside the second model's param scope, refuses with the cause."""
+    elbo = JitTrace_ELBO(ignore_jit_warnings=True)
+    first, second = _bnn(), _bnn()
+    with first.param_scope():
+        _own_loop(first, elbo, steps=2)
+    with second.param_scope(), pytest.raises(RuntimeError) as caught:
+        _own_loop(second, elbo, steps=1)
+    assert str(caught.value).splitlines()[0] == (  # (Pyro appends the trace's shapes)
+        "Pyro's JIT is running this model inside another model's param scope: a JIT ELBO keeps "
+        "the model and guide of its first call, whatever SVI it is then given to; give each "
+        "model its own ELBO instance"
+    )
 
 
 def test_tail_adaptive_is_refused_by_fit_before_any_work() -> None:

@@ -28,6 +28,7 @@ from bnn_pyro.methods.vi.svi import (
     GuardedSVI,
     SVIStep,
     as_pyro_optim,
+    check_jit_elbo,
     make_elbo,
     needs_param_sites,
     run_svi,
@@ -291,6 +292,11 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
         # the model, elbo and optimizer (bnn_pyro.methods.vi.engine), else Pyro's SVI
         pyro_path = why_not_direct(self, elbo, num_particles, optimizer) is not None
         loss = make_elbo(elbo, num_particles, vectorize=True) if pyro_path else None
+        # one bound method per model: Pyro's JIT keys its compiled loss by id(model), and a
+        # fresh `self.model` each fit would compile it again on every call of fit
+        model = self.__dict__.setdefault("_model_fn", self.model)
+        if loss is not None:
+            check_jit_elbo(loss, model, self.guide)
         self.param_sites_needed = loss is not None and needs_param_sites(loss)
         with seeded(seed, self.device), self._training_context(), self.param_scope():
             self.input_shape = tuple(first_x.shape[1:])
@@ -309,9 +315,6 @@ class SVIModel(LazyGuideLoading, SVIPredictive):
                     diagnostics=diagnostics,
                 )
             else:
-                # one bound method per model: Pyro's JIT keys its compiled loss by id(model),
-                # and a fresh `self.model` each fit would compile it again on every call of fit
-                model = self.__dict__.setdefault("_model_fn", self.model)
                 optim = as_pyro_optim(optimizer, params, lr)
                 svi = GuardedSVI(model, self.guide, optim, loss, params)
                 step = SVIStep(svi, n, kl_weight, diagnostics)
