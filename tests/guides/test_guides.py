@@ -121,3 +121,84 @@ def test_the_mean_field_distributions_are_the_guides_means_and_scales(regression
             bnn.guide.rhos[bnn.guide.param_key(name)].detach())), name  # fmt: skip
     assert isinstance(found["likelihood.scale"].base_dist, pyro.distributions.LogNormal)
     assert torch.allclose(found["net.0.weight"].base_dist.scale, torch.full((6, 3), 0.03))
+
+
+def test_a_named_autoguide_is_pyros_own_with_the_documented_start():
+    """``guide="normal"`` is Pyro's ``AutoNormal`` started as documented: the net's own weights
+    (``init_to_value``), the prior's median for every other latent site (here the learned
+    noise), and ``init_scale``; the same guide built by hand from Pyro's pieces under the same
+    seeds holds the same numbers. (Started uniformly instead, the noise's location lands
+    elsewhere; at AutoNormal's own scale, every scale is 0.1.)"""
+    from pyro.infer.autoguide.initialization import init_to_median, init_to_value
+
+    x, y = torch.randn(4, 3), torch.zeros(4)
+
+    def built(guide):
+        torch.manual_seed(0)
+        net = bp.nn.mlp(3, [6], 1)
+        bnn = bp.VariationalBNN(net, bp.Gaussian(scale="learned"), guide=guide, init_scale=0.05)
+        pyro.set_rng_seed(1)
+        bnn.setup_guide(x, y)
+        return bnn.guide.autoguide
+
+    def by_hand(model):
+        torch.manual_seed(0)
+        values = {f"net.{k}": v.detach() for k, v in bp.nn.mlp(3, [6], 1).named_parameters()}
+        start = init_to_value(values=values, fallback=init_to_median)
+        return AutoNormal(model, init_loc_fn=start, init_scale=0.05)
+
+    ours, pyros = built("normal"), built(by_hand)
+    mine, theirs = dict(ours.named_parameters()), dict(pyros.named_parameters())
+    assert sorted(mine) == sorted(theirs) and "locs.likelihood.scale_unconstrained" in mine
+    for name, value in mine.items():
+        torch.testing.assert_close(value, theirs[name], rtol=0, atol=0)
+    with torch.no_grad():
+        for site in ("net.0.weight", "net.0.bias", "likelihood.scale"):
+            scale = ours._get_loc_and_scale(site)[1]
+            torch.testing.assert_close(scale, torch.full_like(scale, 0.05))
+
+
+def test_a_built_guide_is_refused_with_the_fix():
+    built = AutoNormal(lambda: None)
+    with pytest.raises(TypeError) as caught:
+        _bnn(built)
+    assert str(caught.value) == (
+        "guide= takes a class or a factory, not a built AutoNormal: it would be another model's "
+        "guide. Pass the class (guide=AutoNormal) or a factory "
+        "(guide=lambda model: AutoNormal(model, ...))"
+    )
+
+
+class _CallableDict(dict):
+    def __call__(self, *args):
+        return None
+
+
+@pytest.mark.parametrize("returned", [3, _CallableDict()], ids=["int", "callable mapping"])
+def test_a_factory_returning_no_guide_is_refused(returned):
+    """Neither something that cannot be called nor a mapping (callable or not) is a guide."""
+    with pytest.raises(TypeError) as caught:
+        _bnn(lambda model: returned)
+    assert str(caught.value) == (
+        "the guide factory must return a guide (an autoguide, a PyroModule or a function of "
+        f"(x, y) calling pyro.sample), got {type(returned).__name__}"
+    )
+
+
+def test_a_factory_guides_pyro_params_live_in_the_models_own_store():
+    """A hand-written guide from a factory runs in the model's param store: its ``pyro.param``
+    is read there by name, and Pyro's global store stays empty."""
+
+    def factory(model):
+        def guide(x, y=None, **kwargs):
+            loc = pyro.param("q.loc", torch.zeros(1, 3))
+            pyro.sample("net.0.weight", pyro.distributions.Delta(loc).to_event(2))
+            pyro.sample("net.0.bias", pyro.distributions.Delta(torch.zeros(1)).to_event(1))
+
+        return guide
+
+    pyro.clear_param_store()
+    bnn = bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian(scale=0.2), guide=factory)
+    bnn.setup_guide(torch.randn(4, 3), torch.zeros(4))
+    assert "q.loc" in bnn.param_scope().names()
+    assert "q.loc" not in pyro.get_param_store()
