@@ -90,3 +90,80 @@ def test_bad_arguments_and_an_unbound_prior_are_refused():
     prior = bp.LearnedNormalPrior()
     with pytest.raises(RuntimeError, match="not bound"):
         prior.distribution(torch.nn.Linear(2, 1), "weight", torch.device("cpu"), torch.float32)
+
+
+# ------------------------------------------------------------------ binding and its names
+def test_the_default_start_is_the_librarys_normal_0_1_prior():
+    prior = bp.LearnedNormalPrior()
+    assert prior.init_scale == 1.0 and repr(prior) == "LearnedNormalPrior(init_scale=1.0)"
+    assert bp.LearnedNormalPrior().bound_to(bp.nn.mlp(2, [3], 1)).scales() == {"0": 1.0, "2": 1.0}
+
+
+def test_the_refusal_of_a_bad_start_names_it():
+    with pytest.raises(ValueError) as caught:
+        bp.LearnedNormalPrior(init_scale=0.0)
+    assert str(caught.value) == "init_scale must be a finite float > 0.0, got 0.0"
+
+
+def test_layers_are_keyed_by_their_path_and_the_net_itself_as_root():
+    """A nested layer's key is its dotted path with ``__`` for ``.``, read back with dots; a net
+    that is one layer is ``"root"``, read back as ``""``."""
+    nested = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 3)), torch.nn.Linear(3, 1))
+    bound = bp.LearnedNormalPrior(0.5).bound_to(nested)
+    assert list(bound.log_scales) == ["0__0", "1"]
+    assert bound.scales() == pytest.approx({"0.0": 0.5, "1": 0.5})
+    root = bp.LearnedNormalPrior(2.0).bound_to(torch.nn.Linear(2, 1))
+    assert list(root.log_scales) == ["root"] and root.scales() == pytest.approx({"": 2.0})
+
+
+def test_a_layer_gets_a_scale_when_any_parameter_the_selection_names_is_bayesian():
+    """With ``include=["*.weight"]`` every layer still gets its scale (its weight is
+    Bayesian); with ``include=["2.*"]`` only the last layer does."""
+    net = bp.nn.mlp(2, [3], 1)
+    assert list(bp.LearnedNormalPrior(include=["*.weight"]).bound_to(net).log_scales) == ["0", "2"]
+    assert list(bp.LearnedNormalPrior(include=["2.*"]).bound_to(net).log_scales) == ["2"]
+
+
+def test_each_scale_is_made_in_its_layers_dtype_and_on_its_device():
+    """float64 layers get a float64 scale; layers on the meta device (standing in for a GPU:
+    the default device is the CPU) get theirs there."""
+    double = bp.LearnedNormalPrior().bound_to(bp.nn.mlp(2, [], 1).double())
+    assert double.log_scales["0"].dtype == torch.float64
+    on_meta = bp.LearnedNormalPrior().bound_to(torch.nn.Linear(2, 1, device="meta"))
+    assert on_meta.log_scales["root"].device.type == "meta"
+
+
+def test_the_distribution_is_made_where_asked_and_reads_no_values():
+    """The prior of a weight is built on the asked device and dtype, without validating its
+    arguments (a check reads values: it would fail on the meta device, as it would break a
+    compiled graph)."""
+    net = bp.nn.mlp(2, [], 1)
+    bound = bp.LearnedNormalPrior(0.5).bound_to(net)
+    prior = bound.distribution(net[0], "weight", torch.device("meta"), torch.float64)
+    assert prior.scale.device.type == "meta" and prior.scale.dtype == torch.float64
+    on_cpu = bound.distribution(net[0], "weight", torch.device("cpu"), torch.float64)
+    assert on_cpu.scale.dtype == torch.float64 and float(on_cpu.scale.detach()) == pytest.approx(0.5)
+
+
+def test_a_layer_bound_by_another_prior_is_refused_by_name():
+    net, other = bp.nn.mlp(2, [3], 1), bp.nn.mlp(2, [], 1)
+    bp.LearnedNormalPrior().bound_to(net)  # marks net's layers "0" and "2"
+    bound = bp.LearnedNormalPrior().bound_to(other)  # knows only "0"
+    with pytest.raises(RuntimeError) as caught:
+        bound.distribution(net[2], "weight", torch.device("cpu"), torch.float32)
+    assert str(caught.value) == (
+        "LearnedNormalPrior is not bound to this net: pass it to VariationalBNN (which binds a "
+        "copy with Prior.bound_to) rather than calling make_bayesian_ directly"
+    )
+
+
+def test_each_scale_is_a_pyro_param_site_named_by_its_layer():
+    """In a user's own Pyro code the scales are the param sites ``prior.log_scales.<key>``
+    (what ``pyro.optim`` trains), holding the prior's own tensors."""
+    import pyro.poutine as poutine
+
+    bnn = bp.VariationalBNN(bp.nn.mlp(2, [3], 1), bp.Gaussian(0.1), prior=bp.LearnedNormalPrior())
+    trace = poutine.trace(bnn.model).get_trace(torch.randn(4, 2))
+    params = {n: s["value"] for n, s in trace.nodes.items() if s["type"] == "param"}
+    assert set(params) == {"prior.log_scales.0", "prior.log_scales.2"}
+    assert params["prior.log_scales.2"] is bnn.prior.log_scales["2"]
