@@ -121,6 +121,17 @@ class NetEvaluator:
         return torch.func.vmap(one, randomness="different")(dict(params))
 
     def _decide(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> None:
+        # the question is the forward's arithmetic, asked with the net in eval mode: in training
+        # mode its dropout would draw other masks on each path and send every later call to
+        # vmap (the first call, the targets' check at the start of fit, runs in training mode)
+        was_training = self.net.training
+        self.net.eval()
+        try:
+            self._probe(params, x)
+        finally:
+            self.net.train(was_training)
+
+    def _probe(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> None:
         probe = {k: v[:1].expand(2, *v.shape[1:]) for k, v in params.items()}
         self.batched = same_results(
             lambda: self._batched(probe, x[:3]), lambda: self._vmapped(probe, x[:3])
