@@ -139,7 +139,7 @@ class _LocalParamsMixin(PyroModule):
     def __reduce__(self) -> tuple:
         # PyroModule[M].__reduce__ would rebuild a plain PyroModule[M] on copy/pickle and lose
         # this mixin (and with it the guarantee that nothing goes to the global param store).
-        state = getattr(self, "__getstate__", self.__dict__.copy)()
+        state = self.__getstate__()  # nn.Module's
         return _NewLocal, (type(self)._bnn_module_cls,), state
 
 
