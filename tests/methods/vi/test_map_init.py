@@ -3,6 +3,8 @@ guide starts exactly there, it helps a short SVI run, and bad settings are refus
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -246,3 +248,103 @@ def test_a_continued_fit_restarts_the_scales_at_init_scale():
     bnn.fit(X, y, epochs=0, init="map", map_epochs=2, progress=False, seed=0)
     for scale in bnn.guide.scales().values():
         assert torch.allclose(scale, torch.full_like(scale, 0.05))
+
+
+# ------------------------------------------------------------------ the MAP phase's parts
+def test_the_map_loss_with_a_learned_noise_counts_the_log_scales_jacobian():
+    """With a learned noise the guide's mean is ``u = log sigma``: the MAP loss is the negative
+    log joint of ``sigma`` plus ``log |d sigma / du| = u`` (the mode of the density on ``u``,
+    where the guide's Gaussian lives), computed here by hand."""
+    from bnn_pyro.methods.vi.map_init import _neg_log_joint
+
+    X, y = _linear_data(30)
+    bnn = bp.VariationalBNN(bp.nn.mlp(3, [], 1), bp.Gaussian(scale="learned"))
+    bnn.setup_guide(X, y)
+    guide = bnn.guide
+    with torch.no_grad():
+        guide.locs[guide.param_key("likelihood.scale")].fill_(-1.2)
+    w = guide.means()
+    sigma = torch.tensor(-1.2).exp()
+    f = X @ w["net.0.weight"].T + w["net.0.bias"]
+    normal = torch.distributions.Normal
+    log_joint = (
+        normal(f, sigma).log_prob(y).sum()
+        + normal(0.0, 1.0).log_prob(w["net.0.weight"]).sum()
+        + normal(0.0, 1.0).log_prob(w["net.0.bias"]).sum()
+        + bnn.likelihood.noise_prior(f).log_prob(sigma.reshape(1)).sum()
+    )
+    loss = float(_neg_log_joint(bnn, len(X))(X, y).detach())
+    assert loss == pytest.approx(float(-(log_joint + torch.tensor(-1.2))), rel=1e-5)
+
+
+def test_a_latent_site_the_guide_lacks_is_refused_by_name():
+    from bnn_pyro.methods.vi.map_init import _neg_log_joint
+
+    X, y = _linear_data(10)
+    bnn = _linear_bnn()
+    bnn.setup_guide(X, y)
+    model = bnn.model
+
+    def with_extra(*args, **kwargs):
+        import pyro
+        import pyro.distributions as dist
+
+        pyro.sample("extra", dist.Normal(0.0, 1.0))
+        return model(*args, **kwargs)
+
+    bnn.model = with_extra
+    with pytest.raises(ValueError) as caught:
+        _neg_log_joint(bnn, len(X))(X, y)
+    assert str(caught.value) == "init='map': the model has latent sites the guide lacks: ['extra']"
+
+
+def test_check_init_names_the_model_and_guide_it_refuses_and_counts_the_epochs():
+    from bnn_pyro.methods.vi.map_init import check_init
+
+    with pytest.raises(ValueError) as caught:
+        check_init(object(), "map", None, 8)
+    assert str(caught.value) == (
+        "init='map' needs a VariationalBNN with the mean-field guide (guide='meanfield'), got a "
+        "object with guide='NoneType'"
+    )
+    with pytest.raises(ValueError) as caught:
+        check_init(_linear_bnn(guide="normal"), "map", None, 8)
+    assert str(caught.value).endswith("got a VariationalBNN with guide='normal'")
+    hidden = bp.HiddenLayerBNN(3, [4], 1, bp.Gaussian(scale=NOISE))  # no guide_spec: its class
+    with pytest.raises(ValueError) as caught:
+        check_init(hidden, "map", None, 8)
+    assert str(caught.value).endswith(
+        f"got a HiddenLayerBNN with guide={type(hidden.guide).__name__!r}"
+    )
+    bnn = _linear_bnn()
+    assert (check_init(bnn, "map", None, 3), check_init(bnn, "map", None, 9)) == (1, 2)
+    with pytest.raises(ValueError) as caught:
+        check_init(bnn, "map", 0, 8)
+    assert str(caught.value) == "map_epochs must be an int >= 1, got 0"
+
+
+def test_the_map_phase_is_named_in_its_divergence_and_its_progress_bar(capsys):
+    X, y = _linear_data(40)
+    bnn = _linear_bnn()
+    with pytest.raises(
+        bp.exceptions.TrainingDivergedError, match=r"^map: the loss is (nan|inf) at epoch 1"
+    ):
+        bnn.fit(X, y, epochs=1, lr=1e30, init="map", map_epochs=3, progress=False)
+    capsys.readouterr()
+    bnn = _linear_bnn()
+    bnn.fit(X, y, epochs=0, init="map", map_epochs=2, progress=False, seed=0)
+    assert capsys.readouterr().err == ""  # fit's progress=False reaches the MAP phase
+    bnn = _linear_bnn()
+    bnn.fit(X, y, epochs=0, init="map", map_epochs=2, progress=True, seed=0)
+    assert re.search(r"(^|\s)map\b", capsys.readouterr().err)  # and progress=True
+    from bnn_pyro.methods.vi.map_init import map_phase
+
+    map_phase(bnn, lambda: [(X, y)], dataset_size=len(X), epochs=2, lr=0.01)  # default: a bar
+    assert re.search(r"(^|\s)map\b", capsys.readouterr().err)
+
+
+def test_local_reparameterization_is_back_on_after_the_map_phase():
+    X, y = _linear_data(40)
+    bnn = _linear_bnn(local_reparameterization=True)
+    bnn.fit(X, y, epochs=1, init="map", map_epochs=2, progress=False, seed=0)
+    assert bnn.local_reparameterization == "local"
