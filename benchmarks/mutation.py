@@ -359,15 +359,22 @@ def earlier(report: str, module: str, equivalent: dict[str, str]) -> tuple[dict,
     return statuses, tests, doctests
 
 
-#: How ``mutmut run`` says it stopped before any mutant: the tests fail on the unmutated copy, or
-#: a forced failure is not seen.
-_MUTMUT_STOPS = ("Failed to run clean test", "FAILED: Unable to force test failures")
+#: How ``mutmut run`` says it stopped before any mutant: the tests fail on the unmutated copy
+#: (while it records which tests reach which function, or in its clean run), or a forced
+#: failure is not seen.
+_MUTMUT_STOPS = (
+    "failed to collect stats",
+    "Failed to run clean test",
+    "FAILED: Unable to force test failures",
+)
 
 
 def refuse_unclean(output: str) -> None:
     """Stop with ``mutmut``'s own account where it mutated nothing: the tests failed on the
     unmutated copy (``mutmut`` then marks every mutant "not checked", which a report would
-    read as 0% caught), or its forced-fail check found tests that cannot fail.
+    read as 0% caught), or its forced-fail check found tests that cannot fail. (A test that
+    reads the caller's frame, such as a warning's location, fails under ``mutmut``'s
+    trampolines: leave it out of the run.)
 
     Example:
         >>> refuse_unclean("Running mutation testing\\r74/74")  # it ran: nothing to say

@@ -198,3 +198,60 @@ def test_a_layer_at_its_prior_is_underfitting_only_where_the_fit_is_no_better_th
     assert diag.problems(history["nll"][-1], null) == []
     found = diag.problems(null, null)  # an NLL no better than the null one
     assert "'net.2.weight' (" in found[0] and "collapsed onto its prior" in found[0]
+
+
+# ------------------------------------------------------------------ the parts, on given numbers
+def _diagnostics(stds: dict[str, float], prior_std: float = 2.0, numel: int = 20):
+    """Sites of ``numel`` weights at mean 0 with the given posterior stds, each against a
+    ``Normal(0, prior_std)`` prior, started at ``init_scale`` 0.01."""
+    from bnn_pyro.guides import inverse_softplus
+
+    sites = {
+        name: (torch.zeros(numel), inverse_softplus(torch.full((numel,), std)))
+        for name, std in stds.items()
+    }
+    priors = {name: torch.distributions.Normal(0.0, prior_std) for name in stds}
+    return LayerDiagnostics(sites, priors, 0.01)
+
+
+def test_a_posterior_is_at_its_prior_only_with_its_std_near_the_priors():
+    """KL per weight below 0.1 nats in both cases (``r = s / s_p`` of 1.1 and 1.3: 0.0097 and
+    0.083 nats); only the std within 25% of the prior's (1.1, not 1.3) is a collapse."""
+    near, far = _diagnostics({"near": 2.2, "far": 2.6}).problems()[0], _diagnostics({"far": 2.6})
+    assert near.startswith("the posterior of 'near' (0.0097 nats/weight, std 2.2) collapsed")
+    assert "'far'" not in near and far.problems() == []
+
+
+def test_both_findings_are_warned_as_one_message():
+    diag = _diagnostics({"stayed": 0.01, "collapsed": 2.2})
+    with pytest.warns(bp.exceptions.PosteriorCollapseWarning) as caught:
+        diag.check()
+    assert str(caught[0].message) == (
+        "the posterior stds of 'stayed' (0.00%) stayed at their initial value 0.01 (mean "
+        "relative change in brackets): train for more epochs or with a higher lr; the posterior "
+        "of 'collapsed' (0.0097 nats/weight, std 2.2) collapsed onto its prior: the layer "
+        "learned nothing from the data (underfitting); use a smaller kl_weight or KL annealing "
+        "(linear_annealing), a smaller prior scale, or more epochs"
+    )
+
+
+def test_a_prior_without_a_closed_form_kl_gets_no_kl_entry_and_is_not_tried_again():
+    diag = _diagnostics({"w": 0.5})
+    diag.priors["w"] = torch.distributions.StudentT(3.0)  # no KL(Normal || StudentT) in torch
+    assert set(diag.row()) == {"std/w"} and "w" not in diag.priors
+
+
+def test_a_learned_priors_kl_is_read_against_its_scales_as_they_are_now():
+    """The prior's scales move during the fit: each row's KL is against the current ones (the
+    model's own closed-form KL after the fit)."""
+    bnn = bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1), prior=bp.LearnedNormalPrior())
+    history = bnn.fit(X, Y, epochs=20, lr=0.05, progress=False, seed=0)
+    kl = sum(v[-1] for k, v in history.items() if k.startswith("kl/"))
+    assert kl == pytest.approx(float(bnn.kl_divergence().detach()), rel=1e-5)
+    assert bnn.prior.scales()["0"] != pytest.approx(1.0, abs=1e-3)  # the prior did move
+
+
+def test_a_float64_model_is_diagnosed_in_float64():
+    bnn = bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(0.1)).double()
+    history = bnn.fit(X.double(), Y.double(), epochs=2, progress=False, seed=0)
+    assert any(k.startswith("kl/") for k in history)
