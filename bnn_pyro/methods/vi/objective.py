@@ -259,11 +259,12 @@ class VIObjective:
             for n, v in draw.values.items()
             if n in self._paths
         }
-        net = self._twin.load(shared, stacked)
+        first = self.bnns[0]
+        # in the model's mode: the twin is shared with prediction, which leaves it in eval
+        net = self._twin.load(shared, stacked, first.net.training)
         if flat:
             k, p = len(self.bnns), self.particles
             x = x.unsqueeze(1).expand(k, p, *x.shape[1:]).flatten(0, 1)
-        first = self.bnns[0]
         estimator = first.local_reparameterization if first.training else None
         dropout = self.stacked and self._dropout
         # dropout masks: member k's from its own generator, as its own fit draws them

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from bnn_pyro._checks import check_float, check_int, check_seed
 from bnn_pyro._rng import seeded
+from bnn_pyro.elbos.jit import check_jit_elbo
 from bnn_pyro.methods.vi.compiled_loss import check_compile, compiled_objective
 from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
 from bnn_pyro.methods.vi.engine import ObjectiveStep, direct_objective, why_not_direct
@@ -28,7 +29,6 @@ from bnn_pyro.methods.vi.svi import (
     GuardedSVI,
     SVIStep,
     as_pyro_optim,
-    check_jit_elbo,
     make_elbo,
     needs_param_sites,
     run_svi,

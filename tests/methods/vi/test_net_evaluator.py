@@ -189,3 +189,18 @@ def test_the_twin_runs_in_the_nets_mode():
     bnn.train()
     trained = bnn.evaluator(one, x)
     assert not torch.allclose(trained[0], trained[1])
+
+
+def test_a_prediction_between_two_fits_changes_nothing_of_the_second():
+    """The plain-torch objective runs the same twin as prediction, which leaves it in eval
+    mode: the next fit still trains with the net's dropout on (the twin is put in the model's
+    mode at every step), as a model that was never asked to predict does."""
+    X, y = torch.randn(48, 3), torch.randn(48)
+    asked, quiet = _model(_dropout_mlp)[0], _model(_dropout_mlp)[0]
+    for bnn in (asked, quiet):
+        bnn.fit(X, y, epochs=2, batch_size=16, progress=False, seed=0)
+    asked.predict(X[:5], seed=0)
+    for bnn in (asked, quiet):
+        bnn.fit(X, y, epochs=2, batch_size=16, progress=False, seed=1)
+    for a, b in zip(asked.predict(X[:5], seed=0), quiet.predict(X[:5], seed=0), strict=True):
+        assert torch.equal(a, b)

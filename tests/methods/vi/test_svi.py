@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pyro.optim
@@ -114,3 +115,185 @@ def test_validation_nll_is_reported(regression_data):
         X[:48], y[:48], epochs=30, validation_data=(X[48:], y[48:]), progress=False, seed=0
     )
     assert history["val_nll"][-1] < history["val_nll"][0]
+
+
+# ------------------------------------------------------------------ the parts, on a toy model
+def _toy(scales=None):
+    """A one-site model and guide whose guide scale can be set per call (``scales``: a list
+    popped per call of the guide, for a bad value on a later step)."""
+    import pyro
+    import pyro.distributions as dist
+
+    loc = torch.nn.Parameter(torch.tensor(0.0))
+
+    def model():
+        pyro.sample("w", dist.Normal(3.0, 1.0))
+
+    def guide():
+        scale = scales.pop(0) if scales else 1.0
+        pyro.sample("w", dist.Normal(loc, torch.tensor(scale)))
+
+    return model, guide, loc
+
+
+def _svi(model, guide, params, elbo="meanfield", **kwargs):
+    from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim, make_elbo
+
+    loss = make_elbo(elbo, 1, False) if isinstance(elbo, str) else elbo
+    return GuardedSVI(model, guide, as_pyro_optim(torch.optim.SGD, params, 0.1), loss, params,
+                      **kwargs)  # fmt: skip
+
+
+def test_a_step_returns_the_elbos_loss_and_moves_only_trainable_parameters():
+    from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim, make_elbo
+
+    model, guide, loc = _toy()
+    frozen = torch.nn.Parameter(torch.tensor(5.0), requires_grad=False)
+    svi = GuardedSVI(model, guide, as_pyro_optim(torch.optim.SGD, [loc], 0.1),
+                     make_elbo("meanfield", 1, False), [loc, frozen])  # fmt: skip
+    assert svi.params == [loc]
+    value = svi.step()
+    # KL(N(0, 1) || N(3, 1)) = 4.5 in closed form; SGD at 0.1 on d/dloc = -3 moves loc to 0.3
+    assert value == pytest.approx(4.5) and float(loc) == pytest.approx(0.3)
+    assert loc.grad is None and float(frozen) == 5.0
+
+
+def test_an_elbo_that_cannot_give_a_loss_is_refused():
+    from bnn_pyro.methods.vi.svi import GuardedSVI, as_pyro_optim
+
+    model, guide, loc = _toy()
+    with pytest.raises(TypeError) as caught:
+        GuardedSVI(model, guide, as_pyro_optim(None, [loc], 0.1), object(), [loc])
+    assert str(caught.value) == "object has neither differentiable_loss nor loss_and_grads"
+
+
+def test_a_non_finite_loss_moves_nothing_and_names_the_value():
+    model, guide, loc = _toy(scales=[float("inf")])
+    svi = _svi(model, guide, [loc], validate_every_step=False)
+    import pyro
+
+    with pyro.validation_enabled(False), pytest.raises(bp.exceptions.TrainingDivergedError) as e:
+        svi.step()
+    assert str(e.value).startswith("the loss is ") and float(loc) == 0.0 and loc.grad is None
+
+
+def test_pyros_validation_runs_on_the_first_step_and_on_every_step_when_asked():
+    """A guide scale that turns negative at the second step: without validation its loss is
+    NaN (refused by the guard); with it, Pyro's check names the bad argument."""
+    import pyro
+
+    for every, error in ((False, bp.exceptions.TrainingDivergedError), (True, ValueError)):
+        model, guide, loc = _toy(scales=[1.0, -1.0])
+        svi = _svi(model, guide, [loc], elbo="trace", validate_every_step=every)
+        with pyro.validation_enabled(True):
+            svi.step()
+            with pytest.raises(error):
+                svi.step()
+    model, guide, loc = _toy(scales=[-1.0])
+    with pyro.validation_enabled(True), pytest.raises(ValueError):
+        _svi(model, guide, [loc], elbo="trace").step()  # the first step is validated
+
+
+def test_an_elbo_with_loss_and_grads_only_trains_too():
+    """``TraceGraph_ELBO`` back-propagates by itself (its gradients are kept and applied)."""
+    import pyro.distributions as dist
+    from pyro.infer import TraceGraph_ELBO
+
+    model, guide, loc = _toy()
+    svi = _svi(model, guide, [loc], elbo=TraceGraph_ELBO())
+    torch.manual_seed(0)
+    eps = float(dist.Normal(0.0, 1.0).rsample())  # the guide's draw w = loc + eps
+    torch.manual_seed(0)
+    svi.step()
+    # the pathwise gradient of log q(w) - log p(w) in loc is w - 3; SGD at 0.1 from 0
+    assert float(loc) == pytest.approx(-0.1 * (eps - 3.0), abs=1e-6)
+
+
+def test_svi_step_rows_hold_the_epochs_means_and_the_kl_at_its_weight():
+    """``loss`` and ``nll`` are the means of the epoch's steps; ``kl`` is ``(loss - nll) / beta``
+    at the epoch's ``kl_weight``."""
+    from bnn_pyro.methods.vi.svi import SVIStep
+
+    bnn = _bnn()
+    X, y = torch.randn(8, 3), torch.randn(8, 1)
+    bnn.setup_guide(X, y)
+    params = list(bnn.parameters())
+    svi = _svi(bnn.model, bnn.guide, params, elbo="trace")
+    step = SVIStep(svi, dataset_size=8, kl_weight=lambda epoch: 0.5 * (epoch + 1))
+    assert step.optimizer is svi.optim.optimizer
+    step.start_epoch(1)  # beta = 1.0
+    losses, nlls = [], []
+    for _ in range(2):
+        losses.append(step(X, y))
+        nlls.append(float(svi.elbo.last_nll))
+    row = step.end_epoch(losses, [8, 8])
+    assert row["kl_weight"] == 1.0 and row["loss"] == pytest.approx(sum(losses) / 2)
+    assert row["nll"] == pytest.approx(sum(nlls) / 2)
+    assert row["kl"] == pytest.approx(row["loss"] - row["nll"])
+
+
+def test_a_pyro_optimizers_state_goes_through_get_state_and_set_state():
+    from bnn_pyro.methods.vi.svi import GuardedSVI, SVIStep, as_pyro_optim, make_elbo
+
+    model, guide, loc = _toy()
+    optim = pyro.optim.Adam({"lr": 0.1})
+    assert as_pyro_optim(optim, [loc], 0.1) is optim
+    step = SVIStep(GuardedSVI(model, guide, optim, make_elbo("meanfield", 1, False), [loc]), 1)
+    assert step.optimizer is None
+    step.svi.step()
+    state, after_one = copy.deepcopy(step.state_dict()), float(loc)  # (it holds live tensors)
+    assert set(state) == {"pyro_optim"} and state["pyro_optim"]
+    step.svi.step()  # a second step with Adam's moments from the first
+    after_two = float(loc)
+    fresh = pyro.optim.Adam({"lr": 0.1})
+    resumed = SVIStep(GuardedSVI(model, guide, fresh, make_elbo("meanfield", 1, False), [loc]), 1)
+    resumed.load_state_dict(state)
+    with torch.no_grad():
+        loc.fill_(after_one)
+    resumed.svi.step()  # the same second step: the analytic KL's gradient is exact
+    assert float(loc) == pytest.approx(after_two, abs=1e-7)
+
+
+def test_make_elbo_builds_each_objective_and_refuses_what_it_cannot():
+    from pyro.infer import TraceTailAdaptive_ELBO
+
+    from bnn_pyro.methods.vi.svi import make_elbo
+
+    vectorized = make_elbo("trace", 4, vectorize=True)
+    assert vectorized.num_particles == 4 and vectorized.vectorize_particles
+    one_by_one = make_elbo("trace", 4, vectorize=False)
+    assert not one_by_one.vectorize_particles and one_by_one.max_plate_nesting == 1
+    assert not make_elbo("trace", 1, vectorize=True).vectorize_particles
+    assert make_elbo("alpha", 1, True).num_particles == 10
+    assert make_elbo("alpha", 3, True).num_particles == 3
+    with pytest.raises(ValueError) as caught:
+        make_elbo("renyi", 1, True)
+    assert str(caught.value) == (
+        "elbo must be one of ('trace', 'meanfield', 'stl', 'alpha') or a pyro ELBO, got 'renyi'"
+    )
+    with pytest.raises(ValueError) as caught:
+        make_elbo("trace", 0, True)
+    assert str(caught.value) == "num_particles must be an int >= 1, got 0"
+    with pytest.raises(ValueError) as caught:
+        make_elbo(TraceTailAdaptive_ELBO(num_particles=2, vectorize_particles=True), 1, True)
+    assert str(caught.value) == (
+        "TraceTailAdaptive_ELBO gives gradients but no loss value, which fit's divergence guard "
+        "and history read: run it in your own SVI loop on bnn.model and bnn.guide"
+    )
+
+
+def test_a_jit_elbo_is_checked_against_the_guide_too():
+    """The same model with another guide is another compiled loss; an instance not yet
+    compiled, or not a JIT ELBO, passes."""
+    from pyro.infer import JitTrace_ELBO, Trace_ELBO
+
+    from bnn_pyro.elbos.jit import check_jit_elbo
+
+    bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1), guide="normal")
+    X, y = torch.randn(8, 2), torch.randn(8)
+    elbo = JitTrace_ELBO(ignore_jit_warnings=True)
+    check_jit_elbo(elbo, bnn.model, bnn.guide)  # nothing compiled yet
+    bnn.fit(X, y, epochs=1, elbo=elbo, progress=False)
+    check_jit_elbo(Trace_ELBO(), bnn.model, lambda *a, **k: None)
+    with pytest.raises(ValueError, match="^this JitTrace_ELBO has compiled another model's loss"):
+        check_jit_elbo(elbo, bnn.model, lambda *a, **k: None)
