@@ -297,3 +297,125 @@ def test_a_jit_elbo_is_checked_against_the_guide_too():
     check_jit_elbo(Trace_ELBO(), bnn.model, lambda *a, **k: None)
     with pytest.raises(ValueError, match="^this JitTrace_ELBO has compiled another model's loss"):
         check_jit_elbo(elbo, bnn.model, lambda *a, **k: None)
+
+
+def test_the_default_step_validates_only_the_first_step_and_guarded_svi_evaluates_losses():
+    """``GuardedSVI`` is an ``SVI``: Pyro's ``evaluate_loss`` gives the ELBO's loss (the closed
+    form 4.5 here); by default only the first step runs Pyro's validation."""
+    import pyro
+
+    model, guide, loc = _toy(scales=[1.0, 1.0, -1.0])
+    svi = _svi(model, guide, [loc], elbo="trace")
+    with pyro.validation_enabled(True):
+        assert svi.evaluate_loss() == pytest.approx(4.5, abs=5.0)  # one draw of the Trace ELBO
+        svi.step()
+        with pytest.raises(bp.exceptions.TrainingDivergedError):
+            svi.step()  # a NaN, not Pyro's ValueError: not validated
+    model, guide, loc = _toy()
+    assert _svi(model, guide, [loc]).evaluate_loss() == pytest.approx(4.5)
+
+
+def test_an_svi_step_hands_the_model_its_data_size_and_kl_weight():
+    """A step's loss is the ELBO at ``dataset_size`` and the epoch's ``kl_weight`` (here N/B =
+    10 and beta = 0.5), the same draws computed directly."""
+    from bnn_pyro.methods.vi.diagnostics import LayerDiagnostics
+    from bnn_pyro.methods.vi.svi import SVIStep
+
+    bnn = _bnn()
+    X, y = torch.randn(8, 3), torch.randn(8, 1)
+    bnn.setup_guide(X, y)
+    params = list(bnn.parameters())
+    svi = _svi(bnn.model, bnn.guide, params, elbo="trace")
+    bnn.input_shape = (3,)  # as fit sets it: the diagnostics' probe row
+    diag = LayerDiagnostics.for_model(bnn)
+    step = SVIStep(svi, dataset_size=80, kl_weight=lambda epoch: 0.5, diagnostics=diag)
+    step.start_epoch(0)
+    torch.manual_seed(3)
+    want = float(svi.elbo.differentiable_loss(bnn.model, bnn.guide, X, y, dataset_size=80,
+                                              kl_weight=0.5))  # fmt: skip
+    torch.manual_seed(3)
+    assert step(X, y) == pytest.approx(want, rel=1e-6)
+    row = step.end_epoch([want], [8])
+    assert row["kl_weight"] == 0.5 and "kl/net.0.weight" in row and "std/net.0.weight" in row
+    default = SVIStep(svi, dataset_size=8)
+    default.start_epoch(0)
+    assert default.end_epoch([1.0], [8])["kl_weight"] == 1.0 and default.diagnostics is None
+
+
+def test_a_torch_optimizers_state_goes_through_the_steps_state_dict():
+    from bnn_pyro.methods.vi.svi import SVIStep
+
+    model, guide, loc = _toy()
+    svi = _svi(model, guide, [loc])
+    step = SVIStep(svi, 1)
+    svi.step()
+    state = copy.deepcopy(step.state_dict())
+    other_loc = torch.nn.Parameter(torch.tensor(0.0))
+    fresh = SVIStep(_svi(model, guide, [other_loc]), 1)
+    fresh.load_state_dict(state)
+    assert fresh.optimizer.state_dict()["state"] == step.optimizer.state_dict()["state"]
+
+
+def test_two_particles_are_vectorized():
+    from bnn_pyro.methods.vi.svi import make_elbo
+
+    assert make_elbo("trace", 2, vectorize=True).vectorize_particles
+
+
+def test_run_svi_decays_a_torch_optimizers_rate_by_default_and_keeps_a_pyro_ones():
+    """``lr_schedule=None``: cosine decay to 0 with a torch optimizer (the default Adam), the
+    rate as given with a ``pyro.optim`` optimizer; ``"constant"`` asks for no decay."""
+    X, y = torch.randn(32, 3), torch.randn(32)
+    lrs = {}
+    for name, options in {
+        "default": {},
+        "constant": {"lr_schedule": "constant"},
+        "pyro": {"optimizer": pyro.optim.Adam({"lr": 0.01})},
+    }.items():
+        history = _bnn().fit(X, y, epochs=4, batch_size=None, lr=0.01, progress=False, seed=0,
+                             **options)  # fmt: skip
+        lrs[name] = history.get("lr")
+    assert lrs["default"][0] == pytest.approx(0.01) and lrs["default"][-1] < 0.002
+    assert lrs["constant"] is None and lrs["pyro"] is None  # no schedule: no rate recorded
+
+
+def test_run_svi_passes_averaging_and_resume_on(tmp_path):
+    X, y = torch.randn(32, 3), torch.randn(32)
+    averaged, last = _bnn(), _bnn()
+    averaged.fit(X, y, epochs=4, batch_size=None, progress=False, seed=0, average=0.5)
+    last.fit(X, y, epochs=4, batch_size=None, progress=False, seed=0)
+    assert not torch.equal(
+        averaged.guide.means()["net.0.weight"], last.guide.means()["net.0.weight"]
+    )
+    path = tmp_path / "run.pt"
+    _bnn().fit(X, y, epochs=2, batch_size=None, progress=False, seed=0, resume=path)
+    assert path.exists()
+
+
+def test_run_svi_shows_a_bar_unless_told_not_to(capsys):
+    from bnn_pyro.methods.vi.svi import SVIStep, run_svi
+
+    model, guide, loc = _toy()
+    holder = torch.nn.Module()
+    holder.loc = loc
+    step = SVIStep(_svi(lambda *a, **k: model(), lambda *a, **k: guide(), [loc]), 1)
+    run_svi(holder, step, lambda: [(torch.zeros(1), torch.zeros(1))], epochs=1)
+    assert "fit" in capsys.readouterr().err
+    run_svi(holder, step, lambda: [(torch.zeros(1), torch.zeros(1))], epochs=1, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_an_elbo_with_loss_and_grads_only_is_handed_the_steps_keywords():
+    """``TraceGraph_ELBO``'s own ``loss_and_grads`` gets ``dataset_size``: its loss is the ELBO
+    of 80 rows from a batch of 8, the same draws computed by Pyro directly."""
+    from pyro.infer import TraceGraph_ELBO
+
+    bnn = _bnn()
+    X, y = torch.randn(8, 3), torch.randn(8, 1)
+    bnn.setup_guide(X, y)
+    params = list(bnn.parameters())
+    svi = _svi(bnn.model, bnn.guide, params, elbo=TraceGraph_ELBO())
+    torch.manual_seed(3)
+    want = TraceGraph_ELBO().loss(bnn.model, bnn.guide, X, y, dataset_size=80)
+    torch.manual_seed(3)
+    assert svi.step(X, y, dataset_size=80) == pytest.approx(want, rel=1e-6)
