@@ -22,7 +22,6 @@ import re
 import pyro
 import pytest
 import torch
-import torch.nn as nn
 from pyro.infer import MCMC, NUTS, Predictive
 from pyro.poutine.util import site_is_subsample
 
@@ -227,70 +226,3 @@ def test_a_learned_noise_is_needed_only_where_it_is_used():
     for what, call in calls.items():
         with pytest.raises(ValueError, match=rf"{re.escape(what)} needs .*'likelihood.scale'"):
             call()
-
-
-# ---------------------------------------------------------------------- load_state_dict
-@pytest.mark.parametrize("guide", ["meanfield", "normal", "diagonal", "delta"])
-def test_load_state_dict_into_a_fresh_model_sets_its_guide_up(guide):
-    fitted = _fitted(guide)
-    fresh = bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(scale="learned"), guide=guide)
-    rng = torch.get_rng_state()
-    result = fresh.load_state_dict(fitted.state_dict())
-    assert torch.equal(torch.get_rng_state(), rng)  # the set-up drew nothing from the global RNG
-    assert not result.missing_keys and not result.unexpected_keys
-    assert fresh.is_fitted()
-    for a, b in zip(fresh.predict(X2, True, seed=3), fitted.predict(X2, True, seed=3), strict=True):
-        assert torch.equal(a, b)
-
-
-def test_load_state_dict_of_a_model_held_in_another_module():
-    fitted = _fitted()
-    outer, fresh = nn.ModuleDict({"bnn": fitted}), nn.ModuleDict({"bnn": _fitted_like()})
-    fresh.load_state_dict(outer.state_dict())
-    assert torch.equal(fresh["bnn"].predict(X2, seed=0)[0], fitted.predict(X2, seed=0)[0])
-
-
-def _fitted_like() -> bp.VariationalBNN:
-    return bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(scale="learned"))
-
-
-@pytest.mark.parametrize("likelihood", [bp.Gaussian(0.1), bp.Gaussian(scale="learned")])
-def test_load_state_dict_makes_a_hidden_layer_bnn_fitted(likelihood):
-    fitted = bp.HiddenLayerBNN(2, [4], 1, likelihood)
-    fitted.fit(X2, Y2, epochs=3, progress=False, seed=0)
-    fresh = bp.HiddenLayerBNN(2, [4], 1, likelihood)
-    fresh.load_state_dict(fitted.state_dict())
-    assert torch.equal(fresh.predict(X2, seed=1)[0], fitted.predict(X2, seed=1)[0])
-
-
-def test_a_fits_own_restore_of_its_state_does_not_make_a_model_fitted():
-    bnn = bp.HiddenLayerBNN(2, [4], 1, bp.Gaussian(scale="learned"))
-
-    def fail(model, epoch, history):
-        raise RuntimeError("user callback failed")
-
-    with pytest.raises(RuntimeError, match="user callback failed"):  # fit puts its state back
-        bnn.fit(X2, Y2, epochs=2, progress=False, seed=0, callbacks=[fail])
-    assert not bnn.is_fitted()
-
-
-class _ConvNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(1, 2, 3, padding=1)
-        self.head = nn.Linear(2 * 4 * 4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
-
-
-def test_load_state_dict_without_a_known_input_shape_names_the_fix():
-    x, y = torch.randn(6, 1, 4, 4, generator=G), torch.randn(6, generator=G)
-    fitted = bp.VariationalBNN(_ConvNet(), bp.Gaussian(0.1), guide="normal")
-    fitted.fit(x, y, epochs=2, progress=False, seed=0)
-    fresh = bp.VariationalBNN(_ConvNet(), bp.Gaussian(0.1), guide="normal")
-    with pytest.raises(ValueError, match=r"input shape is unknown.*setup_guide\(x, y\).*bp.load"):
-        fresh.load_state_dict(fitted.state_dict())
-    fresh.setup_guide(x[:1], y[:1])
-    fresh.load_state_dict(fitted.state_dict())
-    assert torch.equal(fresh.predict(x, seed=0)[0], fitted.predict(x, seed=0)[0])

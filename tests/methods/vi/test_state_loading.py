@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 import bnn_pyro as bp
+from tests.methods.vi.test_predict_from_samples import X2, Y2, _fitted
 
 G = torch.Generator().manual_seed(0)
 X = torch.randn(20, 2, generator=G)
@@ -18,11 +19,14 @@ def _model(guide: str = "normal", hidden=(8,)) -> bp.VariationalBNN:
     return bp.VariationalBNN(bp.nn.mlp(2, list(hidden), 1), bp.Gaussian(0.1), guide=guide)
 
 
+def _trained(model, epochs: int = 2, seed: int = 0):
+    model.fit(X, Y, epochs=epochs, progress=False, seed=seed)
+    return model
+
+
 @pytest.fixture(scope="module")
 def fitted() -> bp.VariationalBNN:
-    bnn = _model()
-    bnn.fit(X, Y, epochs=3, progress=False, seed=0)
-    return bnn
+    return _trained(_model(), epochs=3)
 
 
 def test_a_whole_load_makes_a_fresh_model_fitted(fitted):
@@ -39,9 +43,7 @@ def _hidden(width: int = 4) -> bp.HiddenLayerBNN:
 
 @pytest.fixture(scope="module")
 def hidden() -> bp.HiddenLayerBNN:
-    bnn = _hidden()
-    bnn.fit(X, Y, epochs=2, progress=False, seed=0)
-    return bnn
+    return _trained(_hidden())
 
 
 def test_a_whole_load_makes_a_fresh_hidden_layer_model_fitted(hidden):
@@ -110,6 +112,55 @@ def test_the_guide_is_set_up_from_the_input_shape_the_model_knows():
         "setup_guide(x, y) on a row of the training data first, or save with .save(path) and "
         "reload with bp.load(path, net=...)"
     )
-    fresh.input_shape = (1, 4, 4)
+    fresh.input_shape = (1, 4, 4)  # the first fix: the shape told
     fresh.load_state_dict(fitted.state_dict())
     assert torch.equal(fresh.predict(x, seed=0)[0], fitted.predict(x, seed=0)[0])
+    other = bp.VariationalBNN(_ConvNet(), bp.Gaussian(0.1), guide="normal")
+    other.setup_guide(x[:1], y[:1])  # the other: the guide set up on a row
+    other.load_state_dict(fitted.state_dict())
+    assert torch.equal(other.predict(x, seed=0)[0], fitted.predict(x, seed=0)[0])
+
+
+# ------------------------------------------------------------------ fitted models' states
+@pytest.mark.parametrize("guide", ["meanfield", "normal", "diagonal", "delta"])
+def test_load_state_dict_into_a_fresh_model_sets_its_guide_up(guide):
+    fitted = _fitted(guide)
+    fresh = bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(scale="learned"), guide=guide)
+    rng = torch.get_rng_state()
+    result = fresh.load_state_dict(fitted.state_dict())
+    assert torch.equal(torch.get_rng_state(), rng)  # the set-up drew nothing from the global RNG
+    assert not result.missing_keys and not result.unexpected_keys
+    assert fresh.is_fitted()
+    for a, b in zip(fresh.predict(X2, True, seed=3), fitted.predict(X2, True, seed=3), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_load_state_dict_of_a_model_held_in_another_module():
+    fitted = _fitted()
+    outer, fresh = nn.ModuleDict({"bnn": fitted}), nn.ModuleDict({"bnn": _fitted_like()})
+    fresh.load_state_dict(outer.state_dict())
+    assert torch.equal(fresh["bnn"].predict(X2, seed=0)[0], fitted.predict(X2, seed=0)[0])
+
+
+def _fitted_like() -> bp.VariationalBNN:
+    return bp.VariationalBNN(bp.nn.mlp(2, [8], 1), bp.Gaussian(scale="learned"))
+
+
+@pytest.mark.parametrize("likelihood", [bp.Gaussian(0.1), bp.Gaussian(scale="learned")])
+def test_load_state_dict_makes_a_hidden_layer_bnn_fitted(likelihood):
+    fitted = bp.HiddenLayerBNN(2, [4], 1, likelihood)
+    fitted.fit(X2, Y2, epochs=3, progress=False, seed=0)
+    fresh = bp.HiddenLayerBNN(2, [4], 1, likelihood)
+    fresh.load_state_dict(fitted.state_dict())
+    assert torch.equal(fresh.predict(X2, seed=1)[0], fitted.predict(X2, seed=1)[0])
+
+
+def test_a_fits_own_restore_of_its_state_does_not_make_a_model_fitted():
+    bnn = bp.HiddenLayerBNN(2, [4], 1, bp.Gaussian(scale="learned"))
+
+    def fail(model, epoch, history):
+        raise RuntimeError("user callback failed")
+
+    with pytest.raises(RuntimeError, match="user callback failed"):  # fit puts its state back
+        bnn.fit(X2, Y2, epochs=2, progress=False, seed=0, callbacks=[fail])
+    assert not bnn.is_fitted()
