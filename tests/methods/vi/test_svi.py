@@ -419,3 +419,22 @@ def test_an_elbo_with_loss_and_grads_only_is_handed_the_steps_keywords():
     want = TraceGraph_ELBO().loss(bnn.model, bnn.guide, X, y, dataset_size=80)
     torch.manual_seed(3)
     assert svi.step(X, y, dataset_size=80) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_jit_elbo_is_checked_against_the_model_and_reads_only_pyros_closures():
+    """The same guide with another model is another compiled loss; a compiled function the
+    ELBO holds that closes over no model or guide (a user's own) is not read as one."""
+    import pyro.ops.jit
+    from pyro.infer import JitTrace_ELBO
+
+    from bnn_pyro.elbos.jit import check_jit_elbo
+
+    bnn = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1), guide="normal")
+    other = bp.VariationalBNN(bp.nn.mlp(2, [], 1), bp.Gaussian(0.1), guide="normal")
+    elbo = JitTrace_ELBO(ignore_jit_warnings=True)
+    bnn.fit(torch.randn(8, 2), torch.randn(8), epochs=1, elbo=elbo, progress=False)
+    with pytest.raises(ValueError, match="^this JitTrace_ELBO has compiled another model's loss"):
+        check_jit_elbo(elbo, other.model, bnn.guide)
+    fresh = JitTrace_ELBO()
+    fresh.own = pyro.ops.jit.CompiledFunction(lambda: None)
+    check_jit_elbo(fresh, other.model, other.guide)
