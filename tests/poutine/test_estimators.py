@@ -102,3 +102,46 @@ def test_the_default_noise_is_normal_or_signs_from_the_given_generator_like_the_
     for signs_too in (True, False):
         on_meta = draw_noise(torch.Size((3,)), torch.zeros(1, device="meta"), signs_too)
         assert on_meta.device.type == "meta"
+
+
+def _conv_per_sample(x, weight, bias, conv):
+    """``conv`` of every sample's inputs ``x[s]`` with one kernel, by torch's own ``conv2d``."""
+    options = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation)
+    return torch.stack([torch.nn.functional.conv2d(xs, weight, bias, **options) for xs in x])
+
+
+def test_the_conv_local_reparameterization_on_sampled_inputs_is_its_formula():
+    """Inputs with a sample dim ``(S, N, C, H, W)`` (a later layer's, under particles) and one
+    kernel: ``mean + eps * std`` with each sample's convolution of ``x`` and ``x^2``, the same
+    standard normals drawn from the global stream."""
+    from bnn_pyro.poutine.estimators import local_reparam_conv2d
+
+    conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+    x, loc, scale = _r(2, 3, 2, 5, 5), _r(4, 2, 3, 3), _r(4, 2, 3, 3).abs()
+    b_loc, b_scale = _r(4), _r(4).abs()
+    torch.manual_seed(7)
+    out = local_reparam_conv2d(x, loc, scale, b_loc, b_scale, conv)
+    torch.manual_seed(7)
+    eps = torch.randn(out.shape, dtype=torch.float64)
+    mean = _conv_per_sample(x, loc, b_loc, conv)
+    std = _conv_per_sample(x.square(), scale.square(), b_scale.square(), conv).sqrt()
+    assert out.shape == (2, 3, 4, 5, 5)
+    torch.testing.assert_close(out, mean + eps * std)
+
+
+def test_conv_flipout_on_sampled_inputs_is_its_formula():
+    """``mean + conv(x * s_in, W - W_mu) * s_out`` with each sample's and row's own signs, drawn
+    from the global stream (inputs' signs first), per channel."""
+    from bnn_pyro.poutine.estimators import flipout_conv2d
+
+    conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+    x, loc, weight, b = _r(2, 3, 2, 5, 5), _r(4, 2, 3, 3), _r(4, 2, 3, 3), _r(4)
+    torch.manual_seed(7)
+    out = flipout_conv2d(x, loc, weight, b, conv)
+    torch.manual_seed(7)
+    s_in = torch.randint(0, 2, (2, 3, 2, 1, 1), dtype=torch.float64) * 2 - 1
+    s_out = torch.randint(0, 2, (2, 3, 4, 1, 1), dtype=torch.float64) * 2 - 1
+    mean = _conv_per_sample(x, loc, b, conv)
+    torch.testing.assert_close(
+        out, mean + _conv_per_sample(x * s_in, weight - loc, None, conv) * s_out
+    )
