@@ -22,6 +22,7 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._rows import fill_rows
 from bnn_pyro.guides import MeanFieldNormalGuide
+from bnn_pyro.methods.classic.training import modes
 from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, distinct_probe, same_results
 from bnn_pyro.nn.chain import LinearChain
 from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite, FixedLatents
@@ -121,15 +122,12 @@ class NetEvaluator:
         return torch.func.vmap(one, randomness="different")(dict(params))
 
     def _decide(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> None:
-        # the question is the forward's arithmetic, asked with the net in eval mode: in training
-        # mode its dropout would draw other masks on each path and send every later call to
-        # vmap (the first call, the targets' check at the start of fit, runs in training mode)
-        was_training = self.net.training
-        self.net.eval()
-        try:
+        # the question is the forward's arithmetic, asked with every module in eval mode (each
+        # one's flag given back after): in training mode its dropout would draw other masks on
+        # each path and send every later call to vmap (the first call, the targets' check at
+        # the start of fit, runs in training mode)
+        with modes(self.net, lambda m: False):
             self._probe(params, x)
-        finally:
-            self.net.train(was_training)
 
     def _probe(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> None:
         probe = {k: v[:1].expand(2, *v.shape[1:]) for k, v in params.items()}

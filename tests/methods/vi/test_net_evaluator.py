@@ -204,3 +204,15 @@ def test_a_prediction_between_two_fits_changes_nothing_of_the_second():
         bnn.fit(X, y, epochs=2, batch_size=16, progress=False, seed=1)
     for a, b in zip(asked.predict(X[:5], seed=0), quiet.predict(X[:5], seed=0), strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_probe_gives_each_module_its_own_mode_back():
+    """A module the user keeps in eval mode inside a net in training mode (a frozen layer)
+    stays so after the probe, which runs every module in eval mode."""
+    bnn, _ = _model(_dropout_mlp)
+    x = torch.randn(5, 3)
+    bnn.setup_guide(x, torch.zeros(5))
+    bnn.train()
+    bnn.net[2].eval()  # the dropout layer, held in eval mode
+    bnn.evaluator(bnn.sample_posterior(2, seed=0), x)
+    assert bnn.net.training and bnn.net[0].training and not bnn.net[2].training
