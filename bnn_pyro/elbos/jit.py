@@ -26,6 +26,17 @@ __all__ = ["JIT_ELBOS", "check_jit_elbo"]
 #: Pyro's JIT ELBOs: their compiled loss takes the parameters as inputs, found by name.
 JIT_ELBOS = (JitTrace_ELBO, JitTraceGraph_ELBO, JitTraceMeanField_ELBO, JitTraceEnum_ELBO)
 
+#: The attribute each JIT ELBO reads before compiling, where a compiled loss it runs again
+#: lives (most derived class first). ``JitTraceMeanField_ELBO`` reads
+#: ``_loss_and_surrogate_loss`` but keeps its loss under ``_differentiable_loss``: it compiles
+#: anew, around the model of the call, on every call, so one instance serves any model.
+_REUSED = (
+    (JitTraceMeanField_ELBO, "_loss_and_surrogate_loss"),
+    (JitTrace_ELBO, "_loss_and_surrogate_loss"),
+    (JitTraceGraph_ELBO, "_jit_loss_and_surrogate_loss"),
+    (JitTraceEnum_ELBO, "_differentiable_loss"),
+)
+
 
 def check_jit_elbo(elbo: ELBO, model: Callable[..., Any], guide: Callable[..., Any]) -> None:
     """Refuse, before any work, one of Pyro's JIT ELBOs that has compiled another model's loss.
@@ -35,6 +46,9 @@ def check_jit_elbo(elbo: ELBO, model: Callable[..., Any], guide: Callable[..., A
     instance first used with one model would train that model, not the one it is given now.
     Each model takes its own instance (the same instance across calls of one model's ``fit``
     is what lets the loss compile once).
+
+    Only the compiled loss the ELBO will run again is read: ``JitTraceMeanField_ELBO``
+    compiles anew on every call and passes (see :data:`_REUSED`).
 
     Args:
         elbo: the ELBO ``fit`` was given (any other ELBO passes).
@@ -59,18 +73,17 @@ def check_jit_elbo(elbo: ELBO, model: Callable[..., Any], guide: Callable[..., A
         ...     print(str(refused).split(": ")[-1])
         give each model its own (elbo=JitTrace_ELBO())
     """
-    if not isinstance(elbo, JIT_ELBOS):
-        return
-    for compiled in vars(elbo).values():
-        if not isinstance(compiled, pyro.ops.jit.CompiledFunction):
-            continue
-        fn = compiled.fn
-        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
-        bound_model = cells["model"].cell_contents if "model" in cells else model
-        bound_guide = cells["guide"].cell_contents if "guide" in cells else guide
-        if bound_model != model or bound_guide is not guide:
-            name = type(elbo).__name__
-            raise ValueError(
-                f"this {name} has compiled another model's loss, and Pyro's JIT ELBOs keep the "
-                f"model and guide of their first call: give each model its own (elbo={name}())"
-            )
+    attribute = next((a for cls, a in _REUSED if isinstance(elbo, cls)), None)
+    compiled = None if attribute is None else getattr(elbo, attribute, None)
+    if not isinstance(compiled, pyro.ops.jit.CompiledFunction):
+        return  # not a JIT ELBO, not compiled yet, or compiled anew on every call
+    fn = compiled.fn
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
+    bound_model = cells["model"].cell_contents if "model" in cells else model
+    bound_guide = cells["guide"].cell_contents if "guide" in cells else guide
+    if bound_model != model or bound_guide is not guide:
+        name = type(elbo).__name__
+        raise ValueError(
+            f"this {name} has compiled another model's loss, and Pyro's JIT ELBOs keep the "
+            f"model and guide of their first call: give each model its own (elbo={name}())"
+        )

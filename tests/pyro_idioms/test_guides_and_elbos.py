@@ -22,6 +22,7 @@ from pyro.infer import (
     SVI,
     JitTrace_ELBO,
     JitTraceGraph_ELBO,
+    JitTraceMeanField_ELBO,
     RenyiELBO,
     Trace_ELBO,
     TraceGraph_ELBO,
@@ -157,6 +158,21 @@ def test_one_jit_elbo_given_to_a_second_models_fit_is_refused_before_any_work(cl
     second.fit(X, y, epochs=2, batch_size=None, elbo=cls(ignore_jit_warnings=True),
                progress=False)  # fmt: skip
     assert second.is_fitted()
+
+
+def test_a_jit_elbo_that_compiles_anew_on_every_call_serves_two_models() -> None:
+    """``JitTraceMeanField_ELBO`` compiles its loss around the model of each call (it keeps it
+    under another name than the one it reads): shared by two models it trains the second as a
+    fresh instance does, and is not refused."""
+    X, y = _data()
+    shared = JitTraceMeanField_ELBO(ignore_jit_warnings=True)
+    _bnn().fit(X, y, epochs=2, batch_size=None, elbo=shared, progress=False, seed=0)
+    second, alone = _bnn(), _bnn()
+    second.fit(X, -y, epochs=3, batch_size=None, elbo=shared, progress=False, seed=1)
+    alone.fit(X, -y, epochs=3, batch_size=None, progress=False, seed=1,
+              elbo=JitTraceMeanField_ELBO(ignore_jit_warnings=True))  # fmt: skip
+    for a, b in zip(second.predict(X[:5], seed=0), alone.predict(X[:5], seed=0), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_a_jit_elbo_first_used_in_the_users_own_loop_goes_on_in_that_models_fit() -> None:

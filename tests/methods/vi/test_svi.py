@@ -422,8 +422,8 @@ def test_an_elbo_with_loss_and_grads_only_is_handed_the_steps_keywords():
 
 
 def test_a_jit_elbo_is_checked_against_the_model_and_reads_only_pyros_closures():
-    """The same guide with another model is another compiled loss; a compiled function the
-    ELBO holds that closes over no model or guide (a user's own) is not read as one."""
+    """The same guide with another model is another compiled loss; a compiled loss that closes
+    over no model or guide (a subclass's own) is not read as one."""
     import pyro.ops.jit
     from pyro.infer import JitTrace_ELBO
 
@@ -435,6 +435,6 @@ def test_a_jit_elbo_is_checked_against_the_model_and_reads_only_pyros_closures()
     bnn.fit(torch.randn(8, 2), torch.randn(8), epochs=1, elbo=elbo, progress=False)
     with pytest.raises(ValueError, match="^this JitTrace_ELBO has compiled another model's loss"):
         check_jit_elbo(elbo, other.model, bnn.guide)
-    fresh = JitTrace_ELBO()
-    fresh.own = pyro.ops.jit.CompiledFunction(lambda: None)
+    fresh = JitTrace_ELBO()  # its compiled loss made otherwise (a subclass's own): not judged
+    fresh._loss_and_surrogate_loss = pyro.ops.jit.CompiledFunction(lambda: None)
     check_jit_elbo(fresh, other.model, other.guide)
