@@ -145,3 +145,103 @@ def test_conv_flipout_on_sampled_inputs_is_its_formula():
     torch.testing.assert_close(
         out, mean + _conv_per_sample(x * s_in, weight - loc, None, conv) * s_out
     )
+
+
+def test_the_custom_backward_floor_and_a_bias_that_broadcasts_up_are_autograds(monkeypatch):
+    """The hand-written backward against autograd on the clamped formula, where they can part:
+    rows whose variance underflows (``1e-158``: ``x^2`` is subnormal, the variance is clamped to
+    ``tiny`` and autograd's gradient is 0), rows with a small but normal std (``1e-25``: a
+    true gradient of order 1, which a floor read in the wrong dtype would zero), and a bias
+    with more dims than the matmul ``(2, 1, H)`` against ``(3, H)``. The floor's cache is
+    emptied first, so the first backward in each dtype computes it."""
+    from bnn_pyro.poutine import estimators
+
+    monkeypatch.setattr(estimators, "_FLOORS", {})
+    out_features = _CUSTOM_BACKWARD_MIN // 4 + 1
+    X = _r(4, 4)
+    X[1], X[2], X[3] = 0.0, 1e-158, 1e-25
+    X.requires_grad_()
+    A = _r(4, out_features).abs().requires_grad_()
+    got = preactivation_std(X, A)
+    want = (X.square() @ A.square()).clamp_min(torch.finfo(X.dtype).tiny).sqrt()
+    torch.testing.assert_close(got, want)
+    weights = _r(4, out_features)
+    grads = torch.autograd.grad((got * weights).sum(), (X, A))
+    expected = torch.autograd.grad((want * weights).sum(), (X, A))
+    assert float(expected[0][3].abs().max()) > 1e-3  # the 1e-25 row's gradient is not tiny
+    for g, e in zip(grads, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-7, atol=1e-12)
+    b = _r(2, 1, out_features).abs().requires_grad_()
+    got = preactivation_std(X, A, b)
+    want = (X.square() @ A.square() + b.square()).sqrt()
+    assert got.shape == (2, 4, out_features)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad((got * _r(2, 4, out_features)).sum(), (X, A, b))
+    assert all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def _leading_one(t):
+    return None if t is None else t.unsqueeze(0)
+
+
+@pytest.mark.parametrize("conv", [False, True], ids=["linear", "conv"])
+@pytest.mark.parametrize("which", range(4), ids=["loc", "scale", "bias_loc", "bias_scale"])
+def test_a_parameter_with_a_leading_size_one_dim_is_its_storage(conv, which):
+    """A leading size-1 dim on a parameter is an expanded guide parameter's storage (as
+    ``batched_linear`` reads it): the draw equals the plain parameter's, value and shape, for
+    the same global noise."""
+    from bnn_pyro.poutine.estimators import local_reparam_conv2d
+
+    layer = torch.nn.Conv2d(2, 3, 3)
+    shape = (3, 2, 3, 3) if conv else (3, 2)
+    x = _r(4, 2, 5, 5) if conv else _r(4, 2)
+    params = [_r(*shape), _r(*shape).abs(), _r(3), _r(3).abs()]
+    moved = [_leading_one(p) if i == which else p for i, p in enumerate(params)]
+
+    def draw(p):
+        torch.manual_seed(3)
+        if conv:
+            return local_reparam_conv2d(x, *p, layer)
+        return local_reparam_linear(x, *p)
+
+    plain, got = draw(params), draw(moved)
+    assert got.shape == plain.shape == ((4, 3, 3, 3) if conv else (4, 3))
+    torch.testing.assert_close(got, plain)
+
+
+def test_noise_spans_every_sample_dim_of_the_std_and_of_the_inputs():
+    """Fresh noise for every entry of the output: a bias scale with a sample dim (``(S, out)``,
+    the mean without one) and inputs with a dim before the sample dims (``(2, S, N, in)``, equal
+    rows) each give draws that differ where their means and stds are equal."""
+    x, loc, one = _r(4, 3), _r(5, 3).zero_(), _r(5, 3).abs()
+    out = local_reparam_linear(x, loc, loc, loc[:, 0], torch.ones(2, 5, dtype=torch.float64))
+    assert out.shape == (2, 4, 5) and not torch.equal(out[0], out[1])
+    x2 = _r(3, 4, 3).expand(2, 3, 4, 3)
+    out = local_reparam_linear(x2, loc, one, sample_shape=torch.Size([3]))
+    assert out.shape == (2, 3, 4, 5) and not torch.equal(out[0], out[1])
+
+
+def test_the_conv_draw_keeps_the_sample_dims_of_inputs_and_particles():
+    """Sampled inputs ``(S, N, C, H, W)`` with ``sample_shape (S,)``: one draw per sample,
+    ``(S, N, out, H', W')``."""
+    from bnn_pyro.poutine.estimators import local_reparam_conv2d
+
+    layer = torch.nn.Conv2d(2, 4, 3)
+    x, loc, scale = _r(3, 2, 2, 5, 5), _r(4, 2, 3, 3), _r(4, 2, 3, 3).abs()
+    out = local_reparam_conv2d(x, loc, scale, None, None, layer, torch.Size([3]))
+    assert out.shape == (3, 2, 4, 3, 3)
+
+
+def test_conv_flipout_draws_signs_per_sample_of_the_kernel():
+    """A kernel drawn per sample ``(S, out, C, kh, kw)`` on unsampled inputs: each sample has
+    its own signs, so equal perturbations still give different outputs (equal signs for all
+    3 x 2 x 4 output channels of two samples: probability 2^-8 per input sign pattern)."""
+    from bnn_pyro.poutine.estimators import flipout_conv2d
+
+    layer = torch.nn.Conv2d(2, 4, 3)
+    x, loc = _r(2, 2, 5, 5), _r(4, 2, 3, 3)
+    weight = (loc + _r(4, 2, 3, 3)).expand(3, 4, 2, 3, 3).clone()
+    torch.manual_seed(0)
+    out = flipout_conv2d(x, loc, weight, None, layer)
+    assert out.shape == (3, 2, 4, 3, 3)
+    assert not torch.equal(out[0], out[1]) and not torch.equal(out[1], out[2])
