@@ -21,6 +21,7 @@ own), and carry no hooks, checked on a probe against the members' own forward pa
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ import torch.nn as nn
 from torch.func import stack_module_state
 
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
+from bnn_pyro.nn.modes import modes
 from bnn_pyro.training.member_dropout import swap_member_dropout
 
 __all__ = [
@@ -162,15 +164,11 @@ class StackedModels(nn.Module):
         if generators is not None:  # each member's masks from its own generator
             swap_member_dropout(self._twin.module, generators)
         probe = example[:3].unsqueeze(0).expand(self.num_models, *example[:3].shape)
-        flags = [(m, m.training) for n in [*nets, self._twin.module] for m in n.modules()]
-        try:  # the check in eval mode: no dropout masks, no draws
-            for m, _ in flags:
-                m.training = False
+        with contextlib.ExitStack() as stack:  # the check in eval mode: no masks, no draws
+            for net in [*nets, self._twin.module]:
+                stack.enter_context(modes(net, lambda m: False))
             with torch.no_grad():
                 ok = _same(lambda: self(probe), _loop(nets, probe))
-        finally:
-            for m, flag in flags:
-                m.training = flag
         if not ok:
             raise ValueError(
                 "these models cannot be trained stacked: their stacked forward pass differs from "

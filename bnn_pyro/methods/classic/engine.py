@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro._rng import noise_generators, order_generators, seeded
-from bnn_pyro.methods.classic.training import TrainSettings, modes, module_device
+from bnn_pyro.methods.classic.training import TrainSettings, module_device
+from bnn_pyro.nn.modes import modes
 from bnn_pyro.training import Callback, History, LossStep, make_optimizer, train
 from bnn_pyro.training.batches import permuted_batches
 from bnn_pyro.training.compiled import compile_loss

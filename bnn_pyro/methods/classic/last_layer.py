@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from bnn_pyro.methods.classic.training import modes
+from bnn_pyro.nn.modes import modes
 
 __all__ = ["LastLayerReader", "same_values"]
 

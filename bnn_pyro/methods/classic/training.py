@@ -1,10 +1,9 @@
 """What every classic ``fit`` shares around its training (:mod:`~bnn_pyro.methods.classic.engine`):
-its checked settings, the train/eval flags, the output probe and the noise estimate."""
+its checked settings, the output probe and the noise estimate."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from bnn_pyro._checks import check_bool, check_float, check_int, check_seed
+from bnn_pyro.nn.modes import modes
 from bnn_pyro.training import (
     Callback,
     check_callbacks,
@@ -98,21 +98,6 @@ def module_device(module: nn.Module) -> torch.device:
     for t in module.buffers():
         return t.device
     return torch.device("cpu")
-
-
-@contextlib.contextmanager
-def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[None]:
-    """Set each submodule's ``training`` flag to ``train(m)``; restore every flag afterwards."""
-    # only the flags that change are set (and restored): nn.Module.__setattr__ is slow enough
-    # to dominate a small predict otherwise
-    changed = [(m, m.training) for m in module.modules() if m.training != bool(train(m))]
-    try:
-        for m, flag in changed:
-            m.training = not flag
-        yield
-    finally:
-        for m, flag in changed:
-            m.training = flag
 
 
 def probe(model: Callable[[torch.Tensor], torch.Tensor], module: nn.Module, x: torch.Tensor):

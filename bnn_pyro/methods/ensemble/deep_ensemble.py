@@ -20,13 +20,10 @@ from bnn_pyro.exceptions import warn_user
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.classic.base import ClassicMethod
 from bnn_pyro.methods.classic.params import batched_call
-from bnn_pyro.methods.classic.training import (
-    TrainSettings,
-    modes,
-    module_device,
-)
+from bnn_pyro.methods.classic.training import TrainSettings, module_device
 from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, check_heads_in_sample, split_heads
 from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
+from bnn_pyro.nn.modes import modes
 from bnn_pyro.training import History, LossStep, train
 
 __all__ = ["DeepEnsemble"]

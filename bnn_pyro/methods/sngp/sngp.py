@@ -19,10 +19,11 @@ from bnn_pyro.methods.classic.base import ClassicMethod, StackedParts
 from bnn_pyro.methods.classic.closed_form import ClosedFormPredictive
 from bnn_pyro.methods.classic.last_layer import LastLayerReader, same_values
 from bnn_pyro.methods.classic.params import last_linear
-from bnn_pyro.methods.classic.training import TrainSettings, modes
+from bnn_pyro.methods.classic.training import TrainSettings
 from bnn_pyro.methods.laplace.probit import probit_moments
 from bnn_pyro.methods.sngp.head import RandomFeatureGP
 from bnn_pyro.methods.sngp.spectral import bound_spectral_norms
+from bnn_pyro.nn.modes import modes
 from bnn_pyro.training import History
 
 __all__ = ["SNGP"]

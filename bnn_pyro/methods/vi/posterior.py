@@ -22,9 +22,9 @@ from pyro.poutine.util import site_is_subsample
 
 from bnn_pyro._rows import fill_rows
 from bnn_pyro.guides import MeanFieldNormalGuide
-from bnn_pyro.methods.classic.training import modes
 from bnn_pyro.nn.batched import BatchedTwin, chunk_rows, distinct_probe, same_results
 from bnn_pyro.nn.chain import LinearChain
+from bnn_pyro.nn.modes import modes
 from bnn_pyro.nn.pyro_net import DEVICE_REF, BayesianSite, FixedLatents
 
 __all__ = ["draw_posterior", "NetEvaluator"]

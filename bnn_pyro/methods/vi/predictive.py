@@ -25,6 +25,7 @@ from bnn_pyro.exceptions import NotFittedError
 from bnn_pyro.likelihoods import Likelihood
 from bnn_pyro.methods.vi.given_samples import check_posterior_samples, model_site_shapes
 from bnn_pyro.nn.inputs import InputSpec
+from bnn_pyro.nn.modes import modes
 
 __all__ = ["SVIPredictive"]
 _NO_NOISE = "include_noise=True needs a Gaussian likelihood, not {!r}"
@@ -81,13 +82,8 @@ class SVIPredictive(BaseBayesianMethod):
     def _posterior_site_shapes(self, x: torch.Tensor) -> dict[str, tuple[int, ...]]:
         """``{site: shape}`` of one posterior draw of every sample site of the model, for inputs
         like ``x`` (its first row is run through the model, in evaluation mode)."""
-        modes = [(m, m.training) for m in self.modules()]
-        self.train(False)
-        try:
+        with modes(self, lambda m: False):
             return model_site_shapes(self.model, x[:1])
-        finally:
-            for module, mode in modes:
-                module.training = mode
 
     def is_fitted(self) -> bool:
         """Whether ``fit`` has run (or a saved model was loaded): the guide has parameters."""
