@@ -6,6 +6,7 @@ import math
 
 import pyro
 import pyro.poutine as poutine
+import pytest
 import torch
 import torch.nn.functional as F
 from pyro.infer import Trace_ELBO, TraceMeanField_ELBO
@@ -90,14 +91,19 @@ def test_minibatch_loss_is_n_over_b_loglik_plus_full_kl(regression_data):
     assert math.isclose(float(loss.detach()), expected, rel_tol=1e-4)
 
 
-def test_fit_counts_the_kl_once_per_step_whatever_the_batch_size(regression_data):
+@pytest.mark.parametrize("engine", ["plain torch", "Pyro's SVI"])
+def test_fit_counts_the_kl_once_per_step_whatever_the_batch_size(regression_data, engine):
+    """On both engines: the plain-torch objective, and Pyro's ``SVI`` (which a ``pyro.optim``
+    optimizer chooses), whose model is handed the data set size."""
     X, y = regression_data
     losses = {}
     for batch in (8, 64):
         bnn = _fitted(X, y, init_scale=1e-7)
+        optimizer = pyro.optim.Adam({"lr": 1e-12}) if engine == "Pyro's SVI" else None
         history = bnn.fit(
-            X, y, epochs=1, batch_size=batch, lr=1e-12, elbo="meanfield", progress=False, seed=0
-        )
+            X, y, epochs=1, batch_size=batch, lr=1e-12, elbo="meanfield", progress=False,
+            seed=0, optimizer=optimizer,
+        )  # fmt: skip
         losses[batch] = history["loss"][0]
         assert bnn.dataset_size == len(X)
         # each step's loss stands for the whole data set: its KL part is the full KL

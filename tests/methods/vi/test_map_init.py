@@ -348,3 +348,12 @@ def test_local_reparameterization_is_back_on_after_the_map_phase():
     bnn = _linear_bnn(local_reparameterization=True)
     bnn.fit(X, y, epochs=1, init="map", map_epochs=2, progress=False, seed=0)
     assert bnn.local_reparameterization == "local"
+
+
+def test_fit_runs_a_quarter_of_its_epochs_of_map_by_default():
+    """``init="map"`` without ``map_epochs``: ``epochs // 4`` MAP epochs (at least one)."""
+    X, y = _linear_data(40)
+    for epochs, expected in ((12, 3), (2, 1)):
+        bnn = _linear_bnn()
+        bnn.fit(X, y, epochs=epochs, init="map", progress=False, seed=0)
+        assert len(bnn.map_history["loss"]) == expected

@@ -170,6 +170,25 @@ def test_each_elbo_keeps_its_own_compiled_loss_on_the_model():
     assert compiled_objective(bnn, "trace", shorter).params == shorter.params
 
 
+def test_a_second_fit_with_another_elbo_steps_with_that_elbos_compiled_loss():
+    """One model fitted compiled with ``"trace"``, then with ``"meanfield"``: the second fit's
+    steps run the closed-form-KL loss, not the first fit's graph kept on the model."""
+    x, y = _data()
+    bnn = _bnn(hidden=())  # a linear net: half the kernels to compile
+    ran, call = [], CompiledLoss.__call__
+    CompiledLoss.__call__ = lambda self, *a, **k: (
+        ran.append(self.direct.analytic_kl) or call(self, *a, **k)
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for elbo in ("trace", "meanfield"):
+                bnn.fit(x, y, epochs=1, batch_size=32, elbo=elbo, compile=True, progress=False)
+    finally:
+        CompiledLoss.__call__ = call
+    assert ran == [False, False, True, True]  # two steps an epoch: 64 rows / 32
+
+
 @pytest.mark.parametrize(
     "make, options, exc, message",
     [
