@@ -83,10 +83,12 @@ def check_init(bnn: Any, init: Any, map_epochs: Any, epochs: int) -> int | None:
         return None
     guide = getattr(bnn, "guide", None)
     if not (hasattr(bnn, "net") and isinstance(guide, MeanFieldNormalGuide)):
-        spec = getattr(bnn, "guide_spec", type(guide).__name__)
+        # a model without a net of weight sites (HiddenLayerBNN) has no guide of weights to
+        # name: its own guide, if any, is the likelihood's
+        got = f" with guide={bnn.guide_spec!r}" if hasattr(bnn, "net") else ""
         raise ValueError(
             "init='map' needs a VariationalBNN with the mean-field guide (guide='meanfield'), "
-            f"got a {type(bnn).__name__} with guide={spec!r}"
+            f"got a {type(bnn).__name__}{got}"
         )
     if map_epochs is None:
         return max(1, epochs // 4)

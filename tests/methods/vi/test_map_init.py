@@ -187,11 +187,18 @@ def test_init_map_needs_the_mean_field_guide(guide):
         bnn.fit(X, y, epochs=1, init="map", progress=False)
 
 
-def test_init_map_refused_by_hidden_layer_bnn():
+@pytest.mark.parametrize("likelihood", [bp.Gaussian(scale=NOISE), bp.Gaussian("learned")])
+def test_init_map_refused_by_hidden_layer_bnn(likelihood):
+    """Named by its class alone: its only guide, if any, is the likelihood's, which the user
+    does not choose."""
     X, y = _linear_data(20)
-    model = bp.HiddenLayerBNN(3, [4], 1, bp.Gaussian(scale=NOISE))
-    with pytest.raises(ValueError, match="init='map' needs"):
+    model = bp.HiddenLayerBNN(3, [4], 1, likelihood)
+    with pytest.raises(ValueError) as info:
         model.fit(X, y, epochs=1, init="map", progress=False)
+    assert str(info.value) == (
+        "init='map' needs a VariationalBNN with the mean-field guide (guide='meanfield'), "
+        "got a HiddenLayerBNN"
+    )
 
 
 def test_resume_runs_no_map_phase_and_checks_init(tmp_path):
