@@ -273,6 +273,36 @@ def test_mutation_report_pieces():
     assert _doctests_passed("mutation.py") >= 9
 
 
+def test_mutation_runs_draw_progress_bars_that_a_stopped_child_cannot_hang():
+    """``mutmut`` forks each mutant's run from one process; tqdm's default lock is one
+    semaphore shared by those children, so a child stopped inside a bar (at its time limit)
+    would leave it held and every later bar would wait forever. Under the lines the run adds to
+    its ``conftest.py``, a child that takes the lock and dies holding it does not stop the next
+    bar (without them this script hangs: checked by hand, and by the timeout here)."""
+    import textwrap
+
+    from benchmarks.mutation import FORK_SAFE_TQDM
+
+    script = FORK_SAFE_TQDM + textwrap.dedent(
+        """
+        import os
+        from tqdm.std import tqdm
+        list(tqdm(range(2), disable=False))  # the parent has drawn a bar before it forks
+        pid = os.fork()
+        if pid == 0:  # a child stopped inside a bar: it holds the lock and never lets go
+            tqdm.get_lock().acquire()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        list(tqdm(range(2), disable=False))
+        print("drawn")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "drawn"
+
+
 def test_mutation_jobs_must_be_positive(capsys):
     """``--jobs`` (mutants at a time, passed to mutmut as ``--max-children``) below 1 is
     refused by the parser, naming the value, before any copy or mutmut run."""
