@@ -61,12 +61,13 @@ EQUIVALENT = os.path.join(HERE, "results", "mutation_equivalent.md")
 #: What a run copies: the package, the tests and what pytest reads to collect them (the
 #: benchmarks too: some tests import the harness).
 COPIED = ("bnn_pyro", "tests", "benchmarks", "conftest.py", "pyproject.toml")
-#: Appended to the copied ``conftest.py``: ``mutmut`` forks every mutant's run from one process,
-#: and tqdm's default lock is a multiprocessing lock, one semaphore shared by all those children.
-#: A child stopped at its time limit while holding it (inside a progress bar) leaves it held,
-#: and every later child then hangs in its first bar until its own limit: a run of timeouts
-#: whatever the mutants do (seen on ``training/loop.py``, whose doctests draw bars). A lock of
-#: each process's own, and no monitor thread (which takes the lock while a fork may happen).
+#: Appended to the copied ``tests/conftest.py``: ``mutmut`` forks every mutant's run from one
+#: process, and tqdm's default lock is a multiprocessing lock, one semaphore shared by all those
+#: children. A child stopped at its time limit while holding it (inside a progress bar) leaves
+#: it held, and every later child then hangs in its first bar until its own limit: a run of
+#: timeouts whatever the mutants do (seen on ``training/loop.py``, whose doctests draw bars).
+#: A lock of each process's own, and no monitor thread (which takes the lock while a fork may
+#: happen).
 FORK_SAFE_TQDM = """
 
 # added by benchmarks/mutation.py: progress bars that a forked run cannot hang in
@@ -437,7 +438,9 @@ def run(
                 shutil.copy(source, work)
         with open(os.path.join(work, "setup.cfg"), "w", encoding="utf-8") as handle:
             handle.write(setup_cfg(module, tests, doctests))
-        with open(os.path.join(work, "conftest.py"), "a", encoding="utf-8") as handle:
+        # tests/conftest.py: mutmut runs pytest in its own copy of the package and the tests,
+        # without the root conftest.py; this one is read before the first test runs
+        with open(os.path.join(work, "tests", "conftest.py"), "a", encoding="utf-8") as handle:
             handle.write(FORK_SAFE_TQDM)
         env = environment()
         children = [] if jobs is None else ["--max-children", str(jobs)]

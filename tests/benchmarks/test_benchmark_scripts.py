@@ -276,9 +276,9 @@ def test_mutation_report_pieces():
 def test_mutation_runs_draw_progress_bars_that_a_stopped_child_cannot_hang():
     """``mutmut`` forks each mutant's run from one process; tqdm's default lock is one
     semaphore shared by those children, so a child stopped inside a bar (at its time limit)
-    would leave it held and every later bar would wait forever. Under the lines the run adds to
-    its ``conftest.py``, a child that takes the lock and dies holding it does not stop the next
-    bar (without them this script hangs: checked by hand, and by the timeout here)."""
+    would leave it held and every later bar would wait forever. Under the lines the run adds
+    to its ``tests/conftest.py``, a child that takes the lock and dies holding it does not stop
+    the next bar (without them this script hangs: checked by hand, and by the timeout here)."""
     import textwrap
 
     from benchmarks.mutation import FORK_SAFE_TQDM
