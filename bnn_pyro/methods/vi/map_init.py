@@ -85,7 +85,8 @@ def check_init(bnn: Any, init: Any, map_epochs: Any, epochs: int) -> int | None:
     if not (hasattr(bnn, "net") and isinstance(guide, MeanFieldNormalGuide)):
         # a model without a net of weight sites (HiddenLayerBNN) has no guide of weights to
         # name: its own guide, if any, is the likelihood's
-        got = f" with guide={bnn.guide_spec!r}" if hasattr(bnn, "net") else ""
+        spec = getattr(bnn, "guide_spec", type(guide).__name__)
+        got = f" with guide={spec!r}" if hasattr(bnn, "net") else ""
         raise ValueError(
             "init='map' needs a VariationalBNN with the mean-field guide (guide='meanfield'), "
             f"got a {type(bnn).__name__}{got}"

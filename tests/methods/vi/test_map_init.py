@@ -314,6 +314,11 @@ def test_check_init_names_the_model_and_guide_it_refuses_and_counts_the_epochs()
         "init='map' needs a VariationalBNN with the mean-field guide (guide='meanfield'), got a "
         "object"
     )  # no net of weight sites: named by its class alone
+    import types
+
+    with pytest.raises(ValueError) as caught:  # a net but no guide spec: the guide's type
+        check_init(types.SimpleNamespace(net=None, guide=None), "map", None, 8)
+    assert str(caught.value).endswith("got a SimpleNamespace with guide='NoneType'")
     with pytest.raises(ValueError) as caught:
         check_init(_linear_bnn(guide="normal"), "map", None, 8)
     assert str(caught.value).endswith("got a VariationalBNN with guide='normal'")
