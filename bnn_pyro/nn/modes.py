@@ -20,6 +20,9 @@ def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[Non
         module: the root; every module of ``module.modules()`` (itself included) is set.
         train: ``m -> bool``, the flag submodule ``m`` gets inside the block.
 
+    Raises:
+        TypeError: ``module`` is not a ``torch.nn.Module`` or ``train`` is not callable.
+
     Example:
         >>> net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
         >>> net[0].eval()  # a layer the user holds in eval
@@ -33,6 +36,10 @@ def modes(module: nn.Module, train: Callable[[nn.Module], bool]) -> Iterator[Non
         >>> net.training, [m.training for m in net]
         (True, [False, True])
     """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not callable(train):
+        raise TypeError(f"train must be a callable m -> bool, got {type(train).__name__}")
     # only the flags that change are set (and restored): nn.Module.__setattr__ is slow enough
     # to dominate a small predict otherwise
     changed = [(m, m.training) for m in module.modules() if m.training != bool(train(m))]

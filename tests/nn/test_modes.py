@@ -35,3 +35,14 @@ def test_a_module_shared_by_two_roots_nested_gets_its_flag_back():
     with modes(a, lambda m: False), modes(b, lambda m: False):
         assert not any(_flags(a) + _flags(b))
     assert all(_flags(a) + _flags(b))
+
+
+def test_what_is_not_a_module_or_a_rule_is_refused_before_any_flag_changes():
+    net = nn.Sequential(nn.Dropout(0.5))
+    with pytest.raises(TypeError, match=r"^module must be a torch.nn.Module, got list$"):
+        with modes([net], lambda m: False):
+            pass
+    with pytest.raises(TypeError, match=r"^train must be a callable m -> bool, got bool$"):
+        with modes(net, False):
+            pass
+    assert _flags(net) == [True, True]
