@@ -193,8 +193,8 @@ class ClassicMethod(HomoscedasticNoise, ClassicPredictive):
         )
         if resume is not None:
             run = {**{k: getattr(settings, k) for k in RUN_KEYS}, **options}
-            constant = lr_schedule in (None, "constant") and average is None
-            extendable = self._resume_extendable and constant
+            # None: open_resume's rule (a constant learning rate, no averaging) decides
+            extendable = None if self._resume_extendable else False
             opened = open_resume(resume, self, settings.callbacks, run, None, extendable)
             settings = dataclasses.replace(settings, resume=opened)
         history = self._fit(x, y, settings, **options)
