@@ -46,6 +46,7 @@ from bnn_pyro.spec import discover_specs
 
 __all__ = [
     "FORMAT_VERSION",
+    "RESUME_KIND",
     "atomic_save",
     "Checkpointable",
     "check_format",
@@ -64,6 +65,10 @@ __all__ = [
 #: Version 2: one layout for every method. (Version 1 held only ``VariationalBNN`` and
 #: ``HiddenLayerBNN``, each in a layout of its own.)
 FORMAT_VERSION = 2
+
+#: The ``kind`` entry of a resume file (:mod:`bnn_pyro.training.resume`), which holds a run in
+#: progress, not a method to load.
+RESUME_KIND = "bnn_pyro.resume"
 
 _CLASSES: dict[str, type] = {}
 _C = TypeVar("_C", bound=type)
@@ -312,6 +317,11 @@ def load_method(
     if net is not None and not isinstance(net, nn.Module):
         raise TypeError(f"net must be a torch.nn.Module or None, got {type(net).__name__}")
     state = read_checkpoint(path, map_location)
+    if state.get("kind") == RESUME_KIND:
+        raise CheckpointError(
+            f"{source} is a resume file (fit(..., resume=path) writes it), not a saved method: "
+            "fit with resume=path to continue or finish the run, then method.save(path)"
+        )
     cls = class_named(state["class"])
     if expected is not None and not issubclass(cls, expected):
         raise CheckpointError(f"{source} holds a {state['class']}, not a {expected.__name__}")

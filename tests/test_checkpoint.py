@@ -283,3 +283,18 @@ def test_a_load_error_without_words_is_named_by_its_type():
     with pytest.raises(CheckpointError) as info:
         restore_method({"config": {}, "fitted": {}, "state": {}}, Silent, None, "'m.pt'")
     assert str(info.value) == "net does not match the saved architecture of 'm.pt': RuntimeError"
+
+
+def test_a_resume_file_given_to_load_is_named_as_one(tmp_path):
+    from bnn_pyro.exceptions import CheckpointError
+
+    path = tmp_path / "run.pt"
+    method = bp.MCDropout(bp.nn.mlp(2, [4], 1, dropout=0.1), likelihood="regression")
+    x = torch.randn(16, 2)
+    method.fit(x, x.sum(-1, keepdim=True), epochs=2, progress=False, resume=path)
+    with pytest.raises(CheckpointError) as info:
+        bp.load(path, bp.nn.mlp(2, [4], 1, dropout=0.1))
+    assert str(info.value) == (
+        f"{str(path)!r} is a resume file (fit(..., resume=path) writes it), not a saved method: "
+        "fit with resume=path to continue or finish the run, then method.save(path)"
+    )

@@ -3,8 +3,8 @@
 A run with ``resume=path`` writes a resume file at the end of its epochs (atomically, through
 :func:`bnn_pyro.checkpoint.atomic_save`; at most one write per epoch and one every
 :data:`SAVE_SECONDS`, the last epoch always). It holds everything the rest of the run depends
-on: the method's state (:func:`bnn_pyro.checkpoint.method_state`), the optimizer, the learning
-rate scheduler and the iterate average, the history so far, the epoch, the random streams
+on: the method's tensors (its ``state_dict``), the optimizer, the learning rate scheduler and
+the iterate average, the history so far, the epoch, the random streams
 (torch's global CPU and CUDA generators, which Pyro draws from, the minibatch order's own
 generator, Python's ``random`` and NumPy's), the state of the :class:`EarlyStopping` callbacks
 (or of any callback with ``state_dict``/``load_state_dict``) and the method's own extra tensors
@@ -37,7 +37,13 @@ from typing import Any
 
 import torch
 
-from bnn_pyro.checkpoint import FORMAT_VERSION, atomic_save, method_state, read_checkpoint
+from bnn_pyro.checkpoint import (
+    FORMAT_VERSION,
+    RESUME_KIND,
+    atomic_save,
+    plain_state,
+    read_checkpoint,
+)
 from bnn_pyro.training.callbacks import EarlyStopping, History
 
 __all__ = ["SAVE_SECONDS", "SVI_SETTINGS", "Resume", "ResumePath", "describe", "open_resume"]
@@ -53,7 +59,6 @@ SVI_SETTINGS = (
     "seed", "lr_schedule", "average", "init", "map_epochs",
 )  # fmt: skip
 
-_KIND = "bnn_pyro.resume"
 _EARLY_STOPPING = ("best", "best_epoch", "_best_state")
 
 
@@ -80,14 +85,10 @@ def describe(value: Any) -> Any:
     return type(value).__qualname__
 
 
-def _plain_rng(state: tuple) -> Any:
-    return [list(v) if isinstance(v, tuple) else v for v in state]
-
-
 def _rng_state(device: torch.device, generator: torch.Generator | None) -> dict[str, Any]:
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "python": _plain_rng(random.getstate()),
+        "python": random.getstate(),
     }
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
@@ -104,8 +105,7 @@ def _rng_state(device: torch.device, generator: torch.Generator | None) -> dict[
 
 def _set_rng_state(state: dict[str, Any], device: torch.device, generator: Any) -> None:
     torch.set_rng_state(state["torch"])
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    random.setstate(state["python"])
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
     if "batches" in state and generator is not None:
@@ -114,7 +114,7 @@ def _set_rng_state(state: dict[str, Any], device: torch.device, generator: Any) 
         import numpy as np
 
         name, keys, pos, has_gauss, gauss = state["numpy"]
-        np.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, gauss))
+        np.random.set_state((name, keys.numpy(), pos, has_gauss, gauss))
 
 
 def _device(module: torch.nn.Module) -> torch.device:
@@ -189,7 +189,7 @@ class Resume:
                 f"resume: {self.path!r} cannot be read as a resume file ({err}); delete it to "
                 "start the run over"
             ) from None
-        if saved.get("kind") != _KIND:
+        if saved.get("kind") != RESUME_KIND:
             raise ValueError(
                 f"resume: {self.path!r} is a bnn_pyro checkpoint, not a resume file; pass a new "
                 "path to start a resumable run"
@@ -286,7 +286,7 @@ class Resume:
         averager = live["averager"]
         state = {
             "format_version": FORMAT_VERSION,
-            "kind": _KIND,
+            "kind": RESUME_KIND,
             "class": type(self.owner).__name__,
             "settings": self.settings,
             "extendable": self.extendable,
@@ -295,7 +295,7 @@ class Resume:
             "stopped": stopped,
             "done": self.done,
             "history": {k: list(v) for k, v in live["history"].items()},
-            "method": _method_state(self.owner),
+            "method": {"state": plain_state(self.owner.state_dict())},
             "extra": {k: v.detach().cpu().clone() for k, v in self.extra.items()},
             "step": live["step"].state_dict(),
             "scheduler": None if live["scheduler"] is None else live["scheduler"].state_dict(),
@@ -327,13 +327,6 @@ def _shape(value: Any) -> str:
     if value is None:
         return "absent"
     return f"of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else "a value"
-
-
-def _method_state(owner: torch.nn.Module) -> dict[str, Any]:
-    try:
-        return method_state(owner)  # type: ignore[arg-type]
-    except (ValueError, TypeError):  # a method that cannot be saved whole: its tensors only
-        return {"class": type(owner).__name__, "state": owner.state_dict()}
 
 
 def _callback_state(cb: Any) -> Any:
