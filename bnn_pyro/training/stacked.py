@@ -39,6 +39,7 @@ __all__ = [
     "copy_slices",
     "elementwise_optimizer",
     "member_tensors",
+    "same_layers",
     "stackable",
 ]
 
@@ -72,6 +73,23 @@ def elementwise_optimizer(spec: Any) -> bool:
     return isinstance(spec, type) and issubclass(spec, ELEMENTWISE_OPTIMIZERS)
 
 
+def same_layers(nets: Sequence[nn.Module]) -> bool:
+    """Whether ``nets`` are built of the same layers with the same settings (their reprs
+    agree). A stacked or vmapped call runs the first net's ``forward`` with every net's
+    parameters, so nets that differ in a layer without parameters (an activation, a dropout
+    rate) cannot share one, though their parameters stack.
+
+    Example:
+        >>> tanh = nn.Sequential(nn.Linear(1, 2), nn.Tanh())
+        >>> same_layers([tanh, nn.Sequential(nn.Linear(1, 2), nn.Tanh())])
+        True
+        >>> same_layers([tanh, nn.Sequential(nn.Linear(1, 2), nn.ReLU())])
+        False
+    """
+    first = repr(nets[0])
+    return all(repr(net) == first for net in nets[1:])
+
+
 def stackable(nets: list[nn.Module], dropout: bool = False) -> str | None:
     """``None`` when ``nets`` can train stacked, else the reason they cannot; ``dropout``: their
     ``nn.Dropout`` layers will draw each member's masks from its own generator.
@@ -87,6 +105,8 @@ def stackable(nets: list[nn.Module], dropout: bool = False) -> str | None:
     shapes = [[(k, v.shape, v.dtype, v.device) for k, v in n.named_parameters()] for n in nets]
     if any(s != shapes[0] for s in shapes[1:]) or any(type(n) is not type(nets[0]) for n in nets):
         return "the members differ in their parameters (names or shapes)"
+    if not same_layers(nets):
+        return "the members differ in their layers (an activation, a dropout rate, ...)"
     if any(
         not getattr(m, "stacks_buffers", False)
         for n in nets

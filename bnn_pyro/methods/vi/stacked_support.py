@@ -12,6 +12,7 @@ from bnn_pyro.likelihoods.plain import why_not_plain
 from bnn_pyro.nn.batched import has_hooks
 from bnn_pyro.nn.layers import BATCHED_REPLACEMENTS
 from bnn_pyro.nn.pyro_net import DEVICE_REF
+from bnn_pyro.training.stacked import same_layers
 
 __all__ = [
     "likelihood_setting", "members_elbo", "why_not_stacked_nets", "why_not_stacked_prior",
@@ -120,6 +121,8 @@ def why_not_stacked_nets(bnns: Sequence[Any]) -> str | None:
     ]
     if any(s != shapes[0] for s in shapes[1:]):
         return "the models differ in their nets or their Bayesian sites"
+    if not same_layers([b.net for b in bnns]):  # one forward (the first net's) runs them all
+        return "the models' nets differ in their layers (an activation, a dropout rate, ...)"
     point = next((k for b in bnns for k, _ in b.net.named_parameters()), None)
     point = point or next(
         (k for b in bnns for k, _ in b.net.named_buffers() if not k.endswith(DEVICE_REF)), None

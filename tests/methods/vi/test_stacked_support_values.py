@@ -102,6 +102,16 @@ def test_nets_of_other_shapes_are_refused():
     assert why_not_stacked_vi([_vi(bp.nn.mlp(4, [6, 6], 1)), _vi()]) == message
 
 
+def test_nets_of_other_activations_are_refused():
+    """The same sites and shapes, another activation: the stacked net runs the first model's
+    forward for all, so the tanh model would train through a ReLU (it once did, silently)."""
+    tanh = _vi(bp.nn.mlp(4, [6], 1, activation="tanh"))
+    assert why_not_stacked_vi([_vi(), tanh]) == (
+        "the models' nets differ in their layers (an activation, a dropout rate, ...)"
+    )
+    assert why_not_stacked_vi([_vi(), _vi()]) is None
+
+
 @pytest.mark.parametrize(
     "likelihoods",
     [
