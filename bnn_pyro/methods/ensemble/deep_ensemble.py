@@ -25,6 +25,7 @@ from bnn_pyro.methods.ensemble.heads import VAR_FLOOR, check_heads_in_sample, sp
 from bnn_pyro.methods.ensemble.stacked import fit_stacked, why_not_stacked
 from bnn_pyro.nn.modes import modes
 from bnn_pyro.training import History, LossStep, train
+from bnn_pyro.training.stacked import same_layers
 
 __all__ = ["DeepEnsemble"]
 
@@ -34,7 +35,8 @@ class DeepEnsemble(ClassicMethod):
 
     :meth:`predict` runs all members in one vectorized call (``torch.func.stack_module_state``
     + ``vmap`` + ``functional_call``), with the same numbers as a loop over members; members of
-    different architectures fall back to the loop.
+    different architectures (other layers, or other activations between the same layers) fall
+    back to the loop.
 
     With ``gaussian_nll=True`` (regression), each member outputs ``(N, 2 O)``: a mean head and a
     variance head, ``variance = softplus(raw) + 1e-6``, trained with the Gaussian NLL
@@ -114,15 +116,20 @@ class DeepEnsemble(ClassicMethod):
         """Raw member outputs ``(M, N, ...)`` in eval mode (modes restored afterwards)."""
         with modes(self, lambda m: False):
             if vectorize:
-                try:
-                    params, buffers = stack_module_state(list(self.models))
-                except RuntimeError as err:
-                    warn_user(
-                        f"ensemble members cannot be stacked ({err}); predicting in a loop",
-                        RuntimeWarning,
-                    )
-                else:
-                    return batched_call(self.models[0], {**params, **buffers}, x)
+                members = list(self.models)
+                # one forward (the first member's) runs every member's parameters
+                why = None if same_layers(members) else "the members differ in their layers"
+                if why is None:
+                    try:
+                        params, buffers = stack_module_state(members)
+                    except RuntimeError as err:
+                        why = str(err)
+                    else:
+                        return batched_call(members[0], {**params, **buffers}, x)
+                warn_user(
+                    f"ensemble members cannot be stacked ({why}); predicting in a loop",
+                    RuntimeWarning,
+                )
             return torch.stack([m(x) for m in self.models])
 
     def _net(self) -> nn.Module | None:
@@ -162,7 +169,7 @@ class DeepEnsemble(ClassicMethod):
         )
 
     def _sample_outputs(
-        self, x: torch.Tensor, num_samples: int, seed: int | None, vectorize: bool = True
+        self, x: torch.Tensor, num_samples: int, seed: int | None, *, vectorize: bool
     ) -> torch.Tensor:
         if num_samples != self.num_models:
             raise ValueError(
@@ -298,13 +305,14 @@ class DeepEnsemble(ClassicMethod):
         x, yt, validation = self.fit_data(x, y, first, first, settings.validation_data, "member")
         if stacked is not None:
             check_bool("stacked", stacked)
-        why_not = None if stacked is False else why_not_stacked(list(self.models), settings)
-        if stacked is True and why_not is not None:
-            raise ValueError(f"stacked=True: the members cannot train stacked: {why_not}")
-        if stacked is not False and why_not is None:
-            history = fit_stacked(self, x, yt, settings, validation)
-            self._after_members(x, yt)
-            return history
+        if stacked is not False:
+            why_not = why_not_stacked(list(self.models), settings)
+            if stacked and why_not is not None:
+                raise ValueError(f"stacked=True: the members cannot train stacked: {why_not}")
+            if why_not is None:
+                history = fit_stacked(self, x, yt, settings, validation)
+                self._after_members(x, yt)
+                return history
         runs = []
         for i, member in enumerate(self.models):
             device = module_device(member)
