@@ -150,7 +150,9 @@ def test_full_batch_chains_equal_their_own_fits():
         (  # the same sites, another activation: one forward (the first chain's) would run both
             lambda ms: [
                 ms[0],
-                bp.make("sghmc", bp.nn.mlp(3, [8], 1, activation="tanh").double(), bp.Gaussian(0.3)),
+                bp.make(
+                    "sghmc", bp.nn.mlp(3, [8], 1, activation="tanh").double(), bp.Gaussian(0.3)
+                ),
             ],
             r"^these models cannot run stacked: the models' nets differ in their layers \(an "
             r"activation, a dropout rate, \.\.\.\)$",
