@@ -74,10 +74,13 @@ def elementwise_optimizer(spec: Any) -> bool:
 
 
 def same_layers(nets: Sequence[nn.Module]) -> bool:
-    """Whether ``nets`` are built of the same layers with the same settings (their reprs
-    agree). A stacked or vmapped call runs the first net's ``forward`` with every net's
-    parameters, so nets that differ in a layer without parameters (an activation, a dropout
-    rate) cannot share one, though their parameters stack.
+    """Whether ``nets`` are built of the same layers: a layer of the same type in each place,
+    and the same settings (``extra_repr``) for each layer without parameters of its own. A
+    stacked or vmapped call runs the first net's ``forward`` with every net's parameters, so
+    nets that differ in such a layer (an activation, a dropout rate) cannot share one, though
+    their parameters stack. (The layers with parameters are compared by their shapes, where
+    the parameters are stacked; their ``extra_repr`` is not read: on a Pyro net it would draw
+    their weights from the prior.)
 
     Example:
         >>> tanh = nn.Sequential(nn.Linear(1, 2), nn.Tanh())
@@ -85,9 +88,23 @@ def same_layers(nets: Sequence[nn.Module]) -> bool:
         True
         >>> same_layers([tanh, nn.Sequential(nn.Linear(1, 2), nn.ReLU())])
         False
+        >>> same_layers([nn.Dropout(0.1), nn.Dropout(0.2)])
+        False
     """
-    first = repr(nets[0])
-    return all(repr(net) == first for net in nets[1:])
+    first = _layers(nets[0])
+    return all(_layers(net) == first for net in nets[1:])
+
+
+def _layers(net: nn.Module) -> list[tuple[str, type, str | None]]:
+    """Each submodule's name, type and, for one without parameters or Pyro sites of its own,
+    its settings."""
+    layers = []
+    for name, module in net.named_modules():
+        own = any(True for _ in module.parameters(recurse=False)) or any(
+            getattr(module, key, None) for key in ("_pyro_samples", "_pyro_params")
+        )
+        layers.append((name, type(module), None if own else module.extra_repr()))
+    return layers
 
 
 def stackable(nets: list[nn.Module], dropout: bool = False) -> str | None:

@@ -17,7 +17,6 @@ from torch.utils.data import DataLoader, TensorDataset
 import bnn_pyro as bp
 from bnn_pyro.exceptions import TrainingDivergedError
 from bnn_pyro.methods import DeepEnsemble
-from bnn_pyro.training.stacked import same_layers, stackable
 
 torch.manual_seed(0)
 X = torch.randn(24, 2)
@@ -76,14 +75,6 @@ def test_forward_runs_one_member_or_averages_them():
 
 
 # ---------------------------------------------------------------------- members of other layers
-def test_same_layers_tells_activations_apart():
-    assert same_layers([_net(), _net()])
-    assert not same_layers([_net(nn.Tanh), _net(nn.ReLU)])
-    assert not same_layers([_net(width=4), _net(width=8)])
-    reason = stackable([_net(nn.Tanh), _net(nn.ReLU)])
-    assert reason == "the members differ in their layers (an activation, a dropout rate, ...)"
-
-
 def _mixed(num_models: int = 2) -> DeepEnsemble:
     # same parameter names and shapes, other activations: one vmapped forward (the first
     # member's) would run the ReLU member through a tanh

@@ -1,0 +1,34 @@
+"""``same_layers``: which nets may share one forward when they run as one (stacked training, a
+vmapped ensemble), read without touching a Pyro net's prior."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+import bnn_pyro as bp
+from bnn_pyro.training.stacked import same_layers, stackable
+
+
+def _net(activation=nn.Tanh, width=4) -> nn.Module:
+    return nn.Sequential(nn.Linear(2, width), activation(), nn.Linear(width, 1))
+
+
+def test_same_layers_tells_activations_and_settings_apart():
+    assert same_layers([_net(), _net()])
+    assert not same_layers([_net(nn.Tanh), _net(nn.ReLU)])
+    assert not same_layers([_net(nn.Tanh), nn.Sequential(nn.Linear(2, 4), nn.Tanh())])
+    assert not same_layers([nn.LeakyReLU(0.1), nn.LeakyReLU(0.2)])
+    assert same_layers([_net(width=4), _net(width=8)])  # shapes: compared where they stack
+    reason = stackable([_net(nn.Tanh), _net(nn.ReLU)])
+    assert reason == "the members differ in their layers (an activation, a dropout rate, ...)"
+
+
+def test_same_layers_draws_nothing_from_a_pyro_nets_prior():
+    # reading a Pyro net's layer settings (a Linear's extra_repr reads its bias) would draw
+    # the weights from the prior, and so move the global random stream
+    tanh = bp.VariationalBNN(bp.nn.mlp(2, [4], 1, activation="tanh"), bp.Gaussian(0.1))
+    relu = bp.VariationalBNN(bp.nn.mlp(2, [4], 1), bp.Gaussian(0.1))
+    state = torch.get_rng_state()
+    assert same_layers([tanh.net, tanh.net]) and not same_layers([tanh.net, relu.net])
+    assert torch.equal(torch.get_rng_state(), state)
