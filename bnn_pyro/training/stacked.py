@@ -75,12 +75,12 @@ def elementwise_optimizer(spec: Any) -> bool:
 
 def same_layers(nets: Sequence[nn.Module]) -> bool:
     """Whether ``nets`` are built of the same layers: a layer of the same type in each place,
-    and the same settings (``extra_repr``) for each layer without parameters of its own. A
+    and the same settings (``extra_repr``) for each layer without tensors of its own. A
     stacked or vmapped call runs the first net's ``forward`` with every net's parameters, so
     nets that differ in such a layer (an activation, a dropout rate) cannot share one, though
-    their parameters stack. (The layers with parameters are compared by their shapes, where
-    the parameters are stacked; their ``extra_repr`` is not read: on a Pyro net it would draw
-    their weights from the prior.)
+    their parameters stack. (The layers with tensors are compared by their shapes, where the
+    tensors are stacked; their ``extra_repr`` is not read: it may show a tensor's value, and on
+    a Pyro net it would draw the weights from the prior.)
 
     Example:
         >>> tanh = nn.Sequential(nn.Linear(1, 2), nn.Tanh())
@@ -95,15 +95,20 @@ def same_layers(nets: Sequence[nn.Module]) -> bool:
     return all(_layers(net) == first for net in nets[1:])
 
 
-def _layers(net: nn.Module) -> list[tuple[str, type, str | None]]:
-    """Each submodule's name, type and, for one without parameters or Pyro sites of its own,
-    its settings."""
+def _layers(net: nn.Module) -> list[tuple[str, str, str | None]]:
+    """Each submodule's name, type name and, for one without parameters, buffers or Pyro sites
+    of its own, its settings."""
     layers = []
     for name, module in net.named_modules():
-        own = any(True for _ in module.parameters(recurse=False)) or any(
-            getattr(module, key, None) for key in ("_pyro_samples", "_pyro_params")
+        own = (
+            any(True for _ in module.parameters(recurse=False))
+            or any(True for _ in module.buffers(recurse=False))
+            or any(getattr(module, key, None) for key in ("_pyro_samples", "_pyro_params"))
         )
-        layers.append((name, type(module), None if own else module.extra_repr()))
+        kind = type(module)  # by name: a parametrized layer's class is made per instance
+        layers.append(
+            (name, f"{kind.__module__}.{kind.__qualname__}", None if own else module.extra_repr())
+        )
     return layers
 
 

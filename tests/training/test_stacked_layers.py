@@ -32,3 +32,15 @@ def test_same_layers_draws_nothing_from_a_pyro_nets_prior():
     state = torch.get_rng_state()
     assert same_layers([tanh.net, tanh.net]) and not same_layers([tanh.net, relu.net])
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_parametrized_layers_and_layers_with_buffers_compare_by_type_and_shape():
+    # torch makes a new class per parametrized layer (ParametrizedLinear), and a spectral norm
+    # keeps its power-iteration vectors as buffers whose values differ between members
+    spectral = torch.nn.utils.parametrizations.spectral_norm
+    a, b = spectral(nn.Linear(2, 3)), spectral(nn.Linear(2, 3))
+    assert type(a) is not type(b) and same_layers([a, b])
+    assert not same_layers([a, nn.Linear(2, 3)])
+    norm_a, norm_b = nn.BatchNorm1d(3), nn.BatchNorm1d(3)
+    norm_b.running_mean += 1.0  # shown by no repr, but a tensor: compared where it stacks
+    assert same_layers([norm_a, norm_b])
