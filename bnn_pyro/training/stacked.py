@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 from torch.func import stack_module_state
 
+from bnn_pyro._checks import check_module
 from bnn_pyro.nn.batched import BatchedTwin, has_hooks
 from bnn_pyro.nn.modes import modes
 from bnn_pyro.training.member_dropout import swap_member_dropout
@@ -74,13 +75,13 @@ def elementwise_optimizer(spec: Any) -> bool:
 
 
 def same_layers(nets: Sequence[nn.Module]) -> bool:
-    """Whether ``nets`` are built of the same layers: a layer of the same type in each place,
-    and the same settings (``extra_repr``) for each layer without tensors of its own. A
-    stacked or vmapped call runs the first net's ``forward`` with every net's parameters, so
-    nets that differ in such a layer (an activation, a dropout rate) cannot share one, though
-    their parameters stack. (The layers with tensors are compared by their shapes, where the
-    tensors are stacked; their ``extra_repr`` is not read: it may show a tensor's value, and on
-    a Pyro net it would draw the weights from the prior.)
+    """Whether ``nets`` (K >= 1 modules) are built of the same layers: a layer of the same
+    type in each place, and the same settings (``extra_repr``) for each layer without tensors
+    of its own. A stacked or vmapped call runs the first net's ``forward`` with every net's
+    parameters, so nets that differ in such a layer (an activation, a dropout rate) cannot
+    share one, though their parameters stack. (The layers with tensors are compared by their
+    shapes, where the tensors are stacked; their ``extra_repr`` is not read: it may show a
+    tensor's value, and on a Pyro net it would draw the weights from the prior.)
 
     Example:
         >>> tanh = nn.Sequential(nn.Linear(1, 2), nn.Tanh())
@@ -90,7 +91,15 @@ def same_layers(nets: Sequence[nn.Module]) -> bool:
         False
         >>> same_layers([nn.Dropout(0.1), nn.Dropout(0.2)])
         False
+        >>> same_layers([])
+        Traceback (most recent call last):
+          ...
+        ValueError: nets must hold at least one net, got none
     """
+    if not nets:
+        raise ValueError("nets must hold at least one net, got none")
+    for i, net in enumerate(nets):
+        check_module(f"nets[{i}]", net)
     first = _layers(nets[0])
     return all(_layers(net) == first for net in nets[1:])
 

@@ -3,6 +3,7 @@ vmapped ensemble), read without touching a Pyro net's prior."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -44,3 +45,10 @@ def test_parametrized_layers_and_layers_with_buffers_compare_by_type_and_shape()
     norm_a, norm_b = nn.BatchNorm1d(3), nn.BatchNorm1d(3)
     norm_b.running_mean += 1.0  # shown by no repr, but a tensor: compared where it stacks
     assert same_layers([norm_a, norm_b])
+
+
+def test_same_layers_refuses_what_is_not_one_net_or_more():
+    with pytest.raises(ValueError, match="^nets must hold at least one net, got none$"):
+        same_layers([])
+    with pytest.raises(TypeError, match=r"^nets\[1\] must be a torch.nn.Module, got str$"):
+        same_layers([_net(), "relu"])
